@@ -1,0 +1,73 @@
+// The one interface between the server and the kernels (DESIGN §1). The
+// server sees only this header and ops.h; a backend owns its devices, their
+// memory and their kernels. Every method returns a status; none may abort on
+// bad input or a device fault. Ops assume their params were validated (the
+// server calls Validate first) and return UNIMPLEMENTED naming a case they lack.
+#ifndef KERNELSERVE_KERNELS_API_BACKEND_H_
+#define KERNELSERVE_KERNELS_API_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/api/ops.h"
+#include "kernels/api/tensor.h"
+
+namespace kernelserve {
+
+struct DeviceInfo {
+  int index = 0;
+  std::string backend;  // "cpu", "cuda", "hip"
+  std::string name;
+  int64_t memory_total_bytes = 0;
+  int compute_units = 0;  // SMs, CUs or CPU threads
+  int clock_mhz = 0;
+  int memory_clock_mhz = 0;
+  std::string driver;
+  bool healthy = true;
+  std::string health_reason;  // why not healthy
+};
+
+// Memory on one device, freed on destruction.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual void* data() const = 0;
+  virtual size_t size() const = 0;
+  virtual int device() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string Name() const = 0;  // "cpu", "cuda", "hip"
+  virtual int DeviceCount() const = 0;
+  virtual DeviceInfo GetDeviceInfo(int device) const = 0;
+
+  // Memory. Views handed to ops point into memory from Allocate.
+  virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) = 0;
+  virtual absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) = 0;
+  // Device-to-device copy within one device.
+  virtual absl::Status CopyOnDevice(int device, void* dst, const void* src, size_t bytes) = 0;
+  // Waits for all work queued on the device; reports faults.
+  virtual absl::Status Synchronize(int device) = 0;
+
+  // Ops. `out` is allocated by the caller with the params' OutputDesc().
+  virtual absl::Status Attention(int device, const AttentionParams& p, const TensorView& q,
+                                 const TensorView& k, const TensorView& v, TensorView& out) = 0;
+  virtual absl::Status Fp8Attention(int device, const Fp8AttentionParams& p,
+                                    const Fp8AttentionInputs& in, TensorView& out) = 0;
+  virtual absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
+                                 TensorView& out) = 0;
+  virtual absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) = 0;
+};
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_API_BACKEND_H_
