@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "kernels/api/status_macros.h"
 #include "kernels/api/tensor.h"
 
 namespace kernelserve {
