@@ -1,0 +1,175 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "kernels/api/status_macros.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace kernelserve {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+absl::Status CheckDevice(int device) {
+  if (device != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu backend has one device (0), not device ", device));
+  }
+  return absl::OkStatus();
+}
+
+class HostMemory : public DeviceMemory {
+ public:
+  HostMemory(void* data, size_t size) : data_(data), size_(size) {}
+  ~HostMemory() override { std::free(data_); }
+  HostMemory(const HostMemory&) = delete;
+  HostMemory& operator=(const HostMemory&) = delete;
+
+  void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+  int device() const override { return 0; }
+
+ private:
+  void* data_;
+  size_t size_;
+};
+
+// Value of the first "key : value" line of /proc/cpuinfo with that key.
+std::string CpuInfoField(const std::string& key) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(':', 1));
+    if (absl::StripAsciiWhitespace(kv.first) == key) {
+      return std::string(absl::StripAsciiWhitespace(kv.second));
+    }
+  }
+  return "";
+}
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(int num_threads) {
+    const int hw = static_cast<int>(std::thread::hardware_concurrency());
+    threads_ = num_threads > 0 ? num_threads : (hw > 0 ? hw : 1);
+    info_.index = 0;
+    info_.backend = "cpu";
+    info_.name = CpuInfoField("model name");
+    if (info_.name.empty()) info_.name = "cpu";
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page_size > 0) {
+      info_.memory_total_bytes = static_cast<int64_t>(pages) * page_size;
+    }
+    info_.compute_units = threads_;
+    const std::string mhz = CpuInfoField("cpu MHz");
+    info_.clock_mhz = mhz.empty() ? 0 : std::atoi(mhz.c_str());
+    info_.driver = "";
+    info_.healthy = true;
+  }
+
+  std::string Name() const override { return "cpu"; }
+  int DeviceCount() const override { return 1; }
+  DeviceInfo GetDeviceInfo(int device) const override {
+    DeviceInfo info = info_;
+    if (device != 0) {
+      info.index = device;
+      info.healthy = false;
+      info.health_reason = absl::StrCat("no cpu device ", device);
+    }
+    return info;
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
+    KS_RETURN_IF_ERROR(CheckDevice(device));
+    // aligned_alloc wants a multiple of the alignment; a 0-byte request still
+    // gets a unique, valid pointer.
+    const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    if (rounded < bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu allocation of ", bytes, " bytes overflows"));
+    }
+    void* data = std::aligned_alloc(kAlignment, rounded);
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu allocation of ", bytes, " bytes failed"));
+    }
+    return std::unique_ptr<DeviceMemory>(new HostMemory(data, bytes));
+  }
+
+  absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) override {
+    return Copy(device, dst, src, bytes);
+  }
+  absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) override {
+    return Copy(device, dst, src, bytes);
+  }
+  absl::Status CopyOnDevice(int device, void* dst, const void* src, size_t bytes) override {
+    return Copy(device, dst, src, bytes);
+  }
+  absl::Status Synchronize(int device) override {
+    KS_RETURN_IF_ERROR(CheckDevice(device));
+    return absl::OkStatus();  // every op runs to completion before it returns
+  }
+
+  absl::Status Attention(int device, const AttentionParams& p, const TensorView& q,
+                         const TensorView& k, const TensorView& v, TensorView& out) override {
+    KS_RETURN_IF_ERROR(CheckDevice(device));
+    if (q.empty() || k.empty() || v.empty() || out.empty()) {
+      return absl::InvalidArgumentError("attention: a tensor has no data");
+    }
+    return cpu::Attention(p, q, k, v, out, threads_);
+  }
+  absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
+                            TensorView& out) override {
+    KS_RETURN_IF_ERROR(CheckDevice(device));
+    if (in.q.empty() || in.k.empty() || in.v.empty() || out.empty()) {
+      return absl::InvalidArgumentError("fp8 attention: a tensor has no data");
+    }
+    return cpu::Fp8Attention(p, in, out, threads_);
+  }
+  absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
+                         TensorView& out) override {
+    KS_RETURN_IF_ERROR(CheckDevice(device));
+    if (in.q_lat.empty() || in.q_pe.empty() || in.kv.empty() || out.empty()) {
+      return absl::InvalidArgumentError("mla decode: a tensor has no data");
+    }
+    return cpu::MlaDecode(p, in, out, threads_);
+  }
+  absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
+    KS_RETURN_IF_ERROR(CheckDevice(device));
+    if (in.x.empty() || in.topk_ids.empty() || out.empty()) {
+      return absl::InvalidArgumentError("moe: a tensor has no data");
+    }
+    return cpu::Moe(p, in, out, threads_);
+  }
+
+ private:
+  absl::Status Copy(int device, void* dst, const void* src, size_t bytes) {
+    KS_RETURN_IF_ERROR(CheckDevice(device));
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) {
+      return absl::InvalidArgumentError("cpu copy with a null pointer");
+    }
+    std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+
+  int threads_;
+  DeviceInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
+  return std::make_unique<CpuBackend>(num_threads);
+}
+
+}  // namespace kernelserve
