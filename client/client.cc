@@ -1,0 +1,758 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <utility>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/credentials.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "kernels/api/status_macros.h"
+#include "kernelserve/v1/device.grpc.pb.h"
+#include "kernelserve/v1/kernel.grpc.pb.h"
+#include "kernelserve/v1/pool.grpc.pb.h"
+#include "kernelserve/v1/tensor.grpc.pb.h"
+
+namespace kernelserve {
+
+struct Client::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::DeviceService::Stub> devices;
+  std::unique_ptr<v1::BufferService::Stub> buffers;
+  std::unique_ptr<v1::KernelService::Stub> kernels;
+  std::unique_ptr<v1::PoolService::Stub> pools;
+  std::unique_ptr<grpc::GenericStub> generic;
+};
+
+namespace {
+
+// Cleanup of temporary buffers gets its own deadline so it still runs after
+// the call itself ran out of time.
+constexpr absl::Duration kCleanupTimeout = absl::Seconds(10);
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+int64_t ResolveChunk(int64_t chunk) { return chunk > 0 ? chunk : (1 << 20); }
+
+v1::Rounding ToProto(Rounding r) { return static_cast<v1::Rounding>(static_cast<int>(r)); }
+v1::Layout ToProto(Layout l) { return static_cast<v1::Layout>(static_cast<int>(l)); }
+v1::Fp8Format ToProto(Fp8Format f) { return static_cast<v1::Fp8Format>(static_cast<int>(f)); }
+v1::PMode ToProto(PMode m) { return static_cast<v1::PMode>(static_cast<int>(m)); }
+v1::DescaleMode ToProto(DescaleMode m) { return static_cast<v1::DescaleMode>(static_cast<int>(m)); }
+v1::MoeStage ToProto(MoeStage s) { return static_cast<v1::MoeStage>(static_cast<int>(s)); }
+
+ErrorReport FromProto(const v1::ErrorReport& e) {
+  ErrorReport r;
+  r.rel_rms = e.rel_rms();
+  r.max_abs = e.max_abs();
+  r.nonfinite = e.nonfinite();
+  r.has_split = e.has_split();
+  r.input_quant = e.input_quant();
+  r.p_quant = e.p_quant();
+  r.rest = e.rest();
+  return r;
+}
+
+CallInfo FromProto(const v1::CallInfo& c) {
+  CallInfo i;
+  i.backend = c.backend();
+  i.device = c.device();
+  i.queue_ms = c.queue_ms();
+  i.run_ms = c.run_ms();
+  return i;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ conversions
+
+v1::Tensor ToProtoTensor(const HostTensor& t) {
+  v1::Tensor p;
+  p.set_dtype(static_cast<v1::DType>(static_cast<int>(t.dtype())));
+  for (int64_t d : t.shape()) p.add_shape(d);
+  p.set_data(reinterpret_cast<const char*>(t.bytes()), static_cast<size_t>(t.num_bytes()));
+  return p;
+}
+
+absl::StatusOr<HostTensor> FromProtoTensor(const v1::Tensor& t) {
+  if (!IsValidDType(t.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor has an invalid dtype ", t.dtype()));
+  }
+  TensorDesc desc{static_cast<DType>(t.dtype()), Shape(t.shape().begin(), t.shape().end())};
+  const int64_t need = desc.num_bytes();
+  if (need < 0 || static_cast<size_t>(need) != t.data().size()) {
+    return absl::DataLossError(absl::StrCat("tensor ", desc.DebugString(), " carries ", t.data().size(),
+                                            " bytes, expected ", need));
+  }
+  std::vector<uint8_t> bytes(t.data().begin(), t.data().end());
+  return HostTensor(std::move(desc), std::move(bytes));
+}
+
+std::string ErrorReportString(const ErrorReport& e) {
+  std::string s = absl::StrFormat("rel_rms=%.6g max_abs=%.6g nonfinite=%d", e.rel_rms, e.max_abs, e.nonfinite);
+  if (e.has_split) {
+    absl::StrAppendFormat(&s, " input_quant=%.6g p_quant=%.6g rest=%.6g", e.input_quant, e.p_quant, e.rest);
+  }
+  return s;
+}
+
+std::string CallInfoString(const CallInfo& i) {
+  return absl::StrFormat("backend=%s device=%d queue_ms=%.3f run_ms=%.3f", i.backend, i.device, i.queue_ms,
+                         i.run_ms);
+}
+
+std::string HealthStateName(HealthState s) {
+  switch (s) {
+    case HealthState::kServing: return "SERVING";
+    case HealthState::kNotServing: return "NOT_SERVING";
+    default: return "UNKNOWN";
+  }
+}
+
+// ------------------------------------------------------------------ core
+
+Client::Client(const ClientOptions& options, std::unique_ptr<Impl> impl)
+    : options_(options), impl_(std::move(impl)) {}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.target.empty()) return absl::InvalidArgumentError("client: empty target");
+  if (options.max_message_mb <= 0 || options.max_message_mb > 2047) {
+    return absl::InvalidArgumentError("client: max_message_mb must be in 1..2047");
+  }
+  if (options.default_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("client: default_timeout must be positive");
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_mb << 20);
+  args.SetMaxSendMessageSize(options.max_message_mb << 20);
+  // Reconnect on the client's own retry schedule rather than gRPC's 1 s+ default.
+  const int backoff_ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.initial_backoff)));
+  const int max_backoff_ms = static_cast<int>(std::max<int64_t>(backoff_ms, absl::ToInt64Milliseconds(options.max_backoff)));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, backoff_ms);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, backoff_ms);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_backoff_ms);
+  // The client retries idempotent calls itself; gRPC's own retries would hide that.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  std::shared_ptr<grpc::ChannelCredentials> creds =
+      options.credentials ? options.credentials : grpc::InsecureChannelCredentials();
+  auto impl = std::make_unique<Impl>();
+  impl->channel = grpc::CreateCustomChannel(options.target, creds, args);
+  if (!impl->channel) return absl::InternalError(absl::StrCat("client: cannot create a channel to ", options.target));
+  impl->devices = v1::DeviceService::NewStub(impl->channel);
+  impl->buffers = v1::BufferService::NewStub(impl->channel);
+  impl->kernels = v1::KernelService::NewStub(impl->channel);
+  impl->pools = v1::PoolService::NewStub(impl->channel);
+  impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
+  return std::unique_ptr<Client>(new Client(options, std::move(impl)));
+}
+
+namespace {
+
+struct CallCtx {
+  absl::Time deadline;
+  const ClientOptions* options;
+
+  std::unique_ptr<grpc::ClientContext> NewContext() const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(absl::ToChronoTime(deadline));
+    if (!options->bearer_token.empty()) {
+      ctx->AddMetadata("authorization", absl::StrCat("Bearer ", options->bearer_token));
+    }
+    return ctx;
+  }
+};
+
+CallCtx MakeCtx(const ClientOptions& o, const CallOptions& call) {
+  const absl::Duration t = call.timeout > absl::ZeroDuration() ? call.timeout : o.default_timeout;
+  return CallCtx{absl::Now() + t, &o};
+}
+
+// Runs `attempt` (one RPC with a fresh context) and retries it on UNAVAILABLE
+// with exponential backoff while the deadline allows. Idempotent calls only.
+absl::Status WithRetry(const CallCtx& c, const std::function<grpc::Status(grpc::ClientContext*)>& attempt) {
+  absl::Duration backoff = c.options->initial_backoff;
+  for (int i = 0;; ++i) {
+    auto ctx = c.NewContext();
+    grpc::Status s = attempt(ctx.get());
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || i >= c.options->max_retries ||
+        absl::Now() + backoff >= c.deadline) {
+      return FromGrpc(s);
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, c.options->max_backoff);
+  }
+}
+
+absl::Status Once(const CallCtx& c, const std::function<grpc::Status(grpc::ClientContext*)>& attempt) {
+  auto ctx = c.NewContext();
+  return FromGrpc(attempt(ctx.get()));
+}
+
+// ---- buffer helpers shared by the public calls and the ops' temporaries.
+
+absl::StatusOr<v1::BufferInfo> DoUpload(Client::Impl& impl, const CallCtx& c, const HostTensor& t,
+                                        const std::string& label, int device) {
+  const int64_t need = t.desc().num_bytes();
+  if (need < 0 || need != t.num_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("upload: tensor ", t.desc().DebugString(), " holds ",
+                                                   t.num_bytes(), " bytes, expected ", need));
+  }
+  auto ctx = c.NewContext();
+  v1::BufferInfo info;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadChunk>> writer(impl.buffers->Upload(ctx.get(), &info));
+  const int64_t chunk = ResolveChunk(c.options->chunk_bytes);
+  int64_t off = 0;
+  bool first = true;
+  bool ok = true;
+  while (ok && (first || off < t.num_bytes())) {
+    v1::UploadChunk msg;
+    if (first) {
+      auto* h = msg.mutable_header();
+      h->set_dtype(static_cast<v1::DType>(static_cast<int>(t.dtype())));
+      for (int64_t d : t.shape()) h->add_shape(d);
+      h->set_label(label);
+      h->set_device(device);
+      first = false;
+    }
+    const int64_t n = std::min(chunk, t.num_bytes() - off);
+    if (n > 0) msg.set_data(reinterpret_cast<const char*>(t.bytes() + off), static_cast<size_t>(n));
+    off += n;
+    ok = writer->Write(msg);
+  }
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  if (!s.ok()) return FromGrpc(s);
+  return info;
+}
+
+absl::StatusOr<HostTensor> DoDownload(Client::Impl& impl, const CallCtx& c, const std::string& id) {
+  HostTensor result;
+  absl::Status st = WithRetry(c, [&](grpc::ClientContext* ctx) -> grpc::Status {
+    v1::DownloadRequest req;
+    req.set_buffer_id(id);
+    req.set_chunk_bytes(ResolveChunk(c.options->chunk_bytes));
+    std::unique_ptr<grpc::ClientReader<v1::DownloadChunk>> reader(impl.buffers->Download(ctx, req));
+    v1::DownloadChunk chunk;
+    bool have_info = false;
+    TensorDesc desc;
+    std::vector<uint8_t> bytes;
+    int64_t expected = 0;
+    while (reader->Read(&chunk)) {
+      if (!have_info) {
+        if (!chunk.has_info()) {
+          ctx->TryCancel();
+          reader->Finish();
+          return grpc::Status(grpc::StatusCode::DATA_LOSS, "download: first chunk lacks the buffer info");
+        }
+        const v1::BufferInfo& info = chunk.info();
+        desc = TensorDesc{static_cast<DType>(info.dtype()), Shape(info.shape().begin(), info.shape().end())};
+        expected = desc.num_bytes();
+        if (expected < 0) {
+          ctx->TryCancel();
+          reader->Finish();
+          return grpc::Status(grpc::StatusCode::DATA_LOSS, "download: buffer info has an invalid shape");
+        }
+        bytes.resize(static_cast<size_t>(expected));
+        have_info = true;
+      }
+      const int64_t off = chunk.offset();
+      const int64_t n = static_cast<int64_t>(chunk.data().size());
+      if (off < 0 || off + n > expected) {
+        ctx->TryCancel();
+        reader->Finish();
+        return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            absl::StrCat("download: chunk at offset ", off, " of ", n, " bytes overruns ", expected));
+      }
+      if (n > 0) std::memcpy(bytes.data() + off, chunk.data().data(), static_cast<size_t>(n));
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) return s;
+    if (!have_info) return grpc::Status(grpc::StatusCode::DATA_LOSS, "download: the server sent no chunks");
+    result = HostTensor(std::move(desc), std::move(bytes));
+    return grpc::Status::OK;
+  });
+  if (!st.ok()) return st;
+  return result;
+}
+
+absl::Status DoFree(Client::Impl& impl, const CallCtx& c, const std::string& id) {
+  return Once(c, [&](grpc::ClientContext* ctx) {
+    v1::FreeBufferRequest req;
+    req.set_buffer_id(id);
+    v1::FreeBufferResponse resp;
+    return impl.buffers->Free(ctx, req, &resp);
+  });
+}
+
+// Temporary buffers of one op call, freed when it goes out of scope.
+class TempBuffers {
+ public:
+  TempBuffers(Client::Impl& impl, const ClientOptions& o, int64_t* leaked)
+      : impl_(impl), options_(o), leaked_(leaked) {}
+  ~TempBuffers() {
+    for (const std::string& id : ids_) {
+      CallCtx c{absl::Now() + kCleanupTimeout, &options_};
+      if (!DoFree(impl_, c, id).ok()) ++*leaked_;
+    }
+  }
+  void Add(std::string id) { ids_.push_back(std::move(id)); }
+  bool empty() const { return ids_.empty(); }
+
+ private:
+  Client::Impl& impl_;
+  const ClientOptions& options_;
+  int64_t* leaked_;
+  std::vector<std::string> ids_;
+};
+
+// Fills `ref` from `arg`: buffer id, inline tensor, or an automatic upload.
+absl::Status SetRef(Client::Impl& impl, const CallCtx& c, const TensorArg& arg, int device,
+                    TempBuffers& temps, v1::TensorRef* ref, bool* uploaded) {
+  if (!arg.buffer_id().empty()) {
+    ref->set_buffer_id(arg.buffer_id());
+    return absl::OkStatus();
+  }
+  const HostTensor* t = arg.host();
+  if (t == nullptr) return absl::OkStatus();
+  if (t->num_bytes() > c.options->upload_threshold_bytes) {
+    KS_ASSIGN_OR_RETURN(v1::BufferInfo info, DoUpload(impl, c, *t, "kernelserve-client-temp", device));
+    temps.Add(info.id());
+    ref->set_buffer_id(info.id());
+    *uploaded = true;
+    return absl::OkStatus();
+  }
+  *ref->mutable_tensor() = ToProtoTensor(*t);
+  return absl::OkStatus();
+}
+
+// Collects an op's output: inline tensor, the caller's buffer, or a
+// temporary buffer to download and free.
+absl::StatusOr<OpResult> FinishOp(Client::Impl& impl, const CallCtx& c, const OutputOptions& out_opts,
+                                  bool output_via_temp, const v1::TensorRef& out, bool has_error,
+                                  const v1::ErrorReport& error, const v1::CallInfo& info,
+                                  TempBuffers& temps) {
+  OpResult r;
+  if (has_error) r.error = FromProto(error);
+  r.info = FromProto(info);
+  if (out.has_tensor()) {
+    KS_ASSIGN_OR_RETURN(r.out, FromProtoTensor(out.tensor()));
+    return r;
+  }
+  if (out.buffer_id().empty()) return absl::DataLossError("op response carries no output");
+  if (out_opts.to_buffer) {
+    r.out_buffer_id = out.buffer_id();
+    return r;
+  }
+  if (output_via_temp) temps.Add(out.buffer_id());
+  KS_ASSIGN_OR_RETURN(r.out, DoDownload(impl, c, out.buffer_id()));
+  return r;
+}
+
+int64_t HostBytes(const TensorArg& a) { return a.host() ? a.host()->num_bytes() : 0; }
+
+}  // namespace
+
+// --------------------------------------------------------------- devices
+
+absl::StatusOr<v1::ListDevicesResponse> Client::Devices(const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  v1::ListDevicesResponse resp;
+  KS_RETURN_IF_ERROR(WithRetry(c, [&](grpc::ClientContext* ctx) {
+    resp.Clear();
+    return impl_->devices->List(ctx, v1::ListDevicesRequest(), &resp);
+  }));
+  return resp;
+}
+
+absl::StatusOr<HealthState> Client::Health(const std::string& service, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  // grpc.health.v1.HealthCheckRequest{service = 1} / HealthCheckResponse{status = 1},
+  // encoded by hand so the client needs no copy of health.proto.
+  std::string req_bytes;
+  if (!service.empty()) {
+    req_bytes.push_back(0x0A);
+    size_t n = service.size();
+    while (n >= 0x80) {
+      req_bytes.push_back(static_cast<char>((n & 0x7F) | 0x80));
+      n >>= 7;
+    }
+    req_bytes.push_back(static_cast<char>(n));
+    req_bytes += service;
+  }
+  grpc::ByteBuffer resp;
+  KS_RETURN_IF_ERROR(WithRetry(c, [&](grpc::ClientContext* ctx) {
+    grpc::Slice slice(req_bytes);
+    grpc::ByteBuffer req(&slice, 1);
+    absl::Notification done;
+    grpc::Status status;
+    impl_->generic->UnaryCall(ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &req, &resp,
+                              [&](grpc::Status s) {
+                                status = std::move(s);
+                                done.Notify();
+                              });
+    done.WaitForNotification();
+    return status;
+  }));
+  std::vector<grpc::Slice> slices;
+  if (!resp.Dump(&slices).ok()) return absl::DataLossError("health: unreadable response");
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // Field 1, varint: 0 UNKNOWN, 1 SERVING, 2 NOT_SERVING, 3 SERVICE_UNKNOWN.
+  int status = 0;
+  if (bytes.size() >= 2 && bytes[0] == 0x08) status = static_cast<uint8_t>(bytes[1]);
+  if (status == 1) return HealthState::kServing;
+  if (status == 2) return HealthState::kNotServing;
+  return HealthState::kUnknown;
+}
+
+// --------------------------------------------------------------- buffers
+
+absl::StatusOr<v1::BufferInfo> Client::UploadBuffer(const HostTensor& t, const std::string& label, int device,
+                                                    const CallOptions& call) {
+  return DoUpload(*impl_, MakeCtx(options_, call), t, label, device);
+}
+
+absl::StatusOr<HostTensor> Client::DownloadBuffer(const std::string& id, const CallOptions& call) {
+  return DoDownload(*impl_, MakeCtx(options_, call), id);
+}
+
+absl::Status Client::FreeBuffer(const std::string& id, const CallOptions& call) {
+  return DoFree(*impl_, MakeCtx(options_, call), id);
+}
+
+absl::StatusOr<std::vector<v1::BufferInfo>> Client::ListBuffers(const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  v1::ListBuffersResponse resp;
+  KS_RETURN_IF_ERROR(WithRetry(c, [&](grpc::ClientContext* ctx) {
+    resp.Clear();
+    return impl_->buffers->List(ctx, v1::ListBuffersRequest(), &resp);
+  }));
+  return std::vector<v1::BufferInfo>(resp.buffers().begin(), resp.buffers().end());
+}
+
+// ------------------------------------------------------------------- ops
+
+absl::StatusOr<OpResult> Client::Attention(const AttentionArgs& a, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  TempBuffers temps(*impl_, options_, &leaked_temp_buffers_);
+  v1::AttentionRequest req;
+  bool uploaded = false;
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.q, a.device, temps, req.mutable_q(), &uploaded));
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.k, a.device, temps, req.mutable_k(), &uploaded));
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.v, a.device, temps, req.mutable_v(), &uploaded));
+  req.set_layout(ToProto(a.layout));
+  req.set_causal(a.causal);
+  if (a.softmax_scale) req.set_softmax_scale(*a.softmax_scale);
+  req.set_rounding(ToProto(a.rounding));
+  req.set_report_error(a.report_error);
+  req.set_device(a.device);
+  // The output is shaped like q (bf16).
+  const bool via_temp = !a.output.to_buffer && (uploaded || HostBytes(a.q) > options_.upload_threshold_bytes);
+  req.mutable_output()->set_to_buffer(a.output.to_buffer || via_temp);
+  req.mutable_output()->set_label(a.output.label);
+  v1::AttentionResponse resp;
+  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->Attention(ctx, req, &resp); }));
+  return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
+                  resp.info(), temps);
+}
+
+absl::StatusOr<OpResult> Client::Fp8Attention(const Fp8AttentionArgs& a, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  TempBuffers temps(*impl_, options_, &leaked_temp_buffers_);
+  v1::Fp8AttentionRequest req;
+  bool uploaded = false;
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.q, a.device, temps, req.mutable_q(), &uploaded));
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.k, a.device, temps, req.mutable_k(), &uploaded));
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.v, a.device, temps, req.mutable_v(), &uploaded));
+  if (a.q_descale.present()) {
+    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.q_descale, a.device, temps, req.mutable_q_descale(), &uploaded));
+  }
+  if (a.k_descale.present()) {
+    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.k_descale, a.device, temps, req.mutable_k_descale(), &uploaded));
+  }
+  if (a.v_descale.present()) {
+    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.v_descale, a.device, temps, req.mutable_v_descale(), &uploaded));
+  }
+  req.set_layout(ToProto(a.layout));
+  req.set_causal(a.causal);
+  if (a.softmax_scale) req.set_softmax_scale(*a.softmax_scale);
+  req.set_format(ToProto(a.format));
+  req.set_p_mode(ToProto(a.p_mode));
+  req.set_hadamard(a.hadamard);
+  req.set_descale_mode(ToProto(a.descale_mode));
+  req.set_rounding(ToProto(a.rounding));
+  req.set_report_error(a.report_error || a.report_error_split);
+  req.set_report_error_split(a.report_error_split);
+  req.set_device(a.device);
+  // Output is bf16 shaped like q with Dv <= Dqk: at most 2 bytes per q element.
+  const int64_t q_elems = a.q.host() ? a.q.host()->num_elements() : 0;
+  const bool via_temp = !a.output.to_buffer && (uploaded || 2 * q_elems > options_.upload_threshold_bytes);
+  req.mutable_output()->set_to_buffer(a.output.to_buffer || via_temp);
+  req.mutable_output()->set_label(a.output.label);
+  v1::Fp8AttentionResponse resp;
+  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->Fp8Attention(ctx, req, &resp); }));
+  return FinishOp(*impl_, c, a.output, via_temp, resp.out(),
+                  resp.has_error() && (a.report_error || a.report_error_split), resp.error(), resp.info(), temps);
+}
+
+absl::StatusOr<OpResult> Client::MlaDecode(const MlaDecodeArgs& a, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  TempBuffers temps(*impl_, options_, &leaked_temp_buffers_);
+  v1::MlaDecodeRequest req;
+  bool uploaded = false;
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.q_lat, a.device, temps, req.mutable_q_lat(), &uploaded));
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.q_pe, a.device, temps, req.mutable_q_pe(), &uploaded));
+  if (a.kv.present()) KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.kv, a.device, temps, req.mutable_kv(), &uploaded));
+  req.set_pool_id(a.pool_id);
+  if (a.softmax_scale) req.set_softmax_scale(*a.softmax_scale);
+  req.set_kv_scale(a.kv_scale);
+  if (a.seq_lens.present()) {
+    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.seq_lens, a.device, temps, req.mutable_seq_lens(), &uploaded));
+  }
+  if (a.kv_indices.present()) {
+    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.kv_indices, a.device, temps, req.mutable_kv_indices(), &uploaded));
+  }
+  if (a.kv_indptr.present()) {
+    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.kv_indptr, a.device, temps, req.mutable_kv_indptr(), &uploaded));
+  }
+  if (a.q_lens.present()) {
+    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.q_lens, a.device, temps, req.mutable_q_lens(), &uploaded));
+  }
+  req.set_num_splits(a.num_splits);
+  req.set_rounding(ToProto(a.rounding));
+  req.set_report_error(a.report_error);
+  req.set_device(a.device);
+  // o_lat has q_lat's shape and dtype.
+  const bool via_temp = !a.output.to_buffer && (uploaded || HostBytes(a.q_lat) > options_.upload_threshold_bytes);
+  req.mutable_output()->set_to_buffer(a.output.to_buffer || via_temp);
+  req.mutable_output()->set_label(a.output.label);
+  v1::MlaDecodeResponse resp;
+  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->MlaDecode(ctx, req, &resp); }));
+  return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
+                  resp.info(), temps);
+}
+
+absl::StatusOr<OpResult> Client::Moe(const MoeArgs& a, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  TempBuffers temps(*impl_, options_, &leaked_temp_buffers_);
+  v1::MoeRequest req;
+  bool uploaded = false;
+  req.set_stage(ToProto(a.stage));
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.x, a.device, temps, req.mutable_x(), &uploaded));
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.topk_ids, a.device, temps, req.mutable_topk_ids(), &uploaded));
+  const std::pair<const TensorArg*, v1::TensorRef*> optional_refs[] = {
+      {&a.topk_weights, req.mutable_topk_weights()}, {&a.w13, req.mutable_w13()},
+      {&a.w13_scales, req.mutable_w13_scales()},     {&a.w2, req.mutable_w2()},
+      {&a.w2_scales, req.mutable_w2_scales()},
+  };
+  for (const auto& [arg, ref] : optional_refs) {
+    if (arg->present()) KS_RETURN_IF_ERROR(SetRef(*impl_, c, *arg, a.device, temps, ref, &uploaded));
+  }
+  // Unused weights must be absent, not empty refs.
+  if (!a.topk_weights.present()) req.clear_topk_weights();
+  if (!a.w13.present()) req.clear_w13();
+  if (!a.w13_scales.present()) req.clear_w13_scales();
+  if (!a.w2.present()) req.clear_w2();
+  if (!a.w2_scales.present()) req.clear_w2_scales();
+  req.set_swiglu(a.swiglu);
+  req.set_weighted_sum(a.weighted_sum);
+  req.set_rounding(ToProto(a.rounding));
+  req.set_report_error(a.report_error);
+  req.set_device(a.device);
+  // Estimate the output: [pairs or tokens, 2I | I | N] bf16.
+  int64_t out_bytes = 0;
+  const HostTensor* x = a.x.host();
+  const HostTensor* ids = a.topk_ids.host();
+  if (x && ids && x->shape().size() == 2 && ids->shape().size() == 2) {
+    const int64_t pairs = ids->shape()[0] * ids->shape()[1];
+    int64_t width = 0;
+    if (a.stage == MoeStage::kGateUp && a.w13.host() && a.w13.host()->shape().size() == 3) {
+      width = a.w13.host()->shape()[1] / (a.swiglu ? 2 : 1);
+      out_bytes = 2 * pairs * width;
+    } else if (a.w2.host() && a.w2.host()->shape().size() == 3) {
+      width = a.w2.host()->shape()[1];
+      out_bytes = 2 * pairs * width;  // an upper bound for weighted sums
+    }
+  }
+  const bool via_temp = !a.output.to_buffer && (uploaded || out_bytes > options_.upload_threshold_bytes);
+  req.mutable_output()->set_to_buffer(a.output.to_buffer || via_temp);
+  req.mutable_output()->set_label(a.output.label);
+  v1::MoeResponse resp;
+  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->Moe(ctx, req, &resp); }));
+  return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
+                  resp.info(), temps);
+}
+
+// ----------------------------------------------------------------- pools
+
+absl::StatusOr<v1::PoolInfo> Client::CreatePool(const PoolSpec& spec, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  v1::CreatePoolRequest req;
+  req.set_kind(spec.kind);
+  req.set_num_slots(spec.num_slots);
+  req.set_page_size(spec.page_size);
+  req.set_dtype(static_cast<v1::DType>(static_cast<int>(spec.dtype)));
+  req.set_num_heads(spec.num_heads);
+  req.set_head_dim(spec.head_dim);
+  req.set_kv_scale(spec.kv_scale);
+  req.set_label(spec.label);
+  req.set_device(spec.device);
+  v1::PoolInfo info;
+  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->pools->Create(ctx, req, &info); }));
+  return info;
+}
+
+absl::StatusOr<v1::PoolInfo> Client::WritePool(const std::string& pool_id, const HostTensor& slots,
+                                               const HostTensor& rows, int64_t rows_per_chunk,
+                                               const CallOptions& call) {
+  if (slots.shape().size() != 1 || (slots.dtype() != DType::kInt32 && slots.dtype() != DType::kInt64)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("write pool: slots must be int32 or int64 [n], got ", slots.desc().DebugString()));
+  }
+  const int64_t n = slots.shape()[0];
+  if (rows.shape().size() < 2 || rows.shape()[0] != n) {
+    return absl::InvalidArgumentError(absl::StrCat("write pool: rows must be [", n, ", row_elements], got ",
+                                                   rows.desc().DebugString()));
+  }
+  const int64_t row_elems = rows.num_elements() / std::max<int64_t>(n, 1);
+  const int64_t row_bytes = NumBytes(rows.dtype(), row_elems);
+  if (row_bytes <= 0 || rows.num_bytes() != row_bytes * n) {
+    return absl::InvalidArgumentError(absl::StrCat("write pool: rows ", rows.desc().DebugString(),
+                                                   " do not split into whole rows of bytes"));
+  }
+  if (rows_per_chunk <= 0) rows_per_chunk = std::max<int64_t>(1, ResolveChunk(options_.chunk_bytes) / row_bytes);
+  const int64_t slot_bytes = DTypeBits(slots.dtype()) / 8;
+  CallCtx c = MakeCtx(options_, call);
+  auto ctx = c.NewContext();
+  v1::WritePoolResponse resp;
+  std::unique_ptr<grpc::ClientWriter<v1::WritePoolChunk>> writer(impl_->pools->Write(ctx.get(), &resp));
+  for (int64_t start = 0; start < n || start == 0; start += rows_per_chunk) {
+    const int64_t m = std::min(rows_per_chunk, n - start);
+    v1::WritePoolChunk msg;
+    msg.set_pool_id(pool_id);
+    v1::Tensor* s = msg.mutable_slots();
+    s->set_dtype(static_cast<v1::DType>(static_cast<int>(slots.dtype())));
+    s->add_shape(m);
+    s->set_data(reinterpret_cast<const char*>(slots.bytes() + start * slot_bytes), static_cast<size_t>(m * slot_bytes));
+    v1::Tensor* r = msg.mutable_rows();
+    r->set_dtype(static_cast<v1::DType>(static_cast<int>(rows.dtype())));
+    r->add_shape(m);
+    for (size_t d = 1; d < rows.shape().size(); ++d) r->add_shape(rows.shape()[d]);
+    r->set_data(reinterpret_cast<const char*>(rows.bytes() + start * row_bytes), static_cast<size_t>(m * row_bytes));
+    if (!writer->Write(msg)) break;
+    if (n == 0) break;
+  }
+  writer->WritesDone();
+  KS_RETURN_IF_ERROR(FromGrpc(writer->Finish()));
+  return resp.pool();
+}
+
+namespace {
+
+absl::StatusOr<HostTensor> DoReadPool(Client::Impl& impl, const CallCtx& c, const v1::ReadPoolRequest& req) {
+  HostTensor result;
+  absl::Status st = WithRetry(c, [&](grpc::ClientContext* ctx) -> grpc::Status {
+    std::unique_ptr<grpc::ClientReader<v1::ReadPoolChunk>> reader(impl.pools->Read(ctx, req));
+    v1::ReadPoolChunk chunk;
+    v1::PoolInfo info;
+    bool have_info = false;
+    std::vector<uint8_t> bytes;
+    int64_t rows = 0;
+    DType dtype = DType::kInvalid;
+    Shape row_shape;
+    while (reader->Read(&chunk)) {
+      if (chunk.has_pool() && !have_info) {
+        info = chunk.pool();
+        have_info = true;
+      }
+      if (!chunk.has_rows()) continue;
+      absl::StatusOr<HostTensor> t = FromProtoTensor(chunk.rows());
+      if (!t.ok() || t->shape().empty()) {
+        ctx->TryCancel();
+        reader->Finish();
+        return grpc::Status(grpc::StatusCode::DATA_LOSS, "read pool: malformed rows chunk");
+      }
+      if (dtype == DType::kInvalid) {
+        dtype = t->dtype();
+        row_shape.assign(t->shape().begin() + 1, t->shape().end());
+      }
+      rows += t->shape()[0];
+      bytes.insert(bytes.end(), t->bytes(), t->bytes() + t->num_bytes());
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) return s;
+    if (dtype == DType::kInvalid) {
+      dtype = static_cast<DType>(info.dtype());
+      row_shape = {info.row_elements()};
+    }
+    Shape shape = {rows};
+    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+    result = HostTensor(TensorDesc{dtype, shape}, std::move(bytes));
+    return grpc::Status::OK;
+  });
+  if (!st.ok()) return st;
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<HostTensor> Client::ReadPool(const std::string& pool_id, const HostTensor& slots,
+                                            const CallOptions& call) {
+  v1::ReadPoolRequest req;
+  req.set_pool_id(pool_id);
+  *req.mutable_slots() = ToProtoTensor(slots);
+  return DoReadPool(*impl_, MakeCtx(options_, call), req);
+}
+
+absl::StatusOr<HostTensor> Client::ReadPoolRange(const std::string& pool_id, int64_t start, int64_t count,
+                                                 const CallOptions& call) {
+  v1::ReadPoolRequest req;
+  req.set_pool_id(pool_id);
+  req.set_start(start);
+  req.set_count(count);
+  return DoReadPool(*impl_, MakeCtx(options_, call), req);
+}
+
+absl::StatusOr<v1::PoolInfo> Client::PoolStats(const std::string& pool_id, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  v1::PoolInfo info;
+  KS_RETURN_IF_ERROR(WithRetry(c, [&](grpc::ClientContext* ctx) {
+    v1::PoolStatsRequest req;
+    req.set_pool_id(pool_id);
+    return impl_->pools->Stats(ctx, req, &info);
+  }));
+  return info;
+}
+
+absl::Status Client::DeletePool(const std::string& pool_id, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  return Once(c, [&](grpc::ClientContext* ctx) {
+    v1::DeletePoolRequest req;
+    req.set_pool_id(pool_id);
+    v1::DeletePoolResponse resp;
+    return impl_->pools->Delete(ctx, req, &resp);
+  });
+}
+
+absl::StatusOr<std::vector<v1::PoolInfo>> Client::ListPools(const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  v1::ListPoolsResponse resp;
+  KS_RETURN_IF_ERROR(WithRetry(c, [&](grpc::ClientContext* ctx) {
+    resp.Clear();
+    return impl_->pools->List(ctx, v1::ListPoolsRequest(), &resp);
+  }));
+  return std::vector<v1::PoolInfo>(resp.pools().begin(), resp.pools().end());
+}
+
+}  // namespace kernelserve

@@ -1,0 +1,253 @@
+// C++ client library for kernelserve (DESIGN §3).
+//
+//   ClientOptions opts;
+//   opts.target = "gpu-node-3:50051";
+//   KS_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(opts));
+//   AttentionArgs args;
+//   args.q = q; args.k = k; args.v = v;  // HostTensors (bf16), or TensorArg::Buffer(id)
+//   args.causal = true;
+//   KS_ASSIGN_OR_RETURN(OpResult r, client->Attention(args));
+//   // r.out is the bf16 output; r.error the error report when requested.
+//
+// Every call has a deadline (ClientOptions::default_timeout, or CallOptions).
+// Host tensors larger than ClientOptions::upload_threshold_bytes are uploaded
+// as server buffers in chunks before an op and freed after it, and the op's
+// output then comes back through a buffer too, so no single gRPC message
+// carries a large tensor. Idempotent calls (Devices, Health, ListBuffers,
+// DownloadBuffer, ReadPool, PoolStats, ListPools) are retried on UNAVAILABLE
+// with exponential backoff within their deadline; calls that create or change
+// server state (uploads, ops, pool writes, frees, deletes) are never retried.
+// gRPC status codes and messages are kept as absl::Status codes and messages.
+#ifndef KERNELSERVE_CLIENT_CLIENT_H_
+#define KERNELSERVE_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/api/error_report.h"
+#include "kernels/api/ops.h"
+#include "kernels/api/tensor.h"
+#include "kernelserve/v1/device.pb.h"
+#include "kernelserve/v1/pool.pb.h"
+#include "kernelserve/v1/tensor.pb.h"
+
+namespace grpc {
+class Channel;
+class ChannelCredentials;
+}  // namespace grpc
+
+namespace kernelserve {
+
+struct ClientOptions {
+  std::string target = "127.0.0.1:50051";  // "host:port", "dns:///name:port", ...
+  absl::Duration default_timeout = absl::Seconds(60);
+  int max_message_mb = 64;                  // send and receive limit per message
+  int64_t upload_threshold_bytes = 1 << 20;  // host tensors above this go as buffers
+  int64_t chunk_bytes = 1 << 20;             // upload / download / pool-write chunk size
+  // Retries of idempotent calls on UNAVAILABLE (attempts after the first).
+  int max_retries = 4;
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // Sent as "authorization: Bearer <token>" when not empty.
+  std::string bearer_token;
+  // nullptr: plaintext (loopback and trusted networks).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
+// Per-call overrides.
+struct CallOptions {
+  absl::Duration timeout = absl::ZeroDuration();  // zero: ClientOptions::default_timeout
+};
+
+// An op input: a host tensor (sent inline, or uploaded automatically when
+// large) or a server-resident buffer. A TensorArg built from an lvalue
+// HostTensor only points at it: keep the tensor alive for the call.
+class TensorArg {
+ public:
+  TensorArg() = default;  // absent
+  TensorArg(const HostTensor& t) : host_(&t) {}  // NOLINT: implicit by design
+  TensorArg(HostTensor&& t)                      // NOLINT
+      : owned_(std::make_shared<HostTensor>(std::move(t))), host_(owned_.get()) {}
+  static TensorArg Buffer(std::string id) {
+    TensorArg a;
+    a.buffer_id_ = std::move(id);
+    return a;
+  }
+
+  bool present() const { return host_ != nullptr || !buffer_id_.empty(); }
+  const HostTensor* host() const { return host_; }
+  const std::string& buffer_id() const { return buffer_id_; }
+
+ private:
+  std::shared_ptr<HostTensor> owned_;
+  const HostTensor* host_ = nullptr;
+  std::string buffer_id_;
+};
+
+// Where an op's output goes. By default it comes back to the caller (inline,
+// or through a temporary buffer when large); with to_buffer it stays on the
+// server and OpResult::out_buffer_id names it.
+struct OutputOptions {
+  bool to_buffer = false;
+  std::string label;
+};
+
+struct CallInfo {
+  std::string backend;
+  int device = 0;
+  double queue_ms = 0;
+  double run_ms = 0;
+};
+
+struct OpResult {
+  HostTensor out;             // empty when the output stayed in a buffer
+  std::string out_buffer_id;  // set when OutputOptions::to_buffer
+  std::optional<ErrorReport> error;  // when report_error was requested
+  CallInfo info;
+};
+
+struct AttentionArgs {
+  TensorArg q, k, v;  // bf16
+  Layout layout = Layout::kBhsd;
+  bool causal = false;
+  std::optional<double> softmax_scale;
+  Rounding rounding = Rounding::kRtne;
+  bool report_error = false;
+  OutputOptions output;
+  int device = 0;
+};
+
+struct Fp8AttentionArgs {
+  TensorArg q, k, v;  // all bf16, or all FP8 codes of `format` with descales
+  TensorArg q_descale, k_descale, v_descale;  // fp32 [1] or [B,H]; FP8 inputs only
+  Layout layout = Layout::kBhsd;
+  bool causal = true;
+  std::optional<double> softmax_scale;
+  Fp8Format format = Fp8Format::kE4M3Fn;
+  PMode p_mode = PMode::kExact;
+  bool hadamard = false;
+  DescaleMode descale_mode = DescaleMode::kPerTensor;
+  Rounding rounding = Rounding::kRtne;
+  bool report_error = false;
+  bool report_error_split = false;
+  OutputOptions output;
+  int device = 0;
+};
+
+struct MlaDecodeArgs {
+  TensorArg q_lat, q_pe;  // bf16 [B,q_len,H,512], [B,q_len,H,64]
+  TensorArg kv;           // contiguous fp8 [B,S,576], or leave absent and name a pool
+  std::string pool_id;
+  std::optional<double> softmax_scale;
+  double kv_scale = 0;  // contiguous only; 0 means 1
+  TensorArg seq_lens, kv_indices, kv_indptr, q_lens;  // int32
+  int num_splits = 0;
+  Rounding rounding = Rounding::kRtne;
+  bool report_error = false;
+  OutputOptions output;
+  int device = 0;
+};
+
+struct MoeArgs {
+  MoeStage stage = MoeStage::kLayer;
+  TensorArg x;             // gateup/layer [T,K] bf16; down [T*top_k,I] bf16
+  TensorArg topk_ids;      // [T,top_k] int32
+  TensorArg topk_weights;  // [T,top_k] fp32
+  TensorArg w13, w13_scales, w2, w2_scales;  // packed fp4_e2m1 and e8m0
+  bool swiglu = false;
+  bool weighted_sum = false;
+  Rounding rounding = Rounding::kRtne;
+  bool report_error = false;
+  OutputOptions output;
+  int device = 0;
+};
+
+struct PoolSpec {
+  v1::PoolKind kind = v1::MLA_FUSED;
+  int64_t num_slots = 0;
+  int page_size = 1;
+  DType dtype = DType::kFp8E4M3Fn;
+  int num_heads = 0;  // per-head pools
+  int head_dim = 0;
+  double kv_scale = 0;  // 0 means 1
+  std::string label;
+  int device = 0;
+};
+
+enum class HealthState { kUnknown, kServing, kNotServing };
+std::string HealthStateName(HealthState s);
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const ClientOptions& options() const { return options_; }
+
+  // ------------------------------------------------------------ devices
+  absl::StatusOr<v1::ListDevicesResponse> Devices(const CallOptions& call = {});
+  // grpc.health.v1 Check; `service` "" is the whole server.
+  absl::StatusOr<HealthState> Health(const std::string& service = "", const CallOptions& call = {});
+
+  // ------------------------------------------------------------ buffers
+  // Uploads in chunks of ClientOptions::chunk_bytes (client streaming).
+  absl::StatusOr<v1::BufferInfo> UploadBuffer(const HostTensor& t, const std::string& label = "",
+                                              int device = 0, const CallOptions& call = {});
+  absl::StatusOr<HostTensor> DownloadBuffer(const std::string& id, const CallOptions& call = {});
+  absl::Status FreeBuffer(const std::string& id, const CallOptions& call = {});
+  absl::StatusOr<std::vector<v1::BufferInfo>> ListBuffers(const CallOptions& call = {});
+
+  // ---------------------------------------------------------------- ops
+  absl::StatusOr<OpResult> Attention(const AttentionArgs& args, const CallOptions& call = {});
+  absl::StatusOr<OpResult> Fp8Attention(const Fp8AttentionArgs& args, const CallOptions& call = {});
+  absl::StatusOr<OpResult> MlaDecode(const MlaDecodeArgs& args, const CallOptions& call = {});
+  absl::StatusOr<OpResult> Moe(const MoeArgs& args, const CallOptions& call = {});
+
+  // -------------------------------------------------------------- pools
+  absl::StatusOr<v1::PoolInfo> CreatePool(const PoolSpec& spec, const CallOptions& call = {});
+  // Streams rows [n, row_elements] (pool dtype) into `slots` [n] (int32 or
+  // int64), `rows_per_chunk` rows per message (0: as many as fit chunk_bytes).
+  absl::StatusOr<v1::PoolInfo> WritePool(const std::string& pool_id, const HostTensor& slots,
+                                         const HostTensor& rows, int64_t rows_per_chunk = 0,
+                                         const CallOptions& call = {});
+  // Reads the listed slots (int32/int64 [n]) back as [n, row_elements].
+  absl::StatusOr<HostTensor> ReadPool(const std::string& pool_id, const HostTensor& slots,
+                                      const CallOptions& call = {});
+  // Reads rows [start, start + count).
+  absl::StatusOr<HostTensor> ReadPoolRange(const std::string& pool_id, int64_t start, int64_t count,
+                                           const CallOptions& call = {});
+  absl::StatusOr<v1::PoolInfo> PoolStats(const std::string& pool_id, const CallOptions& call = {});
+  absl::Status DeletePool(const std::string& pool_id, const CallOptions& call = {});
+  absl::StatusOr<std::vector<v1::PoolInfo>> ListPools(const CallOptions& call = {});
+
+  // Buffers the client uploaded on its own and could not free (e.g. the
+  // server went away mid-call); exposed for tests and diagnostics.
+  int64_t leaked_temp_buffers() const { return leaked_temp_buffers_; }
+
+  struct Impl;
+
+ private:
+  Client(const ClientOptions& options, std::unique_ptr<Impl> impl);
+
+  ClientOptions options_;
+  std::unique_ptr<Impl> impl_;
+  int64_t leaked_temp_buffers_ = 0;
+};
+
+// Conversions between kernels/api tensors and proto tensors (exposed for tools).
+v1::Tensor ToProtoTensor(const HostTensor& t);
+absl::StatusOr<HostTensor> FromProtoTensor(const v1::Tensor& t);
+std::string ErrorReportString(const ErrorReport& e);
+std::string CallInfoString(const CallInfo& info);
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_CLIENT_CLIENT_H_
