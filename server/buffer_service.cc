@@ -1,0 +1,154 @@
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "kernels/api/status_macros.h"
+#include "server/call_log.h"
+#include "server/ids.h"
+#include "server/services.h"
+#include "server/tensor_proto.h"
+
+namespace kernelserve {
+namespace {
+
+constexpr int64_t kDefaultChunkBytes = 1 << 20;
+
+void FillInfo(const Buffer& b, pb::BufferInfo* info) {
+  info->set_id(b.id);
+  info->set_dtype(static_cast<pb::DType>(b.desc.dtype));
+  info->clear_shape();
+  for (int64_t d : b.desc.shape) info->add_shape(d);
+  info->set_size_bytes(b.desc.num_bytes());
+  info->set_device(b.device);
+  info->set_label(b.label);
+  info->set_created_unix_ms(b.created_unix_ms);
+}
+
+absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
+                      grpc::ServerReader<pb::UploadChunk>* reader, pb::BufferInfo* info,
+                      CallLog* log) {
+  pb::UploadChunk chunk;
+  if (!reader->Read(&chunk)) {
+    return absl::InvalidArgumentError("header: the stream was empty; the first message must carry the header");
+  }
+  if (!chunk.has_header()) {
+    return absl::InvalidArgumentError("header: the first message must carry the header");
+  }
+  const pb::UploadHeader& h = chunk.header();
+  KS_ASSIGN_OR_RETURN(const TensorDesc desc, DescFromProto("header", h.dtype(), h.shape()));
+  KS_RETURN_IF_ERROR(state->CheckDevice("header.device", h.device()));
+  const int device = h.device();
+  const std::string tenant = state->TenantOf(ctx);
+  const int64_t total = desc.num_bytes();
+  const std::string what = absl::StrCat("buffer ", desc.DebugString());
+  // Reserve before receiving, so an oversized upload fails at its header.
+  KS_ASSIGN_OR_RETURN(Reservation staging_hold,
+                      state->accountant().Reserve(device, tenant, total, what));
+
+  auto buffer = std::make_shared<Buffer>();
+  buffer->id = NewId("buf");
+  buffer->owner = tenant;
+  buffer->label = h.label();
+  buffer->device = device;
+  buffer->desc = desc;
+
+  std::string staging;
+  staging.reserve(static_cast<size_t>(total));
+  int64_t index = 0;
+  do {
+    if (index > 0 && chunk.has_header()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("header: only the first message may carry the header (message ", index, ")"));
+    }
+    const int64_t n = static_cast<int64_t>(chunk.data().size());
+    log->AddBytesIn(n);
+    if (static_cast<int64_t>(staging.size()) + n > total) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data: expected ", total, " bytes (", desc.DebugString(), "), got more (",
+          static_cast<int64_t>(staging.size()) + n, " by message ", index, ")"));
+    }
+    staging.append(chunk.data());
+    ++index;
+  } while (reader->Read(&chunk));
+  if (ctx->IsCancelled()) return absl::CancelledError("upload cancelled by the client");
+  if (static_cast<int64_t>(staging.size()) != total) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data: ", ByteCountMismatch(desc, static_cast<int64_t>(staging.size()))));
+  }
+
+  buffer->reservation = std::move(staging_hold);
+  Backend& backend = state->backend();
+  KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
+    KS_ASSIGN_OR_RETURN(buffer->memory, state->AllocateReserved(device, total, what));
+    return backend.CopyToDevice(device, buffer->memory->data(), staging.data(),
+                                static_cast<size_t>(total));
+  }));
+  buffer->created_unix_ms = absl::ToUnixMillis(absl::Now());
+  state->registry().AddBuffer(buffer);
+  FillInfo(*buffer, info);
+  return absl::OkStatus();
+}
+
+absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::DownloadRequest& req,
+                        grpc::ServerWriter<pb::DownloadChunk>* writer, CallLog* log) {
+  if (req.chunk_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes: expected >= 0 (0: 1 MiB), got ", req.chunk_bytes()));
+  }
+  KS_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer,
+                      state->registry().GetBuffer("buffer_id", req.buffer_id(), state->TenantOf(ctx)));
+  int64_t chunk = req.chunk_bytes() == 0 ? kDefaultChunkBytes : req.chunk_bytes();
+  chunk = std::min(chunk, state->max_payload_bytes());
+  const int64_t total = buffer->desc.num_bytes();
+  std::string host(static_cast<size_t>(total), '\0');
+  KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
+    return state->backend().CopyToHost(buffer->device, host.data(), buffer->memory->data(),
+                                       static_cast<size_t>(total));
+  }));
+  int64_t offset = 0;
+  do {
+    pb::DownloadChunk out;
+    if (offset == 0) FillInfo(*buffer, out.mutable_info());
+    const int64_t n = std::min(chunk, total - offset);
+    out.set_offset(offset);
+    out.set_data(host.data() + offset, static_cast<size_t>(n));
+    if (!writer->Write(out)) return absl::CancelledError("download: the client went away");
+    log->AddBytesOut(n);
+    offset += n;
+  } while (offset < total);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx,
+                                       grpc::ServerReader<pb::UploadChunk>* reader,
+                                       pb::BufferInfo* info) {
+  CallLog log("BufferService.Upload", ctx);
+  return log.Done(DoUpload(state_, ctx, reader, info, &log));
+}
+
+grpc::Status BufferServiceImpl::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
+                                         grpc::ServerWriter<pb::DownloadChunk>* writer) {
+  CallLog log("BufferService.Download", ctx);
+  return log.Done(DoDownload(state_, ctx, *req, writer, &log));
+}
+
+grpc::Status BufferServiceImpl::Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,
+                                     pb::FreeBufferResponse* resp) {
+  CallLog log("BufferService.Free", ctx);
+  return log.Done(state_->registry().RemoveBuffer("buffer_id", req->buffer_id(), state_->TenantOf(ctx)));
+}
+
+grpc::Status BufferServiceImpl::List(grpc::ServerContext* ctx, const pb::ListBuffersRequest* req,
+                                     pb::ListBuffersResponse* resp) {
+  CallLog log("BufferService.List", ctx);
+  for (const auto& b : state_->registry().ListBuffers(state_->TenantOf(ctx))) {
+    FillInfo(*b, resp->add_buffers());
+  }
+  return log.Done(absl::OkStatus());
+}
+
+}  // namespace kernelserve

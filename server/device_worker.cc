@@ -1,0 +1,116 @@
+#include "server/device_worker.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+
+namespace kernelserve {
+
+struct DeviceWorker::Task {
+  grpc::ServerContext* ctx = nullptr;
+  std::function<absl::Status()> fn;
+  absl::Time submitted;
+  TaskTiming timing;
+  absl::Status status;
+  absl::Notification done;
+};
+
+DeviceWorker::DeviceWorker(int device, int queue_capacity)
+    : device_(device), capacity_(queue_capacity < 1 ? 1 : queue_capacity) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+DeviceWorker::~DeviceWorker() { Stop(); }
+
+void DeviceWorker::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+int DeviceWorker::queue_depth() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(queue_.size()) + (running_task_ ? 1 : 0);
+}
+
+WorkerStats DeviceWorker::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+absl::Status DeviceWorker::Run(grpc::ServerContext* ctx, std::function<absl::Status()> fn,
+                               TaskTiming* timing) {
+  auto task = std::make_shared<Task>();
+  task->ctx = ctx;
+  task->fn = std::move(fn);
+  task->submitted = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      return absl::UnavailableError(absl::StrCat("device ", device_, " worker is shutting down"));
+    }
+    if (static_cast<int>(queue_.size()) >= capacity_) {
+      ++stats_.rejected_full;
+      return absl::ResourceExhaustedError(
+          absl::StrCat("device ", device_, " queue is full (", queue_.size(), " queued)"));
+    }
+    queue_.push_back(task);
+  }
+  task->done.WaitForNotification();
+  if (timing != nullptr) *timing = task->timing;
+  return task->status;
+}
+
+void DeviceWorker::Loop() {
+  for (;;) {
+    std::shared_ptr<Task> task;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // stopping with nothing left
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      running_task_ = true;
+    }
+    const absl::Time start = absl::Now();
+    task->timing.queue_ms = absl::ToDoubleMilliseconds(start - task->submitted);
+    bool dropped_deadline = false, dropped_cancelled = false;
+    if (task->ctx != nullptr) {
+      if (task->ctx->IsCancelled()) {
+        dropped_cancelled = true;
+      } else if (task->ctx->deadline() <= std::chrono::system_clock::now()) {
+        dropped_deadline = true;
+      }
+    }
+    if (dropped_cancelled) {
+      task->status = absl::CancelledError(
+          absl::StrCat("call cancelled while queued for device ", device_, "; not run"));
+    } else if (dropped_deadline) {
+      task->status = absl::DeadlineExceededError(absl::StrCat(
+          "deadline passed after ", task->timing.queue_ms, " ms queued for device ", device_,
+          "; not run"));
+    } else {
+      task->status = task->fn();
+    }
+    task->fn = nullptr;  // release captures here, not on the waiting thread
+    task->timing.run_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    {
+      absl::MutexLock lock(&mu_);
+      running_task_ = false;
+      if (dropped_cancelled) {
+        ++stats_.dropped_cancelled;
+      } else if (dropped_deadline) {
+        ++stats_.dropped_deadline;
+      } else {
+        ++stats_.completed;
+      }
+    }
+    task->done.Notify();
+  }
+}
+
+}  // namespace kernelserve

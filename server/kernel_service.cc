@@ -1,0 +1,496 @@
+// Kernel calls: resolve each TensorRef (inline tensor or buffer), validate
+// with the op's shared Validate, run on the device worker, return the output
+// inline or as a new buffer, and on request the error against the oracle.
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "kernels/api/error_report.h"
+#include "kernels/api/ops.h"
+#include "kernels/api/status_macros.h"
+#include "server/call_log.h"
+#include "server/ids.h"
+#include "server/services.h"
+#include "server/tensor_proto.h"
+
+namespace kernelserve {
+namespace {
+
+// One tensor argument of a call.
+struct Input {
+  std::string field;
+  bool present = false;
+  TensorDesc desc;
+  const pb::Tensor* inline_tensor = nullptr;  // points into the request
+  std::shared_ptr<Buffer> buffer;
+  std::shared_ptr<Pool> pool;
+  // Inline data staged on the device (worker thread).
+  Reservation staged_reservation;
+  std::unique_ptr<DeviceMemory> staged;
+  TensorView view;  // device view, valid on the worker once staged
+  bool has_host = false;
+  HostTensor host;
+
+  const HostTensor* host_or_null() const { return present ? &host : nullptr; }
+  const TensorDesc* desc_or_null() const { return present ? &desc : nullptr; }
+  TensorView host_view() const { return present ? host.view() : TensorView{}; }
+};
+
+class OpCall {
+ public:
+  OpCall(ServerState* state, grpc::ServerContext* ctx, CallLog* log)
+      : state_(state), ctx_(ctx), log_(log), tenant_(state->TenantOf(ctx)) {}
+
+  int device() const { return device_; }
+  const TaskTiming& timing() const { return timing_; }
+
+  absl::Status SetDevice(int device) {
+    KS_RETURN_IF_ERROR(state_->CheckDevice("device", device));
+    device_ = device;
+    return absl::OkStatus();
+  }
+
+  // Resolves a TensorRef; an absent optional ref leaves `in` not present.
+  absl::Status Resolve(absl::string_view field, const pb::TensorRef& ref, bool required, Input* in) {
+    in->field = std::string(field);
+    switch (ref.source_case()) {
+      case pb::TensorRef::kTensor: {
+        KS_ASSIGN_OR_RETURN(in->desc, CheckTensor(field, ref.tensor()));
+        in->inline_tensor = &ref.tensor();
+        log_->AddBytesIn(static_cast<int64_t>(ref.tensor().data().size()));
+        break;
+      }
+      case pb::TensorRef::kBufferId: {
+        KS_ASSIGN_OR_RETURN(in->buffer, state_->registry().GetBuffer(
+                                            absl::StrCat(field, ".buffer_id"), ref.buffer_id(), tenant_));
+        if (in->buffer->device != device_) {
+          return absl::InvalidArgumentError(absl::StrCat(field, ".buffer_id: buffer \"", ref.buffer_id(),
+                                                         "\" is on device ", in->buffer->device,
+                                                         ", the call runs on device ", device_));
+        }
+        in->desc = in->buffer->desc;
+        break;
+      }
+      default:
+        if (required) {
+          return absl::InvalidArgumentError(absl::StrCat(field, ": required (a tensor or a buffer_id)"));
+        }
+        return absl::OkStatus();
+    }
+    in->present = true;
+    inputs_.push_back(in);
+    return absl::OkStatus();
+  }
+
+  absl::Status ResolvePool(absl::string_view field, const std::string& id, Input* in) {
+    in->field = std::string(field);
+    KS_ASSIGN_OR_RETURN(in->pool, state_->registry().GetPool(field, id, tenant_));
+    if (in->pool->device != device_) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": pool \"", id, "\" is on device ",
+                                                     in->pool->device, ", the call runs on device ",
+                                                     device_));
+    }
+    in->desc = in->pool->view().desc;
+    in->present = true;
+    inputs_.push_back(in);
+    return absl::OkStatus();
+  }
+
+  // Index tensors whose values Validate checks: host copies before Validate.
+  void NeedHostBeforeValidate(Input* in) {
+    if (in->present) pre_validate_host_.push_back(in);
+  }
+
+  // Runs the call on the device worker. `validate` sees descriptors and the
+  // host index copies; `out_desc` is the op's OutputDesc; `run` calls the op.
+  absl::Status Execute(const pb::OutputSpec& output, bool report_error,
+                       const std::function<absl::Status()>& validate,
+                       const std::function<TensorDesc()>& out_desc,
+                       const std::function<absl::Status(TensorView&)>& run, pb::TensorRef* out_ref) {
+    Backend& backend = state_->backend();
+    const int device = device_;
+    std::string* inline_out = output.to_buffer() ? nullptr : out_ref->mutable_tensor()->mutable_data();
+    std::shared_ptr<Buffer> out_buffer;
+    absl::Status status = state_->RunOnDevice(device, ctx_, [&]() -> absl::Status {
+      for (Input* in : pre_validate_host_) KS_RETURN_IF_ERROR(FetchHost(in));
+      KS_RETURN_IF_ERROR(validate());
+      const TensorDesc od = out_desc();
+      const int64_t out_bytes = od.num_bytes();
+      if (inline_out != nullptr && out_bytes > state_->max_payload_bytes()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "out: ", od.DebugString(), " is ", out_bytes, " bytes, over the ",
+            state_->max_payload_bytes(), " bytes an inline response may carry (--max_message_mb); "
+            "set output.to_buffer and download the buffer"));
+      }
+      for (Input* in : inputs_) KS_RETURN_IF_ERROR(Stage(in));
+      out_buffer = std::make_shared<Buffer>();
+      out_buffer->desc = od;
+      KS_RETURN_IF_ERROR(state_->Allocate(device, tenant_, out_bytes, absl::StrCat("out ", od.DebugString()),
+                                          &out_buffer->reservation, &out_buffer->memory));
+      TensorView out = out_buffer->view();
+      KS_RETURN_IF_ERROR(run(out));
+      KS_RETURN_IF_ERROR(backend.Synchronize(device));
+      if (inline_out != nullptr) {
+        inline_out->resize(static_cast<size_t>(out_bytes));
+        KS_RETURN_IF_ERROR(backend.CopyToHost(device, inline_out->data(), out.data,
+                                              static_cast<size_t>(out_bytes)));
+      }
+      if (report_error) {
+        out_host_ = HostTensor(od, std::vector<uint8_t>(static_cast<size_t>(out_bytes)));
+        if (inline_out != nullptr) {
+          std::memcpy(out_host_.bytes(), inline_out->data(), static_cast<size_t>(out_bytes));
+        } else {
+          KS_RETURN_IF_ERROR(backend.CopyToHost(device, out_host_.bytes(), out.data,
+                                                static_cast<size_t>(out_bytes)));
+        }
+        for (Input* in : inputs_) KS_RETURN_IF_ERROR(FetchHost(in));
+      }
+      // Inline staging is freed here, on the worker.
+      for (Input* in : inputs_) {
+        in->staged.reset();
+        in->staged_reservation.Release();
+      }
+      return absl::OkStatus();
+    }, &timing_);
+    if (!status.ok()) return status;
+    DescToProto(out_buffer->desc, out_ref->mutable_tensor());
+    if (inline_out != nullptr) {
+      log_->AddBytesOut(out_buffer->desc.num_bytes());
+    } else {
+      out_ref->clear_tensor();
+      out_buffer->id = NewId("buf");
+      out_buffer->owner = tenant_;
+      out_buffer->label = output.label();
+      out_buffer->device = device;
+      out_buffer->created_unix_ms = absl::ToUnixMillis(absl::Now());
+      state_->registry().AddBuffer(out_buffer);
+      out_ref->set_buffer_id(out_buffer->id);
+    }
+    return absl::OkStatus();
+  }
+
+  const HostTensor& out_host() const { return out_host_; }
+
+  void FillInfo(pb::CallInfo* info) const {
+    info->set_backend(state_->backend().Name());
+    info->set_device(device_);
+    info->set_queue_ms(timing_.queue_ms);
+    info->set_run_ms(timing_.run_ms);
+  }
+
+ private:
+  // Worker thread only.
+  absl::Status FetchHost(Input* in) {
+    if (in->has_host) return absl::OkStatus();
+    if (in->inline_tensor != nullptr) {
+      in->host = HostTensorFromProto(in->desc, *in->inline_tensor);
+    } else {
+      const void* src = in->buffer ? in->buffer->memory->data() : in->pool->memory->data();
+      in->host = HostTensor(in->desc, std::vector<uint8_t>(static_cast<size_t>(in->desc.num_bytes())));
+      KS_RETURN_IF_ERROR(state_->backend().CopyToHost(device_, in->host.bytes(), src,
+                                                      static_cast<size_t>(in->desc.num_bytes())));
+    }
+    in->has_host = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status Stage(Input* in) {
+    if (in->buffer) {
+      in->view = in->buffer->view();
+    } else if (in->pool) {
+      in->view = in->pool->view();
+    } else {
+      const int64_t n = in->desc.num_bytes();
+      KS_RETURN_IF_ERROR(state_->Allocate(device_, tenant_, n, absl::StrCat(in->field, " ", in->desc.DebugString()),
+                                          &in->staged_reservation, &in->staged));
+      KS_RETURN_IF_ERROR(state_->backend().CopyToDevice(device_, in->staged->data(),
+                                                        in->inline_tensor->data().data(),
+                                                        static_cast<size_t>(n)));
+      in->view = TensorView{in->desc, in->staged->data()};
+    }
+    return absl::OkStatus();
+  }
+
+  ServerState* state_;
+  grpc::ServerContext* ctx_;
+  CallLog* log_;
+  std::string tenant_;
+  int device_ = 0;
+  std::vector<Input*> inputs_;
+  std::vector<Input*> pre_validate_host_;
+  TaskTiming timing_;
+  HostTensor out_host_;
+};
+
+void FillError(const ErrorReport& r, pb::ErrorReport* out) {
+  out->set_rel_rms(r.rel_rms);
+  out->set_max_abs(r.max_abs);
+  out->set_nonfinite(r.nonfinite);
+  out->set_has_split(r.has_split);
+  out->set_input_quant(r.input_quant);
+  out->set_p_quant(r.p_quant);
+  out->set_rest(r.rest);
+}
+
+absl::StatusOr<Rounding> ParseRounding(int v) {
+  if (v == 0) return Rounding::kRtne;
+  if (v >= 1 && v <= 3) return static_cast<Rounding>(v);
+  return absl::InvalidArgumentError(absl::StrCat("rounding: expected RTNE, RTNA or RTZ, got value ", v));
+}
+
+absl::StatusOr<Layout> ParseLayout(int v) {
+  if (v == 0) return Layout::kBhsd;
+  if (v == 1 || v == 2) return static_cast<Layout>(v);
+  return absl::InvalidArgumentError(absl::StrCat("layout: expected BHSD or BSHD, got value ", v));
+}
+
+absl::Status CheckScale(bool has, double v) {
+  if (has && !(std::isfinite(v) && v > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("softmax_scale: expected a finite value > 0, got ", v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DoAttention(ServerState* state, grpc::ServerContext* ctx, const pb::AttentionRequest& req,
+                         pb::AttentionResponse* resp, CallLog* log) {
+  OpCall call(state, ctx, log);
+  KS_RETURN_IF_ERROR(call.SetDevice(req.device()));
+  AttentionParams p;
+  KS_ASSIGN_OR_RETURN(p.layout, ParseLayout(req.layout()));
+  KS_ASSIGN_OR_RETURN(p.rounding, ParseRounding(req.rounding()));
+  KS_RETURN_IF_ERROR(CheckScale(req.has_softmax_scale(), req.softmax_scale()));
+  p.causal = req.causal();
+  if (req.has_softmax_scale()) p.softmax_scale = req.softmax_scale();
+  Input q, k, v;
+  KS_RETURN_IF_ERROR(call.Resolve("q", req.q(), true, &q));
+  KS_RETURN_IF_ERROR(call.Resolve("k", req.k(), true, &k));
+  KS_RETURN_IF_ERROR(call.Resolve("v", req.v(), true, &v));
+  Backend& backend = state->backend();
+  const int device = call.device();
+  KS_RETURN_IF_ERROR(call.Execute(
+      req.output(), req.report_error(), [&] { return p.Validate(q.desc, k.desc, v.desc); },
+      [&] { return p.OutputDesc(); },
+      [&](TensorView& out) { return backend.Attention(device, p, q.view, k.view, v.view, out); },
+      resp->mutable_out()));
+  if (req.report_error()) {
+    KS_ASSIGN_OR_RETURN(const ErrorReport r, AttentionError(p, q.host, k.host, v.host, call.out_host()));
+    FillError(r, resp->mutable_error());
+  }
+  call.FillInfo(resp->mutable_info());
+  return absl::OkStatus();
+}
+
+absl::Status DoFp8Attention(ServerState* state, grpc::ServerContext* ctx,
+                            const pb::Fp8AttentionRequest& req, pb::Fp8AttentionResponse* resp,
+                            CallLog* log) {
+  OpCall call(state, ctx, log);
+  KS_RETURN_IF_ERROR(call.SetDevice(req.device()));
+  Fp8AttentionParams p;
+  KS_ASSIGN_OR_RETURN(p.layout, ParseLayout(req.layout()));
+  KS_ASSIGN_OR_RETURN(p.rounding, ParseRounding(req.rounding()));
+  KS_RETURN_IF_ERROR(CheckScale(req.has_softmax_scale(), req.softmax_scale()));
+  p.causal = req.causal();
+  if (req.has_softmax_scale()) p.softmax_scale = req.softmax_scale();
+  const int format = req.format();
+  if (format < 0 || format > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("format: expected E4M3FN or E4M3FNUZ, got value ", format));
+  }
+  p.format = format == 0 ? Fp8Format::kE4M3Fn : static_cast<Fp8Format>(format);
+  const int p_mode = req.p_mode();
+  if (p_mode < 0 || p_mode > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("p_mode: expected EXACT, LEAN or NAIVE, got value ", p_mode));
+  }
+  p.p_mode = p_mode == 0 ? PMode::kExact : static_cast<PMode>(p_mode);
+  const int descale_mode = req.descale_mode();
+  if (descale_mode < 0 || descale_mode > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("descale_mode: expected PER_TENSOR or PER_HEAD, got value ", descale_mode));
+  }
+  p.descale_mode = descale_mode == 0 ? DescaleMode::kPerTensor : static_cast<DescaleMode>(descale_mode);
+  p.hadamard = req.hadamard();
+  Input q, k, v, qd, kd, vd;
+  KS_RETURN_IF_ERROR(call.Resolve("q", req.q(), true, &q));
+  KS_RETURN_IF_ERROR(call.Resolve("k", req.k(), true, &k));
+  KS_RETURN_IF_ERROR(call.Resolve("v", req.v(), true, &v));
+  KS_RETURN_IF_ERROR(call.Resolve("q_descale", req.q_descale(), false, &qd));
+  KS_RETURN_IF_ERROR(call.Resolve("k_descale", req.k_descale(), false, &kd));
+  KS_RETURN_IF_ERROR(call.Resolve("v_descale", req.v_descale(), false, &vd));
+  const bool report = req.report_error() || req.report_error_split();
+  Backend& backend = state->backend();
+  const int device = call.device();
+  KS_RETURN_IF_ERROR(call.Execute(
+      req.output(), report,
+      [&] {
+        return p.Validate(q.desc, k.desc, v.desc, qd.desc_or_null(), kd.desc_or_null(),
+                          vd.desc_or_null());
+      },
+      [&] { return p.OutputDesc(); },
+      [&](TensorView& out) {
+        Fp8AttentionInputs in{q.view, k.view, v.view, qd.view, kd.view, vd.view};
+        return backend.Fp8Attention(device, p, in, out);
+      },
+      resp->mutable_out()));
+  if (report) {
+    Fp8AttentionInputs host_in{q.host_view(),  k.host_view(),  v.host_view(),
+                               qd.host_view(), kd.host_view(), vd.host_view()};
+    KS_ASSIGN_OR_RETURN(const ErrorReport r,
+                        Fp8AttentionError(p, host_in, call.out_host(), req.report_error_split()));
+    FillError(r, resp->mutable_error());
+  }
+  call.FillInfo(resp->mutable_info());
+  return absl::OkStatus();
+}
+
+absl::Status DoMlaDecode(ServerState* state, grpc::ServerContext* ctx, const pb::MlaDecodeRequest& req,
+                         pb::MlaDecodeResponse* resp, CallLog* log) {
+  OpCall call(state, ctx, log);
+  KS_RETURN_IF_ERROR(call.SetDevice(req.device()));
+  MlaDecodeParams p;
+  KS_ASSIGN_OR_RETURN(p.rounding, ParseRounding(req.rounding()));
+  KS_RETURN_IF_ERROR(CheckScale(req.has_softmax_scale(), req.softmax_scale()));
+  if (req.has_softmax_scale()) p.softmax_scale = req.softmax_scale();
+  if (req.num_splits() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_splits: expected >= 0 (0: backend's choice), got ", req.num_splits()));
+  }
+  p.num_splits = req.num_splits();
+  Input q_lat, q_pe, kv, seq_lens, kv_indices, kv_indptr, q_lens;
+  KS_RETURN_IF_ERROR(call.Resolve("q_lat", req.q_lat(), true, &q_lat));
+  KS_RETURN_IF_ERROR(call.Resolve("q_pe", req.q_pe(), true, &q_pe));
+  const bool has_kv = req.kv().source_case() != pb::TensorRef::SOURCE_NOT_SET;
+  const bool paged = !req.pool_id().empty();
+  if (has_kv == paged) {
+    return absl::InvalidArgumentError("kv, pool_id: give exactly one (a contiguous KV tensor or a pool)");
+  }
+  int64_t page_size = 1;
+  if (paged) {
+    KS_RETURN_IF_ERROR(call.ResolvePool("pool_id", req.pool_id(), &kv));
+    if (kv.pool->kind != PoolKind::kMlaFused) {
+      return absl::InvalidArgumentError(absl::StrCat("pool_id: pool \"", req.pool_id(),
+                                                     "\" is PER_HEAD_KV; MLA decode needs an MLA_FUSED pool"));
+    }
+    if (req.kv_scale() != 0 && req.kv_scale() != kv.pool->kv_scale) {
+      return absl::InvalidArgumentError(absl::StrCat("kv_scale: contiguous KV only; pool \"", req.pool_id(),
+                                                     "\" has its own kv_scale ", kv.pool->kv_scale,
+                                                     ", got ", req.kv_scale()));
+    }
+    p.kv_scale = kv.pool->kv_scale;
+    page_size = kv.pool->page_size;
+  } else {
+    KS_RETURN_IF_ERROR(call.Resolve("kv", req.kv(), true, &kv));
+    p.kv_scale = req.kv_scale() == 0 ? 1.0 : req.kv_scale();
+    if (!std::isfinite(p.kv_scale) || p.kv_scale <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kv_scale: expected a finite value > 0 (0 means 1), got ", req.kv_scale()));
+    }
+  }
+  KS_RETURN_IF_ERROR(call.Resolve("seq_lens", req.seq_lens(), false, &seq_lens));
+  KS_RETURN_IF_ERROR(call.Resolve("kv_indices", req.kv_indices(), false, &kv_indices));
+  KS_RETURN_IF_ERROR(call.Resolve("kv_indptr", req.kv_indptr(), false, &kv_indptr));
+  KS_RETURN_IF_ERROR(call.Resolve("q_lens", req.q_lens(), false, &q_lens));
+  for (Input* in : {&seq_lens, &kv_indices, &kv_indptr, &q_lens}) call.NeedHostBeforeValidate(in);
+  Backend& backend = state->backend();
+  const int device = call.device();
+  KS_RETURN_IF_ERROR(call.Execute(
+      req.output(), req.report_error(),
+      [&] {
+        return p.Validate(q_lat.desc, q_pe.desc, kv.desc, paged, page_size, seq_lens.host_or_null(),
+                          kv_indices.host_or_null(), kv_indptr.host_or_null(), q_lens.host_or_null());
+      },
+      [&] { return p.OutputDesc(); },
+      [&](TensorView& out) {
+        MlaDecodeInputs in{q_lat.view, q_pe.view, kv.view, seq_lens.view, kv_indices.view,
+                           kv_indptr.view, q_lens.view};
+        return backend.MlaDecode(device, p, in, out);
+      },
+      resp->mutable_out()));
+  if (req.report_error()) {
+    MlaDecodeInputs host_in{q_lat.host_view(),    q_pe.host_view(),      kv.host_view(),
+                            seq_lens.host_view(), kv_indices.host_view(), kv_indptr.host_view(),
+                            q_lens.host_view()};
+    KS_ASSIGN_OR_RETURN(const ErrorReport r, MlaDecodeError(p, host_in, call.out_host()));
+    FillError(r, resp->mutable_error());
+  }
+  call.FillInfo(resp->mutable_info());
+  return absl::OkStatus();
+}
+
+absl::Status DoMoe(ServerState* state, grpc::ServerContext* ctx, const pb::MoeRequest& req,
+                   pb::MoeResponse* resp, CallLog* log) {
+  OpCall call(state, ctx, log);
+  KS_RETURN_IF_ERROR(call.SetDevice(req.device()));
+  MoeParams p;
+  const int stage = req.stage();
+  if (stage < 0 || stage > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("stage: expected GATEUP, DOWN or LAYER, got value ", stage));
+  }
+  p.stage = stage == 0 ? MoeStage::kLayer : static_cast<MoeStage>(stage);
+  KS_ASSIGN_OR_RETURN(p.rounding, ParseRounding(req.rounding()));
+  p.swiglu = req.swiglu();
+  p.weighted_sum = req.weighted_sum();
+  Input x, ids, weights, w13, w13s, w2, w2s;
+  KS_RETURN_IF_ERROR(call.Resolve("x", req.x(), true, &x));
+  KS_RETURN_IF_ERROR(call.Resolve("topk_ids", req.topk_ids(), true, &ids));
+  KS_RETURN_IF_ERROR(call.Resolve("topk_weights", req.topk_weights(), false, &weights));
+  KS_RETURN_IF_ERROR(call.Resolve("w13", req.w13(), false, &w13));
+  KS_RETURN_IF_ERROR(call.Resolve("w13_scales", req.w13_scales(), false, &w13s));
+  KS_RETURN_IF_ERROR(call.Resolve("w2", req.w2(), false, &w2));
+  KS_RETURN_IF_ERROR(call.Resolve("w2_scales", req.w2_scales(), false, &w2s));
+  call.NeedHostBeforeValidate(&ids);
+  Backend& backend = state->backend();
+  const int device = call.device();
+  KS_RETURN_IF_ERROR(call.Execute(
+      req.output(), req.report_error(),
+      [&] {
+        return p.Validate(x.desc, ids.host, weights.desc_or_null(), w13.desc_or_null(),
+                          w13s.desc_or_null(), w2.desc_or_null(), w2s.desc_or_null());
+      },
+      [&] { return p.OutputDesc(); },
+      [&](TensorView& out) {
+        MoeInputs in{x.view, ids.view, weights.view, w13.view, w13s.view, w2.view, w2s.view};
+        return backend.Moe(device, p, in, out);
+      },
+      resp->mutable_out()));
+  if (req.report_error()) {
+    MoeInputs host_in{x.host_view(),   ids.host_view(), weights.host_view(), w13.host_view(),
+                      w13s.host_view(), w2.host_view(),  w2s.host_view()};
+    KS_ASSIGN_OR_RETURN(const ErrorReport r, MoeError(p, host_in, call.out_host()));
+    FillError(r, resp->mutable_error());
+  }
+  call.FillInfo(resp->mutable_info());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status KernelServiceImpl::Attention(grpc::ServerContext* ctx, const pb::AttentionRequest* req,
+                                          pb::AttentionResponse* resp) {
+  CallLog log("KernelService.Attention", ctx);
+  return log.Done(DoAttention(state_, ctx, *req, resp, &log));
+}
+
+grpc::Status KernelServiceImpl::Fp8Attention(grpc::ServerContext* ctx,
+                                             const pb::Fp8AttentionRequest* req,
+                                             pb::Fp8AttentionResponse* resp) {
+  CallLog log("KernelService.Fp8Attention", ctx);
+  return log.Done(DoFp8Attention(state_, ctx, *req, resp, &log));
+}
+
+grpc::Status KernelServiceImpl::MlaDecode(grpc::ServerContext* ctx, const pb::MlaDecodeRequest* req,
+                                          pb::MlaDecodeResponse* resp) {
+  CallLog log("KernelService.MlaDecode", ctx);
+  return log.Done(DoMlaDecode(state_, ctx, *req, resp, &log));
+}
+
+grpc::Status KernelServiceImpl::Moe(grpc::ServerContext* ctx, const pb::MoeRequest* req,
+                                    pb::MoeResponse* resp) {
+  CallLog log("KernelService.Moe", ctx);
+  return log.Done(DoMoe(state_, ctx, *req, resp, &log));
+}
+
+}  // namespace kernelserve

@@ -1,0 +1,153 @@
+#include "server/server.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "kernels/backends.h"
+#include "server/server_state.h"
+#include "server/services.h"
+#include "spdlog/spdlog.h"
+
+namespace kernelserve {
+namespace {
+
+const char* const kServiceNames[] = {
+    "kernelserve.v1.BufferService",
+    "kernelserve.v1.PoolService",
+    "kernelserve.v1.KernelService",
+    "kernelserve.v1.DeviceService",
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOptions& options) {
+  BackendOptions backend_options;
+  backend_options.cpu_threads = options.cpu_threads;
+  std::string note;
+  auto backend = CreateBackend(options.backend, backend_options, &note);
+  if (!backend.ok()) {
+    return absl::Status(backend.status().code(),
+                        absl::StrCat("--backend=", options.backend, ": ", backend.status().message()));
+  }
+  if (!note.empty()) spdlog::info("{}", note);
+  auto server = Start(options, std::move(*backend));
+  if (server.ok()) (*server)->backend_note_ = note;
+  return server;
+}
+
+absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOptions& options,
+                                                                  std::unique_ptr<Backend> backend) {
+  if (backend == nullptr) return absl::InvalidArgumentError("backend: null");
+  if (options.max_message_mb < 1 || options.max_message_mb > 2047) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_mb: expected 1..2047 (gRPC's ceiling is 2 GB), got ", options.max_message_mb));
+  }
+  if (options.queue_capacity < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--queue_capacity: expected >= 1, got ", options.queue_capacity));
+  }
+  if (options.memory_limit_mb < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--memory_limit_mb: expected >= 0 (0: 90% of device memory), got ",
+                     options.memory_limit_mb));
+  }
+  const int devices = backend->DeviceCount();
+  if (devices < 1) {
+    return absl::UnavailableError(absl::StrCat("backend ", backend->Name(), " has no devices"));
+  }
+
+  std::unique_ptr<KernelServer> server(new KernelServer());
+  server->backend_ = std::move(backend);
+  StateOptions state_options;
+  state_options.queue_capacity = options.queue_capacity;
+  state_options.max_message_bytes = static_cast<int64_t>(options.max_message_mb) << 20;
+  for (int d = 0; d < devices; ++d) {
+    int64_t limit = options.memory_limit_mb << 20;
+    if (options.memory_limit_mb == 0) {
+      const int64_t total = server->backend_->GetDeviceInfo(d).memory_total_bytes;
+      limit = total > 0 ? total / 10 * 9 : INT64_MAX;
+    }
+    state_options.memory_limits.push_back(limit);
+  }
+  server->state_ = std::make_unique<ServerState>(server->backend_.get(), state_options);
+  server->buffer_service_ = std::make_unique<BufferServiceImpl>(server->state_.get());
+  server->pool_service_ = std::make_unique<PoolServiceImpl>(server->state_.get());
+  server->kernel_service_ = std::make_unique<KernelServiceImpl>(server->state_.get());
+  server->device_service_ = std::make_unique<DeviceServiceImpl>(server->state_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  // A message over the limit gets RESOURCE_EXHAUSTED from gRPC itself.
+  builder.SetMaxReceiveMessageSize(options.max_message_mb << 20);
+  builder.SetMaxSendMessageSize(options.max_message_mb << 20);
+  builder.RegisterService(server->buffer_service_.get());
+  builder.RegisterService(server->pool_service_.get());
+  builder.RegisterService(server->kernel_service_.get());
+  builder.RegisterService(server->device_service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    server->state_->StopWorkers();
+    server->shut_down_ = true;
+    return absl::UnavailableError(absl::StrCat("--listen=", options.listen,
+                                               ": could not listen there (address in use or invalid)"));
+  }
+  KernelServer* raw = server.get();
+  server->state_->SetHealthListener([raw] { raw->UpdateHealth(); });
+  server->UpdateHealth();
+
+  std::vector<std::string> names;
+  for (int d = 0; d < devices; ++d) {
+    const DeviceInfo info = server->backend_->GetDeviceInfo(d);
+    names.push_back(absl::StrCat(d, ": ", info.name, " (", info.compute_units, " units, ",
+                                 info.memory_total_bytes >> 20, " MiB, limit ",
+                                 state_options.memory_limits[d] >> 20, " MiB)"));
+  }
+  spdlog::info("kernelserve {} listening on port {} ({}), backend {}, {} device(s): {}",
+               kServerVersion, server->port_, options.listen, server->backend_->Name(), devices,
+               absl::StrJoin(names, "; "));
+  return server;
+}
+
+void KernelServer::UpdateHealth() {
+  if (server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  // One device is enough to serve; per-device state is in DeviceService.List.
+  const bool serving = state_->AnyHealthy();
+  health->SetServingStatus("", serving);
+  for (const char* name : kServiceNames) health->SetServingStatus(name, serving);
+}
+
+WorkerStats KernelServer::worker_stats(int device) const { return state_->worker(device).stats(); }
+
+void KernelServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  spdlog::info("shutting down: draining running calls (grace {})", absl::FormatDuration(grace));
+  if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  state_->StopWorkers();
+  spdlog::info("shut down");
+}
+
+void KernelServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+KernelServer::~KernelServer() {
+  Shutdown(absl::ZeroDuration());
+  server_.reset();
+  state_.reset();
+}
+
+}  // namespace kernelserve

@@ -1,0 +1,75 @@
+// The kernelserve gRPC server: services over one backend, started in-process
+// (tests listen on 127.0.0.1:0 and read port()) or from main.cc.
+#ifndef KERNELSERVE_SERVER_SERVER_H_
+#define KERNELSERVE_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/api/backend.h"
+#include "server/device_worker.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace kernelserve {
+
+class ServerState;
+class BufferServiceImpl;
+class PoolServiceImpl;
+class KernelServiceImpl;
+class DeviceServiceImpl;
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";  // HOST:PORT; port 0 picks a free one
+  std::string backend = "auto";            // auto | cpu | cuda | hip
+  int max_message_mb = 64;                 // receive and send limit per gRPC message
+  int queue_capacity = 64;                 // waiting calls per device worker
+  int cpu_threads = 0;                     // CPU backend threads; 0: all hardware threads
+  int64_t memory_limit_mb = 0;             // per device; 0: 90% of device memory
+  std::string data_dir;                    // later: the jobs database
+};
+
+class KernelServer {
+ public:
+  // Creates the backend named in options.backend and starts serving.
+  static absl::StatusOr<std::unique_ptr<KernelServer>> Start(const ServerOptions& options);
+  // Serves an existing backend (the server owns it).
+  static absl::StatusOr<std::unique_ptr<KernelServer>> Start(const ServerOptions& options,
+                                                             std::unique_ptr<Backend> backend);
+  ~KernelServer();  // Shutdown(zero grace) if still running
+
+  int port() const { return port_; }  // the bound port
+  // Stops accepting calls, lets running calls finish for up to `grace` (then
+  // cancels them), and stops the device workers.
+  void Shutdown(absl::Duration grace);
+  void Wait();  // until Shutdown completes
+  Backend& backend() { return *backend_; }
+  // Device worker counters (tests: dropped and rejected calls).
+  WorkerStats worker_stats(int device) const;
+  // The one line describing how the backend was chosen (auto fallback).
+  const std::string& backend_note() const { return backend_note_; }
+
+ private:
+  KernelServer() = default;
+  void UpdateHealth();
+
+  std::unique_ptr<Backend> backend_;
+  std::string backend_note_;
+  std::unique_ptr<ServerState> state_;
+  std::unique_ptr<BufferServiceImpl> buffer_service_;
+  std::unique_ptr<PoolServiceImpl> pool_service_;
+  std::unique_ptr<KernelServiceImpl> kernel_service_;
+  std::unique_ptr<DeviceServiceImpl> device_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_SERVER_SERVER_H_

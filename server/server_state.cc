@@ -1,0 +1,127 @@
+#include "server/server_state.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace kernelserve {
+
+ServerState::ServerState(Backend* backend, StateOptions options)
+    : backend_(backend), options_(std::move(options)), accountant_(options_.memory_limits) {
+  const int n = backend_->DeviceCount();
+  for (int d = 0; d < n; ++d) {
+    workers_.push_back(std::make_unique<DeviceWorker>(d, options_.queue_capacity));
+  }
+  absl::MutexLock lock(&mu_);
+  unhealthy_reason_.assign(n, "");
+  for (int d = 0; d < n; ++d) {
+    DeviceInfo info = backend_->GetDeviceInfo(d);
+    if (!info.healthy) {
+      unhealthy_reason_[d] = info.health_reason.empty() ? "unhealthy at start" : info.health_reason;
+    }
+  }
+}
+
+ServerState::~ServerState() { StopWorkers(); }
+
+void ServerState::StopWorkers() {
+  for (auto& w : workers_) w->Stop();
+}
+
+int64_t ServerState::max_payload_bytes() const {
+  return std::max<int64_t>(4096, options_.max_message_bytes - kMessageOverheadBytes);
+}
+
+absl::Status ServerState::CheckDevice(absl::string_view field, int device) const {
+  if (device < 0 || device >= device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": expected a device index in [0, ",
+                                                   device_count(), "), got ", device));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!unhealthy_reason_[device].empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("device ", device, " is unhealthy: ", unhealthy_reason_[device]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerState::RunOnDevice(int device, grpc::ServerContext* ctx,
+                                      std::function<absl::Status()> fn, TaskTiming* timing) {
+  absl::Status status = workers_[device]->Run(ctx, std::move(fn), timing);
+  if (!status.ok() && status.code() != absl::StatusCode::kInvalidArgument &&
+      status.code() != absl::StatusCode::kNotFound &&
+      status.code() != absl::StatusCode::kResourceExhausted &&
+      status.code() != absl::StatusCode::kDeadlineExceeded &&
+      status.code() != absl::StatusCode::kCancelled &&
+      status.code() != absl::StatusCode::kUnimplemented) {
+    const DeviceInfo info = backend_->GetDeviceInfo(device);
+    if (!info.healthy) {
+      MarkUnhealthy(device, info.health_reason.empty() ? std::string(status.message())
+                                                       : info.health_reason);
+    }
+  }
+  return status;
+}
+
+absl::Status ServerState::Allocate(int device, const std::string& tenant, int64_t bytes,
+                                   absl::string_view what, Reservation* reservation,
+                                   std::unique_ptr<DeviceMemory>* memory) {
+  auto r = accountant_.Reserve(device, tenant, bytes, what);
+  if (!r.ok()) return r.status();
+  auto m = AllocateReserved(device, bytes, what);
+  if (!m.ok()) return m.status();
+  *reservation = std::move(*r);
+  *memory = std::move(*m);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceMemory>> ServerState::AllocateReserved(int device, int64_t bytes,
+                                                                            absl::string_view what) {
+  // Backends may not like zero-byte allocations; every object has at least one byte.
+  auto m = backend_->Allocate(device, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+  if (!m.ok()) {
+    return absl::Status(m.status().code(),
+                        absl::StrCat("allocating ", bytes, " bytes for ", what, " on device ", device,
+                                     ": ", m.status().message()));
+  }
+  return std::move(*m);
+}
+
+bool ServerState::healthy(int device) const {
+  absl::MutexLock lock(&mu_);
+  return unhealthy_reason_[device].empty();
+}
+
+std::string ServerState::health_reason(int device) const {
+  absl::MutexLock lock(&mu_);
+  return unhealthy_reason_[device];
+}
+
+bool ServerState::AnyHealthy() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& r : unhealthy_reason_) {
+    if (r.empty()) return true;
+  }
+  return false;
+}
+
+void ServerState::MarkUnhealthy(int device, const std::string& reason) {
+  std::function<void()> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!unhealthy_reason_[device].empty()) return;
+    unhealthy_reason_[device] = reason.empty() ? "device fault" : reason;
+    listener = health_listener_;
+  }
+  spdlog::error("device {} marked unhealthy: {}", device, reason);
+  if (listener) listener();
+}
+
+void ServerState::SetHealthListener(std::function<void()> listener) {
+  absl::MutexLock lock(&mu_);
+  health_listener_ = std::move(listener);
+}
+
+}  // namespace kernelserve

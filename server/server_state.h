@@ -1,0 +1,86 @@
+// What the services share: the backend, one worker per device, the registry
+// and the memory accounting, and device health.
+#ifndef KERNELSERVE_SERVER_SERVER_STATE_H_
+#define KERNELSERVE_SERVER_SERVER_STATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/server_context.h"
+#include "kernels/api/backend.h"
+#include "server/device_worker.h"
+#include "server/registry.h"
+
+namespace kernelserve {
+
+inline constexpr char kServerVersion[] = "0.1.0";
+// Room left in a message for everything but the payload bytes.
+inline constexpr int64_t kMessageOverheadBytes = 64 * 1024;
+
+struct StateOptions {
+  int queue_capacity = 64;
+  int64_t max_message_bytes = 64 << 20;
+  std::vector<int64_t> memory_limits;  // per device, bytes
+};
+
+class ServerState {
+ public:
+  ServerState(Backend* backend, StateOptions options);
+  ~ServerState();  // stops the workers
+
+  Backend& backend() { return *backend_; }
+  Registry& registry() { return registry_; }
+  MemoryAccountant& accountant() { return accountant_; }
+  DeviceWorker& worker(int device) { return *workers_[device]; }
+  int device_count() const { return static_cast<int>(workers_.size()); }
+  int64_t max_message_bytes() const { return options_.max_message_bytes; }
+  // Largest payload that fits in one message.
+  int64_t max_payload_bytes() const;
+
+  // Tenant of a call; "" until authentication maps tokens to tenants.
+  std::string TenantOf(grpc::ServerContext* ctx) const { return ""; }
+
+  // INVALID_ARGUMENT when `device` is out of range, UNAVAILABLE when unhealthy.
+  absl::Status CheckDevice(absl::string_view field, int device) const;
+  // Runs fn on the device's worker (device_worker.h). A failure that leaves
+  // the backend reporting the device unhealthy marks it unhealthy here.
+  absl::Status RunOnDevice(int device, grpc::ServerContext* ctx, std::function<absl::Status()> fn,
+                           TaskTiming* timing = nullptr);
+
+  // Accounted device memory for `what`; call from a device task only.
+  absl::Status Allocate(int device, const std::string& tenant, int64_t bytes, absl::string_view what,
+                        Reservation* reservation, std::unique_ptr<DeviceMemory>* memory);
+  // Device memory for bytes already reserved; call from a device task only.
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> AllocateReserved(int device, int64_t bytes,
+                                                                 absl::string_view what);
+
+  bool healthy(int device) const;
+  std::string health_reason(int device) const;
+  void MarkUnhealthy(int device, const std::string& reason);
+  // Called (without locks held) whenever a device's health changes.
+  void SetHealthListener(std::function<void()> listener);
+  bool AnyHealthy() const;
+
+  void StopWorkers();
+
+ private:
+  Backend* backend_;
+  StateOptions options_;
+  Registry registry_;
+  MemoryAccountant accountant_;
+  std::vector<std::unique_ptr<DeviceWorker>> workers_;
+  mutable absl::Mutex mu_;
+  std::vector<std::string> unhealthy_reason_ ABSL_GUARDED_BY(mu_);  // "" = healthy
+  std::function<void()> health_listener_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_SERVER_SERVER_STATE_H_

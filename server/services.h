@@ -1,0 +1,79 @@
+// The gRPC services of kernelserve.v1 over a ServerState.
+#ifndef KERNELSERVE_SERVER_SERVICES_H_
+#define KERNELSERVE_SERVER_SERVICES_H_
+
+#include "kernelserve/v1/device.grpc.pb.h"
+#include "kernelserve/v1/kernel.grpc.pb.h"
+#include "kernelserve/v1/pool.grpc.pb.h"
+#include "kernelserve/v1/tensor.grpc.pb.h"
+#include "server/server_state.h"
+
+namespace kernelserve {
+
+namespace pb = ::kernelserve::v1;
+
+class BufferServiceImpl final : public pb::BufferService::Service {
+ public:
+  explicit BufferServiceImpl(ServerState* state) : state_(state) {}
+  grpc::Status Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb::UploadChunk>* reader,
+                      pb::BufferInfo* info) override;
+  grpc::Status Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
+                        grpc::ServerWriter<pb::DownloadChunk>* writer) override;
+  grpc::Status Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,
+                    pb::FreeBufferResponse* resp) override;
+  grpc::Status List(grpc::ServerContext* ctx, const pb::ListBuffersRequest* req,
+                    pb::ListBuffersResponse* resp) override;
+
+ private:
+  ServerState* state_;
+};
+
+class PoolServiceImpl final : public pb::PoolService::Service {
+ public:
+  explicit PoolServiceImpl(ServerState* state) : state_(state) {}
+  grpc::Status Create(grpc::ServerContext* ctx, const pb::CreatePoolRequest* req,
+                      pb::PoolInfo* info) override;
+  grpc::Status Write(grpc::ServerContext* ctx, grpc::ServerReader<pb::WritePoolChunk>* reader,
+                     pb::WritePoolResponse* resp) override;
+  grpc::Status Read(grpc::ServerContext* ctx, const pb::ReadPoolRequest* req,
+                    grpc::ServerWriter<pb::ReadPoolChunk>* writer) override;
+  grpc::Status Stats(grpc::ServerContext* ctx, const pb::PoolStatsRequest* req,
+                     pb::PoolInfo* info) override;
+  grpc::Status Delete(grpc::ServerContext* ctx, const pb::DeletePoolRequest* req,
+                      pb::DeletePoolResponse* resp) override;
+  grpc::Status List(grpc::ServerContext* ctx, const pb::ListPoolsRequest* req,
+                    pb::ListPoolsResponse* resp) override;
+
+ private:
+  ServerState* state_;
+};
+
+class KernelServiceImpl final : public pb::KernelService::Service {
+ public:
+  explicit KernelServiceImpl(ServerState* state) : state_(state) {}
+  grpc::Status Attention(grpc::ServerContext* ctx, const pb::AttentionRequest* req,
+                         pb::AttentionResponse* resp) override;
+  grpc::Status Fp8Attention(grpc::ServerContext* ctx, const pb::Fp8AttentionRequest* req,
+                            pb::Fp8AttentionResponse* resp) override;
+  grpc::Status MlaDecode(grpc::ServerContext* ctx, const pb::MlaDecodeRequest* req,
+                         pb::MlaDecodeResponse* resp) override;
+  grpc::Status Moe(grpc::ServerContext* ctx, const pb::MoeRequest* req,
+                   pb::MoeResponse* resp) override;
+
+ private:
+  ServerState* state_;
+};
+
+class DeviceServiceImpl final : public pb::DeviceService::Service {
+ public:
+  explicit DeviceServiceImpl(ServerState* state) : state_(state) {}
+  grpc::Status List(grpc::ServerContext* ctx, const pb::ListDevicesRequest* req,
+                    pb::ListDevicesResponse* resp) override;
+
+ private:
+  ServerState* state_;
+};
+
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_SERVER_SERVICES_H_
