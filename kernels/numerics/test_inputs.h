@@ -1,0 +1,76 @@
+// Seeded inputs for tests and benchmarks: Gaussian bf16 tensors and the
+// long-tail attention input of DESIGN §4 (an attention sink and a local window
+// over a diffuse tail that carries real mass, V with a non-zero mean). The
+// random stream is defined here (splitmix64 + Box-Muller), so a seed gives the
+// same tensors on every platform.
+#ifndef KERNELSERVE_KERNELS_NUMERICS_TEST_INPUTS_H_
+#define KERNELSERVE_KERNELS_NUMERICS_TEST_INPUTS_H_
+
+#include <cstdint>
+
+#include "kernels/api/ops.h"
+#include "kernels/api/tensor.h"
+
+namespace kernelserve {
+namespace numerics {
+
+// Deterministic generator: splitmix64 bits, Box-Muller normals.
+class SeededRng {
+ public:
+  explicit SeededRng(uint64_t seed) : state_(seed) {}
+  uint64_t NextBits();
+  double Uniform();  // [0, 1)
+  double Normal();   // N(0, 1)
+
+ private:
+  uint64_t state_;
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
+// bf16 tensor of `shape` with i.i.d. N(mean, stddev^2) entries rounded RTNE.
+HostTensor GaussianBf16(const Shape& shape, uint64_t seed, double mean = 0.0, double stddev = 1.0);
+
+// Long-tail attention inputs. Scores are designed in base-2 units
+// t = q.k * scale * log2(e) with scale = softmax_scale (0: 1/sqrt(d_qk)).
+// Query i sits at key position i + seq_kv - seq_q (bottom-right aligned).
+// Head dimensions of Q and K:
+//   dim 0            sink: q = k_0 = sqrt(sink_binades * c), other keys 0, so
+//                    key 0 scores sink_binades above the tail;
+//   dims 1..2F       a local window: RoPE-like pairs (cos w_f p, sin w_f p) with
+//                    F = freq_pairs random frequencies w_f uniform in (0, pi/window],
+//                    amplitude sqrt(window_binades * c / F): keys within about
+//                    `window` positions of the query score up to window_binades
+//                    above the tail, far keys get incoherent +-window_binades/sqrt(2F);
+//   the other dims   diffuse tail: N(0, a^2) entries in q and k with
+//                    a^2 sqrt(n) = tail_sigma * c, so tail scores spread by
+//                    tail_sigma binades;
+// with c = 1 / (scale * log2 e). V is N(v_mean, v_std^2) per element. With the
+// defaults and 4K keys the tail lies ~10-12 binades below the row maximum
+// (under e4m3's 2^-9 when P is not block-scaled) and holds roughly a third of
+// the softmax mass.
+struct LongTailOptions {
+  int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 4096, seq_kv = 4096;
+  int64_t d_qk = 128, d_v = 128;
+  Layout layout = Layout::kBhsd;
+  double softmax_scale = 0;  // 0: 1/sqrt(d_qk)
+  double sink_binades = 12.0;
+  double window_binades = 10.0;
+  int64_t window = 32;
+  int freq_pairs = 24;
+  double tail_sigma = 1.0;
+  double v_mean = 1.0;
+  double v_std = 1.0;
+  uint64_t seed = 1;
+};
+
+struct AttentionTensors {
+  HostTensor q, k, v;  // bf16, layout as requested
+};
+
+AttentionTensors LongTailAttention(const LongTailOptions& opt);
+
+}  // namespace numerics
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_NUMERICS_TEST_INPUTS_H_
