@@ -1,0 +1,97 @@
+#include "server/metrics/grpc_metrics.h"
+
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "grpcpp/support/interceptor.h"
+#include "grpcpp/support/status.h"
+
+namespace kernelserve {
+namespace metrics {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+class MetricsInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  MetricsInterceptor(Registry* registry, const char* full_method)
+      : registry_(registry), start_(absl::Now()) {
+    // "/kernelserve.v1.KernelService/Attention" → service, method.
+    absl::string_view m = full_method != nullptr ? full_method : "";
+    if (!m.empty() && m[0] == '/') m.remove_prefix(1);
+    const size_t slash = m.find('/');
+    service_ = std::string(m.substr(0, slash));
+    method_ = slash == absl::string_view::npos ? "" : std::string(m.substr(slash + 1));
+    Adjust(+1);
+  }
+  ~MetricsInterceptor() override {
+    // A call cancelled before it sent a status never reaches PRE_SEND_STATUS.
+    if (!recorded_) Record(grpc::StatusCode::CANCELLED);
+    Adjust(-1);
+  }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      Record(methods->GetSendStatus().error_code());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  void Record(grpc::StatusCode code) {
+    recorded_ = true;
+    registry_->Inc(kCallsTotal,
+                   {{"service", service_}, {"method", method_}, {"code", GrpcCodeName(code)}});
+    registry_->Observe(kCallSeconds, {{"service", service_}, {"method", method_}},
+                       absl::ToDoubleSeconds(absl::Now() - start_));
+  }
+  void Adjust(int delta) {
+    registry_->Add(kCallsInFlight, {{"service", service_}, {"method", method_}}, delta);
+  }
+
+  Registry* registry_;
+  absl::Time start_;
+  std::string service_, method_;
+  bool recorded_ = false;
+};
+
+}  // namespace
+
+const char* GrpcCodeName(int code) {
+  static const char* const kNames[] = {
+      "OK",           "CANCELLED",        "UNKNOWN",           "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS",    "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",  "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",       "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  if (code < 0 || code >= static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return "UNKNOWN";
+  return kNames[code];
+}
+
+void DeclareServerMetrics(Registry* r) {
+  r->DeclareCounter(kCallsTotal, "gRPC calls finished, by service, method and status code.");
+  r->DeclareHistogram(kCallSeconds, "gRPC call latency in seconds (server side, whole call).",
+                      LatencyBuckets());
+  r->DeclareGauge(kCallsInFlight, "gRPC calls in progress, by service and method.");
+  r->DeclareGauge(kQueueDepth, "Calls waiting in a device worker's queue.");
+  r->DeclareGauge(kQueueCapacity, "Capacity of a device worker's queue.");
+  r->DeclareGauge(kDeviceHealthy, "1 when the device serves calls, 0 when marked unhealthy.");
+  r->DeclareGauge(kDeviceMemoryUsed, "Accounted device memory held by buffers and pools, bytes.");
+  r->DeclareGauge(kDeviceMemoryLimit, "Device memory accounting limit, bytes.");
+  r->DeclareCounter(kWorkerTasks,
+                    "Device worker tasks by outcome: run, rejected (queue full), dropped "
+                    "(deadline passed or cancelled while queued).");
+  r->DeclareGauge(kTenantMemory, "Accounted device memory held by a tenant's buffers and pools, bytes.");
+  r->DeclareGauge(kJobsQueued, "Benchmark jobs waiting, by tenant.");
+  r->DeclareGauge(kJobsRunning, "Benchmark jobs running, by tenant.");
+  r->DeclareCounter(kLimitRejections, "Requests refused with RESOURCE_EXHAUSTED by a per-tenant limit, by limit.");
+  r->DeclareGauge(kBuildInfo, "Always 1; labels carry the server version and backend.");
+  AddProcessCollector(r);
+}
+
+grpc::experimental::Interceptor* GrpcMetricsInterceptorFactory::CreateServerInterceptor(
+    grpc::experimental::ServerRpcInfo* info) {
+  return new MetricsInterceptor(registry_, info->method());
+}
+
+}  // namespace metrics
+}  // namespace kernelserve
