@@ -1,0 +1,63 @@
+#include "tests/test_util.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kernels/numerics/numerics.h"
+
+namespace kernelserve {
+namespace testutil {
+
+uint64_t FreshSeed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+void ExpectBf16MatchesOracle(const HostTensor& out, const std::vector<double>& ref, Rounding mode,
+                             double abs_slack, double min_exact) {
+  ASSERT_EQ(out.dtype(), DType::kBf16);
+  ASSERT_EQ(static_cast<size_t>(out.num_elements()), ref.size());
+  double max_ref = 0;
+  for (double r : ref) max_ref = std::max(max_ref, std::fabs(r));
+  const uint16_t* o = out.data<uint16_t>();
+  int64_t exact = 0, bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const uint16_t want_bits = numerics::DoubleToBf16(ref[i], mode);
+    const double want = numerics::Bf16ToFloat(want_bits);
+    const double got = numerics::Bf16ToFloat(o[i]);
+    if (!std::isfinite(got)) {
+      if (bad++ < 5) ADD_FAILURE() << "element " << i << " is " << got << ", oracle " << ref[i];
+      continue;
+    }
+    if (o[i] == want_bits) {
+      ++exact;
+      continue;
+    }
+    int e = 0;
+    std::frexp(std::fabs(ref[i]), &e);
+    const double ulp = std::ldexp(1.0, std::max(e - 1, -126) - 7);
+    if (std::fabs(got - want) > ulp + abs_slack * max_ref) {
+      if (bad++ < 5) {
+        ADD_FAILURE() << "element " << i << ": got " << got << ", oracle " << ref[i] << " (bf16 " << want << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "elements off by more than one bf16 ulp";
+  EXPECT_GE(static_cast<double>(exact), min_exact * static_cast<double>(ref.size()))
+      << exact << " of " << ref.size() << " elements match the oracle exactly";
+}
+
+double RelRms(const HostTensor& out, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  const uint16_t* o = out.data<uint16_t>();
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = numerics::Bf16ToFloat(o[i]) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace testutil
+}  // namespace kernelserve

@@ -1,0 +1,31 @@
+// Shared helpers of the cross-cutting tests.
+#ifndef KERNELSERVE_TESTS_TEST_UTIL_H_
+#define KERNELSERVE_TESTS_TEST_UTIL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/api/ops.h"
+#include "kernels/api/tensor.h"
+
+namespace kernelserve {
+namespace testutil {
+
+// A seed that differs run to run (tests log it so a failure can be replayed).
+uint64_t FreshSeed();
+
+// Checks a bf16 output against the unrounded fp64 oracle: no NaN/Inf where
+// the oracle is finite, every element within one bf16 ulp of the oracle
+// rounded in `mode` (plus `abs_slack` times the largest |ref|, for fp32
+// cancellation near zero), and at least `min_exact` of the elements equal to
+// it bit for bit. Records gtest failures.
+void ExpectBf16MatchesOracle(const HostTensor& out, const std::vector<double>& ref, Rounding mode,
+                             double abs_slack = 1e-5, double min_exact = 0.9);
+
+// ||out - ref|| / ||ref|| for a bf16 output.
+double RelRms(const HostTensor& out, const std::vector<double>& ref);
+
+}  // namespace testutil
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_TESTS_TEST_UTIL_H_
