@@ -73,8 +73,8 @@ class ServerState {
  private:
   Backend* backend_;
   StateOptions options_;
+  MemoryAccountant accountant_;  // outlives the registry's reservations
   Registry registry_;
-  MemoryAccountant accountant_;
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
   mutable absl::Mutex mu_;
   std::vector<std::string> unhealthy_reason_ ABSL_GUARDED_BY(mu_);  // "" = healthy

@@ -1,0 +1,58 @@
+// From a job spec to a validated op call with its host inputs: shapes,
+// seeded inputs (Gaussian, long-tail, or uploaded buffers), and the FLOPs and
+// bytes that the throughput numbers count.
+#ifndef KERNELSERVE_SERVER_BENCH_BENCH_INPUTS_H_
+#define KERNELSERVE_SERVER_BENCH_BENCH_INPUTS_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/api/tensor.h"
+#include "kernels/api/variants.h"
+#include "kernelserve/v1/bench.pb.h"
+
+namespace kernelserve {
+namespace bench {
+
+namespace pb = ::kernelserve::v1;
+
+// Host copy of a server-resident buffer owned by `tenant` (NOT_FOUND otherwise).
+using BufferReader =
+    std::function<absl::StatusOr<HostTensor>(const std::string& buffer_id, const std::string& tenant)>;
+
+// Default rel RMS tolerance of the correctness gate per op.
+double DefaultTolerance(BenchOp op);
+
+struct PreparedJob {
+  OpCall host_call;  // views into `tensors`
+  std::map<std::string, HostTensor> tensors;  // by input name ("q", "kv", "w13", ...)
+  double flops = 0;  // per launch
+  double bytes = 0;  // per launch: inputs read and output written
+  std::string shape_desc;
+
+  PreparedJob() = default;
+  PreparedJob(const PreparedJob&) = delete;
+  PreparedJob& operator=(const PreparedJob&) = delete;
+};
+
+// Checks the spec without generating its inputs: a known op with the right
+// shape message, positive dims, and the op's shared Validate. Messages name
+// the spec field.
+absl::Status ValidateSpec(const pb::BenchJobSpec& spec);
+
+// Human-readable shape ("B=1 Hq=8 Hkv=8 Sq=512 Skv=512 D=128 causal").
+std::string ShapeDesc(const pb::BenchJobSpec& spec);
+
+// Generates (or reads) the inputs and validates the call. `reader` may be
+// empty when the spec names no buffers.
+absl::StatusOr<std::unique_ptr<PreparedJob>> PrepareJob(const pb::BenchJobSpec& spec,
+                                                        const BufferReader& reader,
+                                                        const std::string& tenant);
+
+}  // namespace bench
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_SERVER_BENCH_BENCH_INPUTS_H_

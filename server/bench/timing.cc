@@ -1,0 +1,259 @@
+#include "server/bench/timing.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+namespace kernelserve {
+namespace bench {
+namespace {
+
+double NowS() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// C = A * B, n x n fp32, i-k-j order so the inner loop vectorizes.
+void Sgemm(int n, const float* a, const float* b, float* c) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; ++i) {
+    float* ci = c + static_cast<size_t>(i) * n;
+    for (int j = 0; j < n; ++j) ci[j] = 0;
+    for (int k = 0; k < n; ++k) {
+      const float aik = a[static_cast<size_t>(i) * n + k];
+      const float* bk = b + static_cast<size_t>(k) * n;
+      for (int j = 0; j < n; ++j) ci[j] += aik * bk[j];
+    }
+  }
+}
+
+}  // namespace
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+pb::TimeStats ComputeStats(const std::vector<double>& ms) {
+  pb::TimeStats s;
+  if (ms.empty()) return s;
+  const double n = static_cast<double>(ms.size());
+  const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / n;
+  double var = 0;
+  for (double x : ms) var += (x - mean) * (x - mean);
+  s.set_mean_ms(mean);
+  s.set_median_ms(Median(ms));
+  s.set_min_ms(*std::min_element(ms.begin(), ms.end()));
+  s.set_max_ms(*std::max_element(ms.begin(), ms.end()));
+  s.set_stddev_ms(std::sqrt(var / n));
+  s.set_count(static_cast<int64_t>(ms.size()));
+  s.set_value_ms(mean);
+  return s;
+}
+
+pb::DeviceCeilings MeasureCeilings(Backend& backend, int device, double gemm_tflops_override,
+                                   double gemm_fp8_tflops_override) {
+  pb::DeviceCeilings c;
+  c.set_measured_unix_ms(absl::ToUnixMillis(absl::Now()));
+  std::vector<std::string> notes;
+  const bool cpu = backend.Name() == "cpu";
+
+  // Copy: best of a few batches of device-to-device copies.
+  const size_t bytes = cpu ? (size_t{64} << 20) : (size_t{512} << 20);
+  auto src = backend.Allocate(device, bytes);
+  auto dst = backend.Allocate(device, bytes);
+  if (src.ok() && dst.ok()) {
+    const int per_batch = cpu ? 2 : 10;
+    double best = 1e30;
+    absl::Status st = backend.CopyOnDevice(device, (*dst)->data(), (*src)->data(), bytes);  // warm
+    if (st.ok()) st = backend.Synchronize(device);
+    for (int rep = 0; rep < 5 && st.ok(); ++rep) {
+      const double t0 = NowS();
+      for (int i = 0; i < per_batch && st.ok(); ++i) {
+        st = backend.CopyOnDevice(device, (*dst)->data(), (*src)->data(), bytes);
+      }
+      if (st.ok()) st = backend.Synchronize(device);
+      best = std::min(best, (NowS() - t0) / per_batch);
+    }
+    if (st.ok() && best > 0) {
+      c.set_copy_tbps(2.0 * static_cast<double>(bytes) / best / 1e12);
+      c.set_copy_desc(absl::StrCat("CopyOnDevice ", bytes >> 20, " MiB, read + write bytes, best of 5"));
+    } else {
+      notes.push_back(absl::StrCat("copy ceiling failed: ", st.ToString()));
+    }
+  } else {
+    notes.push_back(absl::StrCat("copy ceiling: allocation failed: ",
+                                 (src.ok() ? dst.status() : src.status()).ToString()));
+  }
+
+  if (gemm_tflops_override > 0) {
+    c.set_gemm_tflops(gemm_tflops_override);
+    c.set_gemm_desc("given by --bench_gemm_tflops");
+  } else if (cpu) {
+    const int n = 512;
+    std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), out(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<float>((i * 7) % 13) * 0.1f;
+      b[i] = static_cast<float>((i * 5) % 11) * 0.1f;
+    }
+    Sgemm(n, a.data(), b.data(), out.data());  // warm
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const double t0 = NowS();
+      Sgemm(n, a.data(), b.data(), out.data());
+      best = std::min(best, NowS() - t0);
+    }
+    c.set_gemm_tflops(2.0 * n * n * static_cast<double>(n) / best / 1e12);
+    c.set_gemm_desc(absl::StrCat("fp32 GEMM ", n, "^3 (simple OpenMP loop), best of 3"));
+  } else {
+    notes.push_back(absl::StrCat("no GEMM ceiling on backend ", backend.Name(),
+                                 " (kernels/api has no GEMM); pass --bench_gemm_tflops"));
+  }
+  if (gemm_fp8_tflops_override > 0) c.set_gemm_fp8_tflops(gemm_fp8_tflops_override);
+  c.set_note(absl::StrJoin(notes, "; "));
+  return c;
+}
+
+// ------------------------------------------------------------------- NVML
+
+struct ClockSampler::Nvml {
+  using Device = void*;
+  void* lib = nullptr;
+  Device dev = nullptr;
+  int (*init)() = nullptr;
+  int (*shutdown)() = nullptr;
+  int (*handle_by_index)(unsigned, Device*) = nullptr;
+  int (*clock_info)(Device, int, unsigned*) = nullptr;
+  int (*power_usage)(Device, unsigned*) = nullptr;
+  int (*temperature)(Device, int, unsigned*) = nullptr;
+
+  ~Nvml() {
+    if (shutdown) shutdown();
+    if (lib) dlclose(lib);
+  }
+};
+
+namespace {
+
+// The NVML index of CUDA device `device`, honouring a numeric CUDA_VISIBLE_DEVICES.
+unsigned NvmlIndex(int device) {
+  const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (vis == nullptr || *vis == '\0') return static_cast<unsigned>(device);
+  std::vector<std::string> parts = absl::StrSplit(vis, ',');
+  int idx = 0;
+  if (device < static_cast<int>(parts.size()) && absl::SimpleAtoi(parts[device], &idx)) {
+    return static_cast<unsigned>(idx);
+  }
+  return static_cast<unsigned>(device);
+}
+
+}  // namespace
+
+ClockSampler::ClockSampler(const std::string& backend, int device, int period_ms)
+    : period_ms_(period_ms) {
+  if (backend != "cuda") {
+    note_ = absl::StrCat("no clock telemetry on backend ", backend, " (NVML is NVIDIA only)");
+    return;
+  }
+  auto n = std::make_unique<Nvml>();
+  n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (n->lib == nullptr) {
+    note_ = "libnvidia-ml.so.1 not found: no clock, power or temperature samples";
+    return;
+  }
+  n->init = reinterpret_cast<int (*)()>(dlsym(n->lib, "nvmlInit_v2"));
+  n->shutdown = reinterpret_cast<int (*)()>(dlsym(n->lib, "nvmlShutdown"));
+  n->handle_by_index =
+      reinterpret_cast<int (*)(unsigned, Nvml::Device*)>(dlsym(n->lib, "nvmlDeviceGetHandleByIndex_v2"));
+  n->clock_info = reinterpret_cast<int (*)(Nvml::Device, int, unsigned*)>(
+      dlsym(n->lib, "nvmlDeviceGetClockInfo"));
+  n->power_usage =
+      reinterpret_cast<int (*)(Nvml::Device, unsigned*)>(dlsym(n->lib, "nvmlDeviceGetPowerUsage"));
+  n->temperature = reinterpret_cast<int (*)(Nvml::Device, int, unsigned*)>(
+      dlsym(n->lib, "nvmlDeviceGetTemperature"));
+  if (!n->init || !n->handle_by_index || !n->clock_info || !n->power_usage || !n->temperature) {
+    note_ = "libnvidia-ml.so.1 lacks the expected symbols";
+    n->shutdown = nullptr;
+    return;
+  }
+  if (int rc = n->init(); rc != 0) {
+    note_ = absl::StrCat("nvmlInit_v2 failed (", rc, ")");
+    n->shutdown = nullptr;
+    return;
+  }
+  if (int rc = n->handle_by_index(NvmlIndex(device), &n->dev); rc != 0) {
+    note_ = absl::StrCat("nvmlDeviceGetHandleByIndex_v2(", NvmlIndex(device), ") failed (", rc, ")");
+    return;
+  }
+  nvml_ = std::move(n);
+}
+
+ClockSampler::~ClockSampler() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void ClockSampler::Start() {
+  if (!nvml_) return;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ClockSampler::Loop() {
+  constexpr int kNvmlClockSm = 1;
+  constexpr int kNvmlTemperatureGpu = 0;
+  while (!stop_) {
+    unsigned clock = 0, mw = 0, temp = 0;
+    const bool ok_c = nvml_->clock_info(nvml_->dev, kNvmlClockSm, &clock) == 0;
+    const bool ok_p = nvml_->power_usage(nvml_->dev, &mw) == 0;
+    const bool ok_t = nvml_->temperature(nvml_->dev, kNvmlTemperatureGpu, &temp) == 0;
+    {
+      absl::MutexLock l(&mu_);
+      if (ok_c) clock_mhz_.push_back(clock);
+      if (ok_p) power_w_.push_back(mw / 1000.0);
+      if (ok_t) temp_c_.push_back(temp);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(period_ms_));
+  }
+}
+
+pb::ClockStats ClockSampler::Stop() {
+  pb::ClockStats s;
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  if (!nvml_) {
+    s.set_note(note_);
+    return s;
+  }
+  absl::MutexLock l(&mu_);
+  auto mean = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  };
+  auto maxv = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
+  auto minv = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); };
+  s.set_available(!clock_mhz_.empty());
+  if (clock_mhz_.empty()) s.set_note("NVML returned no samples");
+  s.set_samples(static_cast<int64_t>(clock_mhz_.size()));
+  s.set_sm_clock_mhz_mean(mean(clock_mhz_));
+  s.set_sm_clock_mhz_min(minv(clock_mhz_));
+  s.set_sm_clock_mhz_max(maxv(clock_mhz_));
+  s.set_power_w_mean(mean(power_w_));
+  s.set_power_w_max(maxv(power_w_));
+  s.set_temperature_c_mean(mean(temp_c_));
+  s.set_temperature_c_max(maxv(temp_c_));
+  return s;
+}
+
+}  // namespace bench
+}  // namespace kernelserve

@@ -1,0 +1,118 @@
+#include "server/test_util.h"
+
+#include <random>
+
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "kernels/numerics/numerics.h"
+
+namespace kernelserve {
+namespace testing {
+
+std::unique_ptr<KernelServer> StartServer(ServerOptions options) {
+  options.listen = "127.0.0.1:0";
+  if (options.backend == "auto") options.backend = "cpu";
+  auto server = KernelServer::Start(options);
+  if (!server.ok()) return nullptr;
+  return std::move(*server);
+}
+
+std::shared_ptr<grpc::Channel> Connect(int port) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+pb::Tensor RandomBf16(const Shape& shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  pb::Tensor t;
+  t.set_dtype(pb::BF16);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    t.add_shape(d);
+    n *= d;
+  }
+  std::string data(static_cast<size_t>(2 * n), '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t b = numerics::FloatToBf16(dist(rng), Rounding::kRtne);
+    std::memcpy(&data[2 * i], &b, 2);
+  }
+  t.set_data(std::move(data));
+  return t;
+}
+
+pb::Tensor RandomBytes(pb::DType dtype, const Shape& shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  pb::Tensor t;
+  t.set_dtype(dtype);
+  for (int64_t d : shape) t.add_shape(d);
+  const int64_t n = NumBytes(static_cast<DType>(dtype), NumElements(shape));
+  std::string data(static_cast<size_t>(n), '\0');
+  for (int64_t i = 0; i < n; i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(&data[i], &r, static_cast<size_t>(std::min<int64_t>(8, n - i)));
+  }
+  t.set_data(std::move(data));
+  return t;
+}
+
+HostTensor ToHost(const pb::Tensor& t) {
+  TensorDesc desc{static_cast<DType>(t.dtype()), Shape(t.shape().begin(), t.shape().end())};
+  const auto* p = reinterpret_cast<const uint8_t*>(t.data().data());
+  return HostTensor(desc, std::vector<uint8_t>(p, p + t.data().size()));
+}
+
+grpc::Status Upload(pb::BufferService::Stub* stub, const pb::Tensor& t, int64_t chunk_bytes,
+                    pb::BufferInfo* info) {
+  grpc::ClientContext ctx;
+  auto writer = stub->Upload(&ctx, info);
+  pb::UploadChunk first;
+  first.mutable_header()->set_dtype(t.dtype());
+  for (int64_t d : t.shape()) first.mutable_header()->add_shape(d);
+  const std::string& data = t.data();
+  size_t offset = 0;
+  bool ok = true;
+  const size_t n0 = std::min<size_t>(chunk_bytes, data.size());
+  first.set_data(data.substr(0, n0));
+  offset = n0;
+  ok = writer->Write(first);
+  while (ok && offset < data.size()) {
+    pb::UploadChunk c;
+    const size_t n = std::min<size_t>(chunk_bytes, data.size() - offset);
+    c.set_data(data.data() + offset, n);
+    offset += n;
+    ok = writer->Write(c);
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+grpc::Status Download(pb::BufferService::Stub* stub, const std::string& id, int64_t chunk_bytes,
+                      std::string* bytes, int* chunks) {
+  grpc::ClientContext ctx;
+  pb::DownloadRequest req;
+  req.set_buffer_id(id);
+  req.set_chunk_bytes(chunk_bytes);
+  auto reader = stub->Download(&ctx, req);
+  pb::DownloadChunk c;
+  bytes->clear();
+  int n = 0;
+  bool contiguous = true;
+  while (reader->Read(&c)) {
+    if (c.offset() != static_cast<int64_t>(bytes->size())) contiguous = false;
+    if ((n == 0) != c.has_info()) contiguous = false;
+    bytes->append(c.data());
+    ++n;
+  }
+  if (chunks != nullptr) *chunks = n;
+  grpc::Status s = reader->Finish();
+  if (s.ok() && !contiguous) return grpc::Status(grpc::StatusCode::DATA_LOSS, "chunks out of order");
+  return s;
+}
+
+}  // namespace testing
+}  // namespace kernelserve

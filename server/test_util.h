@@ -1,0 +1,43 @@
+// Helpers for tests that talk to a real server over loopback with raw stubs.
+#ifndef KERNELSERVE_SERVER_TEST_UTIL_H_
+#define KERNELSERVE_SERVER_TEST_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/support/status.h"
+#include "kernels/api/tensor.h"
+#include "kernelserve/v1/kernel.grpc.pb.h"
+#include "kernelserve/v1/tensor.grpc.pb.h"
+#include "server/server.h"
+
+namespace kernelserve {
+namespace testing {
+
+namespace pb = ::kernelserve::v1;
+
+// A server on 127.0.0.1:0 with the cpu backend.
+std::unique_ptr<KernelServer> StartServer(ServerOptions options = {});
+// A channel without client-side message limits, so the server's apply.
+std::shared_ptr<grpc::Channel> Connect(int port);
+
+// Random bf16 values (Gaussian, rounded to bf16) as a proto tensor.
+pb::Tensor RandomBf16(const Shape& shape, uint64_t seed);
+pb::Tensor RandomBytes(pb::DType dtype, const Shape& shape, uint64_t seed);
+HostTensor ToHost(const pb::Tensor& t);
+
+// Upload in chunks of `chunk_bytes`; returns the status and the info.
+grpc::Status Upload(pb::BufferService::Stub* stub, const pb::Tensor& t, int64_t chunk_bytes,
+                    pb::BufferInfo* info);
+// Download all bytes of a buffer (checks offsets are contiguous).
+grpc::Status Download(pb::BufferService::Stub* stub, const std::string& id, int64_t chunk_bytes,
+                      std::string* bytes, int* chunks = nullptr);
+
+}  // namespace testing
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_SERVER_TEST_UTIL_H_
