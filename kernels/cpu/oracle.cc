@@ -46,92 +46,101 @@ struct AttnProblem {
   const double* v;
 };
 
-std::vector<double> RunAttention(const AttnProblem& a, PKind pk, Fp8Format format) {
+// One query row: writes out[0..d_v). t, acc and oblk are scratch of sizes
+// seq_kv, d_v and d_v.
+void AttendRow(const AttnProblem& a, PKind pk, Fp8Format format, int64_t b, int64_t h, int64_t i,
+               std::vector<double>& t, std::vector<double>& acc, std::vector<double>& oblk, double* oi) {
   const DType fp8 = numerics::Fp8FormatToDType(format);
-  std::vector<double> out(a.batch * a.heads_q * a.seq_q * a.d_v, 0.0);
-  const int64_t group = a.heads_q / a.heads_kv;
-  std::vector<double> t(a.seq_kv), acc(a.d_v), oblk(a.d_v);
-  for (int64_t b = 0; b < a.batch; ++b) {
-    for (int64_t h = 0; h < a.heads_q; ++h) {
-      const int64_t hk = h / group;
-      for (int64_t i = 0; i < a.seq_q; ++i) {
-        const double* qi = a.q + Off(a.layout, b, h, i, a.heads_q, a.seq_q, a.d_qk);
-        // Keys 0..last are visible (bottom-right aligned causal mask).
-        const int64_t last = a.causal ? std::min(a.seq_kv - 1, i + a.seq_kv - a.seq_q) : a.seq_kv - 1;
-        double* oi = out.data() + Off(a.layout, b, h, i, a.heads_q, a.seq_q, a.d_v);
-        if (last < 0) continue;  // sees no key: 0
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j <= last; ++j) {
-          const double* kj = a.k + Off(a.layout, b, hk, j, a.heads_kv, a.seq_kv, a.d_qk);
-          double s = 0;
-          for (int64_t d = 0; d < a.d_qk; ++d) s += qi[d] * kj[d];
-          t[j] = s * a.scale * M_LOG2E;  // base-2 units
-          m = std::max(m, t[j]);
-        }
-        std::fill(acc.begin(), acc.end(), 0.0);
-        double l = 0;
-        auto vrow = [&](int64_t j) { return a.v + Off(a.layout, b, hk, j, a.heads_kv, a.seq_kv, a.d_v); };
-        switch (pk) {
-          case PKind::kNone: {
-            for (int64_t j = 0; j <= last; ++j) {
-              const double p = std::exp2(t[j] - m);
-              l += p;
-              const double* vj = vrow(j);
-              for (int64_t d = 0; d < a.d_v; ++d) acc[d] += p * vj[d];
-            }
-            break;
-          }
-          case PKind::kExact:
-          case PKind::kLean: {
-            // Per block: O_b, L_b in the block's own frame 2^R_b; combined
-            // relative to the row's largest block reference M.
-            const int h_room = numerics::Fp8Headroom(format);
-            const int big_r = static_cast<int>(std::ceil(m)) - h_room;  // = max_b R_b
-            for (int64_t j0 = 0; j0 <= last; j0 += kKeyBlock) {
-              const int64_t j1 = std::min(last, j0 + kKeyBlock - 1);
-              double bmax = -std::numeric_limits<double>::infinity();
-              for (int64_t j = j0; j <= j1; ++j) bmax = std::max(bmax, t[j]);
-              const int r = numerics::BlockReference(bmax, format);
-              std::fill(oblk.begin(), oblk.end(), 0.0);
-              double lb = 0;
-              for (int64_t j = j0; j <= j1; ++j) {
-                const double y = t[j] - r;
-                const uint8_t code = pk == PKind::kExact ? numerics::ExactPCode(y, format)
-                                                         : numerics::LeanPCode(y, format);
-                const double ph = numerics::Fp8ToFloat(code, fp8);
-                if (ph == 0) continue;
-                lb += ph;
-                const double* vj = vrow(j);
-                for (int64_t d = 0; d < a.d_v; ++d) oblk[d] += ph * vj[d];
-              }
-              const double w = std::ldexp(1.0, r - big_r);  // exact power of two
-              l += w * lb;
-              for (int64_t d = 0; d < a.d_v; ++d) acc[d] += w * oblk[d];
-            }
-            break;
-          }
-          case PKind::kNaive: {
-            double run = -std::numeric_limits<double>::infinity();
-            for (int64_t j0 = 0; j0 <= last; j0 += kKeyBlock) {
-              const int64_t j1 = std::min(last, j0 + kKeyBlock - 1);
-              for (int64_t j = j0; j <= j1; ++j) run = std::max(run, t[j]);
-              std::fill(oblk.begin(), oblk.end(), 0.0);
-              for (int64_t j = j0; j <= j1; ++j) {
-                const double p = std::exp2(t[j] - run);
-                l += std::exp2(t[j] - m);  // unrounded, in the final frame
-                const double ph = numerics::Fp8ToFloat(numerics::DoubleToFp8(p, fp8), fp8);
-                if (ph == 0) continue;
-                const double* vj = vrow(j);
-                for (int64_t d = 0; d < a.d_v; ++d) oblk[d] += ph * vj[d];
-              }
-              const double w = std::exp2(run - m);
-              for (int64_t d = 0; d < a.d_v; ++d) acc[d] += w * oblk[d];
-            }
-            break;
-          }
-        }
-        for (int64_t d = 0; d < a.d_v; ++d) oi[d] = acc[d] / l;
+  const int64_t hk = h / (a.heads_q / a.heads_kv);
+  const double* qi = a.q + Off(a.layout, b, h, i, a.heads_q, a.seq_q, a.d_qk);
+  // Keys 0..last are visible (bottom-right aligned causal mask).
+  const int64_t last = a.causal ? std::min(a.seq_kv - 1, i + a.seq_kv - a.seq_q) : a.seq_kv - 1;
+  std::fill(oi, oi + a.d_v, 0.0);
+  if (last < 0) return;  // sees no key: 0
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j <= last; ++j) {
+    const double* kj = a.k + Off(a.layout, b, hk, j, a.heads_kv, a.seq_kv, a.d_qk);
+    double s = 0;
+    for (int64_t d = 0; d < a.d_qk; ++d) s += qi[d] * kj[d];
+    t[j] = s * a.scale * M_LOG2E;  // base-2 units
+    m = std::max(m, t[j]);
+  }
+  std::fill(acc.begin(), acc.end(), 0.0);
+  double l = 0;
+  auto vrow = [&](int64_t j) { return a.v + Off(a.layout, b, hk, j, a.heads_kv, a.seq_kv, a.d_v); };
+  switch (pk) {
+    case PKind::kNone: {
+      for (int64_t j = 0; j <= last; ++j) {
+        const double p = std::exp2(t[j] - m);
+        l += p;
+        const double* vj = vrow(j);
+        for (int64_t d = 0; d < a.d_v; ++d) acc[d] += p * vj[d];
       }
+      break;
+    }
+    case PKind::kExact:
+    case PKind::kLean: {
+      // Per block: O_b, L_b in the block's own frame 2^R_b; combined
+      // relative to the row's largest block reference M.
+      const int big_r = numerics::BlockReference(m, format);  // = max_b R_b
+      for (int64_t j0 = 0; j0 <= last; j0 += kKeyBlock) {
+        const int64_t j1 = std::min(last, j0 + kKeyBlock - 1);
+        double bmax = -std::numeric_limits<double>::infinity();
+        for (int64_t j = j0; j <= j1; ++j) bmax = std::max(bmax, t[j]);
+        const int r = numerics::BlockReference(bmax, format);
+        std::fill(oblk.begin(), oblk.end(), 0.0);
+        double lb = 0;
+        for (int64_t j = j0; j <= j1; ++j) {
+          const double y = t[j] - r;
+          const uint8_t code =
+              pk == PKind::kExact ? numerics::ExactPCode(y, format) : numerics::LeanPCode(y, format);
+          const double ph = numerics::Fp8ToFloat(code, fp8);
+          if (ph == 0) continue;
+          lb += ph;
+          const double* vj = vrow(j);
+          for (int64_t d = 0; d < a.d_v; ++d) oblk[d] += ph * vj[d];
+        }
+        const double w = std::ldexp(1.0, r - big_r);  // exact power of two
+        l += w * lb;
+        for (int64_t d = 0; d < a.d_v; ++d) acc[d] += w * oblk[d];
+      }
+      break;
+    }
+    case PKind::kNaive: {
+      double run = -std::numeric_limits<double>::infinity();
+      for (int64_t j0 = 0; j0 <= last; j0 += kKeyBlock) {
+        const int64_t j1 = std::min(last, j0 + kKeyBlock - 1);
+        for (int64_t j = j0; j <= j1; ++j) run = std::max(run, t[j]);
+        std::fill(oblk.begin(), oblk.end(), 0.0);
+        for (int64_t j = j0; j <= j1; ++j) {
+          const double p = std::exp2(t[j] - run);
+          l += std::exp2(t[j] - m);  // unrounded, in the final frame
+          const double ph = numerics::Fp8ToFloat(numerics::DoubleToFp8(p, fp8), fp8);
+          if (ph == 0) continue;
+          const double* vj = vrow(j);
+          for (int64_t d = 0; d < a.d_v; ++d) oblk[d] += ph * vj[d];
+        }
+        const double w = std::exp2(run - m);
+        for (int64_t d = 0; d < a.d_v; ++d) acc[d] += w * oblk[d];
+      }
+      break;
+    }
+  }
+  for (int64_t d = 0; d < a.d_v; ++d) oi[d] = acc[d] / l;
+}
+
+// Rows are independent, so threads (OpenMP, when built with it) change no result.
+std::vector<double> RunAttention(const AttnProblem& a, PKind pk, Fp8Format format) {
+  std::vector<double> out(a.batch * a.heads_q * a.seq_q * a.d_v, 0.0);
+  const int64_t rows = a.batch * a.heads_q * a.seq_q;
+#pragma omp parallel
+  {
+    std::vector<double> t(a.seq_kv), acc(a.d_v), oblk(a.d_v);
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r % a.seq_q, h = (r / a.seq_q) % a.heads_q, b = r / (a.seq_q * a.heads_q);
+      AttendRow(a, pk, format, b, h, i, t, acc, oblk,
+                out.data() + Off(a.layout, b, h, i, a.heads_q, a.seq_q, a.d_v));
     }
   }
   return out;
@@ -249,14 +258,15 @@ std::vector<double> PairMatmul(const std::vector<double>& a, int64_t in_dim, con
   std::vector<double> we;
   for (const auto& [e, list] : by_expert) {
     DequantExpert(w, scales, e, rows, in_dim, &we);
-    for (int64_t pr : list) {
+    const int64_t n = static_cast<int64_t>(list.size()) * rows;
+#pragma omp parallel for schedule(static)
+    for (int64_t idx = 0; idx < n; ++idx) {
+      const int64_t pr = list[idx / rows], r = idx % rows;
       const double* x = a.data() + pr * in_dim;
-      for (int64_t r = 0; r < rows; ++r) {
-        const double* wr = we.data() + r * in_dim;
-        double s = 0;
-        for (int64_t k = 0; k < in_dim; ++k) s += x[k] * wr[k];
-        out[pr * rows + r] = s;
-      }
+      const double* wr = we.data() + r * in_dim;
+      double s = 0;
+      for (int64_t k = 0; k < in_dim; ++k) s += x[k] * wr[k];
+      out[pr * rows + r] = s;
     }
   }
   return out;
@@ -382,7 +392,7 @@ absl::StatusOr<std::vector<double>> MlaDecode(const MlaDecodeParams& p, const Ml
   const float* dec = numerics::Fp8DecodeTable(in.kv.desc.dtype);
   const int64_t S = p.paged ? 0 : in.kv.desc.shape[1];
   std::vector<double> out(B * Q * H * L, 0.0);
-  std::vector<double> keys, scores, acc(L);
+  std::vector<double> keys;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t seq = p.has_seq_lens || p.paged ? IndexAt(in.seq_lens, b) : S;
     const int64_t qlen = p.has_q_lens ? IndexAt(in.q_lens, b) : Q;
@@ -401,10 +411,12 @@ absl::StatusOr<std::vector<double>> MlaDecode(const MlaDecodeParams& p, const Ml
       }
       for (int64_t d = 0; d < W; ++d) keys[j * W + d] = dec[kv[row * W + d]] * p.kv_scale;
     }
-    for (int64_t t = 0; t < qlen; ++t) {
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t th = 0; th < qlen * H; ++th) {
+      const int64_t t = th / H, h = th % H;
       const int64_t visible = seq - qlen + t + 1;  // keys [0, seq - qlen + t]
-      scores.assign(visible, 0.0);
-      for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> scores(visible), acc(L, 0.0);
+      {
         const double* qlh = ql.data() + ((b * Q + t) * H + h) * L;
         const double* qph = qp.data() + ((b * Q + t) * H + h) * R;
         double m = -std::numeric_limits<double>::infinity();
@@ -416,7 +428,6 @@ absl::StatusOr<std::vector<double>> MlaDecode(const MlaDecodeParams& p, const Ml
           scores[j] = s * p.scale;  // kv_scale is already in the dequantized rows
           m = std::max(m, scores[j]);
         }
-        std::fill(acc.begin(), acc.end(), 0.0);
         double l = 0;
         for (int64_t j = 0; j < visible; ++j) {
           const double w = std::exp(scores[j] - m);
