@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""Independent NumPy check of kernelctl attention.
+
+Starts kernelserve (CPU backend) on a free port, writes random q/k/v .npy
+files, runs `kernelctl attention`, and compares its output with attention
+computed here in float64 NumPy from the same inputs rounded to bf16 (RTNE,
+as the client documents). Exits non-zero on any mismatch.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def to_bf16(x):
+    """Round float32 values to bf16 with round-to-nearest-even; returns float64."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def attention(q, k, v, causal, scale, layout):
+    if layout == "bshd":
+        q, k, v = (np.transpose(t, (0, 2, 1, 3)) for t in (q, k, v))
+    b, hq, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    group = hq // hkv
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    if causal:
+        i = np.arange(sq)[:, None]
+        j = np.arange(skv)[None, :]
+        s = np.where(j <= i + skv - sq, s, -np.inf)
+    with np.errstate(invalid="ignore"):  # rows that see no key give NaN, zeroed later
+        m = np.max(s, axis=-1, keepdims=True)
+        p = np.exp(s - m)
+        o = np.einsum("bhij,bhjd->bhid", p, v) / np.sum(p, axis=-1, keepdims=True)
+    if layout == "bshd":
+        o = np.transpose(o, (0, 2, 1, 3))
+    return o
+
+
+def start_server(binary, workdir):
+    log_path = os.path.join(workdir, "server.log")
+    log = open(log_path, "w")
+    proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=2"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(300):
+        with open(log_path) as f:
+            m = re.search(r"listening on port (\d+)", f.read())
+        if m:
+            return proc, int(m.group(1))
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit("kernelserve did not start:\n" + open(log_path).read())
+
+
+def check_case(kernelctl, port, workdir, rng, case):
+    b, hq, hkv, sq, skv, d = case["shape"]
+    layout = case["layout"]
+
+    def shape(h, s):
+        return (b, h, s, d) if layout == "bhsd" else (b, s, h, d)
+
+    files = {}
+    inputs = {}
+    for name, sh, dtype in (("q", shape(hq, sq), np.float32), ("k", shape(hkv, skv), np.float64),
+                            ("v", shape(hkv, skv), np.float16)):
+        x = rng.standard_normal(sh).astype(dtype)
+        path = os.path.join(workdir, name + ".npy")
+        np.save(path, x)
+        files[name] = path
+        # kernelctl rounds float64 once to bf16; going through float32 here
+        # differs only on near-tie values, which Gaussian samples do not hit.
+        inputs[name] = to_bf16(x.astype(np.float32))
+    out_path = os.path.join(workdir, "o.npy")
+    cmd = [kernelctl, "--server=127.0.0.1:%d" % port, "attention", "--q=" + files["q"], "--k=" + files["k"],
+           "--v=" + files["v"], "--out=" + out_path, "--layout=" + layout]
+    if case["causal"]:
+        cmd.append("--causal")
+    scale = case.get("scale")
+    if scale is not None:
+        cmd.append("--scale=%r" % scale)
+    else:
+        scale = 1.0 / np.sqrt(d)
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        return "kernelctl failed (%d): %s" % (res.returncode, res.stderr)
+    out = np.load(out_path)
+    if out.dtype != np.float32 or out.shape != inputs["q"].shape:
+        return "output has dtype %s shape %s" % (out.dtype, out.shape)
+    if np.any(out.view(np.uint32) & 0xFFFF):
+        return "output values are not bf16-exact"
+    ref = attention(inputs["q"], inputs["k"], inputs["v"], case["causal"], scale, layout)
+    ref = np.nan_to_num(ref, nan=0.0)  # rows that see no key are 0 by definition
+    o = out.astype(np.float64)
+    if not np.all(np.isfinite(o)):
+        return "output has NaN/Inf"
+    err = np.abs(o - ref)
+    tol = 2.0 ** -7 * np.abs(ref) + 1e-5 * np.max(np.abs(ref))
+    worst = np.argmax(err - tol)
+    if np.any(err > tol):
+        return "element %d: kernelctl %r, numpy %r" % (worst, o.flat[worst], ref.flat[worst])
+    rel = np.linalg.norm(o - ref) / np.linalg.norm(ref)
+    if rel > 4e-3:
+        return "relative RMS error %g" % rel
+    print("ok %s rel_rms=%.3g" % (case, rel))
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernelctl", required=True)
+    ap.add_argument("--kernelserve", required=True)
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+    seed = int.from_bytes(os.urandom(8), "little")
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    proc, port = start_server(args.kernelserve, workdir)
+    cases = [
+        {"shape": (1, 4, 2, 24, 50, 128), "layout": "bhsd", "causal": True},
+        {"shape": (2, 2, 2, 7, 33, 64), "layout": "bshd", "causal": False, "scale": 0.3},
+        {"shape": (1, 2, 1, 40, 16, 128), "layout": "bhsd", "causal": True},  # Sq > Skv: empty rows
+    ]
+    failures = []
+    try:
+        for case in cases:
+            err = check_case(args.kernelctl, port, workdir, rng, case)
+            if err:
+                failures.append("%s: %s" % (case, err))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    if failures:
+        print("FAILED (seed %d):\n  %s" % (seed, "\n  ".join(failures)))
+        sys.exit(1)
+    print("PASSED")
+
+
+if __name__ == "__main__":
+    main()
