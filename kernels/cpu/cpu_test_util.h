@@ -1,0 +1,103 @@
+// Helpers for the cpu backend's tests: fresh seeds, poisoned outputs, and
+// comparisons of bf16 outputs against the fp64 oracle.
+#ifndef KERNELSERVE_KERNELS_CPU_CPU_TEST_UTIL_H_
+#define KERNELSERVE_KERNELS_CPU_CPU_TEST_UTIL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/api/ops.h"
+#include "kernels/api/tensor.h"
+#include "kernels/numerics/numerics.h"
+
+namespace kernelserve {
+namespace cpu_test {
+
+// A fresh seed per call; tests print it (SCOPED_TRACE) so a failure can be replayed.
+inline uint64_t FreshSeed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// An output tensor filled with 0xFF bytes (a NaN pattern in bf16).
+inline HostTensor PoisonedBf16(const Shape& shape) {
+  HostTensor t(DType::kBf16, shape);
+  std::memset(t.bytes(), 0xFF, t.num_bytes());
+  return t;
+}
+
+inline std::vector<double> Bf16ToDoubles(const HostTensor& t) {
+  std::vector<double> out(t.num_elements());
+  for (int64_t i = 0; i < t.num_elements(); ++i) out[i] = numerics::Bf16ToFloat(t.data<uint16_t>()[i]);
+  return out;
+}
+
+// Distance in representable bf16 values between two finite bf16 bit patterns.
+inline int64_t Bf16UlpDistance(uint16_t a, uint16_t b) {
+  auto ordered = [](uint16_t x) -> int64_t {
+    return (x & 0x8000) ? -static_cast<int64_t>(x & 0x7FFF) : static_cast<int64_t>(x);
+  };
+  const int64_t d = ordered(a) - ordered(b);
+  return d < 0 ? -d : d;
+}
+
+struct Bf16Comparison {
+  double rel_rms = 0;
+  int64_t nonfinite = 0;        // output NaN/Inf where the oracle is finite
+  int64_t exact = 0;            // bits equal to DoubleToBf16(oracle, mode)
+  int64_t far = 0;              // more than `max_ulp` from it and beyond the abs floor
+  int64_t n = 0;
+  std::string first_far;
+};
+
+// Compares a bf16 output with the unrounded fp64 oracle. An element is "far"
+// when it is more than max_ulp bf16 steps from the oracle rounded in `mode`
+// and also more than abs_floor (relative to the largest |ref|) away: values
+// that cancel to near zero carry the fp32 error of their inputs, which a
+// one-ulp check on the small result would overstate.
+inline Bf16Comparison CompareBf16(const HostTensor& out, const std::vector<double>& ref, Rounding mode,
+                                  int64_t max_ulp = 1, double abs_floor = 2e-3) {
+  Bf16Comparison c;
+  c.n = out.num_elements();
+  double amax = 0;
+  for (double r : ref) {
+    if (std::isfinite(r)) amax = std::max(amax, std::fabs(r));
+  }
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < c.n; ++i) {
+    const uint16_t got = out.data<uint16_t>()[i];
+    const double g = numerics::Bf16ToFloat(got);
+    if (!std::isfinite(ref[i])) continue;
+    if (!std::isfinite(g)) {
+      ++c.nonfinite;
+      continue;
+    }
+    err2 += (g - ref[i]) * (g - ref[i]);
+    ref2 += ref[i] * ref[i];
+    const uint16_t want = numerics::DoubleToBf16(ref[i], mode);
+    if (got == want) {
+      ++c.exact;
+      continue;
+    }
+    if (Bf16UlpDistance(got, want) > max_ulp && std::fabs(g - ref[i]) > abs_floor * amax) {
+      if (c.far == 0) {
+        c.first_far = absl::StrCat("element ", i, ": got ", g, " want ", ref[i], " (",
+                                   numerics::Bf16ToFloat(want), " rounded)");
+      }
+      ++c.far;
+    }
+  }
+  c.rel_rms = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  return c;
+}
+
+}  // namespace cpu_test
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_CPU_CPU_TEST_UTIL_H_
