@@ -80,10 +80,11 @@ void DeviceWorker::Loop() {
     task->timing.queue_ms = absl::ToDoubleMilliseconds(start - task->submitted);
     bool dropped_deadline = false, dropped_cancelled = false;
     if (task->ctx != nullptr) {
-      if (task->ctx->IsCancelled()) {
-        dropped_cancelled = true;
-      } else if (task->ctx->deadline() <= std::chrono::system_clock::now()) {
+      // Deadline first: gRPC also marks an expired call cancelled.
+      if (task->ctx->deadline() <= std::chrono::system_clock::now()) {
         dropped_deadline = true;
+      } else if (task->ctx->IsCancelled()) {
+        dropped_cancelled = true;
       }
     }
     if (dropped_cancelled) {

@@ -1,5 +1,7 @@
 #include "server/test_util.h"
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "grpcpp/create_channel.h"
