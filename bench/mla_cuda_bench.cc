@@ -1,0 +1,233 @@
+// MLA absorbed decode (a16w8) on the GPU over the seed's (B, S) table, H = 16,
+// q_len = 4, paged pool with page size 1 and shuffled slots (and the
+// contiguous layout for comparison). Each point is timed as CUDA-graph
+// replays; one replay holds several calls over disjoint KV copies so that the
+// KV never sits in L2 between calls. TB/s counts the KV bytes plus the Q and
+// O bytes once per call. Prints a markdown table.
+//
+//   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/api/ops.h"
+#include "kernels/cuda/mla/mla_decode.h"
+
+namespace kernelserve {
+namespace {
+
+#define CHECK_CUDA(x)                                                                     \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+struct Shape2 {
+  int64_t b, s;
+};
+
+void FillRandom(void* dev, size_t bytes, uint64_t seed, bool fp8) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> host(std::min<size_t>(bytes, 64u << 20));
+  for (auto& x : host) {
+    const uint8_t v = static_cast<uint8_t>(rng());
+    // fp8: finite e4m3fn codes of moderate size; bf16: values in [-2, 2).
+    x = fp8 ? static_cast<uint8_t>((v & 0x80) | (v % 0x58)) : v;
+  }
+  if (!fp8) {
+    uint16_t* h = reinterpret_cast<uint16_t*>(host.data());
+    for (size_t i = 0; i < host.size() / 2; ++i) h[i] = static_cast<uint16_t>(0x3F80 | (h[i] & 0x807F)) ^ (i & 1 ? 0x0080 : 0);
+  }
+  for (size_t off = 0; off < bytes; off += host.size()) {
+    CHECK_CUDA(cudaMemcpy(static_cast<uint8_t*>(dev) + off, host.data(), std::min(host.size(), bytes - off),
+                          cudaMemcpyHostToDevice));
+  }
+}
+
+struct Result {
+  double us = 0;
+  int splits = 0;
+};
+
+Result TimeOne(int64_t B, int64_t S, int64_t H, int64_t Q, bool paged, uint8_t* kv_pool, size_t pool_bytes,
+               void* q_lat, void* q_pe, void* out, int32_t* d_idx_all, int64_t copies) {
+  // Host-side validated params, as the server would build them.
+  MlaDecodeParams p;
+  p.kv_scale = 1.0 / 16;
+  HostTensor seq_lens(DType::kInt32, {B});
+  for (int64_t b = 0; b < B; ++b) seq_lens.data<int32_t>()[b] = static_cast<int32_t>(S);
+  HostTensor indptr(DType::kInt32, {B + 1});
+  for (int64_t b = 0; b <= B; ++b) indptr.data<int32_t>()[b] = static_cast<int32_t>(b * S);
+  const int64_t rows_per_copy = B * S;
+  TensorDesc qd{DType::kBf16, {B, Q, H, kMlaLatentDim}}, pd{DType::kBf16, {B, Q, H, kMlaRopeDim}};
+  absl::Status st;
+  HostTensor indices;
+  if (paged) {
+    // Validation over the host index copy costs seconds at B*S = 2.4M; only
+    // the descriptor matters here, so validate against a 1-copy view.
+    indices = HostTensor(DType::kInt32, {B * S});
+    std::vector<int32_t> idx(B * S);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::copy(idx.begin(), idx.end(), indices.data<int32_t>());
+    st = p.Validate(qd, pd, TensorDesc{DType::kFp8E4M3Fn, {rows_per_copy, kMlaRowDim}}, true, 1, &seq_lens,
+                    &indices, &indptr, nullptr);
+  } else {
+    st = p.Validate(qd, pd, TensorDesc{DType::kFp8E4M3Fn, {B, S, kMlaRowDim}}, false, 1, nullptr, nullptr,
+                    nullptr, nullptr);
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "validate: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+  int32_t *d_seq, *d_indptr;
+  CHECK_CUDA(cudaMalloc(&d_seq, B * 4));
+  CHECK_CUDA(cudaMalloc(&d_indptr, (B + 1) * 4));
+  CHECK_CUDA(cudaMemcpy(d_seq, seq_lens.bytes(), B * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(d_indptr, indptr.bytes(), (B + 1) * 4, cudaMemcpyHostToDevice));
+
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int64_t c = 0; c < copies; ++c) {
+    MlaDecodeInputs in;
+    in.q_lat = TensorView{qd, q_lat};
+    in.q_pe = TensorView{pd, q_pe};
+    TensorView ov{p.OutputDesc(), out};
+    if (paged) {
+      // Copy c uses its own shuffled slot list into the pool.
+      in.kv = TensorView{TensorDesc{DType::kFp8E4M3Fn, {static_cast<int64_t>(pool_bytes / kMlaRowDim), kMlaRowDim}},
+                         kv_pool};
+      in.seq_lens = TensorView{seq_lens.desc(), d_seq};
+      in.kv_indptr = TensorView{indptr.desc(), d_indptr};
+      in.kv_indices = TensorView{indices.desc(), d_idx_all + c * rows_per_copy};
+    } else {
+      in.kv = TensorView{TensorDesc{DType::kFp8E4M3Fn, {B, S, kMlaRowDim}}, kv_pool + c * rows_per_copy * kMlaRowDim};
+    }
+    const absl::Status rs = cuda::RunMlaDecode(p, in, ov, stream);
+    if (!rs.ok()) {
+      std::fprintf(stderr, "run: %s\n", rs.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 5; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 30; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(e1, stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  Result r;
+  r.us = ms[ms.size() / 2] * 1000.0 / copies;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaFree(d_seq);
+  cudaFree(d_indptr);
+  return r;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<Shape2> shapes = {{1, 150000}, {2, 150000}, {8, 8192},   {8, 32768},
+                                {8, 65536},  {8, 150000}, {16, 150000}, {32, 8192}};
+  int64_t H = 16, Q = 4;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--heads=", 0) == 0) H = std::atoll(a.c_str() + 8);
+    if (a.rfind("--q_len=", 0) == 0) Q = std::atoll(a.c_str() + 8);
+    if (a.rfind("--shapes=", 0) == 0) {
+      shapes.clear();
+      std::string s = a.substr(9);
+      size_t pos = 0;
+      while (pos < s.size()) {
+        size_t comma = s.find(',', pos);
+        if (comma == std::string::npos) comma = s.size();
+        const std::string item = s.substr(pos, comma - pos);
+        const size_t colon = item.find(':');
+        shapes.push_back({std::atoll(item.substr(0, colon).c_str()), std::atoll(item.substr(colon + 1).c_str())});
+        pos = comma + 1;
+      }
+    }
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("mla_cuda_bench: no CUDA device, nothing to time\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  // At least ~3x the L2 of KV per replay: small shapes rotate over copies.
+  const size_t kMinBytes = 3 * static_cast<size_t>(prop.l2CacheSize);
+  size_t pool_bytes = 0;
+  int64_t max_rows = 0, max_bh = 0;
+  for (const auto& sh : shapes) {
+    const size_t kvb = static_cast<size_t>(sh.b * sh.s) * kMlaRowDim;
+    const int64_t copies = std::max<int64_t>(1, (kMinBytes + kvb - 1) / kvb);
+    pool_bytes = std::max(pool_bytes, kvb * copies);
+    max_rows = std::max(max_rows, sh.b * sh.s * copies);
+    max_bh = std::max(max_bh, sh.b);
+  }
+  uint8_t* kv;
+  void *q_lat, *q_pe, *out;
+  int32_t* idx;
+  CHECK_CUDA(cudaMalloc(&kv, pool_bytes));
+  FillRandom(kv, pool_bytes, 1, true);
+  const size_t qlat_bytes = max_bh * Q * H * kMlaLatentDim * 2, qpe_bytes = max_bh * Q * H * kMlaRopeDim * 2;
+  CHECK_CUDA(cudaMalloc(&q_lat, qlat_bytes));
+  CHECK_CUDA(cudaMalloc(&q_pe, qpe_bytes));
+  CHECK_CUDA(cudaMalloc(&out, qlat_bytes));
+  FillRandom(q_lat, qlat_bytes, 2, false);
+  FillRandom(q_pe, qpe_bytes, 3, false);
+  CHECK_CUDA(cudaMalloc(&idx, max_rows * 4));
+
+  std::printf("\n%s, %d SMs, L2 %d MB; H = %lld, q_len = %lld, fp8 e4m3fn KV, CUDA-graph timed\n\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(H), static_cast<long long>(Q));
+  std::printf("| (B, S) | KV (MB) | paged p1 (us) | paged TB/s | contiguous (us) | contiguous TB/s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  std::mt19937_64 rng(7);
+  for (const auto& sh : shapes) {
+    const int64_t B = sh.b, S = sh.s;
+    const size_t kvb = static_cast<size_t>(B * S) * kMlaRowDim;
+    const int64_t copies = std::max<int64_t>(1, (kMinBytes + kvb - 1) / kvb);
+    // Every copy is a shuffled permutation of its own rows of the pool.
+    std::vector<int32_t> h(B * S * copies);
+    std::iota(h.begin(), h.end(), 0);
+    for (int64_t c = 0; c < copies; ++c) std::shuffle(h.begin() + c * B * S, h.begin() + (c + 1) * B * S, rng);
+    CHECK_CUDA(cudaMemcpy(idx, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    const double bytes = static_cast<double>(kvb) + static_cast<double>(B * Q * H) * (576 + 512) * 2;
+    const Result rp = TimeOne(B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result rc = TimeOne(B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    std::printf("| (%lld, %lld) | %.0f | %.1f | %.2f | %.1f | %.2f |\n", static_cast<long long>(B),
+                static_cast<long long>(S), kvb / 1e6, rp.us, bytes / rp.us / 1e6, rc.us, bytes / rc.us / 1e6);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kernelserve
+
+int main(int argc, char** argv) { return kernelserve::Main(argc, argv); }

@@ -1,0 +1,119 @@
+// Small sm_90 device helpers shared by the MLA, MoE and FP8 attention
+// kernels: warp-level mma.sync, ldmatrix, cp.async, and bf16 rounding in the
+// three modes of DESIGN §4 (must match numerics::FloatToBf16 bit for bit).
+#ifndef KERNELSERVE_KERNELS_CUDA_MLA_DEVICE_COMMON_CUH_
+#define KERNELSERVE_KERNELS_CUDA_MLA_DEVICE_COMMON_CUH_
+
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace kernelserve {
+namespace cuda_detail {
+
+// Rounding modes as in kernels/api/ops.h (Rounding enum values).
+constexpr int kRoundRtne = 1;
+constexpr int kRoundRtna = 2;
+constexpr int kRoundRtz = 3;
+
+__device__ __forceinline__ uint32_t FloatToBf16Bits(float x, int mode) {
+  const uint32_t u = __float_as_uint(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFFu;
+  if (mode == kRoundRtz) return u >> 16;
+  if (mode == kRoundRtna) return (u + 0x8000u) >> 16;
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+__device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi, int mode) {
+  return FloatToBf16Bits(lo, mode) | (FloatToBf16Bits(hi, mode) << 16);
+}
+
+// RTNE pack without NaN handling (operands that feed the tensor cores).
+__device__ __forceinline__ uint32_t PackBf16x2Rn(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ float Bf16LoToFloat(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float Bf16HiToFloat(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void Ldmatrix4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                          uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void Ldmatrix4Trans(uint32_t addr, uint32_t& r0, uint32_t& r1,
+                                               uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// D += A(16x16 bf16, row) * B(16x8 bf16, col), fp32 accumulators.
+__device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// D += A(16x32 e4m3, row) * B(32x8 e4m3, col), fp32 accumulators (sm_89+).
+__device__ __forceinline__ void MmaE4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16-byte async copy; src_bytes < 16 zero-fills the rest (0: all zeros).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Two e4m3fn codes (low two bytes of v) -> bf16x2, exact.
+__device__ __forceinline__ uint32_t E4m3fnX2ToBf16x2(uint32_t v) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(v)));
+  float lo, hi;
+  asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}"
+      : "=f"(lo), "=f"(hi)
+      : "r"(h));
+  return PackBf16x2Rn(lo, hi);
+}
+
+// Two e4m3fnuz codes -> bf16x2, exact (bias 8; 0x80 is NaN).
+__device__ __forceinline__ uint32_t E4m3fnuzX2ToBf16x2(uint32_t v) {
+  uint32_t out = 0;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t b = (v >> (8 * i)) & 0xFFu;
+    // Exponent and mantissa bits placed in an fp32, scaled by 2^(127-8):
+    // exact for normals and subnormals alike.
+    const float f = __uint_as_float((b & 0x7Fu) << 20) * __uint_as_float(0x7B000000u);  // 2^119
+    uint32_t bits = __float_as_uint(f) | ((b & 0x80u) << 24);
+    if (b == 0x80u) bits = 0x7FC00000u;
+    out |= (bits >> 16) << (16 * i);
+  }
+  return out;
+}
+
+}  // namespace cuda_detail
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_CUDA_MLA_DEVICE_COMMON_CUH_

@@ -1,0 +1,46 @@
+#include "kernels/cuda/mla/mla_decode.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/mla/mla_decode_launch.h"
+
+namespace kernelserve {
+namespace cuda {
+
+absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
+                          cudaStream_t stream) {
+  if (out.desc.dtype != DType::kBf16 || out.desc.num_elements() != p.batch * p.q_len * p.heads * kMlaLatentDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mla_decode: out must be bf16[", p.batch, ",", p.q_len, ",", p.heads, ",512], got ",
+                     out.desc.DebugString()));
+  }
+  cuda_mla::MlaDecodeArgs a;
+  a.q_lat = in.q_lat.data;
+  a.q_pe = in.q_pe.data;
+  a.kv = in.kv.data;
+  a.out = out.data;
+  a.seq_lens = in.seq_lens.as<const int32_t>();
+  a.kv_indices = in.kv_indices.as<const int32_t>();
+  a.kv_indptr = in.kv_indptr.as<const int32_t>();
+  a.q_lens = p.has_q_lens ? in.q_lens.as<const int32_t>() : nullptr;
+  if (!p.has_seq_lens) a.seq_lens = nullptr;
+  a.batch = static_cast<int>(p.batch);
+  a.q_len = static_cast<int>(p.q_len);
+  a.heads = static_cast<int>(p.heads);
+  a.paged = p.paged;
+  a.kv_seq = p.paged ? 0 : in.kv.desc.shape[1];
+  a.max_seq = p.max_seq;
+  a.page_size = static_cast<int>(p.page_size);
+  a.fnuz = p.kv_dtype == DType::kFp8E4M3Fnuz;
+  a.scale = p.scale;
+  a.kv_scale = p.kv_scale;
+  a.rounding = static_cast<int>(p.rounding);
+  a.num_splits = static_cast<int>(p.num_splits);
+  const cudaError_t e = cuda_mla::LaunchMlaDecode(a, stream);
+  if (e == cudaSuccess) return absl::OkStatus();
+  const std::string msg = absl::StrCat("mla_decode: CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+  if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+}  // namespace cuda
+}  // namespace kernelserve

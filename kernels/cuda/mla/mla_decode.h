@@ -1,0 +1,27 @@
+// MLA absorbed decode (a16w8) on CUDA sm_90a: the entry point the CUDA
+// backend calls. Numerics and tolerance: see mla_decode_kernel.cu; scores and
+// outputs accumulate in fp32, P is rounded to bf16 before PV and the row sum
+// counts the rounded values; results are deterministic run to run.
+#ifndef KERNELSERVE_KERNELS_CUDA_MLA_MLA_DECODE_H_
+#define KERNELSERVE_KERNELS_CUDA_MLA_MLA_DECODE_H_
+
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "kernels/api/ops.h"
+#include "kernels/api/tensor.h"
+
+namespace kernelserve {
+namespace cuda {
+
+// All views are device memory; `p` has passed MlaDecodeParams::Validate.
+// Enqueues on `stream` without a host synchronization; the paged path (and
+// the contiguous one) may be captured into a CUDA graph: the KV split is a
+// function of p (max_seq), so replays must not exceed the captured max_seq.
+absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
+                          cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_CUDA_MLA_MLA_DECODE_H_

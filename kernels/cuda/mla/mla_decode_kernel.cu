@@ -1,0 +1,462 @@
+// MLA absorbed decode (a16w8) for sm_90: bf16 queries against fp8 KV rows of
+// 576 (latent 512 + rope 64), one row being both K (576) and V (first 512).
+//
+// One CTA = (KV split, group of 64 query rows, request). The 64 rows are the
+// flattened (draft position, head) pairs of one request, so every head of a
+// group shares each KV tile, read from memory once per group. Per 64-token
+// tile: cp.async of the raw fp8 rows, one unpack to bf16 in shared memory,
+// QK^T and PV on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate),
+// and an online softmax in base 2. With several splits, the unnormalized
+// partial outputs and their (max, sum) go to a workspace and a merge kernel
+// combines them in split order: the result does not depend on scheduling.
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/mla/device_common.cuh"
+#include "kernels/cuda/mla/mla_decode_launch.h"
+
+namespace kernelserve {
+namespace cuda_mla {
+namespace {
+
+using namespace ::kernelserve::cuda_detail;  // NOLINT: device helpers
+
+constexpr int kRows = 64;     // query rows per CTA
+constexpr int kTok = 64;      // KV tokens per tile
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kD = 576;
+constexpr int kDL = 512;
+constexpr int kDR = 64;
+constexpr int kStr = kD + 8;  // bf16 row stride of sQ / sK: 1168 B, conflict-free ldmatrix
+constexpr int kPStr = kTok + 8;
+constexpr int kSmemQ = kRows * kStr * 2;
+constexpr int kSmemK = kTok * kStr * 2;
+constexpr int kSmemRaw = kTok * kD;
+constexpr int kSmemP = kRows * kPStr * 2;
+constexpr int kSmemStats = 4 * kRows * 4;
+constexpr int kSmemSlots = kTok * 8;
+constexpr int kSmemBytes = kSmemQ + kSmemK + kSmemRaw + kSmemP + kSmemStats + kSmemSlots;
+
+struct KParams {
+  const uint16_t* q_lat;
+  const uint16_t* q_pe;
+  const uint8_t* kv;
+  uint16_t* out;
+  float* part_o;   // [B][G][splits][64][512]
+  float* part_ml;  // [B][G][splits][64][2]
+  const int32_t* seq_lens;
+  const int32_t* kv_indices;
+  const int32_t* kv_indptr;
+  const int32_t* q_lens;
+  int q_len, heads, rows, row_groups, splits, page_size, paged, rounding;
+  int64_t chunk, kv_seq;
+  float sl2;        // softmax scale * kv_scale * log2(e)
+  float out_scale;  // kv_scale
+};
+
+__device__ __forceinline__ float WarpMax4(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float WarpSum4(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+template <bool kFnuz>
+__device__ __forceinline__ uint32_t Fp8x2ToBf16x2(uint32_t v) {
+  return kFnuz ? E4m3fnuzX2ToBf16x2(v) : E4m3fnX2ToBf16x2(v);
+}
+
+template <bool kFnuz>
+__global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem + kSmemQ);
+  uint8_t* sRaw = smem + kSmemQ + kSmemK;
+  uint16_t* sP = reinterpret_cast<uint16_t*>(sRaw + kSmemRaw);
+  float* sMax = reinterpret_cast<float*>(smem + kSmemQ + kSmemK + kSmemRaw + kSmemP);  // [2][64]
+  float* sSum = sMax + 2 * kRows;                                                      // [2][64]
+  int64_t* sSlot = reinterpret_cast<int64_t*>(sSum + 2 * kRows);  // KV row of each token of the next tile
+
+  const int split = blockIdx.x, group = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t seq = p.seq_lens ? p.seq_lens[b] : p.kv_seq;
+  const int ql = p.q_lens ? p.q_lens[b] : p.q_len;
+  const int64_t tok_begin = static_cast<int64_t>(split) * p.chunk;
+  const int64_t tok_end = min(seq, tok_begin + p.chunk);
+  const int n_tiles = tok_end > tok_begin ? static_cast<int>((tok_end - tok_begin + kTok - 1) / kTok) : 0;
+  const int row0 = group * kRows;
+  const int nrows = min(kRows, p.rows - row0);
+  const int kv_base = p.paged ? p.kv_indptr[b] : 0;
+
+  // Pool row of token j, or -1 past this split's chunk.
+  auto slot_of = [&](int64_t j) -> int64_t {
+    if (j >= tok_end) return -1;
+    if (!p.paged) return static_cast<int64_t>(b) * p.kv_seq + j;
+    if (p.page_size == 1) return p.kv_indices[kv_base + j];
+    return static_cast<int64_t>(p.kv_indices[kv_base + j / p.page_size]) * p.page_size + j % p.page_size;
+  };
+  // Rows come from sSlot, filled one tile ahead so the index loads stay off
+  // the path to the copies.
+  auto issue_tile = [&]() {
+    for (int c = tid; c < kTok * (kD / 16); c += kThreads) {
+      const int r = c / (kD / 16), col = c % (kD / 16);
+      const int64_t slot = sSlot[r];
+      const uint8_t* src = slot >= 0 ? p.kv + slot * kD + col * 16 : p.kv;
+      CpAsync16(SmemAddr(sRaw + r * kD + col * 16), src, slot >= 0 ? 16 : 0);
+    }
+    CpAsyncCommit();
+  };
+
+  int64_t slot_next = -1;
+  if (tid < kTok) {
+    sSlot[tid] = slot_of(tok_begin + tid);
+    slot_next = slot_of(tok_begin + kTok + tid);
+  }
+  __syncthreads();
+  if (n_tiles > 0) issue_tile();
+
+  // Queries of this group to shared memory; rows past the request are zeros.
+  {
+    const uint16_t* qlat = p.q_lat + (static_cast<int64_t>(b) * p.rows + row0) * kDL;
+    const uint16_t* qpe = p.q_pe + (static_cast<int64_t>(b) * p.rows + row0) * kDR;
+    for (int c = tid; c < kRows * (kD / 8); c += kThreads) {
+      const int r = c / (kD / 8), col = c % (kD / 8);
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r < nrows) {
+        v = col < kDL / 8 ? reinterpret_cast<const uint4*>(qlat + static_cast<int64_t>(r) * kDL)[col]
+                          : reinterpret_cast<const uint4*>(qpe + static_cast<int64_t>(r) * kDR)[col - kDL / 8];
+      }
+      *reinterpret_cast<uint4*>(sQ + r * kStr + col * 8) = v;
+    }
+  }
+
+  // This thread's rows in the mma accumulator layout: m-tile mi, half hf.
+  const int qk_mi = warp & 3, qk_nh = warp >> 2;
+  int64_t lim_qk[2];  // last visible token of the QK rows; -1: row masked
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int row = qk_mi * 16 + hf * 8 + (lane >> 2);
+    const int t = (row0 + row) / p.heads;
+    lim_qk[hf] = (row < nrows && t < ql) ? seq - ql + t : -1;
+  }
+
+  float m_run[4][2], l_run[4][2];
+  float acc[4][8][4];
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      m_run[mi][hf] = -INFINITY;
+      l_run[mi][hf] = 0.f;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][nt][e] = 0.f;
+    }
+  }
+
+  const uint32_t a_base = SmemAddr(sQ + (qk_mi * 16 + (lane & 15)) * kStr + (lane >> 4) * 8);
+  const uint32_t b_base =
+      SmemAddr(sK + (qk_nh * 32 + (lane >> 4) * 8 + (lane & 7)) * kStr + ((lane >> 3) & 1) * 8);
+  const uint32_t p_base = SmemAddr(sP + (lane & 15) * kPStr + (lane >> 4) * 8);
+  const uint32_t v_base =
+      SmemAddr(sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * kStr + warp * 64 + (lane >> 4) * 8);
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int64_t j0 = tok_begin + static_cast<int64_t>(it) * kTok;
+    CpAsyncWait<0>();
+    __syncthreads();  // raw tile landed; the previous PV is done with sK and sP
+    for (int c = tid; c < kTok * (kD / 16); c += kThreads) {
+      const int r = c / (kD / 16), col = c % (kD / 16);
+      const uint4 v = *reinterpret_cast<const uint4*>(sRaw + r * kD + col * 16);
+      uint4 o0, o1;
+      o0.x = Fp8x2ToBf16x2<kFnuz>(v.x);
+      o0.y = Fp8x2ToBf16x2<kFnuz>(v.x >> 16);
+      o0.z = Fp8x2ToBf16x2<kFnuz>(v.y);
+      o0.w = Fp8x2ToBf16x2<kFnuz>(v.y >> 16);
+      o1.x = Fp8x2ToBf16x2<kFnuz>(v.z);
+      o1.y = Fp8x2ToBf16x2<kFnuz>(v.z >> 16);
+      o1.z = Fp8x2ToBf16x2<kFnuz>(v.w);
+      o1.w = Fp8x2ToBf16x2<kFnuz>(v.w >> 16);
+      uint4* dst = reinterpret_cast<uint4*>(sK + r * kStr + col * 16);
+      dst[0] = o0;
+      dst[1] = o1;
+    }
+    if (tid < kTok) sSlot[tid] = slot_next;
+    __syncthreads();  // sK and the next tile's rows ready, sRaw free
+    if (it + 1 < n_tiles) issue_tile();
+    if (tid < kTok) slot_next = slot_of(j0 + 2 * kTok + tid);
+
+    // S = Q K^T for m-tile qk_mi and tokens [32*qk_nh, +32).
+    float s[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+    }
+#pragma unroll 4
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, b6, b7;
+      Ldmatrix4(a_base + ks * 32, a0, a1, a2, a3);
+      Ldmatrix4(b_base + ks * 32, b0, b1, b2, b3);
+      Ldmatrix4(b_base + 16 * kStr * 2 + ks * 32, b4, b5, b6, b7);
+      MmaBf16(s[0], a0, a1, a2, a3, b0, b1);
+      MmaBf16(s[1], a0, a1, a2, a3, b2, b3);
+      MmaBf16(s[2], a0, a1, a2, a3, b4, b5);
+      MmaBf16(s[3], a0, a1, a2, a3, b6, b7);
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + qk_nh * 32 + nt * 8 + (lane & 3) * 2 + (e & 1);
+        float v = s[nt][e] * p.sl2;
+        if (j >= tok_end || j > lim_qk[e >> 1]) v = -INFINITY;
+        s[nt][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+    }
+    mx[0] = WarpMax4(mx[0]);
+    mx[1] = WarpMax4(mx[1]);
+    if ((lane & 3) == 0) {
+      sMax[qk_nh * kRows + qk_mi * 16 + (lane >> 2)] = mx[0];
+      sMax[qk_nh * kRows + qk_mi * 16 + 8 + (lane >> 2)] = mx[1];
+    }
+    __syncthreads();  // tile maxima of both token halves visible
+
+    // New running max for all 8 rows this thread accumulates; every warp
+    // computes the same values from the same shared data.
+    float alpha[4][2], m_qk[2] = {0.f, 0.f};
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = mi * 16 + hf * 8 + (lane >> 2);
+        const float mn = fmaxf(m_run[mi][hf], fmaxf(sMax[row], sMax[kRows + row]));
+        const float m_use = mn == -INFINITY ? 0.f : mn;
+        alpha[mi][hf] = exp2f(m_run[mi][hf] - m_use);
+        m_run[mi][hf] = mn;
+        if (mi == qk_mi) m_qk[hf] = m_use;
+      }
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const uint32_t lo = PackBf16x2Rn(exp2f(s[nt][0] - m_qk[0]), exp2f(s[nt][1] - m_qk[0]));
+      const uint32_t hi = PackBf16x2Rn(exp2f(s[nt][2] - m_qk[1]), exp2f(s[nt][3] - m_qk[1]));
+      // The sum counts the rounded probabilities that PV multiplies.
+      sum[0] += Bf16LoToFloat(lo) + Bf16HiToFloat(lo);
+      sum[1] += Bf16LoToFloat(hi) + Bf16HiToFloat(hi);
+      const int col = qk_nh * 32 + nt * 8 + (lane & 3) * 2;
+      *reinterpret_cast<uint32_t*>(sP + (qk_mi * 16 + (lane >> 2)) * kPStr + col) = lo;
+      *reinterpret_cast<uint32_t*>(sP + (qk_mi * 16 + 8 + (lane >> 2)) * kPStr + col) = hi;
+    }
+    sum[0] = WarpSum4(sum[0]);
+    sum[1] = WarpSum4(sum[1]);
+    if ((lane & 3) == 0) {
+      sSum[qk_nh * kRows + qk_mi * 16 + (lane >> 2)] = sum[0];
+      sSum[qk_nh * kRows + qk_mi * 16 + 8 + (lane >> 2)] = sum[1];
+    }
+    __syncthreads();  // P and the partial sums visible
+
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = mi * 16 + hf * 8 + (lane >> 2);
+        l_run[mi][hf] = l_run[mi][hf] * alpha[mi][hf] + (sSum[row] + sSum[kRows + row]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][nt][e] *= alpha[mi][e >> 1];
+      }
+    }
+
+    // O[:, 64*warp .. +64] += P V.
+#pragma unroll
+    for (int ks = 0; ks < kTok / 16; ++ks) {
+      uint32_t a[4][4];
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi) {
+        Ldmatrix4(p_base + (mi * 16 * kPStr + ks * 16) * 2, a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t b0, b1, b2, b3;
+        Ldmatrix4Trans(v_base + (ks * 16 * kStr + q * 16) * 2, b0, b1, b2, b3);
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi) {
+          MmaBf16(acc[mi][2 * q], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0, b1);
+          MmaBf16(acc[mi][2 * q + 1], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b2, b3);
+        }
+      }
+    }
+  }
+
+  // Epilogue.
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = mi * 16 + hf * 8 + (lane >> 2);
+      if (row >= nrows) continue;
+      const int r = row0 + row;
+      const int col0 = warp * 64 + (lane & 3) * 2;
+      if (p.splits == 1) {
+        uint16_t* o = p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + col0;
+        const bool live = r / p.heads < ql;
+        const float inv = p.out_scale / l_run[mi][hf];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const uint32_t v = live ? PackBf16x2(acc[mi][nt][2 * hf] * inv, acc[mi][nt][2 * hf + 1] * inv,
+                                               p.rounding)
+                                  : 0u;
+          *reinterpret_cast<uint32_t*>(o + nt * 8) = v;
+        }
+      } else {
+        const int64_t pi =
+            ((static_cast<int64_t>(b) * p.row_groups + group) * p.splits + split) * kRows + row;
+        float* o = p.part_o + pi * kDL + col0;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          *reinterpret_cast<float2*>(o + nt * 8) = make_float2(acc[mi][nt][2 * hf], acc[mi][nt][2 * hf + 1]);
+        }
+        if (warp == 0 && (lane & 3) == 0) {
+          p.part_ml[pi * 2] = m_run[mi][hf];
+          p.part_ml[pi * 2 + 1] = l_run[mi][hf];
+        }
+      }
+    }
+  }
+}
+
+// Combines the splits of one (request, row) in split order. 128 threads x 4 columns.
+__global__ void __launch_bounds__(128) MlaMergeKernel(const KParams p) {
+  const int r = blockIdx.x, b = blockIdx.y;
+  const int group = r / kRows, row = r % kRows;
+  const int ql = p.q_lens ? p.q_lens[b] : p.q_len;
+  const int col = threadIdx.x * 4;
+  uint16_t* o = p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + col;
+  if (r / p.heads >= ql) {
+    *reinterpret_cast<uint2*>(o) = make_uint2(0u, 0u);
+    return;
+  }
+  const int64_t base = (static_cast<int64_t>(b) * p.row_groups + group) * p.splits * kRows + row;
+  float m_max = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) m_max = fmaxf(m_max, p.part_ml[(base + s * kRows) * 2]);
+  float l = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s = 0; s < p.splits; ++s) {
+    const int64_t pi = base + s * kRows;
+    const float m = p.part_ml[pi * 2];
+    if (m == -INFINITY) continue;
+    const float w = exp2f(m - m_max);
+    l += w * p.part_ml[pi * 2 + 1];
+    const float4 v = *reinterpret_cast<const float4*>(p.part_o + pi * kDL + col);
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+  }
+  const float inv = p.out_scale / l;
+  *reinterpret_cast<uint2*>(o) =
+      make_uint2(PackBf16x2(acc.x * inv, acc.y * inv, p.rounding), PackBf16x2(acc.z * inv, acc.w * inv, p.rounding));
+}
+
+}  // namespace
+
+MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int num_splits,
+                           int num_sms) {
+  MlaSplitPlan plan;
+  plan.row_groups = (q_len * heads + kRows - 1) / kRows;
+  const int64_t max_tiles = (max_seq + kTok - 1) / kTok;
+  int64_t s_best = 1;
+  if (num_splits > 0) {
+    s_best = std::min<int64_t>(num_splits, max_tiles);
+  } else {
+    // Time ~ waves x (tiles per CTA + a fixed start cost), plus a little for
+    // the merge; the fewest splits win ties.
+    const int64_t ctas_per_split = static_cast<int64_t>(batch) * plan.row_groups;
+    double best = 1e30;
+    for (int64_t s = 1; s <= std::min<int64_t>(max_tiles, 1024); ++s) {
+      const int64_t tiles = (max_tiles + s - 1) / s;
+      const int64_t waves = (ctas_per_split * s + num_sms - 1) / num_sms;
+      const double cost = static_cast<double>(waves) * (tiles + 2) + (s > 1 ? 1.0 : 0.0);
+      if (cost < best - 1e-9) {
+        best = cost;
+        s_best = s;
+      }
+    }
+  }
+  const int64_t tiles_per = (max_tiles + s_best - 1) / s_best;
+  plan.chunk = tiles_per * kTok;
+  plan.splits = static_cast<int>((max_seq + plan.chunk - 1) / plan.chunk);
+  return plan;
+}
+
+cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
+  cudaError_t e = cudaFuncSetAttribute(MlaDecodeKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kSmemBytes);
+  if (e != cudaSuccess) return e;
+  e = cudaFuncSetAttribute(MlaDecodeKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (e != cudaSuccess) return e;
+  int dev = 0, sms = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+
+  const MlaSplitPlan plan = PlanMlaSplits(a.batch, a.q_len, a.heads, a.max_seq, a.num_splits, sms);
+  KParams p{};
+  p.q_lat = static_cast<const uint16_t*>(a.q_lat);
+  p.q_pe = static_cast<const uint16_t*>(a.q_pe);
+  p.kv = static_cast<const uint8_t*>(a.kv);
+  p.out = static_cast<uint16_t*>(a.out);
+  p.seq_lens = a.seq_lens;
+  p.kv_indices = a.kv_indices;
+  p.kv_indptr = a.kv_indptr;
+  p.q_lens = a.q_lens;
+  p.q_len = a.q_len;
+  p.heads = a.heads;
+  p.rows = a.q_len * a.heads;
+  p.row_groups = plan.row_groups;
+  p.splits = plan.splits;
+  p.page_size = a.page_size;
+  p.paged = a.paged ? 1 : 0;
+  p.rounding = a.rounding;
+  p.chunk = plan.chunk;
+  p.kv_seq = a.kv_seq;
+  p.sl2 = static_cast<float>(a.scale * a.kv_scale * 1.4426950408889634);
+  p.out_scale = static_cast<float>(a.kv_scale);
+
+  void* ws = nullptr;
+  if (plan.splits > 1) {
+    const int64_t parts = static_cast<int64_t>(a.batch) * plan.row_groups * plan.splits * kRows;
+    const size_t bytes = static_cast<size_t>(parts) * (kDL + 2) * sizeof(float);
+    if ((e = cudaMallocAsync(&ws, bytes, stream)) != cudaSuccess) return e;
+    p.part_o = static_cast<float*>(ws);
+    p.part_ml = p.part_o + parts * kDL;
+  }
+  const dim3 grid(plan.splits, plan.row_groups, a.batch);
+  if (a.fnuz) {
+    MlaDecodeKernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  } else {
+    MlaDecodeKernel<false><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  }
+  e = cudaGetLastError();
+  if (e == cudaSuccess && plan.splits > 1) {
+    MlaMergeKernel<<<dim3(p.rows, a.batch), 128, 0, stream>>>(p);
+    e = cudaGetLastError();
+  }
+  if (ws != nullptr) {
+    const cudaError_t f = cudaFreeAsync(ws, stream);
+    if (e == cudaSuccess) e = f;
+  }
+  return e;
+}
+
+}  // namespace cuda_mla
+}  // namespace kernelserve
