@@ -1,0 +1,153 @@
+// The benchmark job scheduler (DESIGN §6): a persistent queue per device,
+// one runner thread per device, and the measurement method.
+//
+// Scheduling. Jobs wait in a queue per device, highest priority first, then
+// in submission order. A device runs one job at a time, and the job's whole
+// timing phase is one task on the device's worker (DeviceRunner), so no
+// kernel call or other job can touch the device during a timing window:
+// kernel calls that arrive meanwhile wait in the worker's queue. Each
+// submitter may have at most `max_jobs_per_submitter` jobs queued or running.
+// Every job has a hard time limit; Cancel stops a running job between two
+// launches (within a second unless one launch takes longer).
+//
+// Method. Every variant is first run once on the job's inputs and compared
+// with the fp64 oracle (the correctness gate); a variant with a NaN/Inf
+// output or an error over the tolerance is reported as failed and neither
+// timed nor ranked. Then, per method:
+//   kernel     warm-up launches, then N timed launches (in up to 10 batches,
+//              one host synchronisation per batch; each batch's mean is one
+//              sample; mean = total / N). With l2_flush every launch is timed
+//              alone with the flush before it, outside the timed region.
+//   passes     the same per pass, P passes, the variants alternating (pass p
+//              starts at variant p mod V); the value is the median pass mean.
+//   sustained  launches back to back for the warm-in, then a window, with the
+//              SM clock, power and temperature sampled (NVML) during it; the
+//              value is window time / launches.
+//   graph      CUDA-graph replays: needs a backend that exposes graph capture
+//              (none does yet): refused at submit.
+//
+// Persistence. Each state change and event is committed to SQLite before it
+// is visible. On start-up, jobs found QUEUED stay queued; jobs found RUNNING
+// (the server died under them) are re-queued until they have started
+// `max_attempts` times, then marked INTERRUPTED; finished jobs keep their
+// results. A graceful Shutdown() re-queues the running job.
+#ifndef KERNELSERVE_SERVER_BENCH_SCHEDULER_H_
+#define KERNELSERVE_SERVER_BENCH_SCHEDULER_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/api/backend.h"
+#include "kernels/api/variants.h"
+#include "kernelserve/v1/bench.pb.h"
+#include "server/bench/bench_inputs.h"
+#include "server/bench/job_store.h"
+
+namespace kernelserve {
+namespace bench {
+
+struct BenchOptions {
+  std::string data_dir;  // holds bench.db; "" keeps jobs in memory only
+  std::string server_version = "dev";
+  int max_jobs_per_submitter = 8;     // queued + running
+  double default_time_limit_s = 900;  // when a job gives none
+  double max_time_limit_s = 3600;
+  double min_warmin_s = 1.0;   // sustained: at least this warm-in (tests lower it)
+  double min_window_s = 3.0;   // sustained: at least this window (tests lower it)
+  bool test_variants = false;  // register test.wrong / test.nan
+  int max_attempts = 2;        // starts before a job found running at start-up is marked interrupted
+  double gemm_tflops = 0;      // GEMM ceilings measured elsewhere (GPU backends)
+  double gemm_fp8_tflops = 0;
+  int max_host_launches = 3;   // timed launches of host variants (the oracle is slow)
+};
+
+// Runs `fn` on the device's worker and returns its status (or the worker's
+// refusal). The server passes its DeviceWorker; tests may run fn inline.
+using DeviceRunner = std::function<absl::Status(int device, std::function<absl::Status()> fn)>;
+
+class BenchScheduler {
+ public:
+  // Opens the store, recovers the jobs found there, measures nothing yet and
+  // starts one runner per device.
+  static absl::StatusOr<std::unique_ptr<BenchScheduler>> Create(Backend* backend, BenchOptions options,
+                                                                DeviceRunner runner, BufferReader reader);
+  ~BenchScheduler();  // Shutdown()
+  BenchScheduler(const BenchScheduler&) = delete;
+  BenchScheduler& operator=(const BenchScheduler&) = delete;
+
+  // Stops the runners; a running job is re-queued (persisted) for the next start.
+  void Shutdown();
+
+  // `tenant` non-empty: the authenticated tenant; it becomes the submitter
+  // and limits what Get/List/Cancel/Watch see. Empty: no authentication.
+  absl::StatusOr<pb::BenchJob> Submit(pb::BenchJobSpec spec, const std::string& tenant = "");
+  absl::StatusOr<pb::BenchJob> Get(const std::string& id, const std::string& tenant = "");
+  std::vector<pb::BenchJob> List(const pb::ListBenchRequest& request, const std::string& tenant = "");
+  // A queued job is cancelled at once; a running one stops between launches
+  // (this waits up to 2 s for it). Cancelling a cancelled job is a no-op;
+  // a finished one is FAILED_PRECONDITION.
+  absl::StatusOr<pb::BenchJob> Cancel(const std::string& id, const std::string& reason,
+                                      const std::string& tenant = "");
+  // Appends the events with seq > after_seq to *out; when there are none yet,
+  // waits up to `timeout` for some. *finished: the job is in a final state and
+  // every event up to the last was returned.
+  absl::Status WaitEvents(const std::string& id, int64_t after_seq, absl::Duration timeout,
+                          std::vector<pb::BenchEvent>* out, bool* finished, const std::string& tenant = "");
+
+  pb::ListVariantsResponse ListVariants(pb::BenchOp op) const;
+  const VariantRegistry& variants() const { return registry_; }
+  std::string journal_mode() const { return store_->journal_mode(); }
+
+ private:
+  struct Job;
+  struct RunState;
+
+  BenchScheduler(Backend* backend, BenchOptions options, DeviceRunner runner, BufferReader reader,
+                 std::unique_ptr<JobStore> store);
+  absl::Status Recover();
+  void RunnerLoop(int device);
+  // Runs the job; returns its final status (OK: DONE).
+  absl::Status Execute(const std::shared_ptr<Job>& job, int device);
+  void Finish(const std::shared_ptr<Job>& job, const absl::Status& status);
+
+  absl::Status ValidateSubmit(const pb::BenchJobSpec& spec) const;
+  std::shared_ptr<Job> FindLocked(const std::string& id, const std::string& tenant) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends `event` (seq and time filled) and persists it with the job.
+  void EmitLocked(Job& job, pb::BenchEvent event, bool with_job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(Job& job, pb::BenchEvent event, bool with_job = false) ABSL_LOCKS_EXCLUDED(mu_);
+  void RefreshPositionsLocked(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<Job> NextLocked(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EnsureEventsLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Backend* backend_;
+  const BenchOptions options_;
+  DeviceRunner runner_;
+  BufferReader reader_;
+  std::unique_ptr<JobStore> store_;
+  VariantRegistry registry_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar work_cv_;   // runners: new work or shutdown
+  absl::CondVar event_cv_;  // watchers and Cancel: new events
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::optional<pb::DeviceCeilings>> ceilings_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace bench
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_SERVER_BENCH_SCHEDULER_H_

@@ -1,0 +1,473 @@
+// The scheduler on the real CPU backend and the real fp64 oracle, without
+// gRPC: the method, the gate, limits, priorities, cancellation and recovery.
+#include "server/bench/scheduler.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "server/bench/timing.h"
+
+namespace kernelserve {
+namespace bench {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs device tasks inline, one at a time, like a device worker.
+DeviceRunner InlineRunner() {
+  auto mu = std::make_shared<absl::Mutex>();
+  return [mu](int, std::function<absl::Status()> fn) {
+    absl::MutexLock l(mu.get());
+    return fn();
+  };
+}
+
+std::string TempDir() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string tmpl = absl::StrCat(base ? base : "/tmp", "/benchXXXXXX");
+  char* d = mkdtemp(tmpl.data());
+  return d ? std::string(d) : std::string();
+}
+
+pb::BenchJobSpec AttentionSpec(std::vector<std::string> variants) {
+  pb::BenchJobSpec s;
+  s.set_name("attn-small");
+  s.set_op(pb::OP_ATTENTION);
+  auto* a = s.mutable_attention();
+  a->set_batch(1);
+  a->set_heads_q(2);
+  a->set_seq_q(48);
+  a->set_head_dim(64);
+  a->set_causal(true);
+  for (auto& v : variants) s.add_variants(v);
+  s.mutable_inputs()->set_seed(7);
+  s.mutable_method()->set_warmup(2);
+  s.mutable_method()->set_iters(5);
+  return s;
+}
+
+// A job that holds its device for `window_s` (sustained, tiny shape).
+pb::BenchJobSpec LongSpec(double window_s, const std::string& submitter = "alice") {
+  pb::BenchJobSpec s = AttentionSpec({"cpu"});
+  s.set_name("long");
+  s.set_submitter(submitter);
+  s.mutable_method()->set_method(pb::METHOD_SUSTAINED);
+  s.mutable_method()->set_window_s(window_s);
+  return s;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { backend_ = CreateCpuBackend(2); }
+
+  std::unique_ptr<BenchScheduler> Make(BenchOptions o = {}) {
+    o.test_variants = true;
+    o.min_warmin_s = 0.02;
+    o.min_window_s = 0.05;
+    o.server_version = "test";
+    auto s = BenchScheduler::Create(backend_.get(), o, InlineRunner(), nullptr);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  static pb::BenchJob WaitState(BenchScheduler& s, const std::string& id,
+                                std::function<bool(const pb::BenchJob&)> pred, double timeout_s = 60) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    pb::BenchJob j;
+    while (std::chrono::steady_clock::now() < until) {
+      j = s.Get(id).value();
+      if (pred(j)) return j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ADD_FAILURE() << "timed out waiting on job " << id << " in state " << pb::BenchJobState_Name(j.state());
+    return j;
+  }
+
+  static pb::BenchJob WaitFinal(BenchScheduler& s, const std::string& id, double timeout_s = 60) {
+    return WaitState(s, id, [](const pb::BenchJob& j) {
+      return j.state() != pb::JOB_QUEUED && j.state() != pb::JOB_RUNNING;
+    }, timeout_s);
+  }
+
+  static const pb::VariantResult* Result(const pb::BenchJob& j, const std::string& v) {
+    for (const auto& r : j.results()) {
+      if (r.variant() == v) return &r;
+    }
+    return nullptr;
+  }
+
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(SchedulerTest, GateCatchesWrongAndNanVariantsAndRanksTheRest) {
+  auto s = Make();
+  auto job = s->Submit(AttentionSpec({"cpu", "oracle", "test.wrong", "test.nan"}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), pb::JOB_QUEUED);
+  EXPECT_EQ(job->spec().submitter(), "anonymous");
+  pb::BenchJob j = WaitFinal(*s, job->id());
+  ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+  ASSERT_EQ(j.results_size(), 4);
+  EXPECT_EQ(j.results(0).variant(), "cpu");  // spec order
+
+  const pb::VariantResult* cpu = Result(j, "cpu");
+  EXPECT_TRUE(cpu->correct()) << cpu->gate_message();
+  EXPECT_TRUE(cpu->timed());
+  EXPECT_LT(cpu->error().rel_rms(), 0.01);
+  EXPECT_GT(cpu->error().rel_rms(), 0.0);  // bf16 output: never bit-equal to fp64
+  EXPECT_EQ(cpu->time().count(), 5);
+  EXPECT_GT(cpu->time().value_ms(), 0);
+  EXPECT_LE(cpu->time().min_ms(), cpu->time().median_ms());
+  EXPECT_LE(cpu->time().median_ms(), cpu->time().max_ms());
+  EXPECT_GT(cpu->tflops(), 0);
+  EXPECT_GT(cpu->tbps(), 0);
+  EXPECT_GT(cpu->frac_gemm_ceiling(), 0);
+  EXPECT_GT(cpu->frac_copy_ceiling(), 0);
+  // Causal: 48*49/2 pairs per head, 4*D FLOPs per pair.
+  EXPECT_DOUBLE_EQ(cpu->flops(), 4.0 * 64 * (48 * 49 / 2) * 2);
+
+  const pb::VariantResult* oracle = Result(j, "oracle");
+  EXPECT_TRUE(oracle->correct()) << oracle->gate_message();
+  EXPECT_LT(oracle->error().rel_rms(), 0.005);
+  EXPECT_TRUE(oracle->timed());
+  EXPECT_EQ(oracle->time().count(), 3);  // host variants: max_host_launches
+
+  const pb::VariantResult* wrong = Result(j, "test.wrong");
+  EXPECT_FALSE(wrong->correct());
+  EXPECT_FALSE(wrong->timed());
+  EXPECT_EQ(wrong->rank(), 0);
+  EXPECT_NEAR(wrong->error().rel_rms(), 0.5, 0.02);
+  EXPECT_THAT(wrong->gate_message(), HasSubstr("exceeds the tolerance"));
+
+  const pb::VariantResult* nan = Result(j, "test.nan");
+  EXPECT_FALSE(nan->correct());
+  EXPECT_EQ(nan->error().nonfinite(), 1);
+  EXPECT_THAT(nan->gate_message(), HasSubstr("NaN"));
+
+  // Ranks 1 and 2 go to the timed variants; the oracle is far slower.
+  EXPECT_EQ(cpu->rank(), 1);
+  EXPECT_EQ(oracle->rank(), 2);
+  EXPECT_DOUBLE_EQ(cpu->speedup_vs_first(), 1.0);
+  EXPECT_LT(oracle->speedup_vs_first(), 1.0);
+  EXPECT_EQ(j.server_version(), "test");
+  EXPECT_EQ(j.backend(), "cpu");
+  EXPECT_GT(j.ceilings().gemm_tflops(), 0);
+  EXPECT_GT(j.ceilings().copy_tbps(), 0);
+  EXPECT_EQ(j.attempts(), 1);
+
+  // The event stream tells the whole story, in order.
+  std::vector<pb::BenchEvent> ev;
+  bool finished = false;
+  ASSERT_TRUE(s->WaitEvents(j.id(), 0, absl::Seconds(1), &ev, &finished).ok());
+  EXPECT_TRUE(finished);
+  std::vector<pb::BenchPhase> phases;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    EXPECT_EQ(ev[i].seq(), static_cast<int64_t>(i) + 1);
+    phases.push_back(ev[i].phase());
+  }
+  ASSERT_FALSE(phases.empty());
+  EXPECT_EQ(phases.front(), pb::PHASE_QUEUED);
+  EXPECT_EQ(phases.back(), pb::PHASE_DONE);
+  EXPECT_EQ(ev.back().job().results_size(), 4);
+  auto count = [&](pb::BenchPhase p) { return std::count(phases.begin(), phases.end(), p); };
+  EXPECT_EQ(count(pb::PHASE_STARTED), 1);
+  EXPECT_GE(count(pb::PHASE_CHECKING), 4);
+  EXPECT_EQ(count(pb::PHASE_WARMING), 2);
+  EXPECT_EQ(count(pb::PHASE_RESULT), 4);
+}
+
+TEST_F(SchedulerTest, EveryOpRunsWithPassesMethod) {
+  auto s = Make();
+  std::vector<pb::BenchJobSpec> specs;
+  {
+    pb::BenchJobSpec f;
+    f.set_op(pb::OP_FP8_ATTENTION);
+    auto* a = f.mutable_attention();
+    a->set_batch(1);
+    a->set_heads_q(2);
+    a->set_seq_q(96);
+    a->set_head_dim(128);
+    a->set_causal(true);
+    f.add_variants("cpu.exact");
+    f.add_variants("cpu.lean");
+    f.add_variants("cpu.naive");
+    f.mutable_inputs()->set_kind(pb::INPUT_LONG_TAIL);
+    specs.push_back(f);
+  }
+  {
+    pb::BenchJobSpec m;
+    m.set_op(pb::OP_MLA_DECODE);
+    m.mutable_mla()->set_batch(2);
+    m.mutable_mla()->set_q_len(2);
+    m.mutable_mla()->set_heads(4);
+    m.mutable_mla()->set_seq_len(40);
+    specs.push_back(m);
+  }
+  for (pb::BenchOp op : {pb::OP_MOE_GATEUP, pb::OP_MOE_DOWN, pb::OP_MOE_LAYER}) {
+    pb::BenchJobSpec m;
+    m.set_op(op);
+    auto* e = m.mutable_moe();
+    e->set_tokens(5);
+    e->set_experts(6);
+    e->set_top_k(2);
+    e->set_hidden(64);
+    e->set_inter(32);
+    e->set_swiglu(op == pb::OP_MOE_GATEUP);
+    e->set_weighted_sum(op == pb::OP_MOE_DOWN);
+    specs.push_back(m);
+  }
+  for (pb::BenchJobSpec& spec : specs) {
+    spec.mutable_method()->set_method(pb::METHOD_PASSES);
+    spec.mutable_method()->set_passes(3);
+    spec.mutable_method()->set_warmup(1);
+    spec.mutable_method()->set_iters(2);
+    auto job = s->Submit(spec);
+    ASSERT_TRUE(job.ok()) << job.status();
+    pb::BenchJob j = WaitFinal(*s, job->id());
+    SCOPED_TRACE(pb::BenchOp_Name(spec.op()));
+    ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+    ASSERT_EQ(j.results_size(), spec.variants_size() ? spec.variants_size() : 1);
+    for (const auto& r : j.results()) {
+      SCOPED_TRACE(r.variant());
+      EXPECT_TRUE(r.correct()) << r.gate_message() << " " << r.error_message();
+      EXPECT_TRUE(r.timed());
+      EXPECT_EQ(r.pass_ms_size(), 3);
+      EXPECT_EQ(r.time().count(), 6);
+      EXPECT_GT(r.flops(), 0);
+      EXPECT_GT(r.bytes(), 0);
+      EXPECT_DOUBLE_EQ(r.time().value_ms(), Median({r.pass_ms().begin(), r.pass_ms().end()}));
+    }
+  }
+}
+
+TEST_F(SchedulerTest, RejectsBadSpecsWithClearMessages) {
+  auto s = Make();
+  pb::BenchJobSpec graph = AttentionSpec({"cpu"});
+  graph.mutable_method()->set_method(pb::METHOD_GRAPH);
+  auto r = s->Submit(graph);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("method graph"));
+
+  r = s->Submit(AttentionSpec({"cuda"}));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("no variant \"cuda\""));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("oracle"));
+
+  pb::BenchJobSpec bad = AttentionSpec({"cpu"});
+  bad.mutable_attention()->set_heads_kv(3);  // Hq=2 not a multiple
+  r = s->Submit(bad);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+
+  pb::BenchJobSpec no_shape;
+  no_shape.set_op(pb::OP_MOE_DOWN);
+  r = s->Submit(no_shape);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("spec.moe"));
+}
+
+TEST_F(SchedulerTest, PerSubmitterLimitPrioritiesAndQueuePositions) {
+  BenchOptions o;
+  o.max_jobs_per_submitter = 3;
+  auto s = Make(o);
+  auto blocker = s->Submit(LongSpec(1.0, "carol"));
+  ASSERT_TRUE(blocker.ok());
+  WaitState(*s, blocker->id(), [](const pb::BenchJob& j) { return j.state() == pb::JOB_RUNNING; });
+
+  pb::BenchJobSpec low = AttentionSpec({"cpu"});
+  low.set_submitter("alice");
+  low.set_priority(0);
+  pb::BenchJobSpec high = low;
+  high.set_priority(5);
+  auto a = s->Submit(low);
+  auto b = s->Submit(low);
+  auto c = s->Submit(high);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  auto d = s->Submit(low);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("the limit is 3"));
+  // Another submitter is not affected.
+  pb::BenchJobSpec bob = low;
+  bob.set_submitter("bob");
+  auto e = s->Submit(bob);
+  ASSERT_TRUE(e.ok());
+
+  EXPECT_EQ(s->Get(c->id())->queue_position(), 1);  // high priority jumps ahead
+  EXPECT_EQ(s->Get(a->id())->queue_position(), 2);
+  EXPECT_EQ(s->Get(b->id())->queue_position(), 3);
+  EXPECT_EQ(s->Get(e->id())->queue_position(), 4);
+
+  pb::BenchJob jc = WaitFinal(*s, c->id());
+  pb::BenchJob ja = WaitFinal(*s, a->id());
+  pb::BenchJob jb = WaitFinal(*s, b->id());
+  pb::BenchJob je = WaitFinal(*s, e->id());
+  EXPECT_EQ(jc.state(), pb::JOB_DONE);
+  EXPECT_LE(WaitFinal(*s, blocker->id()).finished_unix_ms(), jc.started_unix_ms());
+  EXPECT_LE(jc.finished_unix_ms(), ja.started_unix_ms());
+  EXPECT_LE(ja.finished_unix_ms(), jb.started_unix_ms());
+  EXPECT_LE(jb.finished_unix_ms(), je.started_unix_ms());
+
+  // Positions were reported as they changed.
+  std::vector<pb::BenchEvent> ev;
+  bool fin;
+  ASSERT_TRUE(s->WaitEvents(b->id(), 0, absl::Seconds(1), &ev, &fin).ok());
+  std::vector<int> positions;
+  for (const auto& x : ev) {
+    if (x.phase() == pb::PHASE_QUEUED) positions.push_back(x.queue_position());
+  }
+  EXPECT_EQ(positions, (std::vector<int>{2, 3, 2, 1}));
+
+  // Once finished, the submitter may submit again.
+  EXPECT_TRUE(s->Submit(low).ok());
+  pb::ListBenchRequest lr;
+  lr.set_submitter("alice");
+  EXPECT_EQ(s->List(lr).size(), 4u);
+  lr.clear_submitter();
+  lr.add_states(pb::JOB_DONE);
+  for (const auto& j : s->List(lr)) EXPECT_EQ(j.state(), pb::JOB_DONE);
+}
+
+TEST_F(SchedulerTest, CancelStopsARunningJobWithinASecond) {
+  auto s = Make();
+  auto job = s->Submit(LongSpec(60.0));
+  ASSERT_TRUE(job.ok());
+  // Wait until the timing window is open.
+  bool timing = false;
+  int64_t seq = 0;
+  for (int i = 0; i < 2000 && !timing; ++i) {
+    std::vector<pb::BenchEvent> ev;
+    bool fin;
+    ASSERT_TRUE(s->WaitEvents(job->id(), seq, absl::Milliseconds(50), &ev, &fin).ok());
+    for (const auto& e : ev) {
+      seq = e.seq();
+      timing |= e.phase() == pb::PHASE_TIMING;
+    }
+  }
+  ASSERT_TRUE(timing);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = s->Cancel(job->id(), "test says stop");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state(), pb::JOB_CANCELLED);
+  EXPECT_LT(took, 1.0);
+  EXPECT_THAT(c->error(), HasSubstr("test says stop"));
+  // Cancelling again is a no-op; a finished job cannot be cancelled.
+  EXPECT_TRUE(s->Cancel(job->id(), "").ok());
+  auto done = s->Submit(AttentionSpec({"cpu"}));
+  WaitFinal(*s, done->id());
+  EXPECT_EQ(s->Cancel(done->id(), "").status().code(), absl::StatusCode::kFailedPrecondition);
+  // A queued job is cancelled at once.
+  auto blocker = s->Submit(LongSpec(0.5));
+  auto queued = s->Submit(AttentionSpec({"cpu"}));
+  auto qc = s->Cancel(queued->id(), "");
+  ASSERT_TRUE(qc.ok());
+  EXPECT_EQ(qc->state(), pb::JOB_CANCELLED);
+  WaitFinal(*s, blocker->id());
+  EXPECT_EQ(s->Get(queued->id())->state(), pb::JOB_CANCELLED);
+}
+
+TEST_F(SchedulerTest, HardTimeLimitFailsTheJob) {
+  auto s = Make();
+  pb::BenchJobSpec spec = LongSpec(60.0);
+  spec.set_time_limit_s(0.5);
+  auto job = s->Submit(spec);
+  ASSERT_TRUE(job.ok());
+  pb::BenchJob j = WaitFinal(*s, job->id(), 5);
+  EXPECT_EQ(j.state(), pb::JOB_FAILED);
+  EXPECT_EQ(j.error_code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(j.error(), HasSubstr("time limit of 0.5 s"));
+  EXPECT_LT(j.finished_unix_ms() - j.started_unix_ms(), 2000);
+}
+
+TEST_F(SchedulerTest, SustainedReportsNoClocksOnCpu) {
+  auto s = Make();
+  auto job = s->Submit(LongSpec(0.1));
+  pb::BenchJob j = WaitFinal(*s, job->id());
+  ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+  const auto& r = j.results(0);
+  EXPECT_FALSE(r.clocks().available());
+  EXPECT_THAT(r.clocks().note(), HasSubstr("NVML"));
+  EXPECT_GT(r.time().count(), 1);
+  EXPECT_THAT(r.method(), HasSubstr("sustained"));
+}
+
+TEST_F(SchedulerTest, RestartKeepsResultsRequeuesRunningAndInterruptsRepeatOffenders) {
+  const std::string dir = TempDir();
+  ASSERT_FALSE(dir.empty());
+  BenchOptions o;
+  o.data_dir = dir;
+  std::string done_id;
+  {
+    auto s = Make(o);
+    EXPECT_EQ(s->journal_mode(), "wal");
+    auto job = s->Submit(AttentionSpec({"cpu", "test.wrong"}));
+    ASSERT_TRUE(job.ok());
+    done_id = job->id();
+    ASSERT_EQ(WaitFinal(*s, done_id).state(), pb::JOB_DONE);
+  }
+  // Two jobs the "previous server" left RUNNING, as a SIGKILL would.
+  {
+    auto store = JobStore::Open(dir + "/bench.db");
+    ASSERT_TRUE(store.ok());
+    for (int attempts : {1, 2}) {
+      pb::BenchJob j;
+      j.set_id(absl::StrCat("job-crashed-", attempts));
+      *j.mutable_spec() = AttentionSpec({"cpu"});
+      j.mutable_spec()->set_submitter("anonymous");
+      j.set_state(pb::JOB_RUNNING);
+      j.set_attempts(attempts);
+      j.set_created_unix_ms(1);
+      ASSERT_TRUE((*store)->PutJob(j).ok());
+    }
+  }
+  auto s = Make(o);
+  pb::BenchJob done = s->Get(done_id).value();
+  EXPECT_EQ(done.state(), pb::JOB_DONE);
+  ASSERT_EQ(done.results_size(), 2);
+  EXPECT_TRUE(done.results(0).correct());
+  EXPECT_FALSE(done.results(1).correct());
+  EXPECT_GT(done.results(0).time().value_ms(), 0);
+  std::vector<pb::BenchEvent> ev;
+  bool fin;
+  ASSERT_TRUE(s->WaitEvents(done_id, 0, absl::Seconds(1), &ev, &fin).ok());
+  EXPECT_TRUE(fin);
+  EXPECT_EQ(ev.back().phase(), pb::PHASE_DONE);
+
+  pb::BenchJob requeued = WaitFinal(*s, "job-crashed-1");
+  EXPECT_EQ(requeued.state(), pb::JOB_DONE) << requeued.error();
+  EXPECT_EQ(requeued.attempts(), 2);
+  pb::BenchJob interrupted = s->Get("job-crashed-2").value();
+  EXPECT_EQ(interrupted.state(), pb::JOB_INTERRUPTED);
+  EXPECT_THAT(interrupted.error(), HasSubstr("2 times"));
+}
+
+TEST_F(SchedulerTest, GracefulShutdownRequeuesTheRunningJob) {
+  const std::string dir = TempDir();
+  BenchOptions o;
+  o.data_dir = dir;
+  std::string id;
+  {
+    auto s = Make(o);
+    auto job = s->Submit(LongSpec(60.0));
+    id = job->id();
+    WaitState(*s, id, [](const pb::BenchJob& j) { return j.state() == pb::JOB_RUNNING; });
+    s->Shutdown();
+    EXPECT_EQ(s->Get(id)->state(), pb::JOB_QUEUED);
+  }
+  auto s = Make(o);
+  pb::BenchJob j = WaitState(*s, id, [](const pb::BenchJob& j) { return j.state() == pb::JOB_RUNNING; });
+  EXPECT_EQ(j.attempts(), 1);  // the graceful stop did not count
+  ASSERT_TRUE(s->Cancel(id, "").ok());
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace kernelserve
