@@ -1,0 +1,151 @@
+// The kernelserve binary as a subprocess: --config applied before the command
+// line, and SIGTERM drains a running call and exits 0.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "grpcpp/client_context.h"
+#include "kernelserve/v1/device.grpc.pb.h"
+#include "kernelserve/v1/kernel.grpc.pb.h"
+#include "kernelserve/v1/tensor.grpc.pb.h"
+#include "server/test_util.h"
+
+namespace kernelserve {
+namespace {
+
+namespace pb = ::kernelserve::v1;
+using ::kernelserve::testing::Connect;
+using ::kernelserve::testing::RandomBf16;
+using ::kernelserve::testing::Upload;
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+pid_t Spawn(const std::vector<std::string>& args) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+std::string TmpFile(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char kBinary[] = "server/kernelserve";
+
+// Waits until the server answers DeviceService.List.
+bool WaitReady(pb::DeviceService::Stub* devices, pb::ListDevicesResponse* resp) {
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    if (devices->List(&ctx, pb::ListDevicesRequest(), resp).ok()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+TEST(MainTest, ConfigFileThenCommandLineAndSigtermDrains) {
+  const int port = FreePort();
+  const std::string config = TmpFile("ks.conf",
+                                     "# kernelserve config\n"
+                                     "backend=cpu\n"
+                                     "--queue_capacity=3\n"
+                                     "\n"
+                                     "log_level=debug\n"
+                                     "max_message_mb=8\n");
+  const pid_t pid = Spawn({kBinary, "--config=" + config, "--listen=127.0.0.1:" + std::to_string(port),
+                           "--max_message_mb=16", "--shutdown_grace=20s"});
+  ASSERT_GT(pid, 0);
+  auto channel = Connect(port);
+  auto devices = pb::DeviceService::NewStub(channel);
+  auto buffers = pb::BufferService::NewStub(channel);
+  auto kernels = pb::KernelService::NewStub(channel);
+  pb::ListDevicesResponse list;
+  ASSERT_TRUE(WaitReady(devices.get(), &list));
+  ASSERT_EQ(list.devices_size(), 1);
+  EXPECT_EQ(list.devices(0).backend(), "cpu");
+  EXPECT_EQ(list.devices(0).queue_capacity(), 3);  // from the file
+
+  // A call that takes a while: attention over buffers.
+  pb::AttentionRequest req;
+  for (int i = 0; i < 3; ++i) {
+    pb::BufferInfo info;
+    ASSERT_TRUE(Upload(buffers.get(), RandomBf16({1, 8, 4096, 128}, i), 4 << 20, &info).ok());
+    pb::TensorRef* ref = i == 0 ? req.mutable_q() : i == 1 ? req.mutable_k() : req.mutable_v();
+    ref->set_buffer_id(info.id());
+  }
+  req.mutable_output()->set_to_buffer(true);
+  // Inline output of 8 MiB: over the file's 8 MiB limit, under the command line's 16.
+  pb::AttentionRequest inline_req = req;
+  inline_req.mutable_output()->set_to_buffer(false);
+  {
+    grpc::ClientContext ctx;
+    pb::AttentionResponse resp;
+    grpc::Status s = kernels->Attention(&ctx, inline_req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.out().tensor().data().size(), 8u << 20);
+  }
+
+  grpc::Status running;
+  absl::Time finished;
+  std::thread call([&] {
+    grpc::ClientContext ctx;
+    pb::AttentionResponse resp;
+    running = kernels->Attention(&ctx, req, &resp);
+    finished = absl::Now();
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  const absl::Time signalled = absl::Now();
+  EXPECT_EQ(WaitExit(pid), 0);
+  call.join();
+  EXPECT_TRUE(running.ok()) << running.error_message();  // drained, not cut off
+  EXPECT_GT(finished, signalled);
+}
+
+TEST(MainTest, BadConfigLineExitsWithUsageError) {
+  const std::string config = TmpFile("bad.conf", "queue_capacity 3\n");
+  EXPECT_EQ(WaitExit(Spawn({kBinary, "--config=" + config})), 2);
+  EXPECT_EQ(WaitExit(Spawn({kBinary, "--config=/nonexistent/ks.conf"})), 2);
+  EXPECT_EQ(WaitExit(Spawn({kBinary, "--log_level=loud"})), 2);
+}
+
+}  // namespace
+}  // namespace kernelserve
