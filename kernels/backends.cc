@@ -2,14 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace kernelserve {
 namespace {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateGpuBackend(absl::string_view name) {
-  if (name == "cuda") {
-    return absl::UnimplementedError("backend \"cuda\": this build has no CUDA backend");
-  }
+  if (name == "cuda") return CreateCudaBackend();
   return absl::UnimplementedError(
       "backend \"hip\": AMD kernels compile for gfx942 but no HIP runtime backend is built");
 }
