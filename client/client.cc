@@ -648,7 +648,7 @@ absl::StatusOr<v1::PoolInfo> Client::WritePool(const std::string& pool_id, const
     v1::Tensor* r = msg.mutable_rows();
     r->set_dtype(static_cast<v1::DType>(static_cast<int>(rows.dtype())));
     r->add_shape(m);
-    for (size_t d = 1; d < rows.shape().size(); ++d) r->add_shape(rows.shape()[d]);
+    r->add_shape(row_elems);  // [n, a, b] rows travel as the [n, row_elements] the service takes
     r->set_data(reinterpret_cast<const char*>(rows.bytes() + start * row_bytes), static_cast<size_t>(m * row_bytes));
     if (!writer->Write(msg)) break;
     if (n == 0) break;
