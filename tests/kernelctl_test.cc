@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/oracle.h"
 #include "kernels/numerics/numerics.h"
+#include "kernels/numerics/test_inputs.h"
 #include "tests/test_util.h"
 
 namespace kernelserve {
@@ -29,6 +30,7 @@ namespace {
 using ::testing::HasSubstr;
 using testutil::ExpectBf16MatchesOracle;
 using testutil::FreshSeed;
+using testutil::RelRms;
 
 std::string Runfile(const std::string& rel) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
@@ -301,6 +303,157 @@ TEST_F(KernelctlTest, BufferRoundTrip) {
   r = Kernelctl({"buffers", "free", "--id=" + id});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("error: NOT_FOUND: "));
+}
+
+// Writes a tensor with the client's own .npy rules (bf16 as exact float32,
+// packed fp4 as uint8 [..., K/2], e8m0 and fp8 as uint8).
+std::string Save(const std::string& name, const HostTensor& t) {
+  const std::string path = TmpDir() + "/" + name;
+  EXPECT_TRUE(WriteNpyTensor(path, t).ok());
+  return path;
+}
+
+HostTensor Ints(const std::vector<int32_t>& v, Shape shape = {}) {
+  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
+  HostTensor t(DType::kInt32, shape);
+  std::memcpy(t.bytes(), v.data(), v.size() * 4);
+  return t;
+}
+
+std::string FirstWord(const std::string& s) { return s.substr(0, s.find_first_of(" \n")); }
+
+TEST_F(KernelctlTest, Fp8AttentionMatchesOracle) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  HostTensor q = numerics::GaussianBf16({1, 2, 40, 128}, seed);
+  HostTensor k = numerics::GaussianBf16({1, 2, 140, 128}, seed + 1);
+  HostTensor v = numerics::GaussianBf16({1, 2, 140, 128}, seed + 2, 0.5);
+  RunResult r = Kernelctl({"fp8-attention", "--q=" + Save("fq.npy", q), "--k=" + Save("fk.npy", k),
+                           "--v=" + Save("fv.npy", v), "--out=" + Path("fo.npy"), "--p-mode=lean",
+                           "--format=e4m3fnuz", "--report-split"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("input_quant="));
+  HostTensor out = ReadOutput("fo.npy");
+  Fp8AttentionParams p;
+  p.causal = true;
+  p.p_mode = PMode::kLean;
+  p.format = Fp8Format::kE4M3Fnuz;
+  ASSERT_TRUE(p.Validate(q.desc(), k.desc(), v.desc(), nullptr, nullptr, nullptr).ok());
+  auto quant = oracle::QuantizeAttentionInputs(p, Fp8AttentionInputs{q.view(), k.view(), v.view(), {}, {}, {}});
+  ASSERT_TRUE(quant.ok());
+  auto ref = oracle::Fp8Attention(p, *quant, oracle::PQuant::kAsParams);
+  ASSERT_TRUE(ref.ok());
+  ExpectBf16MatchesOracle(out, *ref, Rounding::kRtne, 2e-3, 0.5);
+  EXPECT_LT(RelRms(out, *ref), 5e-3);
+  // Bad enum values are usage errors.
+  r = Kernelctl({"fp8-attention", "--q=a", "--k=b", "--v=c", "--out=d", "--p-mode=fast"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--p-mode"));
+}
+
+TEST_F(KernelctlTest, PoolLifecycleAndMlaDecode) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  std::mt19937_64 rng(seed);
+  RunResult r = Kernelctl({"pool", "create", "--kind=mla", "--slots=64", "--kv-scale=0.04", "--label=ctl"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string pool = FirstWord(r.out);
+  ASSERT_FALSE(pool.empty());
+  // Request 0 has 30 tokens in slots 10..39, request 1 has 12 in slots 50..61.
+  std::vector<int32_t> slots;
+  for (int32_t s = 10; s < 40; ++s) slots.push_back(s);
+  for (int32_t s = 50; s < 62; ++s) slots.push_back(s);
+  const int64_t n = static_cast<int64_t>(slots.size());
+  HostTensor rows(DType::kFp8E4M3Fn, {n, 576});
+  std::normal_distribution<float> nd(0, 2);
+  for (int64_t i = 0; i < rows.num_bytes(); ++i) rows.bytes()[i] = numerics::FloatToFp8(nd(rng), DType::kFp8E4M3Fn);
+  r = Kernelctl({"pool", "write", "--pool=" + pool, "--rows=" + Save("rows.npy", rows),
+                 "--slot-ids=" + Save("slots.npy", Ints(slots)), "--chunk-rows=5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("rows_written=", n)));
+  r = Kernelctl({"pool", "stats", "--pool=" + pool});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("kind=MLA_FUSED"));
+  EXPECT_THAT(r.out, HasSubstr("label=ctl"));
+  r = Kernelctl({"pool", "list"});
+  EXPECT_THAT(r.out, HasSubstr(pool));
+  r = Kernelctl({"pool", "read", "--pool=" + pool, "--slot-ids=" + Path("slots.npy"), "--out=" + Path("rows_back.npy")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto back = ReadNpyFile(Path("rows_back.npy"));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->DescrString(), "|u1");
+  EXPECT_EQ(back->data, rows.storage());
+
+  HostTensor pool_rows(DType::kFp8E4M3Fn, {64, 576});
+  for (int64_t i = 0; i < n; ++i) std::memcpy(pool_rows.bytes() + slots[i] * 576, rows.bytes() + i * 576, 576);
+  HostTensor q_lat = numerics::GaussianBf16({2, 1, 16, 512}, seed + 1);
+  HostTensor q_pe = numerics::GaussianBf16({2, 1, 16, 64}, seed + 2);
+  HostTensor seq_lens = Ints({30, 12}), kv_indptr = Ints({0, 30, 42}), kv_indices = Ints(slots);
+  r = Kernelctl({"mla-decode", "--q-lat=" + Save("ql.npy", q_lat), "--q-pe=" + Save("qp.npy", q_pe),
+                 "--pool=" + pool, "--seq-lens=" + Save("sl.npy", seq_lens),
+                 "--kv-indices=" + Save("ki.npy", kv_indices), "--kv-indptr=" + Save("kp.npy", kv_indptr),
+                 "--out=" + Path("mo.npy"), "--report-error"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  HostTensor out = ReadOutput("mo.npy");
+  MlaDecodeParams p;
+  p.kv_scale = 0.04;
+  ASSERT_TRUE(p.Validate(q_lat.desc(), q_pe.desc(), pool_rows.desc(), true, 1, &seq_lens, &kv_indices, &kv_indptr,
+                         nullptr)
+                  .ok());
+  auto ref = oracle::MlaDecode(p, MlaDecodeInputs{q_lat.view(), q_pe.view(), pool_rows.view(), seq_lens.view(),
+                                                  kv_indices.view(), kv_indptr.view(), {}});
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ExpectBf16MatchesOracle(out, *ref, Rounding::kRtne, 1e-4, 0.8);
+
+  r = Kernelctl({"pool", "delete", "--pool=" + pool});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Kernelctl({"mla-decode", "--q-lat=" + Path("ql.npy"), "--q-pe=" + Path("qp.npy"), "--pool=" + pool,
+                 "--seq-lens=" + Path("sl.npy"), "--kv-indices=" + Path("ki.npy"), "--kv-indptr=" + Path("kp.npy"),
+                 "--out=" + Path("mo.npy")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("error: NOT_FOUND: "));
+  // Contiguous KV given as uint8 codes needs its format.
+  r = Kernelctl({"mla-decode", "--q-lat=" + Path("ql.npy"), "--q-pe=" + Path("qp.npy"), "--kv=" + Path("rows.npy"),
+                 "--out=" + Path("mo.npy")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--kv-format"));
+}
+
+TEST_F(KernelctlTest, MoeGateUpSwigluMatchesOracle) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  std::mt19937_64 rng(seed);
+  const int64_t T = 4, K = 64, I = 32, E = 5, top_k = 2;
+  HostTensor x = numerics::GaussianBf16({T, K}, seed);
+  HostTensor ids = Ints({0, 3, 4, 1, 2, 0, 1, 4}, {T, top_k});
+  HostTensor w13(DType::kFp4E2M1, {E, 2 * I, K}), w13s(DType::kE8M0, {E, 2 * I, K / 32});
+  std::uniform_int_distribution<int> byte(0, 255), scale(121, 126);
+  for (int64_t i = 0; i < w13.num_bytes(); ++i) w13.bytes()[i] = static_cast<uint8_t>(byte(rng));
+  for (int64_t i = 0; i < w13s.num_bytes(); ++i) w13s.bytes()[i] = static_cast<uint8_t>(scale(rng));
+  const std::string w13_path = Save("w13.npy", w13);
+  auto packed = ReadNpyFile(w13_path);
+  ASSERT_TRUE(packed.ok());
+  EXPECT_EQ(packed->shape, (Shape{E, 2 * I, K / 2}));  // bytes on disk, elements on the wire
+  RunResult r = Kernelctl({"moe", "--stage=gateup", "--swiglu", "--x=" + Save("x.npy", x),
+                           "--topk-ids=" + Save("ids.npy", ids), "--w13=" + w13_path,
+                           "--w13-scales=" + Save("w13s.npy", w13s), "--out=" + Path("moe_o.npy")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  HostTensor out = ReadOutput("moe_o.npy");
+  MoeParams p;
+  p.stage = MoeStage::kGateUp;
+  p.swiglu = true;
+  const TensorDesc w13d = w13.desc(), w13sd = w13s.desc();
+  ASSERT_TRUE(p.Validate(x.desc(), ids, nullptr, &w13d, &w13sd, nullptr, nullptr).ok());
+  auto ref = oracle::Moe(p, MoeInputs{x.view(), ids.view(), {}, w13.view(), w13s.view(), {}, {}});
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_EQ(out.shape(), (Shape{T * top_k, I}));
+  ExpectBf16MatchesOracle(out, *ref, Rounding::kRtne, 1e-4, 0.8);
+  // Float weights are refused with a message naming the file and the rule.
+  r = Kernelctl({"moe", "--stage=gateup", "--x=" + Path("x.npy"), "--topk-ids=" + Path("ids.npy"),
+                 "--w13=" + Path("x.npy"), "--w13-scales=" + Path("w13s.npy"), "--out=" + Path("moe_o.npy")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("x.npy"));
+  EXPECT_THAT(r.err, HasSubstr("packed fp4_e2m1"));
 }
 
 TEST_F(KernelctlTest, UnreachableServerExitsOne) {
