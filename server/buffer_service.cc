@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -14,6 +16,8 @@ namespace kernelserve {
 namespace {
 
 constexpr int64_t kDefaultChunkBytes = 1 << 20;
+constexpr int64_t kUploadBatchBytes = 64 << 20;
+constexpr int64_t kDownloadBatchBytes = 64 << 20;
 
 void FillInfo(const Buffer& b, pb::BufferInfo* info) {
   info->set_id(b.id);
@@ -54,8 +58,32 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
   buffer->device = device;
   buffer->desc = desc;
 
-  std::string staging;
-  staging.reserve(static_cast<size_t>(total));
+  buffer->reservation = std::move(staging_hold);
+  // Chunks are kept as received (moved out of the messages, not copied) and
+  // go to the device in batches of kUploadBatchBytes, one worker task each:
+  // one copy per byte and bounded host memory, whatever the buffer's size.
+  Backend& backend = state->backend();
+  std::vector<std::string> pending;
+  int64_t pending_bytes = 0;
+  int64_t received = 0;   // bytes read so far
+  int64_t flushed = 0;    // bytes already on the device
+  auto flush = [&]() -> absl::Status {
+    if (pending.empty() && buffer->memory != nullptr) return absl::OkStatus();
+    KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
+      if (buffer->memory == nullptr) {
+        KS_ASSIGN_OR_RETURN(buffer->memory, state->AllocateReserved(device, total, what));
+      }
+      auto* dst = static_cast<uint8_t*>(buffer->memory->data());
+      for (const std::string& p : pending) {
+        KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, p.data(), p.size()));
+        flushed += static_cast<int64_t>(p.size());
+      }
+      return absl::OkStatus();
+    }));
+    pending.clear();
+    pending_bytes = 0;
+    return absl::OkStatus();
+  };
   int64_t index = 0;
   do {
     if (index > 0 && chunk.has_header()) {
@@ -64,27 +92,25 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
     }
     const int64_t n = static_cast<int64_t>(chunk.data().size());
     log->AddBytesIn(n);
-    if (static_cast<int64_t>(staging.size()) + n > total) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data: expected ", total, " bytes (", desc.DebugString(), "), got more (",
-          static_cast<int64_t>(staging.size()) + n, " by message ", index, ")"));
+    if (received + n > total) {
+      return absl::InvalidArgumentError(absl::StrCat("data: expected ", total, " bytes (",
+                                                     desc.DebugString(), "), got more (", received + n,
+                                                     " by message ", index, ")"));
     }
-    staging.append(chunk.data());
+    received += n;
+    if (n > 0) {
+      pending.push_back(std::move(*chunk.mutable_data()));
+      pending_bytes += n;
+    }
+    chunk.Clear();
+    if (pending_bytes >= kUploadBatchBytes) KS_RETURN_IF_ERROR(flush());
     ++index;
   } while (reader->Read(&chunk));
   if (ctx->IsCancelled()) return absl::CancelledError("upload cancelled by the client");
-  if (static_cast<int64_t>(staging.size()) != total) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data: ", ByteCountMismatch(desc, static_cast<int64_t>(staging.size()))));
+  if (received != total) {
+    return absl::InvalidArgumentError(absl::StrCat("data: ", ByteCountMismatch(desc, received)));
   }
-
-  buffer->reservation = std::move(staging_hold);
-  Backend& backend = state->backend();
-  KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
-    KS_ASSIGN_OR_RETURN(buffer->memory, state->AllocateReserved(device, total, what));
-    return backend.CopyToDevice(device, buffer->memory->data(), staging.data(),
-                                static_cast<size_t>(total));
-  }));
+  KS_RETURN_IF_ERROR(flush());
   buffer->created_unix_ms = absl::ToUnixMillis(absl::Now());
   state->registry().AddBuffer(buffer);
   FillInfo(*buffer, info);
@@ -102,22 +128,27 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   int64_t chunk = req.chunk_bytes() == 0 ? kDefaultChunkBytes : req.chunk_bytes();
   chunk = std::min(chunk, state->max_payload_bytes());
   const int64_t total = buffer->desc.num_bytes();
-  std::string host(static_cast<size_t>(total), '\0');
-  KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
-    return state->backend().CopyToHost(buffer->device, host.data(), buffer->memory->data(),
-                                       static_cast<size_t>(total));
-  }));
-  int64_t offset = 0;
-  do {
-    pb::DownloadChunk out;
-    if (offset == 0) FillInfo(*buffer, out.mutable_info());
-    const int64_t n = std::min(chunk, total - offset);
-    out.set_offset(offset);
-    out.set_data(host.data() + offset, static_cast<size_t>(n));
-    if (!writer->Write(out)) return absl::CancelledError("download: the client went away");
-    log->AddBytesOut(n);
-    offset += n;
-  } while (offset < total);
+  // Device to host in batches of whole chunks through one reused staging
+  // area, so host memory stays bounded and pages are touched once.
+  const int64_t batch = std::max<int64_t>(chunk, kDownloadBatchBytes / chunk * chunk);
+  std::string host(static_cast<size_t>(std::min(batch, total)), '\0');
+  const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
+  for (int64_t base = 0; base < total; base += batch) {
+    const int64_t m = std::min(batch, total - base);
+    KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
+      return state->backend().CopyToHost(buffer->device, host.data(), src + base,
+                                         static_cast<size_t>(m));
+    }));
+    for (int64_t off = 0; off < m; off += chunk) {
+      pb::DownloadChunk out;
+      if (base + off == 0) FillInfo(*buffer, out.mutable_info());
+      const int64_t n = std::min(chunk, m - off);
+      out.set_offset(base + off);
+      out.set_data(host.data() + off, static_cast<size_t>(n));
+      if (!writer->Write(out)) return absl::CancelledError("download: the client went away");
+      log->AddBytesOut(n);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -127,24 +158,32 @@ grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx,
                                        grpc::ServerReader<pb::UploadChunk>* reader,
                                        pb::BufferInfo* info) {
   CallLog log("BufferService.Upload", ctx);
+  auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoUpload(state_, ctx, reader, info, &log));
 }
 
 grpc::Status BufferServiceImpl::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
                                          grpc::ServerWriter<pb::DownloadChunk>* writer) {
   CallLog log("BufferService.Download", ctx);
+  auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoDownload(state_, ctx, *req, writer, &log));
 }
 
 grpc::Status BufferServiceImpl::Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,
                                      pb::FreeBufferResponse* resp) {
   CallLog log("BufferService.Free", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(state_->registry().RemoveBuffer("buffer_id", req->buffer_id(), state_->TenantOf(ctx)));
 }
 
 grpc::Status BufferServiceImpl::List(grpc::ServerContext* ctx, const pb::ListBuffersRequest* req,
                                      pb::ListBuffersResponse* resp) {
   CallLog log("BufferService.List", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   for (const auto& b : state_->registry().ListBuffers(state_->TenantOf(ctx))) {
     FillInfo(*b, resp->add_buffers());
   }

@@ -6,6 +6,8 @@ namespace kernelserve {
 grpc::Status DeviceServiceImpl::List(grpc::ServerContext* ctx, const pb::ListDevicesRequest* req,
                                      pb::ListDevicesResponse* resp) {
   CallLog log("DeviceService.List", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   Backend& backend = state_->backend();
   for (int d = 0; d < state_->device_count(); ++d) {
     const DeviceInfo info = backend.GetDeviceInfo(d);

@@ -471,6 +471,8 @@ absl::Status DoMoe(ServerState* state, grpc::ServerContext* ctx, const pb::MoeRe
 grpc::Status KernelServiceImpl::Attention(grpc::ServerContext* ctx, const pb::AttentionRequest* req,
                                           pb::AttentionResponse* resp) {
   CallLog log("KernelService.Attention", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoAttention(state_, ctx, *req, resp, &log));
 }
 
@@ -478,18 +480,24 @@ grpc::Status KernelServiceImpl::Fp8Attention(grpc::ServerContext* ctx,
                                              const pb::Fp8AttentionRequest* req,
                                              pb::Fp8AttentionResponse* resp) {
   CallLog log("KernelService.Fp8Attention", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoFp8Attention(state_, ctx, *req, resp, &log));
 }
 
 grpc::Status KernelServiceImpl::MlaDecode(grpc::ServerContext* ctx, const pb::MlaDecodeRequest* req,
                                           pb::MlaDecodeResponse* resp) {
   CallLog log("KernelService.MlaDecode", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoMlaDecode(state_, ctx, *req, resp, &log));
 }
 
 grpc::Status KernelServiceImpl::Moe(grpc::ServerContext* ctx, const pb::MoeRequest* req,
                                     pb::MoeResponse* resp) {
   CallLog log("KernelService.Moe", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoMoe(state_, ctx, *req, resp, &log));
 }
 

@@ -27,6 +27,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "server/bench/bench_flags.h"
+#include "server/node_flags.h"
 #include "server/server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -40,7 +42,8 @@ ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads; 0: all hardware threads");
 ABSL_FLAG(int64_t, memory_limit_mb, 0,
           "accounted buffer and pool memory per device in MiB; 0: 90% of device memory");
 ABSL_FLAG(std::string, log_level, "info", "debug|info|warn (debug logs one line per call)");
-ABSL_FLAG(std::string, data_dir, "", "directory for persistent state (jobs database)");
+ABSL_FLAG(std::string, data_dir, "",
+          "directory for persistent state (bench.db, the benchmark jobs); empty: jobs live in memory only");
 ABSL_FLAG(std::string, config, "", "file of flag=value lines applied before the command line");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long running calls may take to finish");
@@ -130,6 +133,8 @@ int main(int argc, char** argv) {
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.memory_limit_mb = absl::GetFlag(FLAGS_memory_limit_mb);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  kernelserve::bench::ApplyBenchFlags(&options.bench);
+  kernelserve::ApplyNodeFlags(&options);
 
   auto server = kernelserve::KernelServer::Start(options);
   if (!server.ok()) {

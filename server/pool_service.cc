@@ -281,6 +281,8 @@ absl::Status DoRead(ServerState* state, grpc::ServerContext* ctx, const pb::Read
 grpc::Status PoolServiceImpl::Create(grpc::ServerContext* ctx, const pb::CreatePoolRequest* req,
                                      pb::PoolInfo* info) {
   CallLog log("PoolService.Create", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoCreate(state_, ctx, *req, info));
 }
 
@@ -288,18 +290,24 @@ grpc::Status PoolServiceImpl::Write(grpc::ServerContext* ctx,
                                     grpc::ServerReader<pb::WritePoolChunk>* reader,
                                     pb::WritePoolResponse* resp) {
   CallLog log("PoolService.Write", ctx);
+  auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoWrite(state_, ctx, reader, resp, &log));
 }
 
 grpc::Status PoolServiceImpl::Read(grpc::ServerContext* ctx, const pb::ReadPoolRequest* req,
                                    grpc::ServerWriter<pb::ReadPoolChunk>* writer) {
   CallLog log("PoolService.Read", ctx);
+  auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoRead(state_, ctx, *req, writer, &log));
 }
 
 grpc::Status PoolServiceImpl::Stats(grpc::ServerContext* ctx, const pb::PoolStatsRequest* req,
                                     pb::PoolInfo* info) {
   CallLog log("PoolService.Stats", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   auto pool = state_->registry().GetPool("pool_id", req->pool_id(), state_->TenantOf(ctx));
   if (pool.ok()) FillInfo(**pool, info);
   return log.Done(pool.status());
@@ -308,12 +316,16 @@ grpc::Status PoolServiceImpl::Stats(grpc::ServerContext* ctx, const pb::PoolStat
 grpc::Status PoolServiceImpl::Delete(grpc::ServerContext* ctx, const pb::DeletePoolRequest* req,
                                      pb::DeletePoolResponse* resp) {
   CallLog log("PoolService.Delete", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   return log.Done(state_->registry().RemovePool("pool_id", req->pool_id(), state_->TenantOf(ctx)));
 }
 
 grpc::Status PoolServiceImpl::List(grpc::ServerContext* ctx, const pb::ListPoolsRequest* req,
                                    pb::ListPoolsResponse* resp) {
   CallLog log("PoolService.List", ctx);
+  auto admission = state_->Admit(ctx);  // token, rate limits
+  if (!admission.ok()) return log.Done(admission.status());
   for (const auto& p : state_->registry().ListPools(state_->TenantOf(ctx))) {
     FillInfo(*p, resp->add_pools());
   }

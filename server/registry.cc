@@ -42,6 +42,11 @@ absl::StatusOr<Reservation> MemoryAccountant::Reserve(int device, const std::str
         used_[device], " of the limit of ", limit, " bytes are in use (",
         limit - used_[device], " free; see --memory_limit_mb)"));
   }
+  if (tenant_check_) {
+    auto held = tenant_used_.find(tenant);
+    absl::Status s = tenant_check_(tenant, held == tenant_used_.end() ? 0 : held->second, bytes);
+    if (!s.ok()) return s;
+  }
   used_[device] += bytes;
   tenant_used_[tenant] += bytes;
   Reservation r;
@@ -50,6 +55,20 @@ absl::StatusOr<Reservation> MemoryAccountant::Reserve(int device, const std::str
   r.tenant_ = tenant;
   r.bytes_ = bytes;
   return r;
+}
+
+void MemoryAccountant::SetTenantCheck(TenantCheck check) {
+  absl::MutexLock lock(&mu_);
+  tenant_check_ = std::move(check);
+}
+
+std::map<std::string, int64_t> MemoryAccountant::tenant_usage() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, int64_t> out;
+  for (const auto& [tenant, bytes] : tenant_used_) {
+    if (bytes != 0) out.emplace(tenant, bytes);
+  }
+  return out;
 }
 
 void MemoryAccountant::Release(int device, const std::string& tenant, int64_t bytes) {

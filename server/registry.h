@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,6 +52,12 @@ class MemoryAccountant {
   int64_t used(int device) const;
   int64_t limit(int device) const;
   int64_t tenant_used(const std::string& tenant) const;
+  std::map<std::string, int64_t> tenant_usage() const;  // tenants holding bytes now
+
+  // Per-tenant limit (server/security/limits.h), checked in Reserve under the
+  // accountant's lock: (tenant, bytes it holds, bytes asked) -> OK or the error.
+  using TenantCheck = std::function<absl::Status(const std::string&, int64_t, int64_t)>;
+  void SetTenantCheck(TenantCheck check);
 
  private:
   friend class Reservation;
@@ -60,6 +67,7 @@ class MemoryAccountant {
   std::vector<int64_t> limits_;
   std::vector<int64_t> used_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> tenant_used_ ABSL_GUARDED_BY(mu_);
+  TenantCheck tenant_check_ ABSL_GUARDED_BY(mu_);
 };
 
 struct Buffer {

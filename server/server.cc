@@ -12,6 +12,8 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/backends.h"
+#include "server/bench/bench_service.h"
+#include "server/node_setup.h"
 #include "server/server_state.h"
 #include "server/services.h"
 #include "spdlog/spdlog.h"
@@ -24,6 +26,7 @@ const char* const kServiceNames[] = {
     "kernelserve.v1.PoolService",
     "kernelserve.v1.KernelService",
     "kernelserve.v1.DeviceService",
+    "kernelserve.v1.BenchService",
 };
 
 }  // namespace
@@ -64,11 +67,15 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
     return absl::UnavailableError(absl::StrCat("backend ", backend->Name(), " has no devices"));
   }
 
+  auto node = SetUpNodeSecurity(options);
+  if (!node.ok()) return node.status();
+
   std::unique_ptr<KernelServer> server(new KernelServer());
   server->backend_ = std::move(backend);
   StateOptions state_options;
   state_options.queue_capacity = options.queue_capacity;
   state_options.max_message_bytes = static_cast<int64_t>(options.max_message_mb) << 20;
+  state_options.gate = node->gate;
   for (int d = 0; d < devices; ++d) {
     int64_t limit = options.memory_limit_mb << 20;
     if (options.memory_limit_mb == 0) {
@@ -82,11 +89,18 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   server->pool_service_ = std::make_unique<PoolServiceImpl>(server->state_.get());
   server->kernel_service_ = std::make_unique<KernelServiceImpl>(server->state_.get());
   server->device_service_ = std::make_unique<DeviceServiceImpl>(server->state_.get());
+  absl::Status bench = server->StartBench(options);
+  if (!bench.ok()) {
+    server->state_->StopWorkers();
+    server->shut_down_ = true;
+    return bench;
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.listen, node->credentials, &server->port_);
+  if (!options.metrics_listen.empty()) server->metrics_ = std::make_unique<NodeMetrics>(&builder);
   // A message over the limit gets RESOURCE_EXHAUSTED from gRPC itself.
   builder.SetMaxReceiveMessageSize(options.max_message_mb << 20);
   builder.SetMaxSendMessageSize(options.max_message_mb << 20);
@@ -94,12 +108,18 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   builder.RegisterService(server->pool_service_.get());
   builder.RegisterService(server->kernel_service_.get());
   builder.RegisterService(server->device_service_.get());
+  builder.RegisterService(server->bench_service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     server->state_->StopWorkers();
     server->shut_down_ = true;
     return absl::UnavailableError(absl::StrCat("--listen=", options.listen,
                                                ": could not listen there (address in use or invalid)"));
+  }
+  if (server->metrics_ != nullptr) {
+    absl::Status metrics = server->metrics_->Start(options.metrics_listen, server->state_.get(),
+                                                   server->backend_.get());
+    if (!metrics.ok()) return metrics;  // the destructor shuts the server down
   }
   KernelServer* raw = server.get();
   server->state_->SetHealthListener([raw] { raw->UpdateHealth(); });
@@ -118,6 +138,46 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   return server;
 }
 
+// Benchmark jobs (server/bench): a job's timing window is one task on the
+// device's worker, so kernel calls wait while it runs.
+absl::Status KernelServer::StartBench(const ServerOptions& options) {
+  bench::BenchOptions bench_options = options.bench;
+  bench_options.data_dir = options.data_dir;
+  bench_options.server_version = kServerVersion;
+  ServerState* state = state_.get();
+  auto runner = [state](int device, std::function<absl::Status()> fn) {
+    return state->RunOnDevice(device, nullptr, std::move(fn));
+  };
+  auto reader = [state](const std::string& id, const std::string& tenant) -> absl::StatusOr<HostTensor> {
+    auto buffer = state->registry().GetBuffer("buffer_id", id, tenant);
+    if (!buffer.ok()) return buffer.status();
+    HostTensor host((*buffer)->desc.dtype, (*buffer)->desc.shape);
+    absl::Status st = state->RunOnDevice((*buffer)->device, nullptr, [&] {
+      return state->backend().CopyToHost((*buffer)->device, host.bytes(), (*buffer)->memory->data(),
+                                         static_cast<size_t>(host.num_bytes()));
+    });
+    if (!st.ok()) return st;
+    return host;
+  };
+  auto scheduler = bench::BenchScheduler::Create(backend_.get(), bench_options, runner, reader);
+  if (!scheduler.ok()) {
+    return absl::Status(scheduler.status().code(),
+                        absl::StrCat("benchmark jobs (--data_dir=", options.data_dir,
+                                     "): ", scheduler.status().message()));
+  }
+  bench_ = std::move(*scheduler);
+  auto admit = [state](grpc::ServerContext* ctx, bool stream, std::shared_ptr<void>* hold,
+                       std::string* tenant) -> absl::Status {
+    auto admission = state->Admit(ctx, stream);
+    if (!admission.ok()) return admission.status();
+    *hold = std::make_shared<security::CallGate::Admission>(std::move(*admission));
+    *tenant = state->TenantOf(ctx);
+    return absl::OkStatus();
+  };
+  bench_service_ = std::make_unique<bench::BenchServiceImpl>(bench_.get(), admit);
+  return absl::OkStatus();
+}
+
 void KernelServer::UpdateHealth() {
   if (server_ == nullptr) return;
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
@@ -128,12 +188,16 @@ void KernelServer::UpdateHealth() {
   for (const char* name : kServiceNames) health->SetServingStatus(name, serving);
 }
 
+int KernelServer::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+
 WorkerStats KernelServer::worker_stats(int device) const { return state_->worker(device).stats(); }
 
 void KernelServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   spdlog::info("shutting down: draining running calls (grace {})", absl::FormatDuration(grace));
+  // Running benchmark jobs go back to the queue (persisted) instead of holding the drain.
+  if (bench_ != nullptr) bench_->Shutdown();
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   state_->StopWorkers();
@@ -145,8 +209,11 @@ void KernelServer::Wait() {
 }
 
 KernelServer::~KernelServer() {
+  metrics_.reset();
   Shutdown(absl::ZeroDuration());
   server_.reset();
+  bench_service_.reset();
+  bench_.reset();
   state_.reset();
 }
 

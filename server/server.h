@@ -10,7 +10,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/api/backend.h"
+#include "server/bench/scheduler.h"
 #include "server/device_worker.h"
+#include "server/security/call_gate.h"
 
 namespace grpc {
 class Server;
@@ -23,6 +25,10 @@ class BufferServiceImpl;
 class PoolServiceImpl;
 class KernelServiceImpl;
 class DeviceServiceImpl;
+namespace bench {
+class BenchServiceImpl;
+}  // namespace bench
+class NodeMetrics;
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // HOST:PORT; port 0 picks a free one
@@ -31,7 +37,11 @@ struct ServerOptions {
   int queue_capacity = 64;                 // waiting calls per device worker
   int cpu_threads = 0;                     // CPU backend threads; 0: all hardware threads
   int64_t memory_limit_mb = 0;             // per device; 0: 90% of device memory
-  std::string data_dir;                    // later: the jobs database
+  std::string data_dir;                    // holds bench.db, the benchmark jobs database
+  bench::BenchOptions bench;               // benchmark jobs (flags: server/bench/bench_flags.cc)
+  // Shared nodes: TLS, tokens, per-tenant limits (server/node_flags.cc has the flags).
+  security::NodeSecurityOptions security;
+  std::string metrics_listen;  // HOST:PORT of the Prometheus /metrics endpoint; empty: off
 };
 
 class KernelServer {
@@ -44,6 +54,7 @@ class KernelServer {
   ~KernelServer();  // Shutdown(zero grace) if still running
 
   int port() const { return port_; }  // the bound port
+  int metrics_port() const;            // 0 when --metrics_listen is off
   // Stops accepting calls, lets running calls finish for up to `grace` (then
   // cancels them), and stops the device workers.
   void Shutdown(absl::Duration grace);
@@ -57,6 +68,7 @@ class KernelServer {
  private:
   KernelServer() = default;
   void UpdateHealth();
+  absl::Status StartBench(const ServerOptions& options);
 
   std::unique_ptr<Backend> backend_;
   std::string backend_note_;
@@ -65,9 +77,12 @@ class KernelServer {
   std::unique_ptr<PoolServiceImpl> pool_service_;
   std::unique_ptr<KernelServiceImpl> kernel_service_;
   std::unique_ptr<DeviceServiceImpl> device_service_;
+  std::unique_ptr<bench::BenchScheduler> bench_;  // uses state_'s workers
+  std::unique_ptr<bench::BenchServiceImpl> bench_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;
+  std::unique_ptr<NodeMetrics> metrics_;  // last: stops before the state it reads goes
 };
 
 }  // namespace kernelserve

@@ -9,7 +9,13 @@
 namespace kernelserve {
 
 ServerState::ServerState(Backend* backend, StateOptions options)
-    : backend_(backend), options_(std::move(options)), accountant_(options_.memory_limits) {
+    : backend_(backend),
+      options_(std::move(options)),
+      gate_(options_.gate ? options_.gate : std::make_shared<security::CallGate>()),
+      accountant_(options_.memory_limits) {
+  accountant_.SetTenantCheck([gate = gate_.get()](const std::string& tenant, int64_t held, int64_t more) {
+    return gate->limiter().CheckMemory(security::Tenant{tenant, false}, held, more);
+  });
   const int n = backend_->DeviceCount();
   for (int d = 0; d < n; ++d) {
     workers_.push_back(std::make_unique<DeviceWorker>(d, options_.queue_capacity));

@@ -17,6 +17,7 @@
 #include "kernels/api/backend.h"
 #include "server/device_worker.h"
 #include "server/registry.h"
+#include "server/security/call_gate.h"
 
 namespace kernelserve {
 
@@ -28,6 +29,7 @@ struct StateOptions {
   int queue_capacity = 64;
   int64_t max_message_bytes = 64 << 20;
   std::vector<int64_t> memory_limits;  // per device, bytes
+  std::shared_ptr<security::CallGate> gate;  // auth and tenant limits; null: open
 };
 
 class ServerState {
@@ -44,8 +46,14 @@ class ServerState {
   // Largest payload that fits in one message.
   int64_t max_payload_bytes() const;
 
-  // Tenant of a call; "" until authentication maps tokens to tenants.
-  std::string TenantOf(grpc::ServerContext* ctx) const { return ""; }
+  // First thing in every handler: token -> tenant, the tenant's request rate
+  // and, for streams, its concurrent-stream limit (held while `Admission` lives).
+  absl::StatusOr<security::CallGate::Admission> Admit(grpc::ServerContext* ctx, bool stream = false) {
+    return gate_->Admit(*ctx, stream);
+  }
+  // Tenant of a call ("" with authentication off); owner of what it creates.
+  std::string TenantOf(grpc::ServerContext* ctx) const { return gate_->TenantOf(*ctx); }
+  security::CallGate& gate() { return *gate_; }
 
   // INVALID_ARGUMENT when `device` is out of range, UNAVAILABLE when unhealthy.
   absl::Status CheckDevice(absl::string_view field, int device) const;
@@ -73,6 +81,7 @@ class ServerState {
  private:
   Backend* backend_;
   StateOptions options_;
+  std::shared_ptr<security::CallGate> gate_;  // before accountant_: its tenant check uses it
   MemoryAccountant accountant_;  // outlives the registry's reservations
   Registry registry_;
   std::vector<std::unique_ptr<DeviceWorker>> workers_;

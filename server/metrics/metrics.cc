@@ -121,6 +121,15 @@ void Registry::Add(absl::string_view name, const Labels& labels, double delta) {
   f->series[key].value += delta;
 }
 
+void Registry::SetCounter(absl::string_view name, const Labels& labels, double total) {
+  const std::string key = RenderLabels(labels);
+  absl::MutexLock lock(&mu_);
+  Family* f = Find(name, Type::kCounter);
+  if (f == nullptr) return;
+  Series& s = f->series[key];
+  if (total > s.value) s.value = total;
+}
+
 void Registry::Observe(absl::string_view name, const Labels& labels, double value) {
   const std::string key = RenderLabels(labels);
   absl::MutexLock lock(&mu_);
@@ -231,9 +240,7 @@ void AddProcessCollector(Registry* registry) {
         double utime = 0, stime = 0;
         if (!absl::SimpleAtod(f[11], &utime) || !absl::SimpleAtod(f[12], &stime)) return;
         const double cpu = (utime + stime) / ticks;
-        // A counter must not go down; Inc by the difference from what it shows.
-        const double shown = r->Value("process_cpu_seconds_total", {});
-        if (cpu > shown) r->Inc("process_cpu_seconds_total", {}, cpu - std::max(0.0, shown));
+        r->SetCounter("process_cpu_seconds_total", {}, cpu);
       }
     }
   });

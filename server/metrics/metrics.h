@@ -45,6 +45,8 @@ class Registry {
   void Inc(absl::string_view name, const Labels& labels, double delta = 1);
   void Set(absl::string_view name, const Labels& labels, double value);
   void Add(absl::string_view name, const Labels& labels, double delta);  // gauges
+  // Raises a counter to `total` (a running total kept elsewhere); never lowers it.
+  void SetCounter(absl::string_view name, const Labels& labels, double total);
   void Observe(absl::string_view name, const Labels& labels, double value);
   // Drops every series of a family (gauges whose label sets come and go).
   void Clear(absl::string_view name);

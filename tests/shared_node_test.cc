@@ -1,0 +1,499 @@
+// Shared-node security end to end (issue 6) against a real server on
+// loopback: missing, wrong and revoked tokens; every resource kind touched by
+// another tenant answers NOT_FOUND exactly as for an id that never existed;
+// per-tenant limits answer RESOURCE_EXHAUSTED naming the limit; the listen
+// rule; TLS + mTLS + tokens on the real server; and the metrics endpoint.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/client_unary_call.h"
+#include "gtest/gtest.h"
+#include "kernelserve/v1/device.grpc.pb.h"
+#include "kernelserve/v1/kernel.grpc.pb.h"
+#include "kernelserve/v1/pool.grpc.pb.h"
+#include "kernelserve/v1/tensor.grpc.pb.h"
+#include "server/security/test_certs.h"
+#include "server/security/tls.h"
+#include "server/security/tokens.h"
+#include "server/server.h"
+#include "server/test_util.h"
+
+namespace kernelserve {
+namespace {
+
+namespace pb = ::kernelserve::v1;
+using security::TokenFileLine;
+
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(::testing::TempDir(), "/", name, "_", getpid());
+}
+
+// A token file with alice, bob, ops (admin) and a revoked mallory.
+std::string WriteTokens() {
+  const std::string path = TempPath("tokens");
+  std::ofstream(path) << "# test tokens\n"
+                      << TokenFileLine("alice", "tok-alice", false) << "\n"
+                      << TokenFileLine("bob", "tok-bob", false) << "\n"
+                      << TokenFileLine("carol", "tok-carol", false) << "\n"
+                      << TokenFileLine("dave", "tok-dave", false) << "\n"
+                      << TokenFileLine("ops", "tok-ops", true) << "\n"
+                      << TokenFileLine("mallory", "tok-mallory", false) << " revoked\n";
+  return path;
+}
+
+pb::Tensor Bytes(pb::DType dtype, std::vector<int64_t> shape, std::string data) {
+  pb::Tensor t;
+  t.set_dtype(dtype);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(std::move(data));
+  return t;
+}
+pb::Tensor Int32s(std::vector<int32_t> v) {
+  return Bytes(pb::INT32, {static_cast<int64_t>(v.size())},
+               std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+}
+
+// One tenant's view of the server: raw stubs plus its token on every call.
+class As {
+ public:
+  As(std::shared_ptr<grpc::Channel> channel, std::string token)
+      : token_(std::move(token)),
+        buffers_(pb::BufferService::NewStub(channel)),
+        pools_(pb::PoolService::NewStub(channel)),
+        kernels_(pb::KernelService::NewStub(channel)),
+        devices_(pb::DeviceService::NewStub(channel)) {}
+
+  void Prepare(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+  }
+
+  grpc::Status Upload(const pb::Tensor& t, pb::BufferInfo* info = nullptr) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::BufferInfo local;
+    auto writer = buffers_->Upload(&ctx, info ? info : &local);
+    pb::UploadChunk chunk;
+    chunk.mutable_header()->set_dtype(t.dtype());
+    *chunk.mutable_header()->mutable_shape() = t.shape();
+    chunk.set_data(t.data());
+    writer->Write(chunk);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  grpc::Status Download(const std::string& id, std::string* data = nullptr) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::DownloadRequest req;
+    req.set_buffer_id(id);
+    auto reader = buffers_->Download(&ctx, req);
+    pb::DownloadChunk chunk;
+    while (reader->Read(&chunk)) {
+      if (data) data->append(chunk.data());
+    }
+    return reader->Finish();
+  }
+  grpc::Status Free(const std::string& id) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::FreeBufferRequest req;
+    req.set_buffer_id(id);
+    pb::FreeBufferResponse resp;
+    return buffers_->Free(&ctx, req, &resp);
+  }
+  grpc::Status ListBuffers(std::vector<std::string>* ids) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::ListBuffersResponse resp;
+    grpc::Status s = buffers_->List(&ctx, pb::ListBuffersRequest(), &resp);
+    for (const auto& b : resp.buffers()) ids->push_back(b.id());
+    return s;
+  }
+  grpc::Status CreatePool(pb::PoolInfo* info) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::CreatePoolRequest req;
+    req.set_kind(pb::MLA_FUSED);
+    req.set_num_slots(8);
+    req.set_dtype(pb::FP8_E4M3FN);
+    return pools_->Create(&ctx, req, info);
+  }
+  grpc::Status WritePool(const std::string& id) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::WritePoolResponse resp;
+    auto writer = pools_->Write(&ctx, &resp);
+    pb::WritePoolChunk chunk;
+    chunk.set_pool_id(id);
+    *chunk.mutable_slots() = Int32s({0, 1});
+    std::string rows(2 * 576, '\0');
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<char>(0x30 + i % 7);
+    *chunk.mutable_rows() = Bytes(pb::FP8_E4M3FN, {2, 576}, rows);
+    writer->Write(chunk);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  grpc::Status ReadPool(const std::string& id) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::ReadPoolRequest req;
+    req.set_pool_id(id);
+    req.set_start(0);
+    req.set_count(2);
+    auto reader = pools_->Read(&ctx, req);
+    pb::ReadPoolChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
+  }
+  grpc::Status PoolStats(const std::string& id) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::PoolStatsRequest req;
+    req.set_pool_id(id);
+    pb::PoolInfo info;
+    return pools_->Stats(&ctx, req, &info);
+  }
+  grpc::Status DeletePool(const std::string& id) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::DeletePoolRequest req;
+    req.set_pool_id(id);
+    pb::DeletePoolResponse resp;
+    return pools_->Delete(&ctx, req, &resp);
+  }
+  grpc::Status ListPools(std::vector<std::string>* ids) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::ListPoolsResponse resp;
+    grpc::Status s = pools_->List(&ctx, pb::ListPoolsRequest(), &resp);
+    for (const auto& p : resp.pools()) ids->push_back(p.id());
+    return s;
+  }
+  // Attention with q from a buffer (k, v inline), output kept in a new buffer.
+  grpc::Status AttentionOnBuffer(const std::string& q_id, std::string* out_id = nullptr) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::AttentionRequest req;
+    req.mutable_q()->set_buffer_id(q_id);
+    *req.mutable_k()->mutable_tensor() = testing::RandomBf16({1, 1, 4, 128}, 2);
+    *req.mutable_v()->mutable_tensor() = testing::RandomBf16({1, 1, 4, 128}, 3);
+    req.mutable_output()->set_to_buffer(true);
+    pb::AttentionResponse resp;
+    grpc::Status s = kernels_->Attention(&ctx, req, &resp);
+    if (out_id) *out_id = resp.out().buffer_id();
+    return s;
+  }
+  grpc::Status MlaDecodeOnPool(const std::string& pool_id) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::MlaDecodeRequest req;
+    *req.mutable_q_lat()->mutable_tensor() = testing::RandomBf16({1, 1, 1, 512}, 4);
+    *req.mutable_q_pe()->mutable_tensor() = testing::RandomBf16({1, 1, 1, 64}, 5);
+    req.set_pool_id(pool_id);
+    *req.mutable_seq_lens()->mutable_tensor() = Int32s({2});
+    *req.mutable_kv_indices()->mutable_tensor() = Int32s({0, 1});
+    *req.mutable_kv_indptr()->mutable_tensor() = Int32s({0, 2});
+    pb::MlaDecodeResponse resp;
+    return kernels_->MlaDecode(&ctx, req, &resp);
+  }
+  grpc::Status Devices() {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::ListDevicesResponse resp;
+    return devices_->List(&ctx, pb::ListDevicesRequest(), &resp);
+  }
+
+ private:
+  std::string token_;
+  std::unique_ptr<pb::BufferService::Stub> buffers_;
+  std::unique_ptr<pb::PoolService::Stub> pools_;
+  std::unique_ptr<pb::KernelService::Stub> kernels_;
+  std::unique_ptr<pb::DeviceService::Stub> devices_;
+};
+
+grpc::Status HealthCheck(grpc::Channel* channel) {
+  grpc::Slice slice(std::string{});
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel,
+      grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
+      &ctx, request, &response);
+}
+
+std::unique_ptr<KernelServer> Start(ServerOptions options) {
+  options.listen = "127.0.0.1:0";
+  options.backend = "cpu";
+  options.cpu_threads = 2;
+  auto server = KernelServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+class SharedNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.security.tokens_file = WriteTokens();
+    server_ = Start(options);
+    ASSERT_NE(server_, nullptr);
+    channel_ = testing::Connect(server_->port());
+  }
+  std::unique_ptr<KernelServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TEST_F(SharedNodeTest, MissingWrongAndRevokedTokensAreUnauthenticated) {
+  const std::vector<std::string> tokens = {"", "tok-alicf", "tok-mallory", "Bearer", std::string(5000, 'x')};
+  for (const std::string& token : tokens) {
+    SCOPED_TRACE(token.substr(0, 20));
+    As who(channel_, token);
+    std::vector<std::string> ids;
+    pb::PoolInfo info;
+    for (grpc::Status s :
+         {who.Devices(), who.ListBuffers(&ids), who.Upload(testing::RandomBf16({4}, 1)),
+          who.Download("buf-x"), who.Free("buf-x"), who.CreatePool(&info), who.ListPools(&ids),
+          who.WritePool("pool-x"), who.ReadPool("pool-x"), who.PoolStats("pool-x"),
+          who.DeletePool("pool-x"), who.AttentionOnBuffer("buf-x"), who.MlaDecodeOnPool("pool-x")}) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+      EXPECT_FALSE(absl::StrContains(s.error_message(), "tok-")) << "no secret echoed";
+    }
+  }
+  // The revoked token's message says so; health stays open for probes.
+  EXPECT_TRUE(absl::StrContains(As(channel_, "tok-mallory").Devices().error_message(), "revoked"));
+  EXPECT_TRUE(HealthCheck(channel_.get()).ok());
+  EXPECT_TRUE(As(channel_, "tok-alice").Devices().ok());
+}
+
+TEST_F(SharedNodeTest, OtherTenantsResourcesAreNotFoundOnEveryKind) {
+  As alice(channel_, "tok-alice"), bob(channel_, "tok-bob"), ops(channel_, "tok-ops");
+  pb::BufferInfo buf;
+  ASSERT_TRUE(alice.Upload(testing::RandomBf16({1, 1, 4, 128}, 1), &buf).ok());
+  pb::PoolInfo pool;
+  ASSERT_TRUE(alice.CreatePool(&pool).ok());
+  ASSERT_TRUE(alice.WritePool(pool.id()).ok());
+  std::string out_id;
+  grpc::Status op = alice.AttentionOnBuffer(buf.id(), &out_id);
+  ASSERT_TRUE(op.ok()) << op.error_message();
+  ASSERT_FALSE(out_id.empty());
+  grpc::Status mla = alice.MlaDecodeOnPool(pool.id());
+  ASSERT_TRUE(mla.ok()) << mla.error_message();
+
+  // Each of bob's attempts answers exactly what an id that never existed
+  // answers (with the id swapped), so bob learns nothing about alice's ids.
+  const std::string ghost_buf = "buf-0000000000000000000000000000", ghost_pool = "pool-00000000000000000000000000";
+  auto same_as_ghost = [](const grpc::Status& real, const grpc::Status& ghost, const std::string& id,
+                          const std::string& ghost_id) {
+    EXPECT_EQ(real.error_code(), grpc::StatusCode::NOT_FOUND) << real.error_message();
+    EXPECT_EQ(real.error_message(),
+              absl::StrReplaceAll(ghost.error_message(), {{ghost_id, id}}));
+  };
+  for (As* other : {&bob, &ops}) {  // admins do not see other tenants' objects either
+    for (const std::string& id : {buf.id(), out_id}) {
+      same_as_ghost(other->Download(id), other->Download(ghost_buf), id, ghost_buf);
+      same_as_ghost(other->AttentionOnBuffer(id), other->AttentionOnBuffer(ghost_buf), id, ghost_buf);
+      same_as_ghost(other->Free(id), other->Free(ghost_buf), id, ghost_buf);
+    }
+    same_as_ghost(other->PoolStats(pool.id()), other->PoolStats(ghost_pool), pool.id(), ghost_pool);
+    same_as_ghost(other->ReadPool(pool.id()), other->ReadPool(ghost_pool), pool.id(), ghost_pool);
+    same_as_ghost(other->WritePool(pool.id()), other->WritePool(ghost_pool), pool.id(), ghost_pool);
+    same_as_ghost(other->MlaDecodeOnPool(pool.id()), other->MlaDecodeOnPool(ghost_pool), pool.id(),
+                  ghost_pool);
+    same_as_ghost(other->DeletePool(pool.id()), other->DeletePool(ghost_pool), pool.id(), ghost_pool);
+    std::vector<std::string> ids;
+    ASSERT_TRUE(other->ListBuffers(&ids).ok());
+    ASSERT_TRUE(other->ListPools(&ids).ok());
+    EXPECT_TRUE(ids.empty()) << ids.size() << " foreign objects listed";
+  }
+
+  // Alice still has everything, unharmed by the attempts.
+  std::vector<std::string> ids;
+  ASSERT_TRUE(alice.ListBuffers(&ids).ok());
+  EXPECT_EQ(ids.size(), 2u);
+  ids.clear();
+  ASSERT_TRUE(alice.ListPools(&ids).ok());
+  EXPECT_EQ(ids, std::vector<std::string>{pool.id()});
+  std::string data;
+  ASSERT_TRUE(alice.Download(buf.id(), &data).ok());
+  EXPECT_EQ(data.size(), 1u * 4 * 128 * 2);
+  EXPECT_TRUE(alice.ReadPool(pool.id()).ok());
+  EXPECT_TRUE(alice.Free(out_id).ok());
+  EXPECT_TRUE(alice.DeletePool(pool.id()).ok());
+}
+
+TEST(SharedNodeLimits, EachOverrunNamesItsLimit) {
+  const std::string limits = TempPath("limits");
+  std::ofstream(limits) << "alice max_device_memory=64KiB\n"
+                        << "dave requests_per_second=0.001 request_burst=3\n"
+                        << "carol max_concurrent_streams=2\n";
+  ServerOptions options;
+  options.security.tokens_file = WriteTokens();
+  options.security.limits_file = limits;
+  auto server = Start(options);
+  ASSERT_NE(server, nullptr);
+  auto channel = testing::Connect(server->port());
+  As alice(channel, "tok-alice"), bob(channel, "tok-bob"), carol(channel, "tok-carol"),
+      dave(channel, "tok-dave");
+
+  // Memory: 32 KiB fits, 48 KiB more does not; bob's default is unlimited.
+  pb::BufferInfo first;
+  ASSERT_TRUE(alice.Upload(testing::RandomBf16({16384}, 1), &first).ok());
+  grpc::Status over = alice.Upload(testing::RandomBf16({24576}, 2));
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "max_device_memory")) << over.error_message();
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "alice")) << over.error_message();
+  EXPECT_TRUE(bob.Upload(testing::RandomBf16({24576}, 2)).ok());
+  ASSERT_TRUE(alice.Free(first.id()).ok());  // freeing gives the room back
+  EXPECT_TRUE(alice.Upload(testing::RandomBf16({24576}, 2)).ok());
+
+  // Rate: a burst of 3, then refused.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(dave.Devices().ok()) << i;
+  grpc::Status rate = dave.Devices();
+  EXPECT_EQ(rate.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(rate.error_message(), "requests_per_second")) << rate.error_message();
+  EXPECT_TRUE(bob.Devices().ok());
+
+  // Streams: carol holds two uploads open; a third is refused until one closes.
+  struct Open {
+    grpc::ClientContext ctx;
+    pb::BufferInfo info;
+    std::unique_ptr<grpc::ClientWriter<pb::UploadChunk>> writer;
+  };
+  auto BufferStub = pb::BufferService::NewStub(channel);
+  std::vector<std::unique_ptr<Open>> open;
+  for (int i = 0; i < 2; ++i) {
+    auto o = std::make_unique<Open>();
+    carol.Prepare(&o->ctx);
+    o->writer = BufferStub->Upload(&o->ctx, &o->info);
+    pb::UploadChunk header;
+    header.mutable_header()->set_dtype(pb::BF16);
+    header.mutable_header()->add_shape(1024);
+    ASSERT_TRUE(o->writer->Write(header));
+    open.push_back(std::move(o));
+  }
+  grpc::Status third;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  do {  // the two handlers may take a moment to start on a loaded machine
+    third = carol.Upload(testing::RandomBf16({4}, 3));
+  } while (third.ok() && absl::Now() < give_up);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(third.error_message(), "max_concurrent_streams")) << third.error_message();
+  for (auto& o : open) {
+    pb::UploadChunk data;
+    data.set_data(std::string(2048, '\0'));
+    o->writer->Write(data);
+    o->writer->WritesDone();
+    EXPECT_TRUE(o->writer->Finish().ok());
+  }
+  open.clear();
+  EXPECT_TRUE(carol.Upload(testing::RandomBf16({4}, 3)).ok()) << "slots are released";
+}
+
+TEST(SharedNodeListen, NonLoopbackNeedsTlsAndTokensOrInsecure) {
+  ServerOptions options;
+  options.backend = "cpu";
+  options.listen = "0.0.0.0:0";
+  auto refused = KernelServer::Start(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "--insecure")) << refused.status();
+  options.security.tokens_file = WriteTokens();
+  EXPECT_EQ(KernelServer::Start(options).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "tokens without TLS";
+  options.security.insecure = true;
+  auto waived = KernelServer::Start(options);
+  EXPECT_TRUE(waived.ok()) << waived.status();
+}
+
+TEST(SharedNodeTls, MutualTlsAndTokensOnTheRealServer) {
+  auto certs = security::MakeTestCerts(TempPath("certs"));
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  ServerOptions options;
+  options.backend = "cpu";
+  options.listen = "127.0.0.1:0";
+  options.security.tls = {certs->server_cert, certs->server_key, certs->ca};
+  options.security.tokens_file = WriteTokens();
+  auto server = KernelServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto good = security::ChannelCredentialsFromFiles({certs->ca, certs->client_cert, certs->client_key});
+  ASSERT_TRUE(good.ok());
+  auto channel = grpc::CreateChannel(target, *good);
+  EXPECT_TRUE(As(channel, "tok-alice").Devices().ok());
+  EXPECT_EQ(As(channel, "").Devices().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(HealthCheck(channel.get()).ok());
+  auto no_cert = security::ChannelCredentialsFromFiles({certs->ca, "", ""});
+  ASSERT_TRUE(no_cert.ok());
+  EXPECT_EQ(As(grpc::CreateChannel(target, *no_cert), "tok-alice").Devices().error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(As(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()), "tok-alice")
+                .Devices()
+                .error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+TEST(SharedNodeMetrics, EndpointShowsCallsMemoryPerTenantAndDevices) {
+  ServerOptions options;
+  options.security.tokens_file = WriteTokens();
+  options.metrics_listen = "127.0.0.1:0";
+  auto server = Start(options);
+  ASSERT_NE(server, nullptr);
+  ASSERT_GT(server->metrics_port(), 0);
+  auto channel = testing::Connect(server->port());
+  As alice(channel, "tok-alice"), nobody(channel, "");
+  ASSERT_TRUE(alice.Upload(testing::RandomBf16({1000}, 1)).ok());
+  EXPECT_FALSE(nobody.Devices().ok());
+  EXPECT_EQ(As(channel, "tok-alice").Download("buf-nope").error_code(), grpc::StatusCode::NOT_FOUND);
+  const std::string text = Scrape(server->metrics_port());
+  for (const char* want : {
+           "kernelserve_grpc_calls_total{service=\"kernelserve.v1.BufferService\",method=\"Upload\",code=\"OK\"} 1\n",
+           "kernelserve_grpc_calls_total{service=\"kernelserve.v1.DeviceService\",method=\"List\",code=\"UNAUTHENTICATED\"} 1\n",
+           "kernelserve_grpc_calls_total{service=\"kernelserve.v1.BufferService\",method=\"Download\",code=\"NOT_FOUND\"} 1\n",
+           "kernelserve_grpc_call_duration_seconds_count{service=\"kernelserve.v1.BufferService\",method=\"Upload\"} 1\n",
+           "kernelserve_tenant_device_memory_bytes{tenant=\"alice\"} 2000\n",
+           "kernelserve_device_memory_used_bytes{device=\"0\"} 2000\n",
+           "kernelserve_device_healthy{device=\"0\"} 1\n",
+           "kernelserve_device_queue_depth{device=\"0\"} 0\n",
+           "kernelserve_build_info{version=",
+           "process_resident_memory_bytes "}) {
+    EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n--- scrape:\n" << text;
+  }
+  EXPECT_FALSE(absl::StrContains(text, "tok-")) << "no secret in metrics";
+}
+
+}  // namespace
+}  // namespace kernelserve
