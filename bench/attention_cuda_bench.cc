@@ -1,0 +1,142 @@
+// Times the CUDA bf16 MHA forward at the seed shapes with CUDA events and
+// prints TFLOP/s (causal counts only unmasked query-key pairs). Inputs are
+// random bf16 (never zeros: zeros can run faster than real data).
+//
+//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128]
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/api/ops.h"
+#include "kernels/api/tensor.h"
+#include "kernels/cuda/attention/attention_cuda.h"
+
+namespace kernelserve {
+namespace {
+
+#define CHECK_CUDA(x)                                                                   \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+struct Shape4 {
+  int64_t b, h, s;
+};
+
+// Random bf16 in about N(0,1) scale (sum of uniforms), xorshift-fast.
+void FillRandom(std::vector<uint16_t>& x, uint64_t seed) {
+  uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& e : x) {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    const float u = (static_cast<int>(st & 0xFFFF) + static_cast<int>((st >> 16) & 0xFFFF) +
+                     static_cast<int>((st >> 32) & 0xFFFF) - 3 * 32768) /
+                    (32768.f);  // sum of 3 uniforms: mean 0, sd 1
+    uint32_t u32;
+    std::memcpy(&u32, &u, 4);
+    e = static_cast<uint16_t>((u32 + 0x7FFF + ((u32 >> 16) & 1)) >> 16);
+  }
+}
+
+double Pairs(int64_t sq, int64_t skv, bool causal) {
+  if (!causal) return static_cast<double>(sq) * skv;
+  double p = 0;
+  for (int64_t i = 0; i < sq; ++i) p += std::max<int64_t>(0, std::min(skv, i + skv - sq + 1));
+  return p;
+}
+
+int Main(int argc, char** argv) {
+  int iters = 20, warmup = 5;
+  int64_t dim = 128;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--iters=", 0) == 0) iters = std::atoi(a.c_str() + 8);
+    if (a.rfind("--warmup=", 0) == 0) warmup = std::atoi(a.c_str() + 9);
+    if (a.rfind("--dim=", 0) == 0) dim = std::atoll(a.c_str() + 6);
+  }
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::printf("no CUDA device: nothing to time\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+
+  const std::vector<Shape4> shapes = {{2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
+  int64_t max_elems = 0;
+  for (const auto& s : shapes) max_elems = std::max(max_elems, s.b * s.h * s.s * dim);
+  std::vector<uint16_t> host(max_elems);
+  void *q, *k, *v, *o;
+  CHECK_CUDA(cudaMalloc(&q, max_elems * 2));
+  CHECK_CUDA(cudaMalloc(&k, max_elems * 2));
+  CHECK_CUDA(cudaMalloc(&v, max_elems * 2));
+  CHECK_CUDA(cudaMalloc(&o, max_elems * 2));
+  FillRandom(host, 1);
+  CHECK_CUDA(cudaMemcpy(q, host.data(), max_elems * 2, cudaMemcpyHostToDevice));
+  FillRandom(host, 2);
+  CHECK_CUDA(cudaMemcpy(k, host.data(), max_elems * 2, cudaMemcpyHostToDevice));
+  FillRandom(host, 3);
+  CHECK_CUDA(cudaMemcpy(v, host.data(), max_elems * 2, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  cudaEvent_t ev0, ev1;
+  CHECK_CUDA(cudaEventCreate(&ev0));
+  CHECK_CUDA(cudaEventCreate(&ev1));
+
+  std::printf("\n| (B, H, S) | d | causal | ms (median) | TFLOP/s |\n| --- | --- | --- | --- | --- |\n");
+  for (const auto& s : shapes) {
+    for (bool causal : {false, true}) {
+      AttentionParams p;
+      p.layout = Layout::kBhsd;
+      p.causal = causal;
+      const TensorDesc desc{DType::kBf16, {s.b, s.h, s.s, dim}};
+      if (!p.Validate(desc, desc, desc).ok()) return 1;
+      TensorView tq{desc, q}, tk{desc, k}, tv{desc, v}, to{desc, o};
+      std::vector<float> ms;
+      for (int it = 0; it < warmup + iters; ++it) {
+        CHECK_CUDA(cudaEventRecord(ev0, stream));
+        const absl::Status st = cuda::RunAttention(p, tq, tk, tv, to, stream);
+        if (!st.ok()) {
+          std::fprintf(stderr, "attention failed: %s\n", st.ToString().c_str());
+          return 1;
+        }
+        CHECK_CUDA(cudaEventRecord(ev1, stream));
+        CHECK_CUDA(cudaEventSynchronize(ev1));
+        float t = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&t, ev0, ev1));
+        if (it >= warmup) ms.push_back(t);
+      }
+      std::sort(ms.begin(), ms.end());
+      const double med = ms[ms.size() / 2];
+      const double flops = 4.0 * s.b * s.h * dim * Pairs(s.s, s.s, causal);
+      // The output must be finite: a timing of a broken kernel is no timing.
+      std::vector<uint16_t> out(std::min<int64_t>(s.b * s.h * s.s * dim, 1 << 20));
+      CHECK_CUDA(cudaMemcpy(out.data(), o, out.size() * 2, cudaMemcpyDeviceToHost));
+      int64_t nonfinite = 0;
+      for (uint16_t b : out) nonfinite += ((b & 0x7F80) == 0x7F80);
+      std::printf("| (%lld, %lld, %lld) | %lld | %s | %.3f | %.1f |%s\n",
+                  static_cast<long long>(s.b), static_cast<long long>(s.h),
+                  static_cast<long long>(s.s), static_cast<long long>(dim), causal ? "yes" : "no",
+                  med, flops / (med * 1e-3) / 1e12, nonfinite ? " NON-FINITE OUTPUT" : "");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kernelserve
+
+int main(int argc, char** argv) { return kernelserve::Main(argc, argv); }

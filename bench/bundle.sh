@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the GPU test binaries and benchmarks here and collects them, with the
+# non-glibc shared libraries they load, into .bundle/ (git-ignored), which the
+# device run carries: bin/ for executables, lib/ for libraries.
+#   bench/bundle.sh [extra bazel targets...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGETS=(
+  //kernels/cuda:cuda_backend_test
+  //kernels/cuda/attention:attention_cuda_test
+  //bench:attention_cuda_bench
+)
+# Other engineers' CUDA tests and benches ride along when they build.
+OPTIONAL=(
+  //kernels/cuda/mla:mla_decode_cuda_test
+  //bench:mla_cuda_bench
+)
+TARGETS+=("$@")
+bazel build "${TARGETS[@]}"
+for t in "${OPTIONAL[@]}"; do
+  if bazel build "$t" >/dev/null 2>&1; then TARGETS+=("$t"); else echo "skipping $t (does not build)"; fi
+done
+
+rm -rf .bundle
+mkdir -p .bundle/bin .bundle/lib
+# glibc, the dynamic loader and the C++ runtime come from the GPU machine
+# (Ubuntu 24.04: newer than Debian 12's, hence compatible).
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libstdc\+\+\.so|libgcc_s\.so|libresolv\.so)'
+for t in "${TARGETS[@]}"; do
+  path="bazel-bin/$(echo "${t#//}" | tr ':' '/')"
+  cp -L "$path" .bundle/bin/
+  # ldd on the original: Bazel's own shared objects resolve through its rpath.
+  ldd "$path" | awk '/=> \// {print $1, $3}' | while read -r name lib; do
+    if ! [[ "$name" =~ $skip ]]; then cp -Ln "$lib" .bundle/lib/ 2>/dev/null || true; fi
+  done
+done
+for b in .bundle/bin/*; do
+  if LD_LIBRARY_PATH=.bundle/lib ldd "$b" | grep -q "not found"; then
+    echo "bundle: $b misses libraries:"; LD_LIBRARY_PATH=.bundle/lib ldd "$b" | grep "not found"; exit 1
+  fi
+done
+du -sh .bundle
+ls .bundle/bin .bundle/lib | head -100

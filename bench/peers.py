@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Peers for the bf16 MHA forward: torch SDPA with the cuDNN and
+FlashAttention-2 backends at the seed shapes, timed with CUDA events (median).
+TFLOP/s count causal pairs once, as attention_cuda_bench does.
+
+  python3 bench/peers.py [--iters N] [--dim 128]
+"""
+import argparse
+import statistics
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+
+SHAPES = [(2, 24, 8192), (1, 32, 16384), (2, 24, 16384), (1, 16, 32768)]
+BACKENDS = [("cuDNN", SDPBackend.CUDNN_ATTENTION), ("FA2", SDPBackend.FLASH_ATTENTION)]
+
+
+def time_ms(fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--dim", type=int, default=128)
+    args = ap.parse_args()
+    d = args.dim
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
+    print("\n| (B, H, S) | d | causal | peer | ms (median) | TFLOP/s |\n| --- | --- | --- | --- | --- | --- |")
+    for b, h, s in SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                   for _ in range(3))
+        for causal in (False, True):
+            pairs = s * (s + 1) / 2 if causal else s * s
+            flops = 4.0 * b * h * d * pairs
+            for name, be in BACKENDS:
+                try:
+                    with sdpa_kernel([be]):
+                        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        ms = time_ms(fn, args.warmup, args.iters)
+                    print(f"| ({b}, {h}, {s}) | {d} | {'yes' if causal else 'no'} | {name} | "
+                          f"{ms:.3f} | {flops / (ms * 1e-3) / 1e12:.1f} |", flush=True)
+                except Exception as e:  # a backend without a kernel for the case
+                    print(f"| ({b}, {h}, {s}) | {d} | {'yes' if causal else 'no'} | {name} | "
+                          f"- | failed: {type(e).__name__} |", flush=True)
+        del q, k, v
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
