@@ -144,6 +144,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_backoff_ms);
   // The client retries idempotent calls itself; gRPC's own retries would hide that.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  if (!options.load_balancing.empty()) args.SetLoadBalancingPolicyName(options.load_balancing);
   std::shared_ptr<grpc::ChannelCredentials> creds =
       options.credentials ? options.credentials : grpc::InsecureChannelCredentials();
   auto impl = std::make_unique<Impl>();

@@ -56,8 +56,13 @@ struct ClientOptions {
   absl::Duration max_backoff = absl::Seconds(2);
   // Sent as "authorization: Bearer <token>" when not empty.
   std::string bearer_token;
-  // nullptr: plaintext (loopback and trusted networks).
+  // nullptr: plaintext (loopback and trusted networks). TLS / mTLS from PEM
+  // files: security::ChannelCredentialsFromFiles (//server/security:tls).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // gRPC load-balancing policy; "round_robin" with a "dns:///name:port" target
+  // spreads calls over every address of the name. Buffers and pools live on
+  // the node that created them, so use it for calls with inline tensors only.
+  std::string load_balancing;  // empty: gRPC's default (pick_first)
 };
 
 // Per-call overrides.

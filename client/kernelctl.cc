@@ -25,6 +25,7 @@
 #include "client/client.h"
 #include "client/kernelctl_flags.h"
 #include "client/npy.h"
+#include "server/security/tls.h"
 #include "kernels/api/status_macros.h"
 
 namespace kernelserve {
@@ -759,6 +760,11 @@ void PrintMainUsage(std::ostream& os) {
         "  --server=HOST:PORT   server address (default $KERNELSERVE_SERVER or 127.0.0.1:50051)\n"
         "  --timeout=SECONDS    deadline of each call (default 60)\n"
         "  --token=TOKEN        bearer token (default $KERNELSERVE_TOKEN)\n"
+        "  --tls-ca=FILE        TLS: PEM CA that signed the server certificate (turns TLS on)\n"
+        "  --tls-cert=FILE      mTLS: PEM client certificate (with --tls-key)\n"
+        "  --tls-key=FILE       mTLS: PEM client private key\n"
+        "  --lb=round_robin     spread calls over every address of a dns:/// name (stateless calls only:\n"
+        "                       buffers and pools live on the node that made them)\n"
         "  --max-message-mb=N   largest gRPC message (default 64); larger tensors travel as buffers\n\n"
         "subcommands:\n";
   for (const Command& c : Commands()) os << absl::StrFormat("  %-14s %s\n", c.name, c.summary);
@@ -783,13 +789,19 @@ int Main(int argc, char** argv) {
   std::vector<std::string> global;
   while (i < args.size() && absl::StartsWith(args[i], "-")) global.push_back(args[i++]);
   FlagSet g("kernelctl");
-  std::string server, token;
+  std::string server, token, tls_ca, tls_cert, tls_key, lb;
   std::optional<double> timeout;
   int64_t max_mb = 0;
   bool help_flag = false;
   g.String("server", &server, "HOST:PORT", "server address");
   g.Double("timeout", &timeout, "deadline in seconds");
   g.String("token", &token, "TOKEN", "bearer token");
+  for (const char* sep : {"-", "_"}) {  // --tls-ca and --tls_ca
+    g.String(absl::StrCat("tls", sep, "ca"), &tls_ca, "FILE", "PEM CA of the server certificate");
+    g.String(absl::StrCat("tls", sep, "cert"), &tls_cert, "FILE", "PEM client certificate (mTLS)");
+    g.String(absl::StrCat("tls", sep, "key"), &tls_key, "FILE", "PEM client key (mTLS)");
+  }
+  g.String("lb", &lb, "POLICY", "gRPC load-balancing policy (round_robin)");
   g.Int("max-message-mb", &max_mb, "largest gRPC message");
   g.Bool("help", &help_flag, "usage");
   if (absl::Status st = g.Parse(global); !st.ok()) {
@@ -803,6 +815,15 @@ int Main(int argc, char** argv) {
   }
   if (!server.empty()) env.options.target = server;
   if (!token.empty()) env.options.bearer_token = token;
+  if (!tls_ca.empty() || !tls_cert.empty() || !tls_key.empty()) {
+    auto creds = security::ChannelCredentialsFromFiles({tls_ca, tls_cert, tls_key});
+    if (!creds.ok()) return Fail(creds.status(), 2);
+    env.options.credentials = *creds;
+  }
+  if (!lb.empty() && lb != "round_robin" && lb != "pick_first") {
+    return Fail(absl::InvalidArgumentError("--lb must be round_robin or pick_first"), 2);
+  }
+  env.options.load_balancing = lb;
   if (timeout) {
     if (!(*timeout > 0)) return Fail(absl::InvalidArgumentError("--timeout must be positive"), 2);
     env.options.default_timeout = absl::Seconds(*timeout);
