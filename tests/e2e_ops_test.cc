@@ -325,6 +325,34 @@ TEST_F(E2eOpsTest, MlaDecodeThroughAPoolLifecycle) {
   }
 }
 
+TEST_F(E2eOpsTest, PerHeadBf16PoolRoundTrip) {
+  PoolSpec spec;
+  spec.kind = v1::PER_HEAD_KV;
+  spec.num_slots = 40;
+  spec.dtype = DType::kBf16;
+  spec.num_heads = 2;
+  spec.head_dim = 64;
+  auto pool = client_->CreatePool(spec);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ(pool->row_elements(), 2 * 2 * 64);
+  // Rows shaped [n, 2, heads, head_dim] travel as [n, row_elements].
+  HostTensor rows = numerics::GaussianBf16({5, 2, 2, 64}, FreshSeed());
+  HostTensor slots = Int32s({39, 0, 7, 8, 20});
+  auto w = client_->WritePool(pool->id(), slots, rows, 2);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->rows_written(), 5);
+  auto back = client_->ReadPool(pool->id(), slots);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shape(), (Shape{5, 256}));
+  EXPECT_EQ(back->storage(), rows.storage());
+  // Rows of the wrong dtype are refused by the server.
+  HostTensor fp8_rows(DType::kFp8E4M3Fn, {1, 256});
+  auto bad = client_->WritePool(pool->id(), Int32s({1}), fp8_rows);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("dtype"));
+  EXPECT_TRUE(client_->DeletePool(pool->id()).ok());
+}
+
 // --------------------------------------------------------------------- MoE
 
 struct MoeData {

@@ -345,6 +345,26 @@ TEST_F(KernelctlTest, Fp8AttentionMatchesOracle) {
   ASSERT_TRUE(ref.ok());
   ExpectBf16MatchesOracle(out, *ref, Rounding::kRtne, 2e-3, 0.5);
   EXPECT_LT(RelRms(out, *ref), 5e-3);
+  // FP8 codes and descales as files: uint8 arrays plus float32 [1] descales.
+  Fp8AttentionParams pe;
+  pe.causal = false;
+  ASSERT_TRUE(pe.Validate(q.desc(), k.desc(), v.desc(), nullptr, nullptr, nullptr).ok());
+  auto qe = oracle::QuantizeAttentionInputs(pe, Fp8AttentionInputs{q.view(), k.view(), v.view(), {}, {}, {}});
+  ASSERT_TRUE(qe.ok());
+  auto descale = [&](const std::string& name, float d) {
+    HostTensor t(DType::kFp32, {1});
+    t.data<float>()[0] = d;
+    return Save(name, t);
+  };
+  r = Kernelctl({"fp8-attention", "--q=" + Save("q8.npy", qe->q), "--k=" + Save("k8.npy", qe->k),
+                 "--v=" + Save("v8.npy", qe->v), "--q-descale=" + descale("qd.npy", qe->q_descale[0]),
+                 "--k-descale=" + descale("kd.npy", qe->k_descale[0]),
+                 "--v-descale=" + descale("vd.npy", qe->v_descale[0]), "--no-causal", "--out=" + Path("fo8.npy")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  HostTensor out8 = ReadOutput("fo8.npy");
+  auto ref8 = oracle::Fp8Attention(pe, *qe, oracle::PQuant::kAsParams);
+  ASSERT_TRUE(ref8.ok());
+  EXPECT_LT(RelRms(out8, *ref8), 5e-3);
   // Bad enum values are usage errors.
   r = Kernelctl({"fp8-attention", "--q=a", "--k=b", "--v=c", "--out=d", "--p-mode=fast"});
   EXPECT_EQ(r.code, 2);
@@ -448,12 +468,58 @@ TEST_F(KernelctlTest, MoeGateUpSwigluMatchesOracle) {
   ASSERT_TRUE(ref.ok()) << ref.status();
   ASSERT_EQ(out.shape(), (Shape{T * top_k, I}));
   ExpectBf16MatchesOracle(out, *ref, Rounding::kRtne, 1e-4, 0.8);
+  // The whole layer, with routing weights and the down projection.
+  const int64_t N = K;
+  HostTensor w2(DType::kFp4E2M1, {E, N, I}), w2s(DType::kE8M0, {E, N, I / 32});
+  for (int64_t i = 0; i < w2.num_bytes(); ++i) w2.bytes()[i] = static_cast<uint8_t>(byte(rng));
+  for (int64_t i = 0; i < w2s.num_bytes(); ++i) w2s.bytes()[i] = static_cast<uint8_t>(scale(rng));
+  HostTensor weights(DType::kFp32, {T, top_k});
+  for (int64_t i = 0; i < T * top_k; ++i) weights.data<float>()[i] = 0.25f + 0.125f * static_cast<float>(i % 5);
+  r = Kernelctl({"moe", "--stage=layer", "--x=" + Path("x.npy"), "--topk-ids=" + Path("ids.npy"),
+                 "--topk-weights=" + Save("tw.npy", weights), "--w13=" + w13_path,
+                 "--w13-scales=" + Path("w13s.npy"), "--w2=" + Save("w2.npy", w2), "--w2-scales=" + Save("w2s.npy", w2s),
+                 "--out=" + Path("layer_o.npy"), "--report-error"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  HostTensor layer = ReadOutput("layer_o.npy");
+  MoeParams pl;
+  pl.stage = MoeStage::kLayer;
+  const TensorDesc wd = weights.desc(), w2d = w2.desc(), w2sd = w2s.desc();
+  ASSERT_TRUE(pl.Validate(x.desc(), ids, &wd, &w13d, &w13sd, &w2d, &w2sd).ok());
+  auto lref = oracle::Moe(pl, MoeInputs{x.view(), ids.view(), weights.view(), w13.view(), w13s.view(), w2.view(),
+                                        w2s.view()});
+  ASSERT_TRUE(lref.ok()) << lref.status();
+  ASSERT_EQ(layer.shape(), (Shape{T, N}));
+  EXPECT_LT(RelRms(layer, *lref), 5e-3);
   // Float weights are refused with a message naming the file and the rule.
   r = Kernelctl({"moe", "--stage=gateup", "--x=" + Path("x.npy"), "--topk-ids=" + Path("ids.npy"),
                  "--w13=" + Path("x.npy"), "--w13-scales=" + Path("w13s.npy"), "--out=" + Path("moe_o.npy")});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("x.npy"));
   EXPECT_THAT(r.err, HasSubstr("packed fp4_e2m1"));
+}
+
+TEST_F(KernelctlTest, PerHeadPoolWithFloatRows) {
+  RunResult r = Kernelctl({"pool", "create", "--kind=per-head", "--slots=16", "--dtype=bf16", "--heads=2",
+                           "--head-dim=64"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string pool = FirstWord(r.out);
+  std::mt19937_64 rng(FreshSeed());
+  HostTensor rows = WriteRandom("ph_rows.npy", {3, 2, 2, 64}, rng);  // float32, rounded to bf16 by kernelctl
+  r = Kernelctl({"pool", "write", "--pool=" + pool, "--rows=" + Path("ph_rows.npy"),
+                 "--slot-ids=" + Save("ph_slots.npy", Ints({5, 1, 15}))});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Kernelctl({"pool", "read", "--pool=" + pool, "--start=5", "--count=1", "--out=" + Path("ph_back.npy")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  HostTensor back = ReadOutput("ph_back.npy");
+  ASSERT_EQ(back.shape(), (Shape{1, 256}));
+  EXPECT_EQ(0, std::memcmp(back.bytes(), rows.bytes(), 512));
+  r = Kernelctl({"pool", "delete", "--pool=" + pool});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Kernelctl({"pool", "stats", "--pool=" + pool});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("error: NOT_FOUND: "));
+  r = Kernelctl({"pool", "frobnicate"});
+  EXPECT_EQ(r.code, 2);
 }
 
 TEST_F(KernelctlTest, UnreachableServerExitsOne) {
