@@ -5,21 +5,23 @@
 #   lib/x86_64-linux-gnu/  glibc's libraries, lib64/ the loader
 #   etc/                   passwd/group with the numeric service user, hosts, nsswitch,
 #                          a default kernelserve.conf
-#   var/lib/kernelserve/   the data dir (a volume at run time)
+# and next to it, OUT_DIR/../datadir/kernelserve/: the data dir (a volume at run
+# time), copied into the image owned by the service user.
 # The GPU driver's libraries (libcuda.so.1, ...) are NOT bundled: the NVIDIA
 # container toolkit (CDI or --gpus) mounts the host's at run time; the CUDA
 # runtime itself is linked statically into kernelserve.
 #
-#   deploy/make_bundle.sh OUT_DIR BIN...
+#   deploy/make_bundle.sh OUT_DIR BIN...     (OUT_DIR is usually CONTEXT/bundle)
 set -euo pipefail
 out=${1:?usage: make_bundle.sh OUT_DIR BINARY...}
 shift
 [ $# -gt 0 ] || { echo "make_bundle.sh: no binaries" >&2; exit 2; }
 uid=${KERNELSERVE_UID:-10001}
 
-rm -rf "$out"
+datadir="$(dirname "$out")/datadir"
+rm -rf "$out" "$datadir"
 mkdir -p "$out"/opt/kernelserve/bin "$out"/opt/kernelserve/lib "$out"/lib/x86_64-linux-gnu \
-  "$out"/lib64 "$out"/etc/kernelserve "$out"/var/lib/kernelserve "$out"/tmp
+  "$out"/lib64 "$out"/etc/kernelserve "$out"/var/lib "$out"/tmp "$datadir"/kernelserve
 
 # glibc's own libraries go where its loader looks by default; everything else
 # into the bundle's lib dir (LD_LIBRARY_PATH in the image).
