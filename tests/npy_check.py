@@ -137,6 +137,16 @@ def main():
             err = check_case(args.kernelctl, port, workdir, rng, case)
             if err:
                 failures.append("%s: %s" % (case, err))
+        # NumPy's own Fortran-order file is refused with a clear error.
+        fpath = os.path.join(workdir, "fortran.npy")
+        np.save(fpath, np.asfortranarray(rng.standard_normal((1, 2, 8, 64)).astype(np.float32)))
+        res = subprocess.run([args.kernelctl, "--server=127.0.0.1:%d" % port, "attention", "--q=" + fpath,
+                              "--k=" + fpath, "--v=" + fpath, "--out=" + os.path.join(workdir, "f.npy")],
+                             capture_output=True, text=True)
+        if res.returncode != 1 or "fortran_order" not in res.stderr or "fortran.npy" not in res.stderr:
+            failures.append("fortran-order input: exit %d, stderr %r" % (res.returncode, res.stderr))
+        else:
+            print("ok fortran-order input refused: " + res.stderr.strip())
     finally:
         proc.terminate()
         proc.wait(timeout=30)
