@@ -104,47 +104,82 @@ void QueryBlock(const HeadCtx& c, int64_t hq, int64_t q0, Scratch<D>& sc) {
   }
 }
 
+// Converts key block kb of KV head (b, hkv) to fp32: K transposed to
+// [D][kBk], V row-major; keys past Skv are zeros. Flags V blocks holding Inf/NaN.
+template <int D>
+void ConvertKvBlock(const AttentionParams& p, const uint16_t* kp, const uint16_t* vp, int64_t b,
+                    int64_t hkv, int64_t kb, float* kt, float* vf, uint8_t* v_bad) {
+  const int64_t skv = p.seq_kv;
+  float row[D];
+  float* ktb = kt + kb * D * kBk;
+  bool bad = false;
+  for (int jj = 0; jj < kBk; ++jj) {
+    const int64_t j = kb * kBk + jj;
+    float* vrow = vf + j * D;
+    if (j >= skv) {
+      for (int d = 0; d < D; ++d) ktb[d * kBk + jj] = 0.0f;
+      std::fill(vrow, vrow + D, 0.0f);
+      continue;
+    }
+    Bf16RowToFloatN<D>(kp + p.Offset(b, hkv, j, p.heads_kv, skv, D), row);
+    for (int d = 0; d < D; ++d) ktb[d * kBk + jj] = row[d];
+    Bf16RowToFloatN<D>(vp + p.Offset(b, hkv, j, p.heads_kv, skv, D), vrow);
+    for (int d = 0; d < D; ++d) bad |= !std::isfinite(vrow[d]);
+  }
+  v_bad[kb] = bad;
+}
+
 template <int D>
 absl::Status AttentionImpl(const AttentionParams& p, const TensorView& q, const TensorView& k,
                            const TensorView& v, TensorView& out, int threads) {
-  const int64_t skv = p.seq_kv;
-  const int64_t nkb = (skv + kBk - 1) / kBk;
+  const int64_t nkb = (p.seq_kv + kBk - 1) / kBk;
   const int64_t nqb = (p.seq_q + kBq - 1) / kBq;
   const int64_t group = p.heads_q / p.heads_kv;
-  std::vector<float> kt(nkb * D * kBk), vf(nkb * kBk * D);
-  std::vector<uint8_t> v_bad(nkb);
+  const int64_t kv_heads = p.batch * p.heads_kv;
   const uint16_t* kp = k.as<const uint16_t>();
   const uint16_t* vp = v.as<const uint16_t>();
   HeadCtx c;
   c.p = &p;
   c.q = q.as<const uint16_t>();
   c.out = out.as<uint16_t>();
+  c.score_scale = static_cast<float>(p.scale) * kLog2e;
+  if (group * nqb < 2 * threads && kv_heads > 1) {
+    // Few query blocks per KV head (decode-like shapes): each thread takes
+    // whole KV heads with its own fp32 copies.
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> kt(nkb * D * kBk), vf(nkb * kBk * D);
+      std::vector<uint8_t> v_bad(nkb);
+      Scratch<D> sc;
+      HeadCtx cl = c;
+      cl.kt = kt.data();
+      cl.v = vf.data();
+      cl.v_bad = v_bad.data();
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        const int64_t b = g / p.heads_kv, hkv = g % p.heads_kv;
+        cl.b = b;
+        for (int64_t kb = 0; kb < nkb; ++kb) {
+          ConvertKvBlock<D>(p, kp, vp, b, hkv, kb, kt.data(), vf.data(), v_bad.data());
+        }
+        for (int64_t item = 0; item < group * nqb; ++item) {
+          QueryBlock<D>(cl, hkv * group + item % group, (nqb - 1 - item / group) * kBq, sc);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::vector<float> kt(nkb * D * kBk), vf(nkb * kBk * D);
+  std::vector<uint8_t> v_bad(nkb);
   c.kt = kt.data();
   c.v = vf.data();
   c.v_bad = v_bad.data();
-  c.score_scale = static_cast<float>(p.scale) * kLog2e;
   for (int64_t b = 0; b < p.batch; ++b) {
     c.b = b;
     for (int64_t hkv = 0; hkv < p.heads_kv; ++hkv) {
 #pragma omp parallel for num_threads(threads) schedule(static)
       for (int64_t kb = 0; kb < nkb; ++kb) {
-        float row[D];
-        float* ktb = kt.data() + kb * D * kBk;
-        bool bad = false;
-        for (int jj = 0; jj < kBk; ++jj) {
-          const int64_t j = kb * kBk + jj;
-          float* vrow = vf.data() + j * D;
-          if (j >= skv) {
-            for (int d = 0; d < D; ++d) ktb[d * kBk + jj] = 0.0f;
-            std::fill(vrow, vrow + D, 0.0f);
-            continue;
-          }
-          Bf16RowToFloatN<D>(kp + p.Offset(b, hkv, j, p.heads_kv, skv, D), row);
-          for (int d = 0; d < D; ++d) ktb[d * kBk + jj] = row[d];
-          Bf16RowToFloatN<D>(vp + p.Offset(b, hkv, j, p.heads_kv, skv, D), vrow);
-          for (int d = 0; d < D; ++d) bad |= !std::isfinite(vrow[d]);
-        }
-        v_bad[kb] = bad;
+        ConvertKvBlock<D>(p, kp, vp, b, hkv, kb, kt.data(), vf.data(), v_bad.data());
       }
 #pragma omp parallel num_threads(threads)
       {
