@@ -18,6 +18,7 @@
 #include "kernels/api/ops.h"
 #include "kernels/cpu/oracle.h"
 #include "kernels/numerics/numerics.h"
+#include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
 #include "kernelserve/v1/tensor.grpc.pb.h"
@@ -382,7 +383,19 @@ TEST_F(SlowCallTest, FullQueueIsResourceExhausted) {
   constexpr int kCalls = 6;
   std::vector<grpc::Status> results(kCalls);
   std::vector<std::thread> threads;
-  for (int i = 0; i < kCalls; ++i) {
+  // The first call is running before the others arrive: then one of them
+  // waits in the queue and the rest are refused.
+  threads.emplace_back([&] { results[0] = CallSlow(); });
+  auto devices = pb::DeviceService::NewStub(channel_);
+  for (int i = 0; i < 500; ++i) {
+    grpc::ClientContext ctx;
+    pb::ListDevicesResponse list;
+    ASSERT_TRUE(devices->List(&ctx, pb::ListDevicesRequest(), &list).ok());
+    if (list.devices(0).queue_depth() >= 1) break;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  absl::SleepFor(absl::Milliseconds(30));  // popped by the worker
+  for (int i = 1; i < kCalls; ++i) {
     threads.emplace_back([&, i] { results[i] = CallSlow(); });
   }
   for (auto& t : threads) t.join();

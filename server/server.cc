@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -96,6 +97,14 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
     return bench;
   }
 
+  // Keep gRPC initialized for the life of the process: otherwise the last
+  // ~Server runs grpc_shutdown, which can wait ~10 s for the executor (seen
+  // between tests and on SIGTERM exit).
+  static const bool kGrpcKeptAlive = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)kGrpcKeptAlive;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
