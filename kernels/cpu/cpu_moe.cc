@@ -28,10 +28,86 @@ constexpr int64_t kRowChunk = 16;   // weight rows dequantized per work item
 // 2x the E2M1 values, so they fit int8; the scale absorbs the 1/2.
 alignas(16) constexpr int8_t kE2M1Times2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+// E8M0 scale / 2 for each code (the LUT holds 2x the E2M1 values).
+struct HalfScales {
+  float v[256];
+  HalfScales() {
+    for (int e = 0; e < 256; ++e) v[e] = numerics::E8M0ToFloat(static_cast<uint8_t>(e)) * 0.5f;
+  }
+};
+const HalfScales& HalfScaleTable() {
+  static const HalfScales* t = new HalfScales();
+  return *t;
+}
+
+#ifdef KS_CPU_AVX2
+// The 32 elements of one MXFP4 group as 2x their value (exact small integers).
+inline void DecodeGroupTimes2(const uint8_t* src, __m256 out[4]) {
+  const __m128i lut = _mm_load_si128(reinterpret_cast<const __m128i*>(kE2M1Times2));
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, mask));
+  const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), mask));
+  const __m128i e0 = _mm_unpacklo_epi8(lo, hi);  // elements 0..15
+  const __m128i e1 = _mm_unpackhi_epi8(lo, hi);  // elements 16..31
+  out[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e0));
+  out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e0, 8)));
+  out[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e1));
+  out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e1, 8)));
+}
+
+// For blocks of few pairs the weights are used once or twice: decode each
+// group in registers and fold its scale into the group's partial dot product
+// instead of writing fp32 rows. out[i][n0 + r] for MP pairs, NR rows.
+template <int MP, int NR>
+void FusedDot(const float* const* a, const uint8_t* w, const uint8_t* s, int64_t k, int64_t row_bytes,
+              int64_t row_scales, float* const* out, int64_t n0) {
+  const float* half = HalfScaleTable().v;
+  __m256 acc[MP][NR];
+  for (int i = 0; i < MP; ++i)
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < k / 32; ++g) {
+    __m256 wv[NR][4];
+    __m256 sv[NR];
+    for (int r = 0; r < NR; ++r) {
+      DecodeGroupTimes2(w + r * row_bytes + g * 16, wv[r]);
+      sv[r] = _mm256_set1_ps(half[s[r * row_scales + g]]);
+    }
+    for (int i = 0; i < MP; ++i) {
+      const float* ai = a[i] + g * 32;
+      const __m256 a0 = _mm256_loadu_ps(ai), a1 = _mm256_loadu_ps(ai + 8);
+      const __m256 a2 = _mm256_loadu_ps(ai + 16), a3 = _mm256_loadu_ps(ai + 24);
+      for (int r = 0; r < NR; ++r) {
+        __m256 t = _mm256_mul_ps(a0, wv[r][0]);
+        t = _mm256_fmadd_ps(a1, wv[r][1], t);
+        t = _mm256_fmadd_ps(a2, wv[r][2], t);
+        t = _mm256_fmadd_ps(a3, wv[r][3], t);
+        acc[i][r] = _mm256_fmadd_ps(t, sv[r], acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < MP; ++i)
+    for (int r = 0; r < NR; ++r) out[i][n0 + r] = HorizontalSum(acc[i][r]);
+}
+
+template <int MP>
+void FusedRows(const float* const* a, const uint8_t* w, const uint8_t* s, int64_t k, int64_t row_bytes,
+               int64_t row_scales, int64_t nrows, float* const* out, int64_t n0) {
+  int64_t n = 0;
+  for (; n + 2 <= nrows; n += 2) {
+    FusedDot<MP, 2>(a, w + n * row_bytes, s + n * row_scales, k, row_bytes, row_scales, out, n0 + n);
+  }
+  for (; n < nrows; ++n) {
+    FusedDot<MP, 1>(a, w + n * row_bytes, s + n * row_scales, k, row_bytes, row_scales, out, n0 + n);
+  }
+}
+#endif  // KS_CPU_AVX2
+
 // Dequantizes one MXFP4 row of `k` elements (k % 32 == 0).
 void DequantRow(const uint8_t* packed, const uint8_t* scales, int64_t k, float* out) {
+  const float* half = HalfScaleTable().v;
   for (int64_t g = 0; g < k / 32; ++g) {
-    const float s = numerics::E8M0ToFloat(scales[g]) * 0.5f;
+    const float s = half[scales[g]];
     const uint8_t* src = packed + g * 16;
     float* dst = out + g * 32;
 #ifdef KS_CPU_AVX2
@@ -117,6 +193,18 @@ void GroupedGemm(const MoeRouting& rt, const float* a, int64_t a_div, int64_t in
       }
       if (m == 0) continue;
       const int64_t nrows = std::min(kRowChunk, rows - n0);
+#ifdef KS_CPU_AVX2
+      if (m <= 2) {
+        const uint8_t* wr = w + (e * rows + n0) * row_bytes;
+        const uint8_t* sr = scales + (e * rows + n0) * row_scales;
+        if (m == 1) {
+          FusedRows<1>(arows, wr, sr, in_dim, row_bytes, row_scales, nrows, orows, n0);
+        } else {
+          FusedRows<2>(arows, wr, sr, in_dim, row_bytes, row_scales, nrows, orows, n0);
+        }
+        continue;
+      }
+#endif
       for (int64_t r = 0; r < nrows; ++r) {
         const int64_t row = e * rows + n0 + r;
         DequantRow(w + row * row_bytes, scales + row * row_scales, in_dim, wbuf.data() + r * in_dim);
