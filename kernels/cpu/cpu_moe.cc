@@ -24,6 +24,7 @@ namespace {
 
 constexpr int64_t kBlockSize = 32;  // pairs per routing block
 constexpr int64_t kRowChunk = 16;   // weight rows dequantized per work item
+constexpr int64_t kTokenChunk = 1024;
 
 // 2x the E2M1 values, so they fit int8; the scale absorbs the 1/2.
 alignas(16) constexpr int8_t kE2M1Times2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -221,10 +222,8 @@ void GroupedGemm(const MoeRouting& rt, const float* a, int64_t a_div, int64_t in
   }
 }
 
-std::vector<float> Bf16ToFloats(const TensorView& t, int threads) {
-  const int64_t n = t.desc.num_elements();
+std::vector<float> Bf16ToFloats(const uint16_t* src, int64_t n, int threads) {
   std::vector<float> out(n);
-  const uint16_t* src = t.as<const uint16_t>();
   const int64_t chunk = 1 << 16;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t c = 0; c < (n + chunk - 1) / chunk; ++c) {
@@ -279,6 +278,44 @@ absl::Status CheckWeights(const char* name, const TensorView& w, const TensorVie
   return absl::OkStatus();
 }
 
+// Tokens [t0, t1) of a validated call; x and dst point at token t0's rows.
+absl::Status MoeTokens(const MoeParams& p, const MoeInputs& in, int64_t t0, int64_t t1,
+                       const uint16_t* x_bf16, uint16_t* dst, int threads) {
+  const bool gate_up = p.stage == MoeStage::kGateUp || p.stage == MoeStage::kLayer;
+  const bool weighted = p.stage == MoeStage::kLayer || (p.stage == MoeStage::kDown && p.weighted_sum);
+  const int64_t tokens = t1 - t0;
+  KS_ASSIGN_OR_RETURN(const MoeRouting rt, BuildMoeRouting(in.topk_ids.as<const int32_t>() + t0 * p.top_k,
+                                                           tokens, p.top_k, p.experts, kBlockSize));
+  const int64_t pairs = tokens * p.top_k;
+  const std::vector<float> x =
+      Bf16ToFloats(x_bf16, gate_up ? tokens * p.hidden : pairs * p.inter, threads);
+  std::vector<float> act;  // down-projection input [pairs][I]
+  if (gate_up) {
+    std::vector<float> h(pairs * 2 * p.inter);
+    GroupedGemm(rt, x.data(), p.top_k, p.hidden, in.w13.as<const uint8_t>(),
+                in.w13_scales.as<const uint8_t>(), 2 * p.inter, h.data(), threads);
+    if (p.stage == MoeStage::kGateUp) {
+      StoreBf16(p.swiglu ? SwiGlu(h, pairs, p.inter, threads) : h, p.rounding, dst, threads);
+      return absl::OkStatus();
+    }
+    act = SwiGlu(h, pairs, p.inter, threads);
+    // The layer stores its intermediate as bf16 (RTNE) between the GEMMs.
+    for (float& v : act) v = Bf16Bits(numerics::FloatToBf16(v, Rounding::kRtne));
+  }
+  const float* a = gate_up ? act.data() : x.data();
+  std::vector<float> y(pairs * p.out_dim);
+  GroupedGemm(rt, a, 1, p.inter, in.w2.as<const uint8_t>(), in.w2_scales.as<const uint8_t>(), p.out_dim,
+              y.data(), threads);
+  if (weighted) {
+    StoreBf16(WeightedSum(y, in.topk_weights.as<const float>() + t0 * p.top_k, tokens, p.top_k, p.out_dim,
+                          threads),
+              p.rounding, dst, threads);
+  } else {
+    StoreBf16(y, p.rounding, dst, threads);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Moe(const MoeParams& p, const MoeInputs& in, TensorView& out, int threads) {
@@ -298,33 +335,13 @@ absl::Status Moe(const MoeParams& p, const MoeInputs& in, TensorView& out, int t
   if (weighted && (in.topk_weights.empty() || in.topk_weights.desc.dtype != DType::kFp32)) {
     return absl::InvalidArgumentError("moe: topk_weights must be fp32 [T,top_k]");
   }
-  KS_ASSIGN_OR_RETURN(const MoeRouting rt, BuildMoeRouting(in.topk_ids.as<const int32_t>(), p.tokens,
-                                                           p.top_k, p.experts, kBlockSize));
-  const int64_t pairs = p.tokens * p.top_k;
-  const std::vector<float> x = Bf16ToFloats(in.x, threads);
-  uint16_t* dst = out.as<uint16_t>();
-  std::vector<float> act;  // down-projection input [pairs][I]
-  if (gate_up) {
-    std::vector<float> h(pairs * 2 * p.inter);
-    GroupedGemm(rt, x.data(), p.top_k, p.hidden, in.w13.as<const uint8_t>(),
-                in.w13_scales.as<const uint8_t>(), 2 * p.inter, h.data(), threads);
-    if (p.stage == MoeStage::kGateUp) {
-      StoreBf16(p.swiglu ? SwiGlu(h, pairs, p.inter, threads) : h, p.rounding, dst, threads);
-      return absl::OkStatus();
-    }
-    act = SwiGlu(h, pairs, p.inter, threads);
-    // The layer stores its intermediate as bf16 (RTNE) between the GEMMs.
-    for (float& v : act) v = Bf16Bits(numerics::FloatToBf16(v, Rounding::kRtne));
-  }
-  const float* a = gate_up ? act.data() : x.data();
-  std::vector<float> y(pairs * p.out_dim);
-  GroupedGemm(rt, a, 1, p.inter, in.w2.as<const uint8_t>(), in.w2_scales.as<const uint8_t>(), p.out_dim,
-              y.data(), threads);
-  if (weighted) {
-    StoreBf16(WeightedSum(y, in.topk_weights.as<const float>(), p.tokens, p.top_k, p.out_dim, threads),
-              p.rounding, dst, threads);
-  } else {
-    StoreBf16(y, p.rounding, dst, threads);
+  // Large batches run in chunks of tokens so the fp32 per-pair buffers stay bounded.
+  const int64_t out_per_token = want.num_elements() / std::max<int64_t>(p.tokens, 1);
+  const int64_t x_per_token = in.x.desc.num_elements() / std::max<int64_t>(p.tokens, 1);
+  for (int64_t t0 = 0; t0 < p.tokens; t0 += kTokenChunk) {
+    const int64_t t1 = std::min(p.tokens, t0 + kTokenChunk);
+    KS_RETURN_IF_ERROR(MoeTokens(p, in, t0, t1, in.x.as<const uint16_t>() + t0 * x_per_token,
+                                 out.as<uint16_t>() + t0 * out_per_token, threads));
   }
   return absl::OkStatus();
 }

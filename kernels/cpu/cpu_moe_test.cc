@@ -119,8 +119,10 @@ TEST(CpuMoe, EveryStageMatchesOracle) {
   struct Shape5 {
     int64_t tokens, top_k, experts, hidden, inter;
   };
-  // The second shape routes ~40 pairs to each expert: more than one block.
-  for (const Shape5& s : {Shape5{5, 3, 8, 128, 64}, Shape5{40, 4, 4, 96, 160}, Shape5{1, 1, 3, 64, 32}}) {
+  // The second shape routes ~40 pairs to each expert: more than one block;
+  // the last runs in two token chunks.
+  for (const Shape5& s : {Shape5{5, 3, 8, 128, 64}, Shape5{40, 4, 4, 96, 160}, Shape5{1, 1, 3, 64, 32},
+                          Shape5{1100, 2, 5, 64, 32}}) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE(absl::StrCat("T=", s.tokens, " top_k=", s.top_k, " E=", s.experts, " K=", s.hidden,
                               " I=", s.inter, " seed=", seed));
