@@ -19,6 +19,9 @@ ABSL_FLAG(bool, insecure, false,
           "allow listening on a non-loopback address without TLS and token auth");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT of the Prometheus endpoint (GET /metrics); empty: off");
+ABSL_FLAG(std::string, health_listen, "",
+          "HOST:PORT of a plaintext port serving only grpc.health.v1 (Kubernetes gRPC probes "
+          "cannot use TLS); empty: off");
 ABSL_FLAG(int64_t, tenant_max_device_memory_mb, 0,
           "per-tenant buffer + pool memory, MiB, all devices; 0: unlimited");
 ABSL_FLAG(int64_t, tenant_max_queued_jobs, 0, "per-tenant queued benchmark jobs; 0: unlimited");
@@ -46,6 +49,7 @@ void ApplyNodeFlags(ServerOptions* options) {
   s.limits.request_burst = absl::GetFlag(FLAGS_tenant_request_burst);
   s.limits.max_concurrent_streams = absl::GetFlag(FLAGS_tenant_max_concurrent_streams);
   options->metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options->health_listen = absl::GetFlag(FLAGS_health_listen);
 }
 
 }  // namespace kernelserve

@@ -4,7 +4,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "kernels/api/backend.h"
 #include "server/metrics/grpc_metrics.h"
@@ -25,14 +27,51 @@ absl::StatusOr<NodeSecurity> SetUpNodeSecurity(const ServerOptions& options) {
   return node;
 }
 
-NodeMetrics::NodeMetrics(grpc::ServerBuilder* builder) {
+namespace {
+
+// The names the main server reports health for (server.cc), mirrored here.
+const char* const kHealthNames[] = {"", "kernelserve.v1.BufferService", "kernelserve.v1.PoolService",
+                                    "kernelserve.v1.KernelService", "kernelserve.v1.DeviceService",
+                                    "kernelserve.v1.BenchService"};
+
+}  // namespace
+
+NodeEndpoints::NodeEndpoints(grpc::ServerBuilder* builder) {
   metrics::DeclareServerMetrics(&registry_);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(std::make_unique<metrics::GrpcMetricsInterceptorFactory>(&registry_));
   builder->experimental().SetInterceptorCreators(std::move(creators));
 }
 
-absl::Status NodeMetrics::Start(const std::string& listen, ServerState* state, Backend* backend) {
+NodeEndpoints::~NodeEndpoints() { Stop(); }
+
+absl::Status NodeEndpoints::Start(const std::string& metrics_listen, const std::string& health_listen,
+                                  ServerState* state, Backend* backend) {
+  if (!health_listen.empty()) {
+    // A server with no services of its own: only gRPC's default health
+    // service (enabled process-wide by server.cc), over plaintext.
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(health_listen, grpc::InsecureServerCredentials(), &health_port_);
+    health_server_ = builder.BuildAndStart();
+    if (health_server_ == nullptr || health_port_ == 0 ||
+        health_server_->GetHealthCheckService() == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("--health_listen=", health_listen, ": could not listen there"));
+    }
+    PollHealth(state);  // the first status before anyone can ask
+    poller_ = std::thread([this, state] {
+      absl::MutexLock lock(&mu_);
+      while (!stop_) {
+        mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(250));
+        if (stop_) break;
+        mu_.Unlock();
+        PollHealth(state);
+        mu_.Lock();
+      }
+    });
+  }
+  if (metrics_listen.empty()) return absl::OkStatus();
   registry_.Set(metrics::kBuildInfo, {{"version", kServerVersion}, {"backend", backend->Name()}}, 1);
   registry_.AddCollector([state](metrics::Registry* r) {
     for (int d = 0; d < state->device_count(); ++d) {
@@ -62,7 +101,7 @@ absl::Status NodeMetrics::Start(const std::string& listen, ServerState* state, B
       r->SetCounter(metrics::kLimitRejections, {{"limit", limit}}, static_cast<double>(n));
     }
   });
-  auto http = metrics::HttpServer::Start(listen, &registry_);
+  auto http = metrics::HttpServer::Start(metrics_listen, &registry_);
   if (!http.ok()) {
     return absl::Status(http.status().code(),
                         absl::StrCat("--metrics_listen: ", http.status().message()));
@@ -71,7 +110,35 @@ absl::Status NodeMetrics::Start(const std::string& listen, ServerState* state, B
   return absl::OkStatus();
 }
 
-void NodeMetrics::Stop() {
+void NodeEndpoints::PollHealth(ServerState* state) {
+  bool serving;
+  {
+    absl::MutexLock lock(&mu_);
+    serving = !shutting_down_;
+  }
+  serving = serving && state->AnyHealthy();
+  grpc::HealthCheckServiceInterface* health = health_server_->GetHealthCheckService();
+  for (const char* name : kHealthNames) health->SetServingStatus(name, serving);
+}
+
+void NodeEndpoints::SetShuttingDown() {
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+  }
+  if (health_server_ != nullptr) health_server_->GetHealthCheckService()->SetServingStatus(false);
+}
+
+void NodeEndpoints::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (poller_.joinable()) poller_.join();
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(std::chrono::system_clock::now());
+    health_server_.reset();
+  }
   if (http_) http_->Stop();
 }
 

@@ -1,20 +1,24 @@
 // Shared-node wiring for KernelServer (DESIGN §5, issue 6), kept apart from
-// the services: the call gate and credentials from ServerOptions::security,
-// and the Prometheus endpoint (--metrics_listen) with its collectors.
+// the services: the call gate and credentials from ServerOptions::security;
+// the Prometheus endpoint (--metrics_listen) with its collectors; and a
+// plaintext grpc.health.v1 port (--health_listen) for Kubernetes' native gRPC
+// probes, which cannot speak TLS. That port serves health and nothing else.
 #ifndef KERNELSERVE_SERVER_NODE_SETUP_H_
 #define KERNELSERVE_SERVER_NODE_SETUP_H_
 
-#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "server/metrics/http_server.h"
 #include "server/metrics/metrics.h"
 #include "server/security/call_gate.h"
 
 namespace grpc {
+class Server;
 class ServerBuilder;
 class ServerCredentials;
 }  // namespace grpc
@@ -32,21 +36,37 @@ struct NodeSecurity {
 // The listen rule, tokens, limits and TLS credentials, or why not.
 absl::StatusOr<NodeSecurity> SetUpNodeSecurity(const ServerOptions& options);
 
-class NodeMetrics {
+class NodeEndpoints {
  public:
   // Declares the metric families and adds the call-counting interceptor to
   // `builder` (call before BuildAndStart).
-  explicit NodeMetrics(grpc::ServerBuilder* builder);
-  // Installs the collectors over `state` and starts the HTTP endpoint.
-  absl::Status Start(const std::string& listen, ServerState* state, Backend* backend);
+  explicit NodeEndpoints(grpc::ServerBuilder* builder);
+  ~NodeEndpoints();
+
+  // Starts what is configured (empty listen: off): the metrics collectors
+  // over `state` and their HTTP endpoint, and the health port, whose status
+  // follows state->AnyHealthy() (polled every 250 ms) until SetShuttingDown().
+  absl::Status Start(const std::string& metrics_listen, const std::string& health_listen,
+                     ServerState* state, Backend* backend);
+  // Health port answers NOT_SERVING from now on (draining).
+  void SetShuttingDown();
   void Stop();
 
   metrics::Registry& registry() { return registry_; }
-  int port() const { return http_ ? http_->port() : 0; }
+  int metrics_port() const { return http_ ? http_->port() : 0; }
+  int health_port() const { return health_port_; }
 
  private:
+  void PollHealth(ServerState* state);
+
   metrics::Registry registry_;
   std::unique_ptr<metrics::HttpServer> http_;
+  std::unique_ptr<grpc::Server> health_server_;
+  int health_port_ = 0;
+  absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread poller_;
 };
 
 }  // namespace kernelserve

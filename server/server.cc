@@ -109,7 +109,9 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, node->credentials, &server->port_);
-  if (!options.metrics_listen.empty()) server->metrics_ = std::make_unique<NodeMetrics>(&builder);
+  if (!options.metrics_listen.empty() || !options.health_listen.empty()) {
+    server->endpoints_ = std::make_unique<NodeEndpoints>(&builder);
+  }
   // A message over the limit gets RESOURCE_EXHAUSTED from gRPC itself.
   builder.SetMaxReceiveMessageSize(options.max_message_mb << 20);
   builder.SetMaxSendMessageSize(options.max_message_mb << 20);
@@ -125,10 +127,10 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
     return absl::UnavailableError(absl::StrCat("--listen=", options.listen,
                                                ": could not listen there (address in use or invalid)"));
   }
-  if (server->metrics_ != nullptr) {
-    absl::Status metrics = server->metrics_->Start(options.metrics_listen, server->state_.get(),
-                                                   server->backend_.get());
-    if (!metrics.ok()) return metrics;  // the destructor shuts the server down
+  if (server->endpoints_ != nullptr) {
+    absl::Status endpoints = server->endpoints_->Start(options.metrics_listen, options.health_listen,
+                                                       server->state_.get(), server->backend_.get());
+    if (!endpoints.ok()) return endpoints;  // the destructor shuts the server down
   }
   KernelServer* raw = server.get();
   server->state_->SetHealthListener([raw] { raw->UpdateHealth(); });
@@ -197,7 +199,8 @@ void KernelServer::UpdateHealth() {
   for (const char* name : kServiceNames) health->SetServingStatus(name, serving);
 }
 
-int KernelServer::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+int KernelServer::metrics_port() const { return endpoints_ ? endpoints_->metrics_port() : 0; }
+int KernelServer::health_port() const { return endpoints_ ? endpoints_->health_port() : 0; }
 
 WorkerStats KernelServer::worker_stats(int device) const { return state_->worker(device).stats(); }
 
@@ -208,6 +211,7 @@ void KernelServer::Shutdown(absl::Duration grace) {
   // Running benchmark jobs go back to the queue (persisted) instead of holding the drain.
   if (bench_ != nullptr) bench_->Shutdown();
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+  if (endpoints_ != nullptr) endpoints_->SetShuttingDown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   state_->StopWorkers();
   spdlog::info("shut down");
@@ -218,7 +222,7 @@ void KernelServer::Wait() {
 }
 
 KernelServer::~KernelServer() {
-  metrics_.reset();
+  endpoints_.reset();
   Shutdown(absl::ZeroDuration());
   server_.reset();
   bench_service_.reset();

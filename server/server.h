@@ -28,7 +28,7 @@ class DeviceServiceImpl;
 namespace bench {
 class BenchServiceImpl;
 }  // namespace bench
-class NodeMetrics;
+class NodeEndpoints;
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // HOST:PORT; port 0 picks a free one
@@ -42,6 +42,7 @@ struct ServerOptions {
   // Shared nodes: TLS, tokens, per-tenant limits (server/node_flags.cc has the flags).
   security::NodeSecurityOptions security;
   std::string metrics_listen;  // HOST:PORT of the Prometheus /metrics endpoint; empty: off
+  std::string health_listen;   // HOST:PORT of a plaintext grpc.health.v1-only port (k8s probes)
 };
 
 class KernelServer {
@@ -55,6 +56,7 @@ class KernelServer {
 
   int port() const { return port_; }  // the bound port
   int metrics_port() const;            // 0 when --metrics_listen is off
+  int health_port() const;             // 0 when --health_listen is off
   // Stops accepting calls, lets running calls finish for up to `grace` (then
   // cancels them), and stops the device workers.
   void Shutdown(absl::Duration grace);
@@ -82,7 +84,7 @@ class KernelServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;
-  std::unique_ptr<NodeMetrics> metrics_;  // last: stops before the state it reads goes
+  std::unique_ptr<NodeEndpoints> endpoints_;  // last: stops before the state it reads goes
 };
 
 }  // namespace kernelserve
