@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -19,6 +20,17 @@ namespace kernelserve {
 namespace {
 
 constexpr size_t kAlignment = 64;
+
+// Kernels allocate fp32 working copies; running out of host memory becomes a
+// status rather than an exception crossing the backend boundary.
+template <typename F>
+absl::Status Guarded(const char* op, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(op, ": out of host memory for the cpu backend's buffers"));
+  }
+}
 
 absl::Status CheckDevice(int device) {
   if (device != 0) {
@@ -125,7 +137,7 @@ class CpuBackend : public Backend {
     if (q.empty() || k.empty() || v.empty() || out.empty()) {
       return absl::InvalidArgumentError("attention: a tensor has no data");
     }
-    return cpu::Attention(p, q, k, v, out, threads_);
+    return Guarded("attention", [&] { return cpu::Attention(p, q, k, v, out, threads_); });
   }
   absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
                             TensorView& out) override {
@@ -133,7 +145,7 @@ class CpuBackend : public Backend {
     if (in.q.empty() || in.k.empty() || in.v.empty() || out.empty()) {
       return absl::InvalidArgumentError("fp8 attention: a tensor has no data");
     }
-    return cpu::Fp8Attention(p, in, out, threads_);
+    return Guarded("fp8 attention", [&] { return cpu::Fp8Attention(p, in, out, threads_); });
   }
   absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                          TensorView& out) override {
@@ -141,14 +153,14 @@ class CpuBackend : public Backend {
     if (in.q_lat.empty() || in.q_pe.empty() || in.kv.empty() || out.empty()) {
       return absl::InvalidArgumentError("mla decode: a tensor has no data");
     }
-    return cpu::MlaDecode(p, in, out, threads_);
+    return Guarded("mla decode", [&] { return cpu::MlaDecode(p, in, out, threads_); });
   }
   absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
     KS_RETURN_IF_ERROR(CheckDevice(device));
     if (in.x.empty() || in.topk_ids.empty() || out.empty()) {
       return absl::InvalidArgumentError("moe: a tensor has no data");
     }
-    return cpu::Moe(p, in, out, threads_);
+    return Guarded("moe", [&] { return cpu::Moe(p, in, out, threads_); });
   }
 
  private:
