@@ -1,0 +1,228 @@
+// MXFP4 MoE grouped GEMMs on the GPU for the Kimi-K3 TP8 shard (E = 896,
+// K = 3584, I = 384, N = 3584, top-16; each token draws 16 distinct experts,
+// uniform) at T = 8, 32, 8192 (or --tokens=a,b,...). Timed as CUDA-graph
+// replays (routing included), median of 20. TFLOP/s counts 2*rows*K*cols;
+// GB/s counts the MXFP4 weight bytes of the experts the batch touches plus
+// activations in and out. Prints a markdown table.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <functional>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/api/ops.h"
+#include "kernels/cuda/moe/moe.h"
+
+namespace kernelserve {
+namespace {
+
+#define CHECK_CUDA(x)                                                                           \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+constexpr int64_t kE = 896, kK = 3584, kI = 384, kN = 3584, kTopK = 16;
+
+void FillBytes(void* dev, size_t bytes, uint64_t seed, int kind) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> host(std::min<size_t>(bytes, 32u << 20));
+  for (size_t i = 0; i < host.size(); ++i) {
+    const uint8_t v = static_cast<uint8_t>(rng());
+    if (kind == 0) host[i] = v;                                       // fp4 nibbles
+    if (kind == 1) host[i] = static_cast<uint8_t>(120 + v % 6);       // e8m0 scales
+    if (kind == 2) host[i] = (i & 1) ? static_cast<uint8_t>(0x3F | (v & 0x80)) : v;  // bf16 ~ +-[0.5,2)
+  }
+  for (size_t off = 0; off < bytes; off += host.size()) {
+    CHECK_CUDA(cudaMemcpy(static_cast<uint8_t*>(dev) + off, host.data(), std::min(host.size(), bytes - off),
+                          cudaMemcpyHostToDevice));
+  }
+}
+
+double TimeGraph(const std::vector<std::function<absl::Status(cudaStream_t)>>& calls) {
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // One un-captured call first: its status (e.g. UNIMPLEMENTED) ends the bench.
+  for (const auto& c : calls) {
+    const absl::Status st = c(stream);
+    if (!st.ok()) {
+      std::fprintf(stderr, "call: %s\n", st.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (const auto& c : calls) (void)c(stream);
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(e1, stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return ms[ms.size() / 2] * 1e3 / calls.size();  // us per call
+}
+
+int Main(int argc, char** argv) {
+  std::vector<int64_t> token_counts = {8, 32, 8192};
+  int tile = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--tokens=", 0) == 0) {
+      token_counts.clear();
+      size_t pos = 9;
+      while (pos < a.size()) {
+        size_t comma = a.find(',', pos);
+        if (comma == std::string::npos) comma = a.size();
+        token_counts.push_back(std::atoll(a.substr(pos, comma - pos).c_str()));
+        pos = comma + 1;
+      }
+    }
+    if (a.rfind("--tile=", 0) == 0) tile = std::atoi(a.c_str() + 7);
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("moe_cuda_bench: no CUDA device, nothing to time\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const int64_t max_t = *std::max_element(token_counts.begin(), token_counts.end());
+
+  uint8_t *w13, *w13s, *w2, *w2s;
+  const size_t w13_bytes = kE * 2 * kI * kK / 2, w13s_bytes = kE * 2 * kI * kK / 32;
+  const size_t w2_bytes = kE * kN * kI / 2, w2s_bytes = kE * kN * kI / 32;
+  CHECK_CUDA(cudaMalloc(&w13, w13_bytes));
+  CHECK_CUDA(cudaMalloc(&w13s, w13s_bytes));
+  CHECK_CUDA(cudaMalloc(&w2, w2_bytes));
+  CHECK_CUDA(cudaMalloc(&w2s, w2s_bytes));
+  FillBytes(w13, w13_bytes, 1, 0);
+  FillBytes(w13s, w13s_bytes, 2, 1);
+  FillBytes(w2, w2_bytes, 3, 0);
+  FillBytes(w2s, w2s_bytes, 4, 1);
+  void *x, *xd, *out_gu, *out_sw, *out_dn, *out_w;
+  CHECK_CUDA(cudaMalloc(&x, max_t * kK * 2));
+  CHECK_CUDA(cudaMalloc(&xd, max_t * kTopK * kI * 2));
+  CHECK_CUDA(cudaMalloc(&out_gu, max_t * kTopK * 2 * kI * 2));
+  CHECK_CUDA(cudaMalloc(&out_sw, max_t * kTopK * kI * 2));
+  CHECK_CUDA(cudaMalloc(&out_dn, max_t * kTopK * kN * 2));
+  CHECK_CUDA(cudaMalloc(&out_w, max_t * kN * 2));
+  FillBytes(x, max_t * kK * 2, 5, 2);
+  FillBytes(xd, max_t * kTopK * kI * 2, 6, 2);
+  int32_t* ids;
+  float* wts;
+  CHECK_CUDA(cudaMalloc(&ids, max_t * kTopK * 4));
+  CHECK_CUDA(cudaMalloc(&wts, max_t * kTopK * 4));
+
+  std::printf("\n%s, %d SMs; Kimi-K3 TP8 shard E=%lld K=%lld I=%lld N=%lld top-%lld; CUDA-graph timed%s\n\n",
+              prop.name, prop.multiProcessorCount, static_cast<long long>(kE), static_cast<long long>(kK),
+              static_cast<long long>(kI), static_cast<long long>(kN), static_cast<long long>(kTopK),
+              tile ? (" tile " + std::to_string(tile)).c_str() : "");
+  std::printf("| T | rows | experts hit | projection | us | TFLOP/s | weight+act GB/s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+  std::mt19937_64 rng(11);
+  for (int64_t T : token_counts) {
+    HostTensor hid(DType::kInt32, {T, kTopK});
+    std::vector<int32_t> all(kE);
+    std::iota(all.begin(), all.end(), 0);
+    std::set<int32_t> hit;
+    for (int64_t t = 0; t < T; ++t) {
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int64_t r = 0; r < kTopK; ++r) {
+        hid.data<int32_t>()[t * kTopK + r] = all[r];
+        hit.insert(all[r]);
+      }
+    }
+    std::vector<float> hw(T * kTopK, 1.f / kTopK);
+    CHECK_CUDA(cudaMemcpy(ids, hid.bytes(), T * kTopK * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(wts, hw.data(), T * kTopK * 4, cudaMemcpyHostToDevice));
+    const int64_t rows = T * kTopK;
+    const int reps = T <= 64 ? 20 : 2;
+    struct Proj {
+      const char* name;
+      MoeStage stage;
+      bool swiglu, weighted;
+      void* out;
+      double flops, bytes;
+    };
+    const double nh = static_cast<double>(hit.size());
+    const Proj projs[] = {
+        {"gate/up", MoeStage::kGateUp, false, false, out_gu, 2.0 * rows * kK * 2 * kI,
+         nh * 2 * kI * kK * (0.5 + 1.0 / 32) + T * kK * 2.0 + rows * 2 * kI * 2.0},
+        {"gate/up+SwiGLU", MoeStage::kGateUp, true, false, out_sw, 2.0 * rows * kK * 2 * kI,
+         nh * 2 * kI * kK * (0.5 + 1.0 / 32) + T * kK * 2.0 + rows * kI * 2.0},
+        {"down", MoeStage::kDown, false, false, out_dn, 2.0 * rows * kI * kN,
+         nh * kN * kI * (0.5 + 1.0 / 32) + rows * kI * 2.0 + rows * kN * 2.0},
+        {"down+weighted sum", MoeStage::kDown, false, true, out_w, 2.0 * rows * kI * kN,
+         nh * kN * kI * (0.5 + 1.0 / 32) + rows * kI * 2.0 + T * kN * 2.0},
+    };
+    for (const Proj& pr : projs) {
+      MoeParams p;
+      p.stage = pr.stage;
+      p.swiglu = pr.swiglu;
+      p.weighted_sum = pr.weighted;
+      const bool gu = pr.stage == MoeStage::kGateUp;
+      const TensorDesc xdsc{DType::kBf16, {gu ? T : rows, gu ? kK : kI}};
+      const TensorDesc wd{DType::kFp32, {T, kTopK}};
+      const TensorDesc w13d{DType::kFp4E2M1, {kE, 2 * kI, kK}}, w13sd{DType::kE8M0, {kE, 2 * kI, kK / 32}};
+      const TensorDesc w2d{DType::kFp4E2M1, {kE, kN, kI}}, w2sd{DType::kE8M0, {kE, kN, kI / 32}};
+      const absl::Status vs = p.Validate(xdsc, hid, pr.weighted ? &wd : nullptr, gu ? &w13d : nullptr,
+                                         gu ? &w13sd : nullptr, gu ? nullptr : &w2d, gu ? nullptr : &w2sd);
+      if (!vs.ok()) {
+        std::fprintf(stderr, "validate: %s\n", vs.ToString().c_str());
+        return 1;
+      }
+      MoeInputs in;
+      in.x = TensorView{xdsc, gu ? x : xd};
+      in.topk_ids = TensorView{hid.desc(), ids};
+      in.topk_weights = TensorView{wd, wts};
+      in.w13 = TensorView{w13d, w13};
+      in.w13_scales = TensorView{w13sd, w13s};
+      in.w2 = TensorView{w2d, w2};
+      in.w2_scales = TensorView{w2sd, w2s};
+      std::vector<std::function<absl::Status(cudaStream_t)>> calls;
+      for (int r = 0; r < reps; ++r) {
+        calls.push_back([p, in, pr, tile](cudaStream_t s) {
+          TensorView ov{p.OutputDesc(), pr.out};
+          return cuda::RunMoeWithTile(tile, p, in, ov, s);
+        });
+      }
+      const double us = TimeGraph(calls);
+      std::printf("| %lld | %lld | %zu | %s | %.1f | %.1f | %.0f |\n", static_cast<long long>(T),
+                  static_cast<long long>(rows), hit.size(), pr.name, us, pr.flops / us / 1e6, pr.bytes / us / 1e3);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kernelserve
+
+int main(int argc, char** argv) { return kernelserve::Main(argc, argv); }

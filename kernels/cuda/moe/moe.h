@@ -1,0 +1,30 @@
+// MXFP4 mixture-of-experts on CUDA sm_90a: the entry point the CUDA backend
+// calls. Routing runs on the GPU (no host synchronization, graph
+// capturable); weights are dequantized exactly to bf16 in shared memory and
+// multiplied on the tensor cores with fp32 accumulation; outputs are rounded
+// once to bf16 in p.rounding. Results are deterministic run to run (the
+// weighted down sum runs per token in a fixed order, without float atomics).
+#ifndef KERNELSERVE_KERNELS_CUDA_MOE_MOE_H_
+#define KERNELSERVE_KERNELS_CUDA_MOE_MOE_H_
+
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "kernels/api/ops.h"
+#include "kernels/api/tensor.h"
+
+namespace kernelserve {
+namespace cuda {
+
+// All views are device memory; `p` has passed MoeParams::Validate.
+absl::Status RunMoe(const MoeParams& p, const MoeInputs& in, TensorView& out, cudaStream_t stream);
+
+// Same with the expert row tile forced (0: chosen from the shape; 16, 64 or
+// 128), for tests and benchmarks.
+absl::Status RunMoeWithTile(int tile_rows, const MoeParams& p, const MoeInputs& in, TensorView& out,
+                            cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_CUDA_MOE_MOE_H_
