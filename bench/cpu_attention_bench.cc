@@ -1,11 +1,14 @@
 // Times the cpu backend's bf16 attention. Default shape: B=1, H=8, S=4096,
 // D=128, causal (the cpu backend's target: under 3 s on the 2-core CI machine).
-// Usage: cpu_attention_bench [B H S D causal(0/1) reps threads]
+// Usage: cpu_attention_bench [B H S D causal(0/1) reps threads mode]
+// mode: bf16 (default), fp8-exact, fp8-lean or fp8-naive (bf16 inputs
+// quantized per tensor by the backend, e4m3fn; D must be 128 or 192).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 
 #include "kernels/api/backend.h"
 #include "kernels/api/ops.h"
@@ -28,6 +31,7 @@ int Main(int argc, char** argv) {
   const bool causal = arg(5, 1) != 0;
   const int reps = static_cast<int>(arg(6, 3));
   const int threads = static_cast<int>(arg(7, 0));
+  const std::string mode = argc > 8 ? argv[8] : "bf16";
   std::mt19937 rng(1234);
   HostTensor q(DType::kBf16, {b, h, s, d}), k(DType::kBf16, {b, h, s, d}), v(DType::kBf16, {b, h, s, d});
   FillGaussian(q, rng);
@@ -35,17 +39,34 @@ int Main(int argc, char** argv) {
   FillGaussian(v, rng);
   AttentionParams p;
   p.causal = causal;
-  if (absl::Status st = p.Validate(q.desc(), k.desc(), v.desc()); !st.ok()) {
-    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+  Fp8AttentionParams fp;
+  fp.causal = causal;
+  const bool fp8 = mode != "bf16";
+  if (mode == "fp8-exact") {
+    fp.p_mode = PMode::kExact;
+  } else if (mode == "fp8-lean") {
+    fp.p_mode = PMode::kLean;
+  } else if (mode == "fp8-naive") {
+    fp.p_mode = PMode::kNaive;
+  } else if (fp8) {
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 1;
   }
-  HostTensor out(DType::kBf16, p.OutputDesc().shape);
+  const absl::Status vst = fp8 ? fp.Validate(q.desc(), k.desc(), v.desc(), nullptr, nullptr, nullptr)
+                               : p.Validate(q.desc(), k.desc(), v.desc());
+  if (!vst.ok()) {
+    std::fprintf(stderr, "%s\n", vst.ToString().c_str());
+    return 1;
+  }
+  HostTensor out(DType::kBf16, fp8 ? fp.OutputDesc().shape : p.OutputDesc().shape);
+  const Fp8AttentionInputs fin{q.view(), k.view(), v.view(), {}, {}, {}};
   std::unique_ptr<Backend> backend = CreateCpuBackend(threads);
   TensorView ov = out.view();
   double best = 1e30, total = 0;
   for (int r = 0; r < reps + 1; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status st = backend->Attention(0, p, q.view(), k.view(), v.view(), ov);
+    absl::Status st = fp8 ? backend->Fp8Attention(0, fp, fin, ov)
+                          : backend->Attention(0, p, q.view(), k.view(), v.view(), ov);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", st.ToString().c_str());
@@ -58,8 +79,8 @@ int Main(int argc, char** argv) {
   // Causal counts only unmasked (query, key) pairs.
   const double pairs = causal ? static_cast<double>(s) * (s + 1) / 2 : static_cast<double>(s) * s;
   const double flops = 4.0 * b * h * pairs * d;
-  std::printf("cpu attention B=%lld H=%lld S=%lld D=%lld causal=%d threads=%d: best %.3f s, mean %.3f s, %.1f GFLOP/s\n",
-              static_cast<long long>(b), static_cast<long long>(h), static_cast<long long>(s),
+  std::printf("cpu attention %s B=%lld H=%lld S=%lld D=%lld causal=%d threads=%d: best %.3f s, mean %.3f s, %.1f GFLOP/s\n",
+              mode.c_str(), static_cast<long long>(b), static_cast<long long>(h), static_cast<long long>(s),
               static_cast<long long>(d), causal ? 1 : 0, backend->GetDeviceInfo(0).compute_units, best,
               total / reps, flops / best * 1e-9);
   return 0;
