@@ -6,8 +6,15 @@
 namespace kernelserve {
 namespace cuda {
 
+const MlaKernel kDefaultMlaKernel = MlaKernel::kWgmma;
+
 absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
                           cudaStream_t stream) {
+  return RunMlaDecodeWith(kDefaultMlaKernel, p, in, out, stream);
+}
+
+absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
+                              TensorView& out, cudaStream_t stream) {
   if (out.desc.dtype != DType::kBf16 || out.desc.num_elements() != p.batch * p.q_len * p.heads * kMlaLatentDim) {
     return absl::InvalidArgumentError(
         absl::StrCat("mla_decode: out must be bf16[", p.batch, ",", p.q_len, ",", p.heads, ",512], got ",
@@ -35,6 +42,7 @@ absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, T
   a.kv_scale = p.kv_scale;
   a.rounding = static_cast<int>(p.rounding);
   a.num_splits = static_cast<int>(p.num_splits);
+  a.variant = kernel == MlaKernel::kWgmma ? cuda_mla::MlaVariant::kWgmma : cuda_mla::MlaVariant::kMmaSync;
   const cudaError_t e = cuda_mla::LaunchMlaDecode(a, stream);
   if (e == cudaSuccess) return absl::OkStatus();
   const std::string msg = absl::StrCat("mla_decode: CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));

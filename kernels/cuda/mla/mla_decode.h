@@ -21,6 +21,13 @@ namespace cuda {
 absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
                           cudaStream_t stream);
 
+// The kernel versions, for tests and benchmarks: kWgmma runs QK^T on wgmma,
+// kMmaSync everything on mma.sync. RunMlaDecode uses kDefaultMlaKernel.
+enum class MlaKernel { kWgmma, kMmaSync };
+extern const MlaKernel kDefaultMlaKernel;
+absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
+                              TensorView& out, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace kernelserve
 

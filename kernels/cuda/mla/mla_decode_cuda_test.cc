@@ -151,11 +151,13 @@ MlaDecodeParams Validated(const Case& c, const HostInputs& h, bool paged) {
   return p;
 }
 
+cuda::MlaKernel g_kernel = cuda::MlaKernel::kWgmma;
+
 HostTensor RunGpu(const MlaDecodeParams& p, const DeviceInputs& d) {
   DeviceTensor out(p.OutputDesc());
   EXPECT_EQ(out.Fill(0xFF), cudaSuccess);  // poison: NaN everywhere
   TensorView ov = out.view();
-  const absl::Status st = cuda::RunMlaDecode(p, d.in, ov, nullptr);
+  const absl::Status st = cuda::RunMlaDecodeWith(g_kernel, p, d.in, ov, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return out.ToHost();
@@ -202,18 +204,33 @@ HostTensor CheckCase(const Case& c, double tol = 6e-3) {
   return got;
 }
 
-class MlaDecodeCudaTest : public ::testing::Test {
+class MlaDecodeCudaTest : public ::testing::TestWithParam<cuda::MlaKernel> {
  protected:
-  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
+  void SetUp() override {
+    KS_SKIP_WITHOUT_CUDA();
+    g_kernel = GetParam();
+  }
 };
 
-TEST_F(MlaDecodeCudaTest, ContiguousSingleSplit) {
+INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
+                         ::testing::Values(cuda::MlaKernel::kWgmma, cuda::MlaKernel::kMmaSync),
+                         [](const ::testing::TestParamInfo<cuda::MlaKernel>& i) {
+                           return i.param == cuda::MlaKernel::kWgmma ? "Wgmma" : "MmaSync";
+                         });
+
+// The default kernel is one of the tested ones.
+TEST(MlaDecodeCudaDefault, IsTested) {
+  EXPECT_TRUE(cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmma ||
+              cuda::kDefaultMlaKernel == cuda::MlaKernel::kMmaSync);
+}
+
+TEST_P(MlaDecodeCudaTest, ContiguousSingleSplit) {
   Case c;
   c.num_splits = 1;
   CheckCase(c);
 }
 
-TEST_F(MlaDecodeCudaTest, ContiguousAutoSplitRaggedSeq) {
+TEST_P(MlaDecodeCudaTest, ContiguousAutoSplitRaggedSeq) {
   Case c;
   c.batch = 3;
   c.seq = 1000;
@@ -221,7 +238,7 @@ TEST_F(MlaDecodeCudaTest, ContiguousAutoSplitRaggedSeq) {
   CheckCase(c);
 }
 
-TEST_F(MlaDecodeCudaTest, ManySplitsSharpScores) {
+TEST_P(MlaDecodeCudaTest, ManySplitsSharpScores) {
   Case c;
   c.batch = 2;
   c.seq = 777;
@@ -230,7 +247,7 @@ TEST_F(MlaDecodeCudaTest, ManySplitsSharpScores) {
   CheckCase(c);
 }
 
-TEST_F(MlaDecodeCudaTest, SingleQuerySingleHeadTinySeq) {
+TEST_P(MlaDecodeCudaTest, SingleQuerySingleHeadTinySeq) {
   Case c;
   c.batch = 3;
   c.q_len = 1;
@@ -242,7 +259,7 @@ TEST_F(MlaDecodeCudaTest, SingleQuerySingleHeadTinySeq) {
   CheckCase(c);
 }
 
-TEST_F(MlaDecodeCudaTest, ManyHeadsLongWindowFnuz) {
+TEST_P(MlaDecodeCudaTest, ManyHeadsLongWindowFnuz) {
   Case c;
   c.batch = 1;
   c.q_len = 8;
@@ -252,7 +269,7 @@ TEST_F(MlaDecodeCudaTest, ManyHeadsLongWindowFnuz) {
   CheckCase(c);
 }
 
-TEST_F(MlaDecodeCudaTest, OddHeadCountRaggedQ) {
+TEST_P(MlaDecodeCudaTest, OddHeadCountRaggedQ) {
   Case c;
   c.batch = 4;
   c.q_len = 3;
@@ -263,7 +280,7 @@ TEST_F(MlaDecodeCudaTest, OddHeadCountRaggedQ) {
   CheckCase(c);
 }
 
-TEST_F(MlaDecodeCudaTest, PagedPageOneRaggedQ) {
+TEST_P(MlaDecodeCudaTest, PagedPageOneRaggedQ) {
   Case c;
   c.batch = 3;
   c.seq = 500;
@@ -273,7 +290,7 @@ TEST_F(MlaDecodeCudaTest, PagedPageOneRaggedQ) {
   CheckCase(c);
 }
 
-TEST_F(MlaDecodeCudaTest, PagedLargePagesFnuzRtz) {
+TEST_P(MlaDecodeCudaTest, PagedLargePagesFnuzRtz) {
   Case c;
   c.batch = 2;
   c.q_len = 2;
@@ -289,7 +306,7 @@ TEST_F(MlaDecodeCudaTest, PagedLargePagesFnuzRtz) {
 
 // A paged pool holding the same rows at shuffled slots gives the same bits as
 // the contiguous tensor, and repeated runs give the same bits.
-TEST_F(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
+TEST_P(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
   for (int64_t page : {1, 64}) {
     Case c;
     c.batch = 3;
@@ -313,7 +330,7 @@ TEST_F(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
   }
 }
 
-TEST_F(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
+TEST_P(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
   Case c;
   c.batch = 4;
   c.seq = 2000;
@@ -333,7 +350,7 @@ TEST_F(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
   TensorView ov = out.view();
   cudaGraph_t graph;
   KS_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status st = cuda::RunMlaDecode(p, d.in, ov, stream);
+  const absl::Status st = cuda::RunMlaDecodeWith(g_kernel, p, d.in, ov, stream);
   KS_CUDA_OK(cudaStreamEndCapture(stream, &graph));
   ASSERT_TRUE(st.ok()) << st;
   cudaGraphExec_t exec;

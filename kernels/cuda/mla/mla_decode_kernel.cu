@@ -31,7 +31,8 @@ constexpr int kStr = kD + 8;  // bf16 row stride of sQ / sK: 1168 B, conflict-fr
 constexpr int kPStr = kTok + 8;
 constexpr int kSmemQ = kRows * kStr * 2;
 constexpr int kSmemK = kTok * kStr * 2;
-constexpr int kSmemRaw = kTok * kD;
+constexpr int kRawStr = kD + 16;  // conflict-free 16-byte reads down a column of rows
+constexpr int kSmemRaw = kTok * kRawStr;
 constexpr int kSmemP = kRows * kPStr * 2;
 constexpr int kSmemStats = 4 * kRows * 4;
 constexpr int kSmemSlots = kTok * 8;
@@ -68,7 +69,16 @@ __device__ __forceinline__ uint32_t Fp8x2ToBf16x2(uint32_t v) {
   return kFnuz ? E4m3fnuzX2ToBf16x2(v) : E4m3fnX2ToBf16x2(v);
 }
 
-template <bool kFnuz>
+// Byte offset of (row, k) in a K-major, no-swizzle wgmma tile of 576 columns:
+// 8x8 core matrices of 128 contiguous bytes, K-direction neighbours 128 B
+// apart, row-group neighbours 72 * 128 B apart.
+__device__ __forceinline__ int CoreTiled(int row, int k) {
+  return ((row >> 3) * (kD / 8) + (k >> 3)) * 128 + (row & 7) * 16 + (k & 7) * 2;
+}
+
+// kWg: QK^T on wgmma (operands in the core-tiled layout); else mma.sync with
+// ldmatrix from padded row-major tiles. PV is mma.sync in both.
+template <bool kFnuz, bool kWg>
 __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
@@ -104,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
       const int r = c / (kD / 16), col = c % (kD / 16);
       const int64_t slot = sSlot[r];
       const uint8_t* src = slot >= 0 ? p.kv + slot * kD + col * 16 : p.kv;
-      CpAsync16(SmemAddr(sRaw + r * kD + col * 16), src, slot >= 0 ? 16 : 0);
+      CpAsync16(SmemAddr(sRaw + r * kRawStr + col * 16), src, slot >= 0 ? 16 : 0);
     }
     CpAsyncCommit();
   };
@@ -128,8 +138,13 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
         v = col < kDL / 8 ? reinterpret_cast<const uint4*>(qlat + static_cast<int64_t>(r) * kDL)[col]
                           : reinterpret_cast<const uint4*>(qpe + static_cast<int64_t>(r) * kDR)[col - kDL / 8];
       }
-      *reinterpret_cast<uint4*>(sQ + r * kStr + col * 8) = v;
+      if (kWg) {
+        *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(sQ) + CoreTiled(r, col * 8)) = v;
+      } else {
+        *reinterpret_cast<uint4*>(sQ + r * kStr + col * 8) = v;
+      }
     }
+    if (kWg) FenceProxyAsyncShared();
   }
 
   // This thread's rows in the mma accumulator layout: m-tile mi, half hf.
@@ -162,16 +177,27 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
   const uint32_t b_base =
       SmemAddr(sK + (qk_nh * 32 + (lane >> 4) * 8 + (lane & 7)) * kStr + ((lane >> 3) & 1) * 8);
   const uint32_t p_base = SmemAddr(sP + (lane & 15) * kPStr + (lane >> 4) * 8);
+  // PV's V operand: ldmatrix.trans row addresses; per 16 tokens (ks) and per
+  // 16 dims (q) the address moves by v_ks and v_q bytes.
   const uint32_t v_base =
-      SmemAddr(sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * kStr + warp * 64 + (lane >> 4) * 8);
+      kWg ? SmemAddr(reinterpret_cast<uint8_t*>(sK) +
+                     ((((lane >> 3) & 1) * (kD / 8) + warp * 8 + (lane >> 4)) * 128 + (lane & 7) * 16))
+          : SmemAddr(sK + ((lane & 7) + ((lane >> 3) & 1) * 8) * kStr + warp * 64 + (lane >> 4) * 8);
+  const uint32_t v_ks = kWg ? 2 * (kD / 8) * 128 : 16 * kStr * 2;
+  const uint32_t v_q = kWg ? 2 * 128 : 16 * 2;
+  // wgmma descriptors of k-step 0 (each k-step moves both by 256 bytes).
+  const uint64_t q_desc = WgmmaDesc(SmemAddr(sQ), 128, (kD / 8) * 128);
+  const uint64_t k_desc =
+      WgmmaDesc(SmemAddr(reinterpret_cast<uint8_t*>(sK) + qk_nh * 4 * (kD / 8) * 128), 128, (kD / 8) * 128);
 
   for (int it = 0; it < n_tiles; ++it) {
     const int64_t j0 = tok_begin + static_cast<int64_t>(it) * kTok;
     CpAsyncWait<0>();
     __syncthreads();  // raw tile landed; the previous PV is done with sK and sP
     for (int c = tid; c < kTok * (kD / 16); c += kThreads) {
-      const int r = c / (kD / 16), col = c % (kD / 16);
-      const uint4 v = *reinterpret_cast<const uint4*>(sRaw + r * kD + col * 16);
+      // Consecutive threads take consecutive rows: conflict-free in both layouts.
+      const int r = c % kTok, col = c / kTok;
+      const uint4 v = *reinterpret_cast<const uint4*>(sRaw + r * kRawStr + col * 16);
       uint4 o0, o1;
       o0.x = Fp8x2ToBf16x2<kFnuz>(v.x);
       o0.y = Fp8x2ToBf16x2<kFnuz>(v.x >> 16);
@@ -181,10 +207,17 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
       o1.y = Fp8x2ToBf16x2<kFnuz>(v.z >> 16);
       o1.z = Fp8x2ToBf16x2<kFnuz>(v.w);
       o1.w = Fp8x2ToBf16x2<kFnuz>(v.w >> 16);
-      uint4* dst = reinterpret_cast<uint4*>(sK + r * kStr + col * 16);
-      dst[0] = o0;
-      dst[1] = o1;
+      if (kWg) {
+        uint8_t* base = reinterpret_cast<uint8_t*>(sK) + CoreTiled(r, col * 16);
+        *reinterpret_cast<uint4*>(base) = o0;
+        *reinterpret_cast<uint4*>(base + 128) = o1;
+      } else {
+        uint4* dst = reinterpret_cast<uint4*>(sK + r * kStr + col * 16);
+        dst[0] = o0;
+        dst[1] = o1;
+      }
     }
+    if (kWg) FenceProxyAsyncShared();
     if (tid < kTok) sSlot[tid] = slot_next;
     __syncthreads();  // sK and the next tile's rows ready, sRaw free
     if (it + 1 < n_tiles) issue_tile();
@@ -197,16 +230,33 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
     }
+    if (kWg) {
+      // Warpgroup qk_nh: all 64 rows x its 32 tokens; the accumulator layout
+      // matches mma.sync's per 16x8 tile, so s[nt][e] = d[4 nt + e].
+      float d[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) d[i] = 0.f;
+      WgmmaFence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        WgmmaM64N32K16Bf16(d, q_desc + ks * (256 >> 4), k_desc + ks * (256 >> 4), 1);
+      }
+      WgmmaCommit();
+      WgmmaWait<0>();
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] = d[i];
+    } else {
 #pragma unroll 4
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, b6, b7;
-      Ldmatrix4(a_base + ks * 32, a0, a1, a2, a3);
-      Ldmatrix4(b_base + ks * 32, b0, b1, b2, b3);
-      Ldmatrix4(b_base + 16 * kStr * 2 + ks * 32, b4, b5, b6, b7);
-      MmaBf16(s[0], a0, a1, a2, a3, b0, b1);
-      MmaBf16(s[1], a0, a1, a2, a3, b2, b3);
-      MmaBf16(s[2], a0, a1, a2, a3, b4, b5);
-      MmaBf16(s[3], a0, a1, a2, a3, b6, b7);
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, b6, b7;
+        Ldmatrix4(a_base + ks * 32, a0, a1, a2, a3);
+        Ldmatrix4(b_base + ks * 32, b0, b1, b2, b3);
+        Ldmatrix4(b_base + 16 * kStr * 2 + ks * 32, b4, b5, b6, b7);
+        MmaBf16(s[0], a0, a1, a2, a3, b0, b1);
+        MmaBf16(s[1], a0, a1, a2, a3, b2, b3);
+        MmaBf16(s[2], a0, a1, a2, a3, b4, b5);
+        MmaBf16(s[3], a0, a1, a2, a3, b6, b7);
+      }
     }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -288,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint32_t b0, b1, b2, b3;
-        Ldmatrix4Trans(v_base + (ks * 16 * kStr + q * 16) * 2, b0, b1, b2, b3);
+        Ldmatrix4Trans(v_base + ks * v_ks + q * v_q, b0, b1, b2, b3);
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi) {
           MmaBf16(acc[mi][2 * q], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0, b1);
@@ -400,10 +450,11 @@ MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int
 }
 
 cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
-  cudaError_t e = cudaFuncSetAttribute(MlaDecodeKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       kSmemBytes);
-  if (e != cudaSuccess) return e;
-  e = cudaFuncSetAttribute(MlaDecodeKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  using Kernel = void (*)(const KParams);
+  const bool wg = a.variant != MlaVariant::kMmaSync;
+  const Kernel kernel = a.fnuz ? (wg ? MlaDecodeKernel<true, true> : MlaDecodeKernel<true, false>)
+                               : (wg ? MlaDecodeKernel<false, true> : MlaDecodeKernel<false, false>);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (e != cudaSuccess) return e;
   int dev = 0, sms = 0;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
@@ -441,11 +492,7 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
     p.part_ml = p.part_o + parts * kDL;
   }
   const dim3 grid(plan.splits, plan.row_groups, a.batch);
-  if (a.fnuz) {
-    MlaDecodeKernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p);
-  } else {
-    MlaDecodeKernel<false><<<grid, kThreads, kSmemBytes, stream>>>(p);
-  }
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   e = cudaGetLastError();
   if (e == cudaSuccess && plan.splits > 1) {
     MlaMergeKernel<<<dim3(p.rows, a.batch), 128, 0, stream>>>(p);

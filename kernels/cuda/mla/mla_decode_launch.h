@@ -9,6 +9,10 @@
 namespace kernelserve {
 namespace cuda_mla {
 
+// kWgmma: QK^T on wgmma; kMmaSync: everything on mma.sync (the first version,
+// kept for comparison and as a fallback).
+enum class MlaVariant { kWgmma, kMmaSync };
+
 struct MlaDecodeArgs {
   const void* q_lat = nullptr;  // bf16 [B, q_len, H, 512]
   const void* q_pe = nullptr;   // bf16 [B, q_len, H, 64]
@@ -28,6 +32,7 @@ struct MlaDecodeArgs {
   double kv_scale = 1;  // per-tensor dequantization scale
   int rounding = 1;     // Rounding enum value
   int num_splits = 0;   // 0: planned from the shape and the SM count
+  MlaVariant variant = MlaVariant::kMmaSync;
 };
 
 // The split-KV plan, a pure function of the shape and the SM count, so a
