@@ -393,7 +393,14 @@ absl::Status DoMlaDecode(ServerState* state, grpc::ServerContext* ctx, const pb:
   KS_RETURN_IF_ERROR(call.Resolve("kv_indices", req.kv_indices(), false, &kv_indices));
   KS_RETURN_IF_ERROR(call.Resolve("kv_indptr", req.kv_indptr(), false, &kv_indptr));
   KS_RETURN_IF_ERROR(call.Resolve("q_lens", req.q_lens(), false, &q_lens));
-  for (Input* in : {&seq_lens, &kv_indices, &kv_indptr, &q_lens}) call.NeedHostBeforeValidate(in);
+  for (Input* in : {&seq_lens, &kv_indices, &kv_indptr, &q_lens}) {
+    // The proto and MlaDecodeInputs say int32, and backends read them so.
+    if (in->present && in->desc.dtype != DType::kInt32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in->field, ": expected int32, got ", DTypeName(in->desc.dtype)));
+    }
+    call.NeedHostBeforeValidate(in);
+  }
   Backend& backend = state->backend();
   const int device = call.device();
   KS_RETURN_IF_ERROR(call.Execute(

@@ -338,6 +338,19 @@ TEST_F(KernelTest, MlaDecodeOverPoolMatchesOracle) {
   s = kernels_->MlaDecode(&bctx, req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("kv_indices[13]"));
+  // Index tensors are int32 (backends read them so), even where Validate would take int64.
+  std::vector<int64_t> lens64 = {5, 9};
+  pb::Tensor seq64;
+  seq64.set_dtype(pb::INT64);
+  seq64.add_shape(2);
+  seq64.set_data(std::string(reinterpret_cast<const char*>(lens64.data()), 16));
+  pb::MlaDecodeRequest req64 = req;
+  *req64.mutable_kv_indices() = Inline(indices);
+  *req64.mutable_seq_lens() = Inline(seq64);
+  grpc::ClientContext i64ctx;
+  s = kernels_->MlaDecode(&i64ctx, req64, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("seq_lens: expected int32, got int64"));
   req.set_pool_id("pool-deadbeef");
   grpc::ClientContext nctx;
   s = kernels_->MlaDecode(&nctx, req, &resp);
