@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/kernelctl_bench.h"
 #include "client/kernelctl_flags.h"
 #include "client/npy.h"
 #include "server/security/tls.h"
@@ -740,7 +741,8 @@ int CmdPool(Env& env, const std::vector<std::string>& all_args) {
 // ------------------------------------------------------------------ main
 
 const std::vector<Command>& Commands() {
-  static const auto* commands = new std::vector<Command>{
+  static const auto* commands = [] {
+    auto* c = new std::vector<Command>{
       {"devices", "list devices and their state", CmdDevices},
       {"health", "grpc.health.v1 check", CmdHealth},
       {"buffers", "list, upload, download and free server buffers", CmdBuffers},
@@ -750,6 +752,14 @@ const std::vector<Command>& Commands() {
       {"moe", "MXFP4 MoE gate/up, down or the whole layer", CmdMoe},
       {"pool", "create, write, read, inspect and delete KV pools", CmdPool},
   };
+    // Benchmark jobs live in kernelctl_bench.cc.
+    for (const auto& [name, summary] : BenchSubcommands()) {
+      c->push_back({name, summary, [name = name](Env& env, const std::vector<std::string>& args) {
+                      return RunBenchSubcommand(name, args, env.options, env.help);
+                    }});
+    }
+    return c;
+  }();
   return *commands;
 }
 

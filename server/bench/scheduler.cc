@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "kernels/api/status_macros.h"
@@ -51,6 +52,7 @@ struct BenchScheduler::Job {
   bool events_loaded = true;
   int64_t next_seq = 1;
   int last_position = 0;
+  double progress = 0;  // of the last event that carried one
   std::atomic<bool> cancel{false};
   std::string cancel_reason;  // guarded by the scheduler's mu_
 };
@@ -178,6 +180,9 @@ void BenchScheduler::EmitLocked(Job& job, pb::BenchEvent e, bool with_job) {
   e.set_seq(job.next_seq++);
   e.set_time_unix_ms(NowMs());
   e.set_state(job.job.state());
+  if (e.progress() > 0) job.progress = e.progress();
+  if (job.job.state() == pb::JOB_QUEUED) job.progress = 0;
+  if (e.progress() == 0 && job.job.state() != pb::JOB_QUEUED) e.set_progress(job.progress);
   if (IsTerminal(job.job.state())) *e.mutable_job() = job.job;
   absl::Status st = with_job ? store_->PutJobAndEvent(job.job, e) : store_->AppendEvent(e);
   if (!st.ok()) spdlog::error("bench: persisting job {}: {}", job.job.id(), st.ToString());
@@ -232,7 +237,7 @@ std::shared_ptr<BenchScheduler::Job> BenchScheduler::FindLocked(const std::strin
                                                                 const std::string& tenant) const {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return nullptr;
-  if (!tenant.empty() && it->second->job.spec().submitter() != tenant) return nullptr;
+  if (!tenant.empty() && it->second->job.tenant() != tenant) return nullptr;
   return it->second;
 }
 
@@ -324,6 +329,7 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const
   job.set_backend(backend_->Name());
   job.set_server_version(options_.server_version);
   job.set_shape_desc(ShapeDesc(job.spec()));
+  job.set_tenant(tenant);
   jobs_[job.id()] = j;
   PersistLocked(*j);
   RefreshPositionsLocked(job.spec().device());
@@ -342,7 +348,7 @@ std::vector<pb::BenchJob> BenchScheduler::List(const pb::ListBenchRequest& reque
   absl::MutexLock l(&mu_);
   std::vector<const Job*> all;
   for (const auto& [id, j] : jobs_) {
-    if (!tenant.empty() && j->job.spec().submitter() != tenant) continue;
+    if (!tenant.empty() && j->job.tenant() != tenant) continue;
     if (!request.submitter().empty() && j->job.spec().submitter() != request.submitter()) continue;
     if (!request.states().empty() &&
         std::find(request.states().begin(), request.states().end(), j->job.state()) == request.states().end()) {
@@ -583,6 +589,17 @@ std::vector<TensorView*> Views(OpCall& c) {
 
 absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device) {
   Job& j = *jp;
+  // A full device queue is not a failure of the job: wait for room.
+  auto on_device = [&](std::function<absl::Status()> fn) -> absl::Status {
+    while (true) {
+      absl::Status st = runner_(device, fn);
+      if (st.code() != absl::StatusCode::kResourceExhausted || !absl::StrContains(st.message(), "queue")) {
+        return st;
+      }
+      if (j.cancel) return st;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
   pb::BenchJobSpec spec;
   {
     absl::MutexLock l(&mu_);
@@ -619,7 +636,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
   note(pb::PHASE_NOTE, "preparing inputs", 0.0);
   std::shared_ptr<PreparedJob> prepared;
   {
-    absl::StatusOr<std::unique_ptr<PreparedJob>> p = PrepareJob(spec, reader_, spec.submitter());
+    absl::StatusOr<std::unique_ptr<PreparedJob>> p = PrepareJob(spec, reader_, j.job.tenant());
     if (!p.ok()) return p.status();
     prepared = std::move(*p);
   }
@@ -638,7 +655,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
     }
     if (!have) {
       note(pb::PHASE_NOTE, "measuring the device's GEMM and copy ceilings (once per device)", 0.01);
-      KS_RETURN_IF_ERROR(runner_(device, [&]() -> absl::Status {
+      KS_RETURN_IF_ERROR(on_device([&]() -> absl::Status {
         ceilings = MeasureCeilings(*backend_, device, options_.gemm_tflops, options_.gemm_fp8_tflops);
         return absl::OkStatus();
       }));
@@ -656,7 +673,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
   rs->device_call = prepared->host_call;
   const TensorDesc out_desc = prepared->host_call.OutputDesc();
   rs->host_out = HostTensor(out_desc.dtype, out_desc.shape);
-  KS_RETURN_IF_ERROR(runner_(device, [&]() -> absl::Status {
+  KS_RETURN_IF_ERROR(on_device([&]() -> absl::Status {
     std::map<const void*, void*> moved;
     for (auto& [name, t] : prepared->tensors) {
       KS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> m,
@@ -727,7 +744,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
           stop);
       if (absl::IsCancelled(run_st) || absl::IsDeadlineExceeded(run_st)) return run_st;
     } else {
-      run_st = runner_(device, [&]() -> absl::Status {
+      run_st = on_device([&]() -> absl::Status {
         KS_RETURN_IF_ERROR(backend_->CopyToDevice(device, device_out.data, poison.data(), poison.size()));
         KS_RETURN_IF_ERROR(v.run(*backend_, device, rs->device_call, device_out));
         KS_RETURN_IF_ERROR(backend_->Synchronize(device));
@@ -879,7 +896,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
     EmitLocked(j, std::move(e), true);
   };
 
-  absl::Status window = runner_(device, [&]() -> absl::Status {
+  absl::Status window = on_device([&]() -> absl::Status {
     if (method == pb::METHOD_KERNEL) {
       for (size_t i : timed) {
         int w, n;

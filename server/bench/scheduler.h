@@ -106,6 +106,10 @@ class BenchScheduler {
   pb::ListVariantsResponse ListVariants(pb::BenchOp op) const;
   const VariantRegistry& variants() const { return registry_; }
   std::string journal_mode() const { return store_->journal_mode(); }
+  bool shutting_down() const {
+    absl::MutexLock l(&mu_);
+    return shutdown_;
+  }
 
  private:
   struct Job;

@@ -1,0 +1,274 @@
+// The whole benchmark flow over loopback gRPC: a real KernelServer on the CPU
+// backend, the client library's BenchClient, the exports and the CI gate.
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "client/bench_client.h"
+#include "client/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/numerics/test_inputs.h"
+#include "server/server.h"
+
+namespace kernelserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+class BenchE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.backend = "cpu";
+    o.cpu_threads = 2;
+    o.bench.test_variants = true;
+    o.bench.min_warmin_s = 0.02;
+    o.bench.min_window_s = 0.05;
+    o.bench.max_jobs_per_submitter = 3;
+    auto s = KernelServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    opts_.target = "127.0.0.1:" + std::to_string(server_->port());
+    opts_.default_timeout = absl::Seconds(30);
+    auto c = BenchClient::Connect(opts_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+  }
+
+  static pb::BenchJobSpec Attention(std::vector<std::string> variants) {
+    pb::BenchJobSpec s;
+    s.set_name("attn");
+    s.set_op(pb::OP_ATTENTION);
+    auto* a = s.mutable_attention();
+    a->set_batch(1);
+    a->set_heads_q(2);
+    a->set_seq_q(64);
+    a->set_head_dim(64);
+    a->set_causal(true);
+    for (auto& v : variants) s.add_variants(v);
+    s.mutable_method()->set_warmup(2);
+    s.mutable_method()->set_iters(4);
+    return s;
+  }
+
+  static pb::BenchJobSpec Sustained(double window_s, const std::string& submitter = "") {
+    pb::BenchJobSpec s = Attention({"cpu"});
+    s.set_name("sustained");
+    s.set_submitter(submitter);
+    s.mutable_method()->set_method(pb::METHOD_SUSTAINED);
+    s.mutable_method()->set_window_s(window_s);
+    return s;
+  }
+
+  // Waits for the first event of `phase`.
+  void WaitPhase(const std::string& id, pb::BenchPhase phase) {
+    absl::Notification seen;
+    std::thread t([&] {
+      client_->Watch(id, [&](const pb::BenchEvent& e) {
+        if (e.phase() == phase && !seen.HasBeenNotified()) seen.Notify();
+      }).IgnoreError();
+    });
+    ASSERT_TRUE(seen.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    t.detach();  // ends with the job
+  }
+
+  std::unique_ptr<KernelServer> server_;
+  ClientOptions opts_;
+  std::unique_ptr<BenchClient> client_;
+};
+
+TEST_F(BenchE2eTest, SubmitWatchGetListExportAndGate) {
+  auto job = client_->Submit(Attention({"cpu", "oracle", "test.wrong"}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::vector<pb::BenchEvent> events;
+  auto done = client_->Watch(job->id(), [&](const pb::BenchEvent& e) { events.push_back(e); });
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), pb::JOB_DONE);
+  ASSERT_EQ(done->results_size(), 3);
+  EXPECT_TRUE(done->results(0).correct());
+  EXPECT_TRUE(done->results(1).correct());
+  EXPECT_FALSE(done->results(2).correct());
+  EXPECT_EQ(done->results(0).rank() + done->results(1).rank(), 3);
+  // Watch delivered every event once, in order, from QUEUED to DONE.
+  ASSERT_FALSE(events.empty());
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].seq(), static_cast<int64_t>(i) + 1);
+  EXPECT_EQ(events.front().phase(), pb::PHASE_QUEUED);
+  EXPECT_EQ(events.back().phase(), pb::PHASE_DONE);
+  int results = 0;
+  for (const auto& e : events) results += e.phase() == pb::PHASE_RESULT;
+  EXPECT_EQ(results, 3);
+  // Watching a finished job replays it; after_seq skips what was seen.
+  std::vector<pb::BenchEvent> replay;
+  ASSERT_TRUE(client_->Watch(job->id(), [&](const pb::BenchEvent& e) { replay.push_back(e); }).ok());
+  EXPECT_EQ(replay.size(), events.size());
+
+  auto got = client_->Get(job->id());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->results_size(), 3);
+  EXPECT_EQ(client_->Get("job-nope").status().code(), absl::StatusCode::kNotFound);
+
+  pb::ListBenchRequest lr;
+  lr.add_states(pb::JOB_DONE);
+  lr.set_submitter("anonymous");
+  auto listed = client_->List(lr);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].id(), job->id());
+  lr.clear_states();
+  lr.add_states(pb::JOB_QUEUED);
+  EXPECT_TRUE(client_->List(lr)->empty());
+
+  // Exports.
+  const std::string json = ExportJson({*got});
+  auto parsed = ParseExportJson(json, "export");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), 1u);
+  EXPECT_EQ((*parsed)[0].results(0).time().value_ms(), got->results(0).time().value_ms());
+  const std::string md = ExportMarkdown({*got});
+  EXPECT_THAT(md, HasSubstr("| attn | attention | B=1 Hq=2 Hkv=2 Sq=64 Skv=64 D=64 causal | cpu | pass |"));
+  EXPECT_THAT(md, HasSubstr("| test.wrong | **FAIL** |"));
+  const std::string junit = ExportJUnit({*got});
+  EXPECT_THAT(junit, HasSubstr("<testsuites name=\"kernelserve\" tests=\"3\" failures=\"1\">"));
+  EXPECT_THAT(junit, HasSubstr("name=\"test.wrong\""));
+  EXPECT_THAT(junit, HasSubstr("<failure message=\"rel_rms 0."));
+
+  // CI gate against a baseline: the same results pass; a baseline twice as
+  // fast makes every timed variant a regression.
+  std::vector<pb::BenchJob> cur = {*got};
+  cur[0].mutable_results()->RemoveLast();  // drop test.wrong: correctness passes
+  auto checks = CiChecks(cur, &cur, 10);
+  for (const auto& c : checks) EXPECT_FALSE(c.failed) << c.name << ": " << c.message;
+  EXPECT_EQ(checks.size(), 4u);  // 2 variants x (gate + vs baseline)
+  std::vector<pb::BenchJob> fast = cur;
+  for (auto& r : *fast[0].mutable_results()) r.mutable_time()->set_value_ms(r.time().value_ms() / 2);
+  checks = CiChecks(cur, &fast, 10);
+  int regressions = 0;
+  for (const auto& c : checks) {
+    if (c.failed) {
+      ++regressions;
+      EXPECT_THAT(c.name, HasSubstr("vs baseline"));
+      EXPECT_THAT(c.message, HasSubstr("+100.0%"));
+    }
+  }
+  EXPECT_EQ(regressions, 2);
+}
+
+TEST_F(BenchE2eTest, ErrorsKeepTheirCodes) {
+  pb::BenchJobSpec graph = Attention({"cpu"});
+  graph.mutable_method()->set_method(pb::METHOD_GRAPH);
+  auto r = client_->Submit(graph);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("graph"));
+  r = client_->Submit(Attention({"cuda"}));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  // Per-submitter limit (3 here): RESOURCE_EXHAUSTED naming it.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(client_->Submit(Sustained(0.3, "dora")).ok());
+  r = client_->Submit(Sustained(0.3, "dora"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("the limit is 3"));
+  EXPECT_TRUE(client_->Submit(Sustained(0.05, "erik")).ok());
+}
+
+TEST_F(BenchE2eTest, CancelOverGrpcStopsWithinASecond) {
+  auto job = client_->Submit(Sustained(60));
+  ASSERT_TRUE(job.ok());
+  WaitPhase(job->id(), pb::PHASE_TIMING);
+  const absl::Time t0 = absl::Now();
+  auto c = client_->Cancel(job->id(), "enough");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state(), pb::JOB_CANCELLED);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  auto w = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->state(), pb::JOB_CANCELLED);
+}
+
+TEST_F(BenchE2eTest, KernelCallsWaitForTheTimingWindow) {
+  auto job = client_->Submit(Sustained(1.0));
+  ASSERT_TRUE(job.ok());
+  WaitPhase(job->id(), pb::PHASE_TIMING);
+  // A kernel call now queues behind the window on the device's worker.
+  auto kc = Client::Connect(opts_);
+  ASSERT_TRUE(kc.ok());
+  AttentionArgs args;
+  args.q = numerics::GaussianBf16({1, 2, 16, 64}, 1);
+  args.k = numerics::GaussianBf16({1, 2, 16, 64}, 2);
+  args.v = numerics::GaussianBf16({1, 2, 16, 64}, 3);
+  const absl::Time t0 = absl::Now();
+  auto r = (*kc)->Attention(args);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const absl::Time t1 = absl::Now();
+  auto final = client_->Get(job->id());
+  ASSERT_TRUE(final.ok());
+  // The window's result lands inside it: the call returned after the window ended.
+  EXPECT_EQ(final->results_size(), 1);
+  EXPECT_GT(r->info.queue_ms, 300) << "the call did not wait for the window";
+  EXPECT_GT(t1 - t0, absl::Milliseconds(300));
+}
+
+TEST_F(BenchE2eTest, UploadedBuffersAsInputs) {
+  auto kc = Client::Connect(opts_);
+  ASSERT_TRUE(kc.ok());
+  // A captured-activation stand-in: the long-tail generator.
+  numerics::LongTailOptions lt;
+  lt.heads_q = lt.heads_kv = 2;
+  lt.seq_q = lt.seq_kv = 128;
+  lt.d_qk = lt.d_v = 64;
+  numerics::AttentionTensors t = numerics::LongTailAttention(lt);
+  auto q = (*kc)->UploadBuffer(t.q);
+  auto k = (*kc)->UploadBuffer(t.k);
+  auto v = (*kc)->UploadBuffer(t.v);
+  ASSERT_TRUE(q.ok() && k.ok() && v.ok());
+  pb::BenchJobSpec s = Attention({"cpu"});
+  s.mutable_attention()->set_seq_q(128);
+  s.mutable_inputs()->set_kind(pb::INPUT_BUFFERS);
+  (*s.mutable_inputs()->mutable_buffers())["q"] = q->id();
+  (*s.mutable_inputs()->mutable_buffers())["k"] = k->id();
+  (*s.mutable_inputs()->mutable_buffers())["v"] = v->id();
+  auto job = client_->Submit(s);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto done = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->state(), pb::JOB_DONE) << done->error();
+  EXPECT_TRUE(done->results(0).correct()) << done->results(0).gate_message();
+
+  // A buffer of the wrong shape is reported by name.
+  (*s.mutable_inputs()->mutable_buffers())["k"] = q->id();
+  s.mutable_attention()->set_seq_kv(64);
+  job = client_->Submit(s);
+  ASSERT_TRUE(job.ok());
+  done = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->state(), pb::JOB_FAILED);
+  EXPECT_THAT(done->error(), HasSubstr("buffers[\"k\"]"));
+  // A missing buffer too.
+  s.mutable_attention()->set_seq_kv(0);
+  (*s.mutable_inputs()->mutable_buffers())["k"] = "buf-00000000000000000000000000000000";
+  job = client_->Submit(s);
+  done = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
+  EXPECT_EQ(done->state(), pb::JOB_FAILED);
+  EXPECT_EQ(done->error_code(), static_cast<int>(absl::StatusCode::kNotFound)) << done->error();
+}
+
+TEST(SuiteTest, ParsesJsonAndTextProto) {
+  auto s = ParseSuite(R"({"name": "cpu", "jobs": [{"op": "OP_MOE_DOWN", "moe": {"tokens": 4},
+                          "variants": ["cpu"]}, {"name": "x", "op": "OP_ATTENTION"}]})",
+                      "inline");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->jobs(0).name(), "cpu/0");
+  EXPECT_EQ(s->jobs(0).moe().tokens(), 4);
+  EXPECT_EQ(s->jobs(1).name(), "x");
+  auto t = ParseSuite("name: 't' jobs { op: OP_MLA_DECODE mla { batch: 2 } }", "text");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->jobs(0).mla().batch(), 2);
+  EXPECT_EQ(ParseSuite("{\"jobs\": 3}", "bad").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSuite("{\"name\": \"empty\"}", "empty").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kernelserve

@@ -1,0 +1,38 @@
+#include "server/bench/bench_flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(bool, enable_test_variants, false,
+          "register the test-only benchmark variants test.wrong and test.nan (wrong on purpose)");
+ABSL_FLAG(int, bench_max_jobs_per_submitter, 8, "queued + running benchmark jobs per submitter");
+ABSL_FLAG(double, bench_default_time_limit_s, 900, "time limit of a benchmark job that names none");
+ABSL_FLAG(double, bench_max_time_limit_s, 3600, "largest time limit a benchmark job may ask for");
+ABSL_FLAG(int, bench_max_attempts, 2,
+          "a job found running after a crash is re-queued until it has started this many times, "
+          "then marked interrupted");
+ABSL_FLAG(double, bench_gemm_tflops, 0,
+          "GEMM ceiling measured elsewhere (GPU backends: kernels/api has no GEMM); 0: measure or omit");
+ABSL_FLAG(double, bench_gemm_fp8_tflops, 0, "FP8 GEMM ceiling measured elsewhere; 0: omit");
+ABSL_FLAG(double, bench_min_sustained_s, 0,
+          "tests only: lower the sustained method's minimum warm-in (1 s) and window (3 s) to this");
+
+namespace kernelserve {
+namespace bench {
+
+void ApplyBenchFlags(BenchOptions* o) {
+  o->test_variants = absl::GetFlag(FLAGS_enable_test_variants);
+  o->max_jobs_per_submitter = absl::GetFlag(FLAGS_bench_max_jobs_per_submitter);
+  o->default_time_limit_s = absl::GetFlag(FLAGS_bench_default_time_limit_s);
+  o->max_time_limit_s = absl::GetFlag(FLAGS_bench_max_time_limit_s);
+  o->max_attempts = absl::GetFlag(FLAGS_bench_max_attempts);
+  o->gemm_tflops = absl::GetFlag(FLAGS_bench_gemm_tflops);
+  o->gemm_fp8_tflops = absl::GetFlag(FLAGS_bench_gemm_fp8_tflops);
+  const double min_s = absl::GetFlag(FLAGS_bench_min_sustained_s);
+  if (min_s > 0) {
+    o->min_warmin_s = min_s;
+    o->min_window_s = min_s;
+  }
+}
+
+}  // namespace bench
+}  // namespace kernelserve

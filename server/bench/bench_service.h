@@ -1,0 +1,53 @@
+// kernelserve.v1.BenchService over a BenchScheduler. The server registers it
+// and passes an admission hook (authentication, tenant, rate and stream
+// limits) so this package need not know the server's internals.
+#ifndef KERNELSERVE_SERVER_BENCH_BENCH_SERVICE_H_
+#define KERNELSERVE_SERVER_BENCH_BENCH_SERVICE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "kernelserve/v1/bench.grpc.pb.h"
+#include "server/bench/scheduler.h"
+
+namespace kernelserve {
+namespace bench {
+
+// Admits a call: fills *tenant ("" without authentication) and may park
+// whatever must live as long as the call in *hold (a stream slot).
+using AdmitFn = std::function<absl::Status(grpc::ServerContext* ctx, bool stream,
+                                           std::shared_ptr<void>* hold, std::string* tenant)>;
+
+class BenchServiceImpl final : public pb::BenchService::Service {
+ public:
+  // `admit` may be empty: every call is admitted with no tenant.
+  BenchServiceImpl(BenchScheduler* scheduler, AdmitFn admit)
+      : scheduler_(scheduler), admit_(std::move(admit)) {}
+
+  grpc::Status Submit(grpc::ServerContext* ctx, const pb::SubmitBenchRequest* req,
+                      pb::BenchJob* resp) override;
+  grpc::Status Watch(grpc::ServerContext* ctx, const pb::WatchBenchRequest* req,
+                     grpc::ServerWriter<pb::BenchEvent>* writer) override;
+  grpc::Status Get(grpc::ServerContext* ctx, const pb::GetBenchRequest* req,
+                   pb::BenchJob* resp) override;
+  grpc::Status List(grpc::ServerContext* ctx, const pb::ListBenchRequest* req,
+                    pb::ListBenchResponse* resp) override;
+  grpc::Status Cancel(grpc::ServerContext* ctx, const pb::CancelBenchRequest* req,
+                      pb::BenchJob* resp) override;
+  grpc::Status ListVariants(grpc::ServerContext* ctx, const pb::ListVariantsRequest* req,
+                            pb::ListVariantsResponse* resp) override;
+
+ private:
+  absl::Status Admit(grpc::ServerContext* ctx, bool stream, std::shared_ptr<void>* hold,
+                     std::string* tenant);
+
+  BenchScheduler* scheduler_;
+  AdmitFn admit_;
+};
+
+}  // namespace bench
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_SERVER_BENCH_BENCH_SERVICE_H_
