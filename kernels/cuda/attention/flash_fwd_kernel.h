@@ -1,7 +1,7 @@
 // The bf16 MHA forward kernel (FA2-style, mma.sync): one thread block per
-// (query tile, head, batch) from the tile scheduler; four warps of 16 query
-// rows each; K and V tiles streamed through shared memory with cp.async so
+// (query tile, head, batch) from the tile scheduler; K and V tiles streamed through shared memory with cp.async so
 // that V[n] loads during S = Q K[n]^T and K[n+1] during O += P V[n].
+// Each of the four warps owns 16 * kMTiles query rows.
 #ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_FWD_KERNEL_H_
 #define KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_FWD_KERNEL_H_
 
@@ -57,24 +57,35 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   // The first key block that some row of this tile cannot fully see.
   const int first_masked_key = Traits::kCausal ? m0 + p.causal_offset + 1 : p.seq_kv;
 
-  float acc[kD / 8][4];
+  constexpr int kM = Traits::kMTiles;
+  float acc[kM][kD / 8][4];
+  OnlineSoftmax<kBlockN / 8> softmax[kM];
 #pragma unroll
-  for (int j = 0; j < kD / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  OnlineSoftmax<kBlockN / 8> softmax;
-  softmax.Init();
-  const int row0 = warp * 16;  // this warp's rows within the tile
+  for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+    softmax[mt].Init();
+  }
+  const int row0 = warp * 16 * kM;  // this warp's first row within the tile
 
   if (n_blocks > 0) {
     ML::template LoadTile<kBlockM>(sq, q, p.q_row_stride, rows_valid, tid);
     ML::template LoadTile<kBlockN>(sk, k, p.k_row_stride, min(kBlockN, p.seq_kv), tid);
     CpAsyncCommit();
 
-    uint32_t q_regs[Traits::kQInRegs ? kD / 16 : 1][4];
+    typename ML::FragAddrs frag;
+    ML::MakeFragAddrs(sq, sk, sv, row0, lane, frag);
+    uint32_t q_regs[ML::kQRegTiles][4];
     if constexpr (Traits::kQInRegs) {
       CpAsyncWait<0>();
       __syncthreads();
 #pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) ML::LoadQFragment(sq, row0, kk * 16, lane, q_regs[kk]);
+      for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          ML::LoadQFragment(frag, mt, kk, q_regs[mt * (kD / 16) + kk]);
+        }
+      }
     }
 
     for (int nb = 0; nb < n_blocks; ++nb) {
@@ -86,8 +97,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       CpAsyncWait<1>();  // Q and K[nb] have landed
       __syncthreads();
 
-      float s[kBlockN / 8][4];
-      ML::QK(q_regs, sq, sk, row0, lane, s);
+      float s[kM][kBlockN / 8][4];
+      ML::QK(q_regs, frag, s);
       __syncthreads();  // every warp is done with K[nb]
 
       if (nb + 1 < n_blocks) {
@@ -97,38 +108,44 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       }
       CpAsyncCommit();  // possibly empty: keeps the group count uniform
 
-      if (n0 + kBlockN > p.seq_kv || n0 + kBlockN > first_masked_key) {
-        ML::Mask(s, n0, m0 + row0, p.seq_kv, p.causal_offset, lane);
-      }
-      float alpha[2];
-      softmax.Update(s, p.scale_log2, alpha);
+      const bool need_mask = n0 + kBlockN > p.seq_kv || n0 + kBlockN > first_masked_key;
 #pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        acc[j][0] *= alpha[0];
-        acc[j][1] *= alpha[0];
-        acc[j][2] *= alpha[1];
-        acc[j][3] *= alpha[1];
+      for (int mt = 0; mt < kM; ++mt) {
+        if (need_mask) ML::Mask(s[mt], n0, m0 + row0 + 16 * mt, p.seq_kv, p.causal_offset, lane);
+        float alpha[2];
+        softmax[mt].Update(s[mt], p.scale_log2, alpha);
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          acc[mt][j][0] *= alpha[0];
+          acc[mt][j][1] *= alpha[0];
+          acc[mt][j][2] *= alpha[1];
+          acc[mt][j][3] *= alpha[1];
+        }
       }
 
       CpAsyncWait<1>();  // V[nb] has landed
       __syncthreads();
-      ML::PV(s, sv, lane, acc);
+      ML::PV(s, frag, acc);
       __syncthreads();  // every warp is done with V[nb]
     }
   }
 
-  float inv[2];
-  softmax.Finalize(inv);
-  switch (p.rounding) {
-    case kFlashRtna:
-      StoreOutputTile<kD, kFlashRtna>(acc, inv, o, p.o_row_stride, row0, rows_valid, lane);
-      break;
-    case kFlashRtz:
-      StoreOutputTile<kD, kFlashRtz>(acc, inv, o, p.o_row_stride, row0, rows_valid, lane);
-      break;
-    default:
-      StoreOutputTile<kD, kFlashRtne>(acc, inv, o, p.o_row_stride, row0, rows_valid, lane);
-      break;
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+    float inv[2];
+    softmax[mt].Finalize(inv);
+    const int r0 = row0 + 16 * mt;
+    switch (p.rounding) {
+      case kFlashRtna:
+        StoreOutputTile<kD, kFlashRtna>(acc[mt], inv, o, p.o_row_stride, r0, rows_valid, lane);
+        break;
+      case kFlashRtz:
+        StoreOutputTile<kD, kFlashRtz>(acc[mt], inv, o, p.o_row_stride, r0, rows_valid, lane);
+        break;
+      default:
+        StoreOutputTile<kD, kFlashRtne>(acc[mt], inv, o, p.o_row_stride, r0, rows_valid, lane);
+        break;
+    }
   }
 }
 

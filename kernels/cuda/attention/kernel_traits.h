@@ -1,5 +1,6 @@
-// Tile shapes of the mma.sync (FA2-style) forward kernel. Each warp owns 16
-// query rows of a kBlockM-row tile and walks the keys kBlockN at a time.
+// Tile shapes of the mma.sync (FA2-style) forward kernel. Each warp owns
+// 16 * kMTiles query rows of a kBlockM-row tile and walks the keys kBlockN
+// at a time.
 #ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_KERNEL_TRAITS_H_
 #define KERNELSERVE_KERNELS_CUDA_ATTENTION_KERNEL_TRAITS_H_
 
@@ -12,14 +13,19 @@ struct FlashFwdTraits {
   static constexpr bool kCausal = kCausal_;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockM = 16 * kWarps;
+  // Query rows per warp in 16-row mma tiles. Two tiles share every K and V
+  // fragment a warp reads from shared memory, which cuts the shared-memory
+  // traffic per mma from 256 to ~160 bytes (FA2's shape); at d256 the
+  // accumulator of two tiles would not fit in registers.
+  static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;
+  static constexpr int kBlockM = 16 * kMTiles * kWarps;
   // d256 keeps a 16x256 fp32 accumulator per warp: a narrower key tile
   // leaves room for the scores without spilling.
   static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
-  // Q fragments stay in registers for the whole key loop up to d128; at d256
-  // they would crowd out the accumulator, so they are re-read from shared memory.
-  static constexpr bool kQInRegs = kHeadDim <= 128;
-  static constexpr int kMinBlocksPerSm = kHeadDim <= 64 ? 3 : 2;
+  // Q fragments stay in registers for the whole key loop when they are small
+  // (16 x 128 per warp at most); otherwise they are re-read from shared memory.
+  static constexpr bool kQInRegs = kMTiles * kHeadDim <= 128;
+  static constexpr int kMinBlocksPerSm = 2;
   // Shared memory: Q tile, one K tile, one V tile (FA2's schedule: V loads
   // during QK^T, the next K during PV).
   static constexpr int kSmemQ = kBlockM * kHeadDim;  // elements
