@@ -391,46 +391,72 @@ absl::Status Fp8AttentionImpl(const Fp8AttentionParams& p, const Quantized& qz, 
   std::vector<float> qf(qz.q.size());
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < static_cast<int64_t>(qz.q.size()); ++i) qf[i] = table[qz.q[i]];
-  std::vector<float> kt(nkb * DQK * kBk), vf(nkb * kBk * kDv);
-  std::vector<uint8_t> v_bad(nkb);
   auto kvoff = [&](int64_t b, int64_t h, int64_t j, int64_t d) {
     return p.layout == Layout::kBhsd ? ((b * p.heads_kv + h) * skv + j) * d
                                      : ((b * skv + j) * p.heads_kv + h) * d;
+  };
+  // Key block kb of KV head (b, hkv) decoded to fp32: K transposed, V row-major.
+  auto convert = [&](int64_t b, int64_t hkv, int64_t kb, float* kt, float* vf, uint8_t* v_bad) {
+    float* ktb = kt + kb * DQK * kBk;
+    bool bad = false;
+    for (int jj = 0; jj < kBk; ++jj) {
+      const int64_t j = kb * kBk + jj;
+      float* vrow = vf + j * kDv;
+      if (j >= skv) {
+        for (int d = 0; d < DQK; ++d) ktb[d * kBk + jj] = 0.0f;
+        std::fill(vrow, vrow + kDv, 0.0f);
+        continue;
+      }
+      const uint8_t* krow = qz.k.data() + kvoff(b, hkv, j, DQK);
+      for (int d = 0; d < DQK; ++d) ktb[d * kBk + jj] = table[krow[d]];
+      const uint8_t* vsrc = qz.v.data() + kvoff(b, hkv, j, kDv);
+      for (int d = 0; d < kDv; ++d) {
+        vrow[d] = table[vsrc[d]];
+        bad |= !std::isfinite(vrow[d]);
+      }
+    }
+    v_bad[kb] = bad;
   };
   HeadCtx c;
   c.p = &p;
   c.qf = qf.data();
   c.out = out.as<uint16_t>();
+  c.qz = &qz;
+  c.f = fp8p::GetPFormat(p.format);
+  const int64_t kv_heads = p.batch * p.heads_kv;
+  if (group * nqb < 2 * threads && kv_heads > 1) {
+    // Few query blocks per KV head: each thread takes whole KV heads.
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> kt(nkb * DQK * kBk), vf(nkb * kBk * kDv);
+      std::vector<uint8_t> v_bad(nkb);
+      Scratch<DQK> sc;
+      HeadCtx cl = c;
+      cl.kt = kt.data();
+      cl.v = vf.data();
+      cl.v_bad = v_bad.data();
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        const int64_t b = g / p.heads_kv, hkv = g % p.heads_kv;
+        cl.b = b;
+        for (int64_t kb = 0; kb < nkb; ++kb) convert(b, hkv, kb, kt.data(), vf.data(), v_bad.data());
+        for (int64_t item = 0; item < group * nqb; ++item) {
+          QueryBlock<DQK>(cl, hkv * group + item % group, (nqb - 1 - item / group) * kBq, sc);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::vector<float> kt(nkb * DQK * kBk), vf(nkb * kBk * kDv);
+  std::vector<uint8_t> v_bad(nkb);
   c.kt = kt.data();
   c.v = vf.data();
   c.v_bad = v_bad.data();
-  c.qz = &qz;
-  c.f = fp8p::GetPFormat(p.format);
   for (int64_t b = 0; b < p.batch; ++b) {
     c.b = b;
     for (int64_t hkv = 0; hkv < p.heads_kv; ++hkv) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t kb = 0; kb < nkb; ++kb) {
-        float* ktb = kt.data() + kb * DQK * kBk;
-        bool bad = false;
-        for (int jj = 0; jj < kBk; ++jj) {
-          const int64_t j = kb * kBk + jj;
-          float* vrow = vf.data() + j * kDv;
-          if (j >= skv) {
-            for (int d = 0; d < DQK; ++d) ktb[d * kBk + jj] = 0.0f;
-            std::fill(vrow, vrow + kDv, 0.0f);
-            continue;
-          }
-          const uint8_t* krow = qz.k.data() + kvoff(b, hkv, j, DQK);
-          for (int d = 0; d < DQK; ++d) ktb[d * kBk + jj] = table[krow[d]];
-          const uint8_t* vsrc = qz.v.data() + kvoff(b, hkv, j, kDv);
-          for (int d = 0; d < kDv; ++d) {
-            vrow[d] = table[vsrc[d]];
-            bad |= !std::isfinite(vrow[d]);
-          }
-        }
-        v_bad[kb] = bad;
-      }
+      for (int64_t kb = 0; kb < nkb; ++kb) convert(b, hkv, kb, kt.data(), vf.data(), v_bad.data());
 #pragma omp parallel num_threads(threads)
       {
         Scratch<DQK> sc;
