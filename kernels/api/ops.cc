@@ -50,16 +50,12 @@ absl::Status CheckScale(absl::string_view field, const std::optional<double>& s)
   return absl::OkStatus();
 }
 
-// Reads element i of a host int32/int64 tensor.
-int64_t IndexAt(const HostTensor& t, int64_t i) {
-  if (t.dtype() == DType::kInt64) return t.data<int64_t>()[i];
-  return t.data<int32_t>()[i];
-}
+// Element i of a host int32 tensor (checked by CheckIndexTensor).
+int64_t IndexAt(const HostTensor& t, int64_t i) { return t.data<int32_t>()[i]; }
 
 absl::Status CheckIndexTensor(absl::string_view field, const HostTensor& t, int64_t want_len) {
-  if (t.dtype() != DType::kInt32 && t.dtype() != DType::kInt64) {
-    return Invalid(field, "int32 or int64", DTypeName(t.dtype()));
-  }
+  // Kernels read index tensors as int32 (as the seeds' APIs do).
+  if (t.dtype() != DType::kInt32) return Invalid(field, "int32", DTypeName(t.dtype()));
   if (t.shape().size() != 1) return Invalid(absl::StrCat(field, ".shape"), "rank 1", ShapeString(t.shape()));
   if (want_len >= 0 && t.shape()[0] != want_len) {
     return Invalid(absl::StrCat(field, ".shape[0]"), absl::StrCat(want_len), absl::StrCat(t.shape()[0]));

@@ -110,7 +110,7 @@ struct MlaDecodeParams {
 
   // Contiguous: kv [B,S,576]; seq_lens optional ([B], each 1..S). Paged: kv is
   // the pool [num_slots,576]; seq_lens, kv_indices and kv_indptr required
-  // (page_size given by the pool). q_lens optional ([B], each 1..q_len, and
+  // (page_size given by the pool). Index tensors are int32. q_lens optional ([B], each 1..q_len, and
   // <= seq_len). Index tensors are host copies so their values can be checked.
   absl::Status Validate(const TensorDesc& q_lat, const TensorDesc& q_pe, const TensorDesc& kv,
                         bool paged, int64_t page_size, const HostTensor* seq_lens,

@@ -123,6 +123,11 @@ TEST(MlaDecodeValidate, ContiguousAndPaged) {
                 "kv_indices[1]", "a page in 0..3");
   ExpectInvalid(p.Validate(q_lat, q_pe, pool, true, 1, nullptr, &idx, &indptr, nullptr), "seq_lens",
                 "with a pool");
+  HostTensor seq64(DType::kInt64, {2});
+  seq64.data<int64_t>()[0] = 4;
+  seq64.data<int64_t>()[1] = 5;
+  ExpectInvalid(p.Validate(q_lat, q_pe, pool, true, 1, &seq64, &idx, &indptr, nullptr), "seq_lens",
+                "expected int32, got int64");
   const TensorDesc bf16_kv = Bf16({2, 100, 576});
   ExpectInvalid(p.Validate(q_lat, q_pe, bf16_kv, false, 1, nullptr, nullptr, nullptr, nullptr), "kv",
                 "fp8_e4m3fn or fp8_e4m3fnuz");
