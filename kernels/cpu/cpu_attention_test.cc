@@ -203,3 +203,26 @@ TEST(CpuAttention, ExplicitScaleAndSingleThreadMatchOracle) {
 
 }  // namespace
 }  // namespace kernelserve
+
+namespace kernelserve {
+namespace {
+
+TEST(CpuAttention, ResultDoesNotDependOnThreadCount) {
+  // Each query block is computed start to finish by one thread in a fixed
+  // order, so 1 and 3 threads (both work splits) give the same bits.
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  for (const Case& c : {Case{1, 4, 2, 150, 150, 128, true, Layout::kBshd, Rounding::kRtne},
+                        Case{3, 2, 1, 1, 77, 64, false, Layout::kBhsd, Rounding::kRtne}}) {
+    AttnRun r = MakeRun(c, seed);
+    ASSERT_TRUE(r.p.Validate(r.q.desc(), r.k.desc(), r.v.desc()).ok());
+    HostTensor a = PoisonedBf16(r.p.OutputDesc().shape), b = PoisonedBf16(r.p.OutputDesc().shape);
+    TensorView av = a.view(), bv = b.view();
+    ASSERT_TRUE(CreateCpuBackend(1)->Attention(0, r.p, r.q.view(), r.k.view(), r.v.view(), av).ok());
+    ASSERT_TRUE(CreateCpuBackend(3)->Attention(0, r.p, r.q.view(), r.k.view(), r.v.view(), bv).ok());
+    EXPECT_EQ(std::memcmp(a.bytes(), b.bytes(), a.num_bytes()), 0) << Name(c);
+  }
+}
+
+}  // namespace
+}  // namespace kernelserve
