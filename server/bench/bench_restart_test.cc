@@ -1,0 +1,290 @@
+// The real kernelserve binary as a subprocess: SIGKILL it mid-job, restart it
+// on the same --data_dir, and check that nothing was lost. Then kernelctl's
+// ci gate (pass, correctness failure, regression against a baseline) and
+// export, run as a user would.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/bench_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kernelserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Runfile(const std::string& path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "kernelserve", "/", path);
+}
+
+std::string TempDir() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string tmpl = absl::StrCat(base ? base : "/tmp", "/restartXXXXXX");
+  char* d = mkdtemp(tmpl.data());
+  return d ? std::string(d) : std::string();
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteAll(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+// The kernelserve binary on 127.0.0.1:0 with the CPU backend.
+class ServerProcess {
+ public:
+  ServerProcess(const std::string& data_dir, const std::string& log) : log_(log) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 2);
+      dup2(fd, 1);
+      const std::string bin = Runfile("server/kernelserve");
+      const std::string dd = "--data_dir=" + data_dir;
+      execl(bin.c_str(), bin.c_str(), "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=2",
+            dd.c_str(), "--enable_test_variants", "--bench_min_sustained_s=0.05", "--shutdown_grace=1s",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // The port is in the start-up line of the log.
+    const std::regex re("listening on port ([0-9]+)");
+    for (int i = 0; i < 600 && port_ == 0; ++i) {
+      std::smatch m;
+      const std::string text = ReadAll(log_);
+      if (std::regex_search(text, m, re)) port_ = std::stoi(m[1]);
+      if (port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~ServerProcess() { Kill(SIGKILL); }
+
+  int Kill(int sig) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+  int port() const { return port_; }
+  std::string target() const { return absl::StrCat("127.0.0.1:", port_); }
+  std::string log() const { return ReadAll(log_); }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// Runs kernelctl; returns its exit status and puts stdout + stderr in *out.
+int Kernelctl(const std::string& target, const std::string& args, std::string* out) {
+  const std::string cmd = absl::StrCat(Runfile("client/kernelctl"), " --server=", target, " ", args, " 2>&1");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  out->clear();
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+pb::BenchJobSpec Small(const std::string& name) {
+  pb::BenchJobSpec s;
+  s.set_name(name);
+  s.set_op(pb::OP_ATTENTION);
+  auto* a = s.mutable_attention();
+  a->set_batch(1);
+  a->set_heads_q(2);
+  a->set_seq_q(64);
+  a->set_head_dim(64);
+  a->set_causal(true);
+  s.add_variants("cpu");
+  s.add_variants("test.wrong");
+  s.mutable_method()->set_warmup(2);
+  s.mutable_method()->set_iters(4);
+  return s;
+}
+
+std::unique_ptr<BenchClient> Connect(const ServerProcess& s) {
+  ClientOptions o;
+  o.target = s.target();
+  o.default_timeout = absl::Seconds(30);
+  return std::move(BenchClient::Connect(o).value());
+}
+
+pb::BenchJob WaitFor(BenchClient& c, const std::string& id, std::function<bool(const pb::BenchJob&)> pred) {
+  pb::BenchJob j;
+  for (int i = 0; i < 1200; ++i) {
+    auto g = c.Get(id);
+    if (g.ok()) {
+      j = *g;
+      if (pred(j)) return j;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ADD_FAILURE() << "timed out on " << id << " in " << pb::BenchJobState_Name(j.state());
+  return j;
+}
+
+TEST(BenchRestartTest, SigkillMidJobLosesNothing) {
+  const std::string dir = TempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string done_id, running_id, queued_id;
+  pb::BenchJob done_before;
+  {
+    ServerProcess s1(dir, dir + "/log1");
+    ASSERT_GT(s1.port(), 0) << s1.log();
+    auto c = Connect(s1);
+    auto a = c->Submit(Small("finished"));
+    ASSERT_TRUE(a.ok()) << a.status();
+    done_id = a->id();
+    done_before = c->Watch(done_id, [](const pb::BenchEvent&) {}).value();
+    ASSERT_EQ(done_before.state(), pb::JOB_DONE);
+
+    pb::BenchJobSpec long_spec = Small("long");
+    long_spec.clear_variants();
+    long_spec.add_variants("cpu");
+    long_spec.mutable_method()->set_method(pb::METHOD_SUSTAINED);
+    long_spec.mutable_method()->set_window_s(60);
+    auto b = c->Submit(long_spec);
+    ASSERT_TRUE(b.ok());
+    running_id = b->id();
+    auto q = c->Submit(Small("queued"));
+    ASSERT_TRUE(q.ok());
+    queued_id = q->id();
+    WaitFor(*c, running_id, [](const pb::BenchJob& j) { return j.state() == pb::JOB_RUNNING; });
+    EXPECT_EQ(c->Get(queued_id)->state(), pb::JOB_QUEUED);
+    const int status = s1.Kill(SIGKILL);
+    EXPECT_TRUE(WIFSIGNALED(status));
+  }
+
+  ServerProcess s2(dir, dir + "/log2");
+  ASSERT_GT(s2.port(), 0) << s2.log();
+  auto c = Connect(s2);
+  // The finished job is all there, results and events.
+  auto done = c->Get(done_id);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->SerializeAsString(), done_before.SerializeAsString());
+  // The running job was re-queued (second attempt) and starts again first.
+  pb::BenchJob again = WaitFor(*c, running_id, [](const pb::BenchJob& j) { return j.state() == pb::JOB_RUNNING; });
+  EXPECT_EQ(again.attempts(), 2);
+  EXPECT_THAT(absl::StrJoin(again.notes(), ";"), HasSubstr("re-queued"));
+  std::vector<pb::BenchEvent> events;
+  ASSERT_TRUE(c->Cancel(running_id, "restart test").ok());
+  auto cancelled = c->Watch(running_id, [&](const pb::BenchEvent& e) { events.push_back(e); });
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), pb::JOB_CANCELLED);
+  bool requeued = false;
+  for (const auto& e : events) requeued |= e.phase() == pb::PHASE_REQUEUED;
+  EXPECT_TRUE(requeued);
+  // The queued job was kept and now runs to the end.
+  auto q = c->Watch(queued_id, [](const pb::BenchEvent&) {});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->state(), pb::JOB_DONE);
+  EXPECT_EQ(q->results_size(), 2);
+  EXPECT_EQ(q->attempts(), 1);
+
+  // kernelctl sees the same jobs.
+  std::string out;
+  EXPECT_EQ(Kernelctl(s2.target(), "jobs list", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr(done_id));
+  EXPECT_THAT(out, HasSubstr("cancelled"));
+  EXPECT_EQ(Kernelctl(s2.target(), "export --format=junit " + done_id, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("<failure message=\"rel_rms"));
+  EXPECT_EQ(Kernelctl(s2.target(), "export --format=markdown " + done_id, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("| finished | attention |"));
+
+  // SIGTERM drains and exits cleanly.
+  const int status = s2.Kill(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(BenchRestartTest, KernelctlCiGate) {
+  const std::string dir = TempDir();
+  ServerProcess s(dir, dir + "/log");
+  ASSERT_GT(s.port(), 0) << s.log();
+  std::string out;
+  const std::string suite = Runfile("bench/suites/cpu_small.json");
+  // A clean suite passes and writes JUnit and results.
+  int rc = Kernelctl(s.target(),
+                     absl::StrCat("ci --suite=", suite, " --junit=", dir, "/j1.xml --results=", dir, "/r1.json"), &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("0 failed"));
+  const std::string j1 = ReadAll(dir + "/j1.xml");
+  EXPECT_THAT(j1, HasSubstr("<testsuites name=\"cpu_small\""));
+  EXPECT_THAT(j1, HasSubstr("failures=\"0\""));
+
+  // Against its own results with a generous limit: still passes.
+  rc = Kernelctl(s.target(),
+                 absl::StrCat("ci --suite=", suite, " --baseline=", dir, "/r1.json --max-regression=400 --junit=", dir,
+                              "/j2.xml"),
+                 &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(ReadAll(dir + "/j2.xml"), HasSubstr("vs baseline"));
+
+  // A baseline 100x faster: every timed variant regressed.
+  auto base = LoadExportJson(dir + "/r1.json");
+  ASSERT_TRUE(base.ok()) << base.status();
+  for (auto& j : *base) {
+    for (auto& r : *j.mutable_results()) r.mutable_time()->set_value_ms(r.time().value_ms() / 100);
+  }
+  WriteAll(dir + "/fast.json", ExportJson(*base));
+  rc = Kernelctl(s.target(),
+                 absl::StrCat("ci --suite=", suite, " --baseline=", dir, "/fast.json --max-regression=10 --junit=", dir,
+                              "/j3.xml"),
+                 &out);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, HasSubstr("vs baseline"));
+  const std::string j3 = ReadAll(dir + "/j3.xml");
+  EXPECT_THAT(j3, HasSubstr("<failure message="));
+  EXPECT_THAT(j3, HasSubstr("limit +10.0%"));
+
+  // A variant that fails the correctness gate fails CI.
+  rc = Kernelctl(s.target(),
+                 absl::StrCat("ci --suite=", Runfile("bench/suites/cpu_gate_fail.json"), " --junit=", dir, "/j4.xml"),
+                 &out);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, HasSubstr("FAIL attention/wrong-on-purpose / test.wrong"));
+  EXPECT_THAT(ReadAll(dir + "/j4.xml"), HasSubstr("failures=\"1\""));
+
+  // Usage errors exit 2.
+  EXPECT_EQ(Kernelctl(s.target(), "ci", &out), 2) << out;
+  EXPECT_EQ(Kernelctl(s.target(), "bench --op=nonsense", &out), 2) << out;
+  // bench from flags prints the table.
+  rc = Kernelctl(s.target(),
+                 "bench --op=mla_decode --batch=1 --heads=4 --seq=64 --q-len=2 --variants=cpu,oracle --warmup=1 "
+                 "--iters=2",
+                 &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("| mla_decode | mla_decode | B=1 q_len=2 H=4 S=64 | cpu | pass |"));
+  EXPECT_THAT(out, HasSubstr("done"));
+}
+
+}  // namespace
+}  // namespace kernelserve
