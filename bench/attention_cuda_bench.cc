@@ -2,7 +2,9 @@
 // prints TFLOP/s (causal counts only unmasked query-key pairs). Inputs are
 // random bf16 (never zeros: zeros can run faster than real data).
 //
-//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128]
+//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--kernel=all|mma|wgmma|auto]
+// At d128 both kernels are timed by default (mma.sync first: a fault in the
+// newer wgmma kernel cannot take the other's numbers with it).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -60,8 +62,10 @@ double Pairs(int64_t sq, int64_t skv, bool causal) {
 int Main(int argc, char** argv) {
   int iters = 20, warmup = 5;
   int64_t dim = 128;
+  std::string which = "all";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a.rfind("--kernel=", 0) == 0) which = a.substr(9);
     if (a.rfind("--iters=", 0) == 0) iters = std::atoi(a.c_str() + 8);
     if (a.rfind("--warmup=", 0) == 0) warmup = std::atoi(a.c_str() + 9);
     if (a.rfind("--dim=", 0) == 0) dim = std::atoll(a.c_str() + 6);
@@ -96,41 +100,57 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaEventCreate(&ev0));
   CHECK_CUDA(cudaEventCreate(&ev1));
 
-  std::printf("\n| (B, H, S) | d | causal | ms (median) | TFLOP/s |\n| --- | --- | --- | --- | --- |\n");
-  for (const auto& s : shapes) {
-    for (bool causal : {false, true}) {
-      AttentionParams p;
-      p.layout = Layout::kBhsd;
-      p.causal = causal;
-      const TensorDesc desc{DType::kBf16, {s.b, s.h, s.s, dim}};
-      if (!p.Validate(desc, desc, desc).ok()) return 1;
-      TensorView tq{desc, q}, tk{desc, k}, tv{desc, v}, to{desc, o};
-      std::vector<float> ms;
-      for (int it = 0; it < warmup + iters; ++it) {
-        CHECK_CUDA(cudaEventRecord(ev0, stream));
-        const absl::Status st = cuda::RunAttention(p, tq, tk, tv, to, stream);
-        if (!st.ok()) {
-          std::fprintf(stderr, "attention failed: %s\n", st.ToString().c_str());
-          return 1;
+  struct KernelChoice {
+    const char* name;
+    cuda::AttentionKernel kernel;
+  };
+  std::vector<KernelChoice> kernels;
+  if (which == "all" || which == "mma") {
+    kernels.push_back({"mma.sync", cuda::AttentionKernel::kMmaSync});
+  }
+  if ((which == "all" && dim == 128) || which == "wgmma") {
+    kernels.push_back({"wgmma", cuda::AttentionKernel::kWgmma});
+  }
+  if (which == "auto") kernels.push_back({"auto", cuda::AttentionKernel::kAuto});
+  std::printf(
+      "\n| kernel | (B, H, S) | d | causal | ms (median) | TFLOP/s |\n"
+      "| --- | --- | --- | --- | --- | --- |\n");
+  for (const KernelChoice& kc : kernels) {
+    for (const auto& s : shapes) {
+      for (bool causal : {false, true}) {
+        AttentionParams p;
+        p.layout = Layout::kBhsd;
+        p.causal = causal;
+        const TensorDesc desc{DType::kBf16, {s.b, s.h, s.s, dim}};
+        if (!p.Validate(desc, desc, desc).ok()) return 1;
+        TensorView tq{desc, q}, tk{desc, k}, tv{desc, v}, to{desc, o};
+        std::vector<float> ms;
+        for (int it = 0; it < warmup + iters; ++it) {
+          CHECK_CUDA(cudaEventRecord(ev0, stream));
+          const absl::Status st = cuda::RunAttention(p, tq, tk, tv, to, stream, kc.kernel);
+          if (!st.ok()) {
+            std::fprintf(stderr, "attention (%s) failed: %s\n", kc.name, st.ToString().c_str());
+            return 1;
+          }
+          CHECK_CUDA(cudaEventRecord(ev1, stream));
+          CHECK_CUDA(cudaEventSynchronize(ev1));
+          float t = 0;
+          CHECK_CUDA(cudaEventElapsedTime(&t, ev0, ev1));
+          if (it >= warmup) ms.push_back(t);
         }
-        CHECK_CUDA(cudaEventRecord(ev1, stream));
-        CHECK_CUDA(cudaEventSynchronize(ev1));
-        float t = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&t, ev0, ev1));
-        if (it >= warmup) ms.push_back(t);
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        const double flops = 4.0 * s.b * s.h * dim * Pairs(s.s, s.s, causal);
+        // The output must be finite: a timing of a broken kernel is no timing.
+        std::vector<uint16_t> out(std::min<int64_t>(s.b * s.h * s.s * dim, 1 << 20));
+        CHECK_CUDA(cudaMemcpy(out.data(), o, out.size() * 2, cudaMemcpyDeviceToHost));
+        int64_t nonfinite = 0;
+        for (uint16_t b : out) nonfinite += ((b & 0x7F80) == 0x7F80);
+        std::printf("| %s | (%lld, %lld, %lld) | %lld | %s | %.3f | %.1f |%s\n", kc.name,
+                    static_cast<long long>(s.b), static_cast<long long>(s.h),
+                    static_cast<long long>(s.s), static_cast<long long>(dim), causal ? "yes" : "no",
+                    med, flops / (med * 1e-3) / 1e12, nonfinite ? " NON-FINITE OUTPUT" : "");
       }
-      std::sort(ms.begin(), ms.end());
-      const double med = ms[ms.size() / 2];
-      const double flops = 4.0 * s.b * s.h * dim * Pairs(s.s, s.s, causal);
-      // The output must be finite: a timing of a broken kernel is no timing.
-      std::vector<uint16_t> out(std::min<int64_t>(s.b * s.h * s.s * dim, 1 << 20));
-      CHECK_CUDA(cudaMemcpy(out.data(), o, out.size() * 2, cudaMemcpyDeviceToHost));
-      int64_t nonfinite = 0;
-      for (uint16_t b : out) nonfinite += ((b & 0x7F80) == 0x7F80);
-      std::printf("| (%lld, %lld, %lld) | %lld | %s | %.3f | %.1f |%s\n",
-                  static_cast<long long>(s.b), static_cast<long long>(s.h),
-                  static_cast<long long>(s.s), static_cast<long long>(dim), causal ? "yes" : "no",
-                  med, flops / (med * 1e-3) / 1e12, nonfinite ? " NON-FINITE OUTPUT" : "");
     }
   }
   return 0;

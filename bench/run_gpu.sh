@@ -19,19 +19,19 @@ if [ $run_tests = 1 ]; then
   for t in .bundle/bin/*_test; do
     [ -x "$t" ] || continue
     n=$(basename "$t")
-    timeout 300 "$t" >"$LOG/$n.log" 2>&1
+    timeout ${TEST_TIMEOUT:-90} "$t" >"$LOG/$n.log" 2>&1
     rc=$?
-    grep -E "^\s+.*rel_rms|^\[  (FAILED|PASSED|SKIPPED) |device 0:|after the fault" "$LOG/$n.log" | head -60
+    grep -E "^\s+.*rel_rms|Failure|^Expected|which is|^\[  (FAILED|PASSED|SKIPPED) |device 0:|after the fault" "$LOG/$n.log" | head -60
     summary+=("$n: $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc")")
   done
 fi
 for b in .bundle/bin/*_bench; do
   [ -x "$b" ] || continue
   n=$(basename "$b")
-  timeout 300 "$b" 2>&1 | tee "$LOG/$n.txt"
+  timeout ${BENCH_TIMEOUT:-90} "$b" 2>&1 | tee "$LOG/$n.txt"
 done
 if [ $run_peers = 1 ]; then
-  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 300 python3 bench/peers.py 2>&1 | tee "$LOG/peers.txt"
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py 2>&1 | tee "$LOG/peers.txt"
 fi
 
 echo
@@ -39,7 +39,7 @@ echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
 if [ -f "$LOG/attention_cuda_bench.txt" ]; then
   echo "-- ours (attention_cuda_bench) --"
-  grep '^| (' "$LOG/attention_cuda_bench.txt"
+  grep -E '^\| (mma|wgmma|auto)' "$LOG/attention_cuda_bench.txt"
 fi
 if [ -f "$LOG/peers.txt" ]; then
   echo "-- peers (torch SDPA) --"

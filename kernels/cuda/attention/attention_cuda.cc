@@ -49,8 +49,13 @@ void Strides(Layout layout, int64_t h, int64_t s, int64_t d, int64_t* batch, int
 
 }  // namespace
 
+// The wgmma kernel is what kAuto takes at d128 once it has passed the GPU
+// tests (bench/NOTES.md); until then the mma.sync kernel is the default.
+constexpr bool kWgmmaDefaultAtD128 = false;
+
 absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const TensorView& k,
-                          const TensorView& v, TensorView& out, cudaStream_t stream) {
+                          const TensorView& v, TensorView& out, cudaStream_t stream,
+                          AttentionKernel kernel) {
   const int64_t d = p.head_dim;
   if (d != 64 && d != 128 && d != 256) {
     return absl::UnimplementedError(
@@ -101,7 +106,18 @@ absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const T
   fp.scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
   fp.rounding = static_cast<int>(p.rounding);
 
+  const bool wgmma = kernel == AttentionKernel::kWgmma ||
+                     (kernel == AttentionKernel::kAuto && d == 128 && kWgmmaDefaultAtD128);
+  if (wgmma && d != 128) {
+    return absl::UnimplementedError(
+        absl::StrCat("cuda attention: the wgmma kernel exists for head_dim 128 only, got ", d));
+  }
   cudaError_t e;
+  if (wgmma) {
+    e = p.causal ? RunFlashFwdSm90Hdim128<true>(fp, stream)
+                 : RunFlashFwdSm90Hdim128<false>(fp, stream);
+    return GpuStatus(e, absl::StrCat("cuda attention launch (wgmma d128", p.causal ? ", causal)" : ")"));
+  }
   switch (d) {
     case 64:
       e = p.causal ? RunFlashFwd<64, true>(fp, stream) : RunFlashFwd<64, false>(fp, stream);

@@ -15,10 +15,16 @@
 namespace kernelserve {
 namespace cuda {
 
+// Which kernel runs. kAuto is the default choice per head dim (see
+// attention_cuda.cc); the others force one, for tests and benchmarks
+// (kWgmma exists for head dim 128 only: UNIMPLEMENTED otherwise).
+enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
+
 // Head dims 64, 128, 256 (others: UNIMPLEMENTED). Pointers must be 16-byte
 // aligned. Launch errors come back as a status (UNAVAILABLE for sticky faults).
 absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const TensorView& k,
-                          const TensorView& v, TensorView& out, cudaStream_t stream);
+                          const TensorView& v, TensorView& out, cudaStream_t stream,
+                          AttentionKernel kernel = AttentionKernel::kAuto);
 
 // Rounds n floats (device memory) to bf16 bits with the kernel's epilogue
 // rounding; for testing the device rounding against numerics::FloatToBf16.

@@ -36,6 +36,10 @@ struct FlashFwdParams {
 template <int kHeadDim, bool kCausal>
 cudaError_t RunFlashFwd(const FlashFwdParams& params, cudaStream_t stream);
 
+// The sm_90a wgmma kernel (kernels/cuda/attention/sm90/), head dim 128 only.
+template <bool kCausal>
+cudaError_t RunFlashFwdSm90Hdim128(const FlashFwdParams& params, cudaStream_t stream);
+
 // Test hook for the epilogue's rounding functions: out[i] = bf16 bits of
 // in[i] rounded in `rounding` by the same device function the kernel uses.
 cudaError_t RoundToBf16OnDevice(const float* in, uint16_t* out, int64_t n, int rounding,
