@@ -73,24 +73,20 @@ struct Cfg {
   static constexpr int kSmemBytes = kStages * kStageBytes + kSmemB + kLutBytes + BM * 8;
 };
 
-// Two E2M1 nibbles (low byte of u) -> bf16x2 of value * 2^-126 (exact bit
-// placement: exponent and mantissa bits land in bf16's, the one subnormal
-// code becomes a bf16 subnormal).
-__device__ __forceinline__ uint32_t Fp4PairBits(uint32_t u) {
-  const uint32_t v = (u & 0xFFu) * 0x1001u;
-  return ((v << 6) & 0x01C001C0u) | ((v << 12) & 0x80008000u);
-}
-
 __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
 
+// bf16 bits of an E2M1 nibble: {0, .5, 1, 1.5, 2, 3, 4, 6} with sign bit 3.
+__device__ __forceinline__ uint32_t Fp4NibbleBf16(uint32_t n) {
+  constexpr uint32_t kMag[8] = {0x0000u, 0x3F00u, 0x3F80u, 0x3FC0u, 0x4000u, 0x4040u, 0x4080u, 0x40C0u};
+  return kMag[n & 7u] | ((n & 8u) << 12);
+}
 // bf16x2 of the two E2M1 values of byte v (even element low), exact.
 __device__ __forceinline__ uint32_t Fp4ByteToBf16x2(uint32_t v) {
-  const uint32_t bits = Fp4PairBits(v);  // values * 2^-126
-  return MulBf16x2(bits, 0x7E807E80u);   // * 2^126
+  return Fp4NibbleBf16(v & 0xFu) | (Fp4NibbleBf16((v >> 4) & 0xFu) << 16);
 }
 
 template <int BM, int WM, int WN, int kStages, int kEpi>

@@ -1,0 +1,156 @@
+// FP8 attention (ZYFA numerics) on the GPU: B = 1, H = 16, S = 16384 (and
+// --seq=...), (d_qk, d_v) = (128, 128) and (192, 128), causal and not, exact /
+// lean / naive P. Times the attention kernel on FP8 inputs (descales given)
+// and the whole call on bf16 inputs (GPU quantization included), as CUDA-graph
+// replays, median of 10. TFLOP/s counts 2 * (d_qk + d_v) per visible
+// (query, key) pair. Prints a markdown table.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/api/ops.h"
+#include "kernels/cuda/fp8_attention/fp8_attention.h"
+
+namespace kernelserve {
+namespace {
+
+#define CHECK_CUDA(x)                                                                         \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+void Fill(void* dev, size_t bytes, uint64_t seed, bool fp8) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> h(std::min<size_t>(bytes, 16u << 20));
+  for (size_t i = 0; i < h.size(); ++i) {
+    const uint8_t v = static_cast<uint8_t>(rng());
+    h[i] = fp8 ? static_cast<uint8_t>((v & 0x80) | (v % 0x70)) : ((i & 1) ? static_cast<uint8_t>(0x3F | (v & 0x80)) : v);
+  }
+  for (size_t off = 0; off < bytes; off += h.size()) {
+    CHECK_CUDA(cudaMemcpy(static_cast<uint8_t*>(dev) + off, h.data(), std::min(h.size(), bytes - off),
+                          cudaMemcpyHostToDevice));
+  }
+}
+
+double TimeUs(const std::function<absl::Status(cudaStream_t)>& call) {
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const absl::Status st = call(s);
+  if (!st.ok()) {
+    std::fprintf(stderr, "call: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  (void)call(s);
+  CHECK_CUDA(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t ex;
+  CHECK_CUDA(cudaGraphInstantiate(&ex, g, 0));
+  CHECK_CUDA(cudaGraphLaunch(ex, s));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 10; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0, s));
+    CHECK_CUDA(cudaGraphLaunch(ex, s));
+    CHECK_CUDA(cudaEventRecord(e1, s));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaGraphExecDestroy(ex);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  return ms[ms.size() / 2] * 1e3;
+}
+
+int Main(int argc, char** argv) {
+  int64_t S = 16384, H = 16, B = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--seq=", 0) == 0) S = std::atoll(a.c_str() + 6);
+    if (a.rfind("--heads=", 0) == 0) H = std::atoll(a.c_str() + 8);
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("fp8_attention_cuda_bench: no CUDA device, nothing to time\n");
+    return 0;
+  }
+  void *q, *k, *v, *out, *qb, *kb, *vb;
+  float* ds;
+  const size_t nq = B * H * S * 192;
+  CHECK_CUDA(cudaMalloc(&q, nq));
+  CHECK_CUDA(cudaMalloc(&k, nq));
+  CHECK_CUDA(cudaMalloc(&v, nq));
+  CHECK_CUDA(cudaMalloc(&qb, nq * 2));
+  CHECK_CUDA(cudaMalloc(&kb, nq * 2));
+  CHECK_CUDA(cudaMalloc(&vb, nq * 2));
+  CHECK_CUDA(cudaMalloc(&out, B * H * S * 128 * 2));
+  CHECK_CUDA(cudaMalloc(&ds, 4 * sizeof(float)));
+  Fill(q, nq, 1, true);
+  Fill(k, nq, 2, true);
+  Fill(v, nq, 3, true);
+  Fill(qb, nq * 2, 4, false);
+  Fill(kb, nq * 2, 5, false);
+  Fill(vb, nq * 2, 6, false);
+  const float one[4] = {0.01f, 0.01f, 0.01f, 0.01f};
+  CHECK_CUDA(cudaMemcpy(ds, one, sizeof(one), cudaMemcpyHostToDevice));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("\n%s; B=%lld H=%lld S=%lld, e4m3fn, BHSD, CUDA-graph timed\n\n", prop.name, static_cast<long long>(B),
+              static_cast<long long>(H), static_cast<long long>(S));
+  std::printf("| (d_qk, d_v) | causal | P | fp8 in: us | TFLOP/s | bf16 in (+quant): us | TFLOP/s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (int dqk : {128, 192}) {
+    for (bool causal : {true, false}) {
+      for (PMode mode : {PMode::kLean, PMode::kExact, PMode::kNaive}) {
+        if (dqk == 192 && mode == PMode::kNaive) continue;
+        const TensorDesc qd8{DType::kFp8E4M3Fn, {B, H, S, dqk}}, vd8{DType::kFp8E4M3Fn, {B, H, S, 128}};
+        const TensorDesc qd16{DType::kBf16, {B, H, S, dqk}}, vd16{DType::kBf16, {B, H, S, 128}};
+        const TensorDesc d1{DType::kFp32, {1}};
+        Fp8AttentionParams p8;
+        p8.causal = causal;
+        p8.p_mode = mode;
+        if (!p8.Validate(qd8, qd8, vd8, &d1, &d1, &d1).ok()) return 1;
+        Fp8AttentionParams p16 = p8;
+        if (!p16.Validate(qd16, qd16, vd16, nullptr, nullptr, nullptr).ok()) return 1;
+        Fp8AttentionInputs i8, i16;
+        i8.q = TensorView{qd8, q};
+        i8.k = TensorView{qd8, k};
+        i8.v = TensorView{vd8, v};
+        i8.q_descale = i8.k_descale = i8.v_descale = TensorView{d1, ds};
+        i16.q = TensorView{qd16, qb};
+        i16.k = TensorView{qd16, kb};
+        i16.v = TensorView{vd16, vb};
+        TensorView ov{p8.OutputDesc(), out};
+        const double us8 = TimeUs([&](cudaStream_t s) { return cuda::RunFp8Attention(p8, i8, ov, s); });
+        const double us16 = TimeUs([&](cudaStream_t s) { return cuda::RunFp8Attention(p16, i16, ov, s); });
+        const double pairs = causal ? static_cast<double>(S) * (S + 1) / 2 : static_cast<double>(S) * S;
+        const double flops = 2.0 * B * H * pairs * (dqk + 128);
+        std::printf("| (%d, 128) | %s | %s | %.0f | %.0f | %.0f | %.0f |\n", dqk, causal ? "yes" : "no",
+                    PModeName(mode).c_str(), us8, flops / us8 / 1e6, us16, flops / us16 / 1e6);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kernelserve
+
+int main(int argc, char** argv) { return kernelserve::Main(argc, argv); }
