@@ -2,7 +2,7 @@
 // prints TFLOP/s (causal counts only unmasked query-key pairs). Inputs are
 // random bf16 (never zeros: zeros can run faster than real data).
 //
-//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--kernel=all|mma|wgmma|auto]
+//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--kernel=all|mma|wgmma|wgmma1|auto]
 // At d128 both kernels are timed by default (mma.sync first: a fault in the
 // newer wgmma kernel cannot take the other's numbers with it).
 #include <algorithm>
@@ -110,6 +110,9 @@ int Main(int argc, char** argv) {
   }
   if ((which == "all" && dim == 128) || which == "wgmma") {
     kernels.push_back({"wgmma", cuda::AttentionKernel::kWgmma});
+  }
+  if ((which == "all" && dim == 128) || which == "wgmma1") {
+    kernels.push_back({"wgmma1", cuda::AttentionKernel::kWgmmaOneWarpgroup});
   }
   if (which == "auto") kernels.push_back({"auto", cuda::AttentionKernel::kAuto});
   std::printf(

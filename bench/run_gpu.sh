@@ -21,7 +21,7 @@ if [ $run_tests = 1 ]; then
     n=$(basename "$t")
     timeout ${TEST_TIMEOUT:-90} "$t" >"$LOG/$n.log" 2>&1
     rc=$?
-    grep -E "^\s+.*rel_rms|Failure|^Expected|which is|^\[  (FAILED|PASSED|SKIPPED) |device 0:|after the fault" "$LOG/$n.log" | head -60
+    grep -E "^\s+.*rel_rms|Failure|^Expected|which is|^\[  (FAILED|PASSED|SKIPPED) |device 0:|after the fault" "$LOG/$n.log" | head -150
     summary+=("$n: $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc")")
   done
 fi

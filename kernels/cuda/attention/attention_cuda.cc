@@ -107,6 +107,7 @@ absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const T
   fp.rounding = static_cast<int>(p.rounding);
 
   const bool wgmma = kernel == AttentionKernel::kWgmma ||
+                     kernel == AttentionKernel::kWgmmaOneWarpgroup ||
                      (kernel == AttentionKernel::kAuto && d == 128 && kWgmmaDefaultAtD128);
   if (wgmma && d != 128) {
     return absl::UnimplementedError(
@@ -114,8 +115,13 @@ absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const T
   }
   cudaError_t e;
   if (wgmma) {
-    e = p.causal ? RunFlashFwdSm90Hdim128<true>(fp, stream)
-                 : RunFlashFwdSm90Hdim128<false>(fp, stream);
+    if (kernel == AttentionKernel::kWgmmaOneWarpgroup) {
+      e = p.causal ? RunFlashFwdSm90Hdim128<true, 1>(fp, stream)
+                   : RunFlashFwdSm90Hdim128<false, 1>(fp, stream);
+    } else {
+      e = p.causal ? RunFlashFwdSm90Hdim128<true, 0>(fp, stream)
+                   : RunFlashFwdSm90Hdim128<false, 0>(fp, stream);
+    }
     return GpuStatus(e, absl::StrCat("cuda attention launch (wgmma d128", p.causal ? ", causal)" : ")"));
   }
   switch (d) {

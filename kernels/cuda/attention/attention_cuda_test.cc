@@ -199,11 +199,13 @@ class AttentionCudaTest : public CudaTest {
     if (cs.dim == 128) {
       kernels.push_back(cuda::AttentionKernel::kMmaSync);
       kernels.push_back(cuda::AttentionKernel::kWgmma);
+      kernels.push_back(cuda::AttentionKernel::kWgmmaOneWarpgroup);
     }
     for (cuda::AttentionKernel kernel : kernels) {
       const char* kname = kernel == cuda::AttentionKernel::kAuto      ? "auto"
                           : kernel == cuda::AttentionKernel::kMmaSync ? "mma.sync"
-                                                                      : "wgmma";
+                          : kernel == cuda::AttentionKernel::kWgmma   ? "wgmma"
+                                                                      : "wgmma1";
       SCOPED_TRACE(kname);
       HostTensor out(DType::kBf16, p.OutputDesc().shape);
       for (int64_t i = 0; i < out.num_elements(); ++i) out.data<uint16_t>()[i] = kPoison;

@@ -25,14 +25,17 @@ namespace kernelserve {
 namespace cuda {
 namespace sm90 {
 
-template <bool kCausal_>
+// kWarpgroups warpgroups of 64 query rows share each K/V tile of kBlockN keys.
+// kMinBlocks: resident blocks per SM the launch bounds ask for.
+template <bool kCausal_, int kWarpgroups_, int kBlockN_, int kMinBlocks_>
 struct Sm90Traits {
   static constexpr bool kCausal = kCausal_;
   static constexpr int kHeadDim = 128;
-  static constexpr int kWarpgroups = 2;
+  static constexpr int kWarpgroups = kWarpgroups_;
   static constexpr int kThreads = 128 * kWarpgroups;
   static constexpr int kBlockM = 64 * kWarpgroups;
-  static constexpr int kBlockN = 128;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kTileQ = kBlockM * kHeadDim;  // elements
   static constexpr int kTileKV = kBlockN * kHeadDim;
   // Q, 2 x K, 2 x V, plus slack to align the base to 1024 bytes.
@@ -68,7 +71,8 @@ __device__ __forceinline__ void LoadTileSw128(uint16_t* smem, const uint16_t* g,
 }
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1) FlashFwdSm90Kernel(const FlashFwdParams p) {
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks)
+    FlashFwdSm90Kernel(const FlashFwdParams p) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kD = Traits::kHeadDim;
@@ -119,8 +123,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) FlashFwdSm90Kernel(const 
 
   if (n_blocks > 0) {
     LoadTileSw128<kBlockM, Traits::kThreads>(sq, q, p.q_row_stride, rows_valid, tid);
-    LoadTileSw128<kBlockN, Traits::kThreads>(sk0, k, p.k_row_stride, min(kBlockN, p.seq_kv), tid);
-    LoadTileSw128<kBlockN, Traits::kThreads>(sv0, v, p.v_row_stride, min(kBlockN, p.seq_kv), tid);
+    const int valid0 = min(kBlockN, p.seq_kv);
+    LoadTileSw128<kBlockN, Traits::kThreads>(sk0, k, p.k_row_stride, valid0, tid);
+    LoadTileSw128<kBlockN, Traits::kThreads>(sv0, v, p.v_row_stride, valid0, tid);
     CpAsyncCommit();
 
     const uint32_t sq_addr = SmemAddr(sq) + 2u * (64 * wg) * 64;  // this warpgroup's 64 rows
@@ -130,10 +135,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) FlashFwdSm90Kernel(const 
       if (nb + 1 < n_blocks) {
         const int n1 = n0 + kBlockN;
         const int valid1 = min(kBlockN, p.seq_kv - n1);
-        LoadTileSw128<kBlockN, Traits::kThreads>(sk0 + (buf ^ 1) * Traits::kTileKV, k + n1 * p.k_row_stride,
-                                                 p.k_row_stride, valid1, tid);
-        LoadTileSw128<kBlockN, Traits::kThreads>(sv0 + (buf ^ 1) * Traits::kTileKV, v + n1 * p.v_row_stride,
-                                                 p.v_row_stride, valid1, tid);
+        uint16_t* const sk1 = sk0 + (buf ^ 1) * Traits::kTileKV;
+        uint16_t* const sv1 = sv0 + (buf ^ 1) * Traits::kTileKV;
+        LoadTileSw128<kBlockN, Traits::kThreads>(sk1, k + n1 * p.k_row_stride, p.k_row_stride,
+                                                 valid1, tid);
+        LoadTileSw128<kBlockN, Traits::kThreads>(sv1, v + n1 * p.v_row_stride, p.v_row_stride,
+                                                 valid1, tid);
       }
       CpAsyncCommit();
       CpAsyncWait<1>();  // Q, K[nb], V[nb] have landed
@@ -147,11 +154,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) FlashFwdSm90Kernel(const 
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint64_t da = MakeSmemDesc(sq_addr + (kk >> 2) * 2u * (kBlockM * 64) + 32u * (kk & 3),
-                                         16, 1024);
-        const uint64_t db = MakeSmemDesc(sk_addr + (kk >> 2) * 2u * (kBlockN * 64) + 32u * (kk & 3),
-                                         16, 1024);
-        WgmmaSS_m64n128k16(s, da, db, kk > 0 ? 1 : 0);
+        const uint32_t k_off = 32u * (kk & 3);
+        const uint64_t da = MakeSmemDesc(sq_addr + (kk >> 2) * 2u * (kBlockM * 64) + k_off, 16, 1024);
+        const uint64_t db = MakeSmemDesc(sk_addr + (kk >> 2) * 2u * (kBlockN * 64) + k_off, 16, 1024);
+        WgmmaSS<kBlockN>(s, da, db, kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
       WgmmaWait<0>();
@@ -227,9 +233,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) FlashFwdSm90Kernel(const 
   }
 }
 
-template <bool kCausal>
+// Two shapes are tried on the GPU: two warpgroups over 128-key tiles (one
+// block per SM), and one warpgroup over 64-key tiles (two blocks per SM,
+// which run out of step with each other so one's softmax overlaps the
+// other's matrix products).
+template <bool kCausal, int kWarpgroups, int kBlockN, int kMinBlocks>
 cudaError_t LaunchFlashFwdSm90(const FlashFwdParams& params, cudaStream_t stream) {
-  using Traits = Sm90Traits<kCausal>;
+  using Traits = Sm90Traits<kCausal, kWarpgroups, kBlockN, kMinBlocks>;
   auto kernel = &FlashFwdSm90Kernel<Traits>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Traits::kSmemBytes);

@@ -137,6 +137,59 @@ __device__ __forceinline__ void WgmmaSS_m64n128k16(float (&d)[16][4], uint64_t d
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// As above with N = 64 (d has 8 column tiles of 8).
+__device__ __forceinline__ void WgmmaSS_m64n64k16(float (&d)[8][4], uint64_t desc_a,
+                                                  uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]),
+        "+f"(d[0][1]),
+        "+f"(d[0][2]),
+        "+f"(d[0][3]),
+        "+f"(d[1][0]),
+        "+f"(d[1][1]),
+        "+f"(d[1][2]),
+        "+f"(d[1][3]),
+        "+f"(d[2][0]),
+        "+f"(d[2][1]),
+        "+f"(d[2][2]),
+        "+f"(d[2][3]),
+        "+f"(d[3][0]),
+        "+f"(d[3][1]),
+        "+f"(d[3][2]),
+        "+f"(d[3][3]),
+        "+f"(d[4][0]),
+        "+f"(d[4][1]),
+        "+f"(d[4][2]),
+        "+f"(d[4][3]),
+        "+f"(d[5][0]),
+        "+f"(d[5][1]),
+        "+f"(d[5][2]),
+        "+f"(d[5][3]),
+        "+f"(d[6][0]),
+        "+f"(d[6][1]),
+        "+f"(d[6][2]),
+        "+f"(d[6][3]),
+        "+f"(d[7][0]),
+        "+f"(d[7][1]),
+        "+f"(d[7][2]),
+        "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// S = Q K^T step for a key tile of N columns.
+template <int N>
+__device__ __forceinline__ void WgmmaSS(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b,
+                                        int scale_d) {
+  if constexpr (N == 128) {
+    WgmmaSS_m64n128k16(d, desc_a, desc_b, scale_d);
+  } else {
+    static_assert(N == 64, "key tiles of 64 or 128");
+    WgmmaSS_m64n64k16(d, desc_a, desc_b, scale_d);
+  }
+}
+
 // d (+)= A * B, A [64 x 16] from registers (mma.sync A-fragment layout per
 // warp), B from shared memory stored MN-major (transposed: B's N index runs
 // along the 128-byte rows).

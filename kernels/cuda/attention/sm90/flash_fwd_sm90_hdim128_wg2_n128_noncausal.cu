@@ -1,0 +1,13 @@
+// Explicit instantiation: sm_90a wgmma kernel, head dim 128, noncausal, two warpgroups, 128-key tiles.
+#include "kernels/cuda/attention/sm90/flash_fwd_sm90.h"
+
+namespace kernelserve {
+namespace cuda {
+
+template <>
+cudaError_t RunFlashFwdSm90Hdim128<false, 0>(const FlashFwdParams& params, cudaStream_t stream) {
+  return sm90::LaunchFlashFwdSm90<false, 2, 128, 1>(params, stream);
+}
+
+}  // namespace cuda
+}  // namespace kernelserve
