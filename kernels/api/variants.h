@@ -118,6 +118,20 @@ absl::StatusOr<std::vector<double>> OracleReference(const OpCall& host_call);
 // P quantized as the params say), unrounded.
 absl::StatusOr<std::vector<double>> OracleOutput(const OpCall& host_call);
 
+// The gate's reference on part of the output, for problems whose full fp64
+// reference would take too long: attention ops take the last query rows of a
+// few (batch, head) pairs (with the bottom-right causal alignment these rows
+// form an exact smaller problem; FP8 inputs are quantized whole first), MLA
+// decode a few heads of the first requests, MoE the first tokens. Sized so
+// that the oracle does about `max_flops`. Each sampled value is exactly what
+// OracleReference gives at that position.
+struct OracleSample {
+  std::vector<int64_t> index;     // row-major positions in the op's full output
+  std::vector<double> reference;  // the reference at those positions
+  std::string desc;               // what was sampled, for messages
+};
+absl::StatusOr<OracleSample> OracleReferenceSample(const OpCall& host_call, double max_flops);
+
 // Registers "oracle" for every op: OracleOutput rounded to bf16 with the
 // call's rounding mode.
 absl::Status RegisterOracleVariants(VariantRegistry* registry);

@@ -13,6 +13,9 @@ ABSL_FLAG(int, bench_max_attempts, 2,
 ABSL_FLAG(double, bench_gemm_tflops, 0,
           "GEMM ceiling measured elsewhere (GPU backends: kernels/api has no GEMM); 0: measure or omit");
 ABSL_FLAG(double, bench_gemm_fp8_tflops, 0, "FP8 GEMM ceiling measured elsewhere; 0: omit");
+ABSL_FLAG(double, bench_max_gate_gflops, 4,
+          "above this many GFLOPs the correctness gate compares an exact sample of the output with the fp64 "
+          "oracle instead of all of it");
 ABSL_FLAG(double, bench_min_sustained_s, 0,
           "tests only: lower the sustained method's minimum warm-in (1 s) and window (3 s) to this");
 
@@ -27,6 +30,7 @@ void ApplyBenchFlags(BenchOptions* o) {
   o->max_attempts = absl::GetFlag(FLAGS_bench_max_attempts);
   o->gemm_tflops = absl::GetFlag(FLAGS_bench_gemm_tflops);
   o->gemm_fp8_tflops = absl::GetFlag(FLAGS_bench_gemm_fp8_tflops);
+  o->max_gate_flops = absl::GetFlag(FLAGS_bench_max_gate_gflops) * 1e9;
   const double min_s = absl::GetFlag(FLAGS_bench_min_sustained_s);
   if (min_s > 0) {
     o->min_warmin_s = min_s;

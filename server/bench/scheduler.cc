@@ -700,14 +700,29 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
   KS_RETURN_IF_ERROR(stop());
 
   // 4. The fp64 reference for the correctness gate.
-  note(pb::PHASE_CHECKING, "computing the fp64 oracle reference", 0.02);
-  auto reference = std::make_shared<std::vector<double>>();
+  // Large problems are checked on an exact sample of the output.
+  auto sample = std::make_shared<OracleSample>();
+  const bool sampled = prepared->flops > options_.max_gate_flops;
+  const double max_gate_flops = options_.max_gate_flops;
+  note(pb::PHASE_CHECKING, sampled ? "computing the fp64 oracle reference on a sample of the output"
+                                   : "computing the fp64 oracle reference",
+       0.02);
   KS_RETURN_IF_ERROR(RunStoppable(
-      [prepared, reference]() -> absl::Status {
-        KS_ASSIGN_OR_RETURN(*reference, OracleReference(prepared->host_call));
+      [prepared, sample, sampled, max_gate_flops]() -> absl::Status {
+        if (sampled) {
+          KS_ASSIGN_OR_RETURN(*sample, OracleReferenceSample(prepared->host_call, max_gate_flops));
+        } else {
+          KS_ASSIGN_OR_RETURN(sample->reference, OracleReference(prepared->host_call));
+        }
         return absl::OkStatus();
       },
       stop));
+  const std::vector<double>* reference = &sample->reference;
+  if (sampled) {
+    absl::MutexLock l(&mu_);
+    j.job.add_notes(absl::StrCat("correctness gate on ", sample->desc, " (", sample->index.size(),
+                                 " outputs; the full fp64 reference exceeds ", max_gate_flops, " FLOPs)"));
+  }
 
   // 5. The gate: one launch of each variant, compared with the reference.
   TensorView device_out{out_desc, rs->device_out->data()};
@@ -757,17 +772,25 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
       r.set_error_message(run_st.ToString());
       r.set_gate_message(absl::StrCat("the variant failed to run: ", run_st.ToString()));
     } else {
-      const std::vector<double> got = numerics::ToDoubles(rs->host_out.view());
-      numerics::ErrorMetrics m = numerics::CompareToReference(got.data(), reference->data(),
-                                                             static_cast<int64_t>(got.size()));
+      std::vector<double> got = numerics::ToDoubles(rs->host_out.view());
+      // NaN/Inf anywhere fails, sampled or not.
       int64_t nan = 0;
       for (double x : got) nan += std::isfinite(x) ? 0 : 1;
+      const size_t total = got.size();
+      if (sampled) {
+        std::vector<double> sub(sample->index.size());
+        for (size_t k = 0; k < sub.size(); ++k) sub[k] = got[static_cast<size_t>(sample->index[k])];
+        got = std::move(sub);
+      }
+      if (got.size() != reference->size()) return absl::InternalError("the oracle reference has the wrong size");
+      numerics::ErrorMetrics m = numerics::CompareToReference(got.data(), reference->data(),
+                                                             static_cast<int64_t>(got.size()));
       r.mutable_error()->set_rel_rms(m.rel_rms);
       r.mutable_error()->set_max_abs(m.max_abs);
       r.mutable_error()->set_nonfinite(std::max<int64_t>(m.nonfinite, nan));
       if (nan > 0 || m.nonfinite > 0) {
         r.set_correct(false);
-        r.set_gate_message(absl::StrCat(std::max<int64_t>(nan, m.nonfinite), " of ", got.size(),
+        r.set_gate_message(absl::StrCat(std::max<int64_t>(nan, m.nonfinite), " of ", total,
                                         " outputs are NaN or Inf"));
       } else if (!(m.rel_rms <= tol)) {
         r.set_correct(false);
@@ -776,6 +799,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
         r.set_correct(true);
         r.set_gate_message(absl::StrFormat("rel_rms %.4g <= %.4g", m.rel_rms, tol));
       }
+      if (sampled) absl::StrAppend(r.mutable_gate_message(), " (on a sample: ", sample->desc, ")");
     }
     if (!r.correct()) {
       pb::BenchEvent e;

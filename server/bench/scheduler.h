@@ -68,6 +68,9 @@ struct BenchOptions {
   double gemm_tflops = 0;      // GEMM ceilings measured elsewhere (GPU backends)
   double gemm_fp8_tflops = 0;
   int max_host_launches = 3;   // timed launches of host variants (the oracle is slow)
+  // Above this many FLOPs the gate checks a sample of the output (exact
+  // smaller problems, kernels/api/variants.h OracleReferenceSample).
+  double max_gate_flops = 4e9;
 };
 
 // Runs `fn` on the device's worker and returns its status (or the worker's

@@ -250,6 +250,81 @@ TEST_F(SchedulerTest, EveryOpRunsWithPassesMethod) {
   }
 }
 
+TEST_F(SchedulerTest, LargeProblemsAreGatedOnAnExactSample) {
+  BenchOptions o;
+  o.max_gate_flops = 5e4;  // force sampling on tiny shapes
+  auto s = Make(o);
+  std::vector<pb::BenchJobSpec> specs;
+  {
+    pb::BenchJobSpec a = AttentionSpec({"cpu", "test.wrong", "test.nan"});
+    a.mutable_attention()->set_heads_q(6);
+    a.mutable_attention()->set_heads_kv(2);  // GQA
+    a.mutable_attention()->set_batch(2);
+    a.mutable_attention()->set_seq_q(80);
+    a.mutable_attention()->set_seq_kv(112);  // cross, bottom-right causal
+    a.mutable_attention()->set_layout(pb::BSHD);
+    specs.push_back(a);
+  }
+  {
+    pb::BenchJobSpec f;
+    f.set_op(pb::OP_FP8_ATTENTION);
+    auto* a = f.mutable_attention();
+    a->set_batch(2);
+    a->set_heads_q(4);
+    a->set_heads_kv(2);
+    a->set_seq_q(96);
+    a->set_head_dim(128);
+    a->set_causal(true);
+    a->set_descale_mode(pb::PER_HEAD);
+    a->set_hadamard(true);
+    f.add_variants("cpu.lean");
+    f.add_variants("test.wrong");
+    specs.push_back(f);
+  }
+  {
+    pb::BenchJobSpec m;
+    m.set_op(pb::OP_MLA_DECODE);
+    m.mutable_mla()->set_batch(3);
+    m.mutable_mla()->set_q_len(3);
+    m.mutable_mla()->set_heads(6);
+    m.mutable_mla()->set_seq_len(50);
+    m.add_variants("cpu");
+    m.add_variants("test.wrong");
+    specs.push_back(m);
+  }
+  for (pb::BenchOp op : {pb::OP_MOE_DOWN, pb::OP_MOE_LAYER}) {
+    pb::BenchJobSpec m;
+    m.set_op(op);
+    auto* e = m.mutable_moe();
+    e->set_tokens(9);
+    e->set_experts(6);
+    e->set_top_k(2);
+    e->set_hidden(64);
+    e->set_inter(32);
+    e->set_weighted_sum(true);
+    m.add_variants("cpu");
+    m.add_variants("test.wrong");
+    specs.push_back(m);
+  }
+  for (pb::BenchJobSpec& spec : specs) {
+    spec.mutable_method()->set_warmup(1);
+    spec.mutable_method()->set_iters(1);
+    auto job = s->Submit(spec);
+    ASSERT_TRUE(job.ok()) << job.status();
+    pb::BenchJob j = WaitFinal(*s, job->id());
+    SCOPED_TRACE(pb::BenchOp_Name(spec.op()));
+    ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+    ASSERT_EQ(j.notes_size(), 1);
+    EXPECT_THAT(j.notes(0), HasSubstr("correctness gate on"));
+    // The real kernel agrees with the sampled reference (a wrong sample
+    // would not); the wrong variants are still caught.
+    EXPECT_TRUE(j.results(0).correct()) << j.results(0).gate_message();
+    EXPECT_THAT(j.results(0).gate_message(), HasSubstr("on a sample"));
+    EXPECT_LT(j.results(0).error().rel_rms(), spec.op() == pb::OP_FP8_ATTENTION ? 0.1 : 0.01);
+    for (int i = 1; i < j.results_size(); ++i) EXPECT_FALSE(j.results(i).correct()) << j.results(i).variant();
+  }
+}
+
 TEST_F(SchedulerTest, RejectsBadSpecsWithClearMessages) {
   auto s = Make();
   pb::BenchJobSpec graph = AttentionSpec({"cpu"});
