@@ -59,7 +59,7 @@ struct Result {
   int splits = 0;
 };
 
-Result TimeOne(int64_t B, int64_t S, int64_t H, int64_t Q, bool paged, uint8_t* kv_pool, size_t pool_bytes,
+Result TimeOne(cuda::MlaKernel kernel, int64_t B, int64_t S, int64_t H, int64_t Q, bool paged, uint8_t* kv_pool, size_t pool_bytes,
                void* q_lat, void* q_pe, void* out, int32_t* d_idx_all, int64_t copies) {
   // Host-side validated params, as the server would build them.
   MlaDecodeParams p;
@@ -114,7 +114,7 @@ Result TimeOne(int64_t B, int64_t S, int64_t H, int64_t Q, bool paged, uint8_t* 
     } else {
       in.kv = TensorView{TensorDesc{DType::kFp8E4M3Fn, {B, S, kMlaRowDim}}, kv_pool + c * rows_per_copy * kMlaRowDim};
     }
-    const absl::Status rs = cuda::RunMlaDecode(p, in, ov, stream);
+    const absl::Status rs = cuda::RunMlaDecodeWith(kernel, p, in, ov, stream);
     if (!rs.ok()) {
       std::fprintf(stderr, "run: %s\n", rs.ToString().c_str());
       std::exit(1);
@@ -205,8 +205,8 @@ int Main(int argc, char** argv) {
 
   std::printf("\n%s, %d SMs, L2 %d MB; H = %lld, q_len = %lld, fp8 e4m3fn KV, CUDA-graph timed\n\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(H), static_cast<long long>(Q));
-  std::printf("| (B, S) | KV (MB) | paged p1 (us) | paged TB/s | contiguous (us) | contiguous TB/s |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| (B, S) | KV (MB) | wgmma QK+PV paged p1 (us) | TB/s | wgmma QK paged p1 (us) | TB/s | mma.sync paged p1 (us) | TB/s | wgmma QK+PV contiguous (us) | TB/s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::mt19937_64 rng(7);
   for (const auto& sh : shapes) {
     const int64_t B = sh.b, S = sh.s;
@@ -218,10 +218,14 @@ int Main(int argc, char** argv) {
     for (int64_t c = 0; c < copies; ++c) std::shuffle(h.begin() + c * B * S, h.begin() + (c + 1) * B * S, rng);
     CHECK_CUDA(cudaMemcpy(idx, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
     const double bytes = static_cast<double>(kvb) + static_cast<double>(B * Q * H) * (576 + 512) * 2;
-    const Result rp = TimeOne(B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    const Result rc = TimeOne(B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    std::printf("| (%lld, %lld) | %.0f | %.1f | %.2f | %.1f | %.2f |\n", static_cast<long long>(B),
-                static_cast<long long>(S), kvb / 1e6, rp.us, bytes / rp.us / 1e6, rc.us, bytes / rc.us / 1e6);
+    using K = cuda::MlaKernel;
+    const Result r2 = TimeOne(K::kWgmmaPv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result rw = TimeOne(K::kWgmma, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result rm = TimeOne(K::kMmaSync, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result rc = TimeOne(K::kWgmmaPv, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    std::printf("| (%lld, %lld) | %.0f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
+                static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6, r2.us, bytes / r2.us / 1e6, rw.us,
+                bytes / rw.us / 1e6, rm.us, bytes / rm.us / 1e6, rc.us, bytes / rc.us / 1e6);
     std::fflush(stdout);
   }
   return 0;

@@ -6,7 +6,7 @@
 namespace kernelserve {
 namespace cuda {
 
-const MlaKernel kDefaultMlaKernel = MlaKernel::kWgmma;
+const MlaKernel kDefaultMlaKernel = MlaKernel::kWgmmaPv;
 
 absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
                           cudaStream_t stream) {
@@ -42,7 +42,9 @@ absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const 
   a.kv_scale = p.kv_scale;
   a.rounding = static_cast<int>(p.rounding);
   a.num_splits = static_cast<int>(p.num_splits);
-  a.variant = kernel == MlaKernel::kWgmma ? cuda_mla::MlaVariant::kWgmma : cuda_mla::MlaVariant::kMmaSync;
+  a.variant = kernel == MlaKernel::kWgmma     ? cuda_mla::MlaVariant::kWgmma
+              : kernel == MlaKernel::kWgmmaPv ? cuda_mla::MlaVariant::kWgmmaPv
+                                              : cuda_mla::MlaVariant::kMmaSync;
   const cudaError_t e = cuda_mla::LaunchMlaDecode(a, stream);
   if (e == cudaSuccess) return absl::OkStatus();
   const std::string msg = absl::StrCat("mla_decode: CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));

@@ -21,9 +21,10 @@ namespace cuda {
 absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
                           cudaStream_t stream);
 
-// The kernel versions, for tests and benchmarks: kWgmma runs QK^T on wgmma,
-// kMmaSync everything on mma.sync. RunMlaDecode uses kDefaultMlaKernel.
-enum class MlaKernel { kWgmma, kMmaSync };
+// The kernel versions, for tests and benchmarks: kWgmmaPv runs QK^T and PV on
+// wgmma, kWgmma QK^T on wgmma and PV on mma.sync, kMmaSync everything on
+// mma.sync. RunMlaDecode uses kDefaultMlaKernel.
+enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv };
 extern const MlaKernel kDefaultMlaKernel;
 absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                               TensorView& out, cudaStream_t stream);

@@ -213,14 +213,18 @@ class MlaDecodeCudaTest : public ::testing::TestWithParam<cuda::MlaKernel> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
-                         ::testing::Values(cuda::MlaKernel::kWgmma, cuda::MlaKernel::kMmaSync),
+                         ::testing::Values(cuda::MlaKernel::kWgmmaPv, cuda::MlaKernel::kWgmma,
+                                           cuda::MlaKernel::kMmaSync),
                          [](const ::testing::TestParamInfo<cuda::MlaKernel>& i) {
-                           return i.param == cuda::MlaKernel::kWgmma ? "Wgmma" : "MmaSync";
+                           return i.param == cuda::MlaKernel::kWgmma     ? std::string("Wgmma")
+                                  : i.param == cuda::MlaKernel::kWgmmaPv ? std::string("WgmmaPv")
+                                                                          : std::string("MmaSync");
                          });
 
 // The default kernel is one of the tested ones.
 TEST(MlaDecodeCudaDefault, IsTested) {
   EXPECT_TRUE(cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmma ||
+              cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaPv ||
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kMmaSync);
 }
 

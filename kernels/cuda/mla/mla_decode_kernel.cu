@@ -76,10 +76,15 @@ __device__ __forceinline__ int CoreTiled(int row, int k) {
   return ((row >> 3) * (kD / 8) + (k >> 3)) * 128 + (row & 7) * 16 + (k & 7) * 2;
 }
 
-// kWg: QK^T on wgmma (operands in the core-tiled layout); else mma.sync with
-// ldmatrix from padded row-major tiles. PV is mma.sync in both.
-template <bool kFnuz, bool kWg>
+// kVar 0: everything on mma.sync with ldmatrix from padded row-major tiles.
+// kVar 1: QK^T on wgmma (Q and KV in the core-tiled layout), PV on mma.sync.
+// kVar 2: PV on wgmma too: warpgroup g owns output columns [256 g, +256) of
+// all 64 rows (m64n256k16, P core-tiled in smem, V read as an MN-major
+// operand from the same KV tile).
+template <bool kFnuz, int kVar>
 __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) {
+  constexpr bool kWg = kVar >= 1;
+  constexpr bool kPvWg = kVar == 2;
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem + kSmemQ);
@@ -158,7 +163,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
   }
 
   float m_run[4][2], l_run[4][2];
-  float acc[4][8][4];
+  float acc[4][8][4];  // kPvWg: the m64n256 accumulator, flat (see accw)
+  float* accw = &acc[0][0][0];
+  float m2[2] = {-INFINITY, -INFINITY}, l2[2] = {0.f, 0.f};  // kPvWg: this thread's two rows
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
@@ -189,6 +196,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
   const uint64_t q_desc = WgmmaDesc(SmemAddr(sQ), 128, (kD / 8) * 128);
   const uint64_t k_desc =
       WgmmaDesc(SmemAddr(reinterpret_cast<uint8_t*>(sK) + qk_nh * 4 * (kD / 8) * 128), 128, (kD / 8) * 128);
+  // PV (kPvWg): P is 64 rows x 64 tokens core-tiled (K-major, row groups 1024 B
+  // apart); V is the KV tile read MN-major: 8 columns per 16-byte core row,
+  // column groups 128 B apart (SBO), token groups 72 * 128 B apart (LBO).
+  const uint64_t p_desc = WgmmaDesc(SmemAddr(sP), 128, (kTok / 8) * 128);
+  const uint64_t v_desc =
+      WgmmaDesc(SmemAddr(reinterpret_cast<uint8_t*>(sK) + qk_nh * 32 * 128), (kD / 8) * 128, 128);
 
   for (int it = 0; it < n_tiles; ++it) {
     const int64_t j0 = tok_begin + static_cast<int64_t>(it) * kTok;
@@ -280,9 +293,20 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
 
     // New running max for all 8 rows this thread accumulates; every warp
     // computes the same values from the same shared data.
-    float alpha[4][2], m_qk[2] = {0.f, 0.f};
+    float alpha[4][2], m_qk[2] = {0.f, 0.f}, alpha2[2] = {1.f, 1.f};
+    if (kPvWg) {
 #pragma unroll
-    for (int mi = 0; mi < 4; ++mi) {
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = qk_mi * 16 + hf * 8 + (lane >> 2);
+        const float mn = fmaxf(m2[hf], fmaxf(sMax[row], sMax[kRows + row]));
+        const float m_use = mn == -INFINITY ? 0.f : mn;
+        alpha2[hf] = exp2f(m2[hf] - m_use);
+        m2[hf] = mn;
+        m_qk[hf] = m_use;
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < 4 && !kPvWg; ++mi) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int row = mi * 16 + hf * 8 + (lane >> 2);
@@ -302,9 +326,17 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
       sum[0] += Bf16LoToFloat(lo) + Bf16HiToFloat(lo);
       sum[1] += Bf16LoToFloat(hi) + Bf16HiToFloat(hi);
       const int col = qk_nh * 32 + nt * 8 + (lane & 3) * 2;
-      *reinterpret_cast<uint32_t*>(sP + (qk_mi * 16 + (lane >> 2)) * kPStr + col) = lo;
-      *reinterpret_cast<uint32_t*>(sP + (qk_mi * 16 + 8 + (lane >> 2)) * kPStr + col) = hi;
+      if (kPvWg) {
+        const int row = qk_mi * 16 + (lane >> 2);
+        uint8_t* base = reinterpret_cast<uint8_t*>(sP) + ((row >> 3) * (kTok / 8) + (col >> 3)) * 128 + (col & 7) * 2;
+        *reinterpret_cast<uint32_t*>(base + (row & 7) * 16) = lo;
+        *reinterpret_cast<uint32_t*>(base + (kTok / 8) * 128 + (row & 7) * 16) = hi;  // row + 8
+      } else {
+        *reinterpret_cast<uint32_t*>(sP + (qk_mi * 16 + (lane >> 2)) * kPStr + col) = lo;
+        *reinterpret_cast<uint32_t*>(sP + (qk_mi * 16 + 8 + (lane >> 2)) * kPStr + col) = hi;
+      }
     }
+    if (kPvWg) FenceProxyAsyncShared();
     sum[0] = WarpSum4(sum[0]);
     sum[1] = WarpSum4(sum[1]);
     if ((lane & 3) == 0) {
@@ -313,6 +345,23 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
     }
     __syncthreads();  // P and the partial sums visible
 
+    if constexpr (kPvWg) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = qk_mi * 16 + hf * 8 + (lane >> 2);
+        l2[hf] = l2[hf] * alpha2[hf] + (sSum[row] + sSum[kRows + row]);
+      }
+#pragma unroll
+      for (int i = 0; i < 128; ++i) accw[i] *= alpha2[(i >> 1) & 1];
+      WgmmaFence();
+#pragma unroll
+      for (int ks = 0; ks < kTok / 16; ++ks) {
+        WgmmaM64N256K16Bf16TransB(*reinterpret_cast<float(*)[128]>(accw), p_desc + ks * (256 >> 4),
+                                  v_desc + ks * ((2 * (kD / 8) * 128) >> 4), 1);
+      }
+      WgmmaCommit();
+      WgmmaWait<0>();
+    } else {
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
@@ -346,9 +395,42 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
         }
       }
     }
+    }  // mma.sync PV
   }
 
   // Epilogue.
+  if constexpr (kPvWg) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = qk_mi * 16 + hf * 8 + (lane >> 2);
+      if (row >= nrows) continue;
+      const int r = row0 + row;
+      const int col0 = qk_nh * 256 + (lane & 3) * 2;
+      if (p.splits == 1) {
+        uint16_t* o = p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + col0;
+        const bool live = r / p.heads < ql;
+        const float inv = p.out_scale / l2[hf];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const uint32_t v = live ? PackBf16x2(accw[4 * j + 2 * hf] * inv, accw[4 * j + 2 * hf + 1] * inv, p.rounding)
+                                  : 0u;
+          *reinterpret_cast<uint32_t*>(o + j * 8) = v;
+        }
+      } else {
+        const int64_t pi =
+            ((static_cast<int64_t>(b) * p.row_groups + group) * p.splits + split) * kRows + row;
+        float* o = p.part_o + pi * kDL + col0;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          *reinterpret_cast<float2*>(o + j * 8) = make_float2(accw[4 * j + 2 * hf], accw[4 * j + 2 * hf + 1]);
+        }
+        if (qk_nh == 0 && (lane & 3) == 0) {
+          p.part_ml[pi * 2] = m2[hf];
+          p.part_ml[pi * 2 + 1] = l2[hf];
+        }
+      }
+    }
+  } else {
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
@@ -383,6 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
       }
     }
   }
+  }  // mma.sync epilogue
 }
 
 // Combines the splits of one (request, row) in split order. 128 threads x 4 columns.
@@ -451,9 +534,18 @@ MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int
 
 cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   using Kernel = void (*)(const KParams);
-  const bool wg = a.variant != MlaVariant::kMmaSync;
-  const Kernel kernel = a.fnuz ? (wg ? MlaDecodeKernel<true, true> : MlaDecodeKernel<true, false>)
-                               : (wg ? MlaDecodeKernel<false, true> : MlaDecodeKernel<false, false>);
+  Kernel kernel;
+  switch (a.variant) {
+    case MlaVariant::kMmaSync:
+      kernel = a.fnuz ? MlaDecodeKernel<true, 0> : MlaDecodeKernel<false, 0>;
+      break;
+    case MlaVariant::kWgmma:
+      kernel = a.fnuz ? MlaDecodeKernel<true, 1> : MlaDecodeKernel<false, 1>;
+      break;
+    default:
+      kernel = a.fnuz ? MlaDecodeKernel<true, 2> : MlaDecodeKernel<false, 2>;
+      break;
+  }
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (e != cudaSuccess) return e;
   int dev = 0, sms = 0;

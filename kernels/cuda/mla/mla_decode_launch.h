@@ -9,9 +9,9 @@
 namespace kernelserve {
 namespace cuda_mla {
 
-// kWgmma: QK^T on wgmma; kMmaSync: everything on mma.sync (the first version,
-// kept for comparison and as a fallback).
-enum class MlaVariant { kWgmma, kMmaSync };
+// kWgmmaPv: QK^T and PV on wgmma; kWgmma: QK^T on wgmma, PV on mma.sync;
+// kMmaSync: everything on mma.sync (the first version). All are tested.
+enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv };
 
 struct MlaDecodeArgs {
   const void* q_lat = nullptr;  // bf16 [B, q_len, H, 512]

@@ -9,9 +9,9 @@
 // GEMM: one CTA = (column tile of 128 weight rows, one expert row tile). A
 // (bf16 activations, rows gathered by pair) and the raw E2M1 nibbles with
 // their E8M0 scales stream in by cp.async, three stages deep; each k-tile of
-// 128 is dequantized once to bf16 in shared memory (one shared-memory table
-// lookup per byte, replicated per lane group so lookups do not conflict, and
-// one bf16x2 multiply by the block scale, exact) and fed to mma.sync
+// 128 is dequantized once to bf16 in shared memory (the E2M1 bits placed into
+// bf16 bit fields with integer ops, then one or two exact bf16x2 multiplies
+// by powers of two for the block scale) and fed to mma.sync
 // m16n8k16 with fp32 accumulation; m16 row blocks past the expert's rows are
 // skipped, so padding costs no tensor-core work. Epilogues: bf16 per pair, fused SwiGLU
 // (gate and up rows of the same intermediate columns sit in the same thread),
@@ -33,8 +33,6 @@ using namespace ::kernelserve::cuda_detail;  // NOLINT: device helpers
 
 constexpr int kBN = 128;      // weight rows per CTA
 constexpr int kBK = 128;      // K per pipeline stage
-constexpr int kLutCopies = 16;  // byte -> bf16x2 table copies (lanes l and l+16 share one)
-constexpr int kLutBytes = 256 * kLutCopies * 4;
 constexpr int kAStr = kBK + 8;        // bf16 stride of sA / sB rows (272 B)
 constexpr int kRawStr = kBK / 2 + 16; // bytes per raw fp4 row (80: conflict-free)
 constexpr int kScanThreads = 1024;
@@ -70,23 +68,21 @@ struct Cfg {
   static constexpr int kStageScale = kBN * 4;
   static constexpr int kStageBytes = kStageA + kStageRaw + kStageScale;
   static constexpr int kSmemB = kBN * kAStr * 2;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kSmemB + kLutBytes + BM * 8;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kSmemB + BM * 8;
 };
+
+// Two E2M1 nibbles (low byte of u) -> bf16x2 of value * 2^-126 (exact bit
+// placement: exponent and mantissa bits land in bf16's, the one subnormal
+// code becomes a bf16 subnormal).
+__device__ __forceinline__ uint32_t Fp4PairBits(uint32_t u) {
+  const uint32_t v = (u & 0xFFu) * 0x1001u;
+  return ((v << 6) & 0x01C001C0u) | ((v << 12) & 0x80008000u);
+}
 
 __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
-}
-
-// bf16 bits of an E2M1 nibble: {0, .5, 1, 1.5, 2, 3, 4, 6} with sign bit 3.
-__device__ __forceinline__ uint32_t Fp4NibbleBf16(uint32_t n) {
-  constexpr uint32_t kMag[8] = {0x0000u, 0x3F00u, 0x3F80u, 0x3FC0u, 0x4000u, 0x4040u, 0x4080u, 0x40C0u};
-  return kMag[n & 7u] | ((n & 8u) << 12);
-}
-// bf16x2 of the two E2M1 values of byte v (even element low), exact.
-__device__ __forceinline__ uint32_t Fp4ByteToBf16x2(uint32_t v) {
-  return Fp4NibbleBf16(v & 0xFu) | (Fp4NibbleBf16((v >> 4) & 0xFu) << 16);
 }
 
 template <int BM, int WM, int WN, int kStages, int kEpi>
@@ -95,8 +91,7 @@ __global__ void __launch_bounds__(Cfg<BM, WM, WN, kStages>::kThreads)
   using C = Cfg<BM, WM, WN, kStages>;
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t* sB = reinterpret_cast<uint16_t*>(smem + kStages * C::kStageBytes);
-  uint32_t* sLut = reinterpret_cast<uint32_t*>(smem + kStages * C::kStageBytes + C::kSmemB);
-  int64_t* sRow = reinterpret_cast<int64_t*>(smem + kStages * C::kStageBytes + C::kSmemB + kLutBytes);
+  int64_t* sRow = reinterpret_cast<int64_t*>(smem + kStages * C::kStageBytes + C::kSmemB);
 
   const int tile = blockIdx.y;
   if (tile >= *p.num_tiles) return;
@@ -105,8 +100,6 @@ __global__ void __launch_bounds__(Cfg<BM, WM, WN, kStages>::kThreads)
   const int wm = warp / WN, wn = warp % WN;
   const int col_tile = blockIdx.x;
   const int valid_rows = p.tile_rows[tile];
-  for (int i = tid; i < 256 * kLutCopies; i += C::kThreads) sLut[i] = Fp4ByteToBf16x2(i / kLutCopies);
-  const uint32_t* lut = sLut + (lane & (kLutCopies - 1));
 
   // Pair id of each row of the tile, and the element offset of its A row.
   for (int r = tid; r < BM; r += C::kThreads) {
@@ -182,15 +175,21 @@ __global__ void __launch_bounds__(Cfg<BM, WM, WN, kStages>::kThreads)
         const int j = c % kBN, blk = c / kBN;
         const uint4 raw = *reinterpret_cast<const uint4*>(sRaw + j * kRawStr + blk * 16);
         const uint32_t sc = sScale[j * 4 + blk];
-        // 2^(sc-127) as bf16x2 (sc = 0: the subnormal 2^-127; 255: NaN).
-        const uint32_t f = sc == 255 ? 0x7FC07FC0u : (sc == 0 ? 0x00400040u : (sc << 7) * 0x10001u);
+        // value = bits * 2^126 * 2^(sc-127) = bits * 2^(sc-1): one multiply
+        // when 2^(sc-1) is a normal bf16, else two (2^126, then 2^(sc-127);
+        // sc = 0 is the subnormal 2^-127, sc = 255 NaN).
+        const bool one = sc >= 1 && sc <= 128;
+        const uint32_t f1 = one ? ((sc + 126u) << 7) * 0x10001u : 0x7E807E80u;
+        const uint32_t f2 = sc == 255 ? 0x7FC07FC0u : (sc == 0 ? 0x00400040u : (sc << 7) * 0x10001u);
         const uint32_t w4[4] = {raw.x, raw.y, raw.z, raw.w};
         uint32_t o[16];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
 #pragma unroll
           for (int b = 0; b < 4; ++b) {
-            o[q * 4 + b] = MulBf16x2(lut[__byte_perm(w4[q], 0, 0x4440 + b) * kLutCopies], f);
+            uint32_t v = MulBf16x2(Fp4PairBits(w4[q] >> (8 * b)), f1);
+            if (!one) v = MulBf16x2(v, f2);
+            o[q * 4 + b] = v;
           }
         }
         uint4* dst = reinterpret_cast<uint4*>(sB + j * kAStr + blk * 32);
@@ -350,7 +349,7 @@ cudaError_t LaunchGemm(const GemmParams& p, int64_t col_tiles, int64_t max_tiles
 template <int kEpi>
 cudaError_t LaunchGemmTile(int bm, const GemmParams& p, int64_t col_tiles, int64_t max_tiles, cudaStream_t s) {
   switch (bm) {
-    case 16:  // 2 CTAs per SM
+    case 16:  // 3 CTAs per SM
       return LaunchGemm<16, 1, 4, 3, kEpi>(p, col_tiles, max_tiles, s);
     case 64:  // 2 CTAs per SM
       return LaunchGemm<64, 2, 4, 2, kEpi>(p, col_tiles, max_tiles, s);
