@@ -2,7 +2,7 @@
 // prints TFLOP/s (causal counts only unmasked query-key pairs). Inputs are
 // random bf16 (never zeros: zeros can run faster than real data).
 //
-//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--kernel=all|mma|wgmma|wgmma1|auto]
+//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--kernel=all|mma|wgmma|auto]
 // At d128 both kernels are timed by default (mma.sync first: a fault in the
 // newer wgmma kernel cannot take the other's numbers with it).
 #include <algorithm>
@@ -79,7 +79,8 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 
-  const std::vector<Shape4> shapes = {{2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
+  const std::vector<Shape4> shapes = {
+      {2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
   int64_t max_elems = 0;
   for (const auto& s : shapes) max_elems = std::max(max_elems, s.b * s.h * s.s * dim);
   std::vector<uint16_t> host(max_elems);
@@ -110,9 +111,6 @@ int Main(int argc, char** argv) {
   }
   if ((which == "all" && dim == 128) || which == "wgmma") {
     kernels.push_back({"wgmma", cuda::AttentionKernel::kWgmma});
-  }
-  if ((which == "all" && dim == 128) || which == "wgmma1") {
-    kernels.push_back({"wgmma1", cuda::AttentionKernel::kWgmmaOneWarpgroup});
   }
   if (which == "auto") kernels.push_back({"auto", cuda::AttentionKernel::kAuto});
   std::printf(

@@ -64,14 +64,20 @@ TEST(CudaBackendTest, MemoryCopiesAndErrors) {
   ASSERT_TRUE(be.CopyToHost(0, dst.data(), (*c)->data(), n).ok());
   EXPECT_EQ(std::memcmp(src.data(), dst.data(), n), 0);
 
-  // Ops not built yet name themselves.
+  // Every op checks the device index before touching anything.
   MoeParams mp;
   MoeInputs mi;
+  MlaDecodeParams lp;
+  MlaDecodeInputs li;
+  Fp8AttentionParams fp;
+  Fp8AttentionInputs fi;
+  AttentionParams ap;
   TensorView out;
-  const absl::Status s = be.Moe(0, mp, mi, out);
-  if (!s.ok()) {
-    EXPECT_NE(s.code(), absl::StatusCode::kInternal) << s;
-  }
+  const int bad = be.DeviceCount();
+  EXPECT_EQ(be.Moe(bad, mp, mi, out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(be.MlaDecode(bad, lp, li, out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(be.Fp8Attention(bad, fp, fi, out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(be.Attention(bad, ap, out, out, out, out).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Last: a kernel reading an unmapped address faults the context for good.

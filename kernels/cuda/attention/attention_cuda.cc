@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/api/status_macros.h"
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -49,9 +50,9 @@ void Strides(Layout layout, int64_t h, int64_t s, int64_t d, int64_t* batch, int
 
 }  // namespace
 
-// The wgmma kernel is what kAuto takes at d128 once it has passed the GPU
-// tests (bench/NOTES.md); until then the mma.sync kernel is the default.
-constexpr bool kWgmmaDefaultAtD128 = false;
+// kAuto takes the wgmma kernel at d128: on the H200 it passed every GPU test
+// and ran 404-439 TFLOP/s against mma.sync's 338-373 (bench/RESULTS.md).
+constexpr bool kWgmmaDefaultAtD128 = true;
 
 absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const TensorView& k,
                           const TensorView& v, TensorView& out, cudaStream_t stream,
@@ -68,16 +69,16 @@ absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const T
   constexpr int64_t kMaxGrid = 65535;
   if (p.seq_q > kMaxInt || p.seq_kv > kMaxInt || p.heads_q > kMaxGrid || p.batch > kMaxGrid) {
     return absl::UnimplementedError(absl::StrCat(
-        "cuda attention: sizes beyond the kernel's grid (batch and heads <= 65535, sequences < 2^30): B=",
+        "cuda attention: sizes beyond the kernel's grid (batch and heads <= 65535, "
+        "sequences < 2^30): B=",
         p.batch, " Hq=", p.heads_q, " Sq=", p.seq_q, " Skv=", p.seq_kv));
   }
-  absl::Status s;
-  if (!(s = CheckView("q", q, AttnShape(p.layout, p.batch, p.heads_q, p.seq_q, d))).ok()) return s;
-  if (!(s = CheckView("k", k, AttnShape(p.layout, p.batch, p.heads_kv, p.seq_kv, d))).ok()) return s;
-  if (!(s = CheckView("v", v, AttnShape(p.layout, p.batch, p.heads_kv, p.seq_kv, d))).ok()) return s;
-  if (!(s = CheckView("out", out, AttnShape(p.layout, p.batch, p.heads_q, p.seq_q, d))).ok()) {
-    return s;
-  }
+  const Shape q_shape = AttnShape(p.layout, p.batch, p.heads_q, p.seq_q, d);
+  const Shape kv_shape = AttnShape(p.layout, p.batch, p.heads_kv, p.seq_kv, d);
+  KS_RETURN_IF_ERROR(CheckView("q", q, q_shape));
+  KS_RETURN_IF_ERROR(CheckView("k", k, kv_shape));
+  KS_RETURN_IF_ERROR(CheckView("v", v, kv_shape));
+  KS_RETURN_IF_ERROR(CheckView("out", out, q_shape));
   if (p.batch == 0 || p.heads_q == 0 || p.seq_q == 0) return absl::OkStatus();
   if (!(p.scale > 0) || !std::isfinite(p.scale)) {
     return absl::InvalidArgumentError("cuda attention: params not validated (scale)");
@@ -107,7 +108,6 @@ absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const T
   fp.rounding = static_cast<int>(p.rounding);
 
   const bool wgmma = kernel == AttentionKernel::kWgmma ||
-                     kernel == AttentionKernel::kWgmmaOneWarpgroup ||
                      (kernel == AttentionKernel::kAuto && d == 128 && kWgmmaDefaultAtD128);
   if (wgmma && d != 128) {
     return absl::UnimplementedError(
@@ -115,14 +115,10 @@ absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const T
   }
   cudaError_t e;
   if (wgmma) {
-    if (kernel == AttentionKernel::kWgmmaOneWarpgroup) {
-      e = p.causal ? RunFlashFwdSm90Hdim128<true, 1>(fp, stream)
-                   : RunFlashFwdSm90Hdim128<false, 1>(fp, stream);
-    } else {
-      e = p.causal ? RunFlashFwdSm90Hdim128<true, 0>(fp, stream)
-                   : RunFlashFwdSm90Hdim128<false, 0>(fp, stream);
-    }
-    return GpuStatus(e, absl::StrCat("cuda attention launch (wgmma d128", p.causal ? ", causal)" : ")"));
+    e = p.causal ? RunFlashFwdSm90Hdim128<true>(fp, stream)
+                 : RunFlashFwdSm90Hdim128<false>(fp, stream);
+    return GpuStatus(e, absl::StrCat("cuda attention launch (wgmma d128",
+                                     p.causal ? ", causal)" : ")"));
   }
   switch (d) {
     case 64:

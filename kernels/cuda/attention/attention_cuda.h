@@ -16,11 +16,10 @@ namespace kernelserve {
 namespace cuda {
 
 // Which kernel runs. kAuto is the default choice per head dim (see
-// attention_cuda.cc); the others force one, for tests and benchmarks. The
-// wgmma kernels exist for head dim 128 only (UNIMPLEMENTED otherwise):
-// kWgmma with two warpgroups over 128-key tiles, kWgmmaOneWarpgroup with one
-// warpgroup over 64-key tiles.
-enum class AttentionKernel { kAuto, kMmaSync, kWgmma, kWgmmaOneWarpgroup };
+// attention_cuda.cc: wgmma at head dim 128, mma.sync otherwise); the others
+// force one, for tests and benchmarks. The wgmma kernel exists for head dim
+// 128 only (UNIMPLEMENTED otherwise).
+enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
 
 // Head dims 64, 128, 256 (others: UNIMPLEMENTED). Pointers must be 16-byte
 // aligned. Launch errors come back as a status (UNAVAILABLE for sticky faults).

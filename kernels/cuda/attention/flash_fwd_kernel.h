@@ -1,6 +1,7 @@
 // The bf16 MHA forward kernel (FA2-style, mma.sync): one thread block per
-// (query tile, head, batch) from the tile scheduler; K and V tiles streamed through shared memory with cp.async so
-// that V[n] loads during S = Q K[n]^T and K[n+1] during O += P V[n].
+// (query tile, head, batch) from the tile scheduler; K and V tiles streamed
+// through shared memory with cp.async so that V[n] loads during S = Q K[n]^T
+// and K[n+1] during O += P V[n].
 // Each of the four warps owns 16 * kMTiles query rows.
 #ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_FWD_KERNEL_H_
 #define KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_FWD_KERNEL_H_
@@ -63,7 +64,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt) {
 #pragma unroll
-    for (int j = 0; j < kD / 8; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+    for (int j = 0; j < kD / 8; ++j) {
+      acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+    }
     softmax[mt].Init();
   }
   const int row0 = warp * 16 * kM;  // this warp's first row within the tile

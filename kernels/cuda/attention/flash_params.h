@@ -37,8 +37,7 @@ template <int kHeadDim, bool kCausal>
 cudaError_t RunFlashFwd(const FlashFwdParams& params, cudaStream_t stream);
 
 // The sm_90a wgmma kernel (kernels/cuda/attention/sm90/), head dim 128 only.
-// kShape 0: two warpgroups over 128-key tiles; 1: one warpgroup over 64-key tiles.
-template <bool kCausal, int kShape>
+template <bool kCausal>
 cudaError_t RunFlashFwdSm90Hdim128(const FlashFwdParams& params, cudaStream_t stream);
 
 // Test hook for the epilogue's rounding functions: out[i] = bf16 bits of

@@ -1,11 +1,11 @@
-// Explicit instantiation: sm_90a wgmma kernel, head dim 128, causal, two warpgroups, 128-key tiles.
+// Explicit instantiation: sm_90a wgmma kernel, head dim 128, causal.
 #include "kernels/cuda/attention/sm90/flash_fwd_sm90.h"
 
 namespace kernelserve {
 namespace cuda {
 
 template <>
-cudaError_t RunFlashFwdSm90Hdim128<true, 0>(const FlashFwdParams& params, cudaStream_t stream) {
+cudaError_t RunFlashFwdSm90Hdim128<true>(const FlashFwdParams& params, cudaStream_t stream) {
   return sm90::LaunchFlashFwdSm90<true, 2, 128, 1>(params, stream);
 }
 
