@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <utility>
@@ -74,6 +75,14 @@ absl::StatusOr<std::unique_ptr<BenchScheduler>> BenchScheduler::Create(Backend* 
                                                                        BenchOptions options,
                                                                        DeviceRunner runner,
                                                                        BufferReader reader) {
+  if (!options.data_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.data_dir, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create the data directory ", options.data_dir, ": ", ec.message()));
+    }
+  }
   const std::string path = options.data_dir.empty() ? ":memory:" : options.data_dir + "/bench.db";
   KS_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(path));
   std::unique_ptr<BenchScheduler> s(
