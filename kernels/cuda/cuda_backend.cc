@@ -11,6 +11,9 @@
 #include "kernels/api/status_macros.h"
 #include "kernels/cuda/attention/attention_cuda.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/fp8_attention/fp8_attention.h"
+#include "kernels/cuda/mla/mla_decode.h"
+#include "kernels/cuda/moe/moe.h"
 #include "kernels/cuda/gpu_compat.h"
 
 namespace kernelserve {
@@ -116,19 +119,19 @@ class CudaBackend : public Backend {
 
   absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
                             TensorView& out) override {
-    KS_RETURN_IF_ERROR(Enter(device).status());
-    return absl::UnimplementedError("cuda backend: fp8 attention kernel not built yet");
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    return AfterLaunch(d, cuda::RunFp8Attention(p, in, out, d->stream));
   }
 
   absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                          TensorView& out) override {
-    KS_RETURN_IF_ERROR(Enter(device).status());
-    return absl::UnimplementedError("cuda backend: MLA decode kernel not built yet");
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    return AfterLaunch(d, cuda::RunMlaDecode(p, in, out, d->stream));
   }
 
   absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
-    KS_RETURN_IF_ERROR(Enter(device).status());
-    return absl::UnimplementedError("cuda backend: MoE kernel not built yet");
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    return AfterLaunch(d, cuda::RunMoe(p, in, out, d->stream));
   }
 
  private:

@@ -9,7 +9,7 @@
 #ifndef KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_ATTENTION_H_
 #define KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_ATTENTION_H_
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>  // cudaStream_t
 
 #include <cstdint>
 

@@ -5,7 +5,7 @@
 #ifndef KERNELSERVE_KERNELS_CUDA_MLA_MLA_DECODE_H_
 #define KERNELSERVE_KERNELS_CUDA_MLA_MLA_DECODE_H_
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>  // cudaStream_t
 
 #include "absl/status/status.h"
 #include "kernels/api/ops.h"
