@@ -8,6 +8,8 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/interceptor.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "kernels/api/backend.h"
 #include "server/metrics/grpc_metrics.h"
 #include "server/security/tls.h"
@@ -34,11 +36,49 @@ const char* const kHealthNames[] = {"", "kernelserve.v1.BufferService", "kernels
                                     "kernelserve.v1.KernelService", "kernelserve.v1.DeviceService",
                                     "kernelserve.v1.BenchService"};
 
+// gRPC answers a request it cannot decode with INTERNAL and no message (its
+// protobuf deserializer's status). That is the client's fault, not the
+// server's: answer INVALID_ARGUMENT saying so, so INTERNAL keeps meaning a
+// server bug (and the fuzz target can treat it as one).
+class DecodeErrorInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    using grpc::experimental::InterceptionHookPoints;
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
+        methods->GetRecvMessage() == nullptr) {
+      undecodable_ = true;
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      if (status.error_code() == grpc::StatusCode::INTERNAL && status.error_message().empty()) {
+        methods->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            undecodable_ ? "request: not a valid protobuf message of the method's request type"
+                         : "request: could not be decoded"));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  bool undecodable_ = false;
+};
+
+class DecodeErrorInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo*) override {
+    return new DecodeErrorInterceptor;
+  }
+};
+
 }  // namespace
 
 NodeEndpoints::NodeEndpoints(grpc::ServerBuilder* builder) {
   metrics::DeclareServerMetrics(&registry_);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(std::make_unique<DecodeErrorInterceptorFactory>());
   creators.push_back(std::make_unique<metrics::GrpcMetricsInterceptorFactory>(&registry_));
   builder->experimental().SetInterceptorCreators(std::move(creators));
 }

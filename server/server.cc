@@ -109,9 +109,8 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, node->credentials, &server->port_);
-  if (!options.metrics_listen.empty() || !options.health_listen.empty()) {
-    server->endpoints_ = std::make_unique<NodeEndpoints>(&builder);
-  }
+  // Interceptors (metrics, undecodable requests); ports only where configured.
+  server->endpoints_ = std::make_unique<NodeEndpoints>(&builder);
   // A message over the limit gets RESOURCE_EXHAUSTED from gRPC itself.
   builder.SetMaxReceiveMessageSize(options.max_message_mb << 20);
   builder.SetMaxSendMessageSize(options.max_message_mb << 20);
@@ -222,12 +221,16 @@ void KernelServer::Wait() {
 }
 
 KernelServer::~KernelServer() {
-  endpoints_.reset();
+  // The metrics and health ports stop first (their collectors read state_);
+  // the interceptors' registry goes last: calls may finish, and their
+  // interceptors be destroyed, until the gRPC server is gone.
+  if (endpoints_ != nullptr) endpoints_->Stop();
   Shutdown(absl::ZeroDuration());
   server_.reset();
   bench_service_.reset();
   bench_.reset();
   state_.reset();
+  endpoints_.reset();
 }
 
 }  // namespace kernelserve

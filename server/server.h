@@ -84,7 +84,7 @@ class KernelServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;
-  std::unique_ptr<NodeEndpoints> endpoints_;  // last: stops before the state it reads goes
+  std::unique_ptr<NodeEndpoints> endpoints_;  // interceptors + ports; see ~KernelServer for order
 };
 
 }  // namespace kernelserve
