@@ -7,18 +7,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGETS=(
+  //server:kernelserve
+  //client:kernelctl
   //kernels/cuda:cuda_backend_test
   //kernels/cuda/attention:attention_cuda_test
-  //bench:attention_cuda_bench
-)
-# Other engineers' CUDA tests and benches ride along when they build.
-OPTIONAL=(
   //kernels/cuda/mla:mla_decode_cuda_test
+  //kernels/cuda/moe:moe_cuda_test
+  //kernels/cuda/fp8_attention:fp8_attention_cuda_test
+  //bench:attention_cuda_bench
   //bench:mla_cuda_bench
+  //bench:moe_cuda_bench
+  //bench:fp8_attention_cuda_bench
 )
+OPTIONAL=()
 TARGETS+=("$@")
 bazel build "${TARGETS[@]}"
-for t in "${OPTIONAL[@]}"; do
+for t in ${OPTIONAL[@]+"${OPTIONAL[@]}"}; do
   if bazel build "$t" >/dev/null 2>&1; then TARGETS+=("$t"); else echo "skipping $t (does not build)"; fi
 done
 

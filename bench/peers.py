@@ -59,6 +59,24 @@ def main():
                           f"- | failed: {type(e).__name__} |", flush=True)
         del q, k, v
         torch.cuda.empty_cache()
+    # ZYFA's MLA head shape, (d_qk, d_v) = (192, 128), causal 16K: the peer of
+    # our FP8 attention at that shape (FlashAttention-2 has no kernel for it).
+    b, h, s = 1, 16, 16384
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(b, h, s, 192, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(b, h, s, 192, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    flops = 2.0 * b * h * (192 + 128) * s * (s + 1) / 2
+    for name, be in BACKENDS:
+        try:
+            with sdpa_kernel([be]):
+                ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                             args.warmup, args.iters)
+            print(f"| ({b}, {h}, {s}) | 192/128 | yes | {name} | {ms:.3f} | "
+                  f"{flops / (ms * 1e-3) / 1e12:.1f} |", flush=True)
+        except Exception as e:
+            print(f"| ({b}, {h}, {s}) | 192/128 | yes | {name} | - | failed: {type(e).__name__} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

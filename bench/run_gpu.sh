@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# On the GPU machine, from the repo root, with .bundle/ carried (bench/bundle.sh):
-# runs the CUDA tests and benchmarks, then the torch peers, and prints a short
-# table last. Full logs go to $OUT (or /tmp/gpu_run) when set.
-#   bench/run_gpu.sh [--no-tests] [--no-peers]
+# On the GPU machine, from the repo root, with .bundle/ carried (bench/bundle.sh
+# builds it here): the CUDA tests, the server end to end on the GPU through
+# kernelctl (NumPy check and every op against the oracle), our benchmarks,
+# then the torch peers in the same call, and a short table last.
+# Full logs go to /tmp/gpu_run, packed as $OUT/gpu_logs.tgz when $OUT is set.
+#   bench/run_gpu.sh [--no-tests] [--no-e2e] [--no-peers]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LOG=${OUT:-/tmp/gpu_run}
+LOG=/tmp/gpu_run
 mkdir -p "$LOG"
-run_tests=1; run_peers=1
+run_tests=1; run_e2e=1; run_peers=1
 for a in "$@"; do
-  case "$a" in --no-tests) run_tests=0 ;; --no-peers) run_peers=0 ;; esac
+  case "$a" in --no-tests) run_tests=0 ;; --no-e2e) run_e2e=0 ;; --no-peers) run_peers=0 ;; esac
 done
 export LD_LIBRARY_PATH=$PWD/.bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$LOG/nvidia_smi.txt"
+git log -1 --format='commit %h %cd' 2>/dev/null | tee "$LOG/commit.txt"
 
 summary=()
 if [ $run_tests = 1 ]; then
@@ -21,27 +24,36 @@ if [ $run_tests = 1 ]; then
     n=$(basename "$t")
     timeout ${TEST_TIMEOUT:-90} "$t" >"$LOG/$n.log" 2>&1
     rc=$?
-    grep -E "^\s+.*rel_rms|Failure|^Expected|which is|^\[  (FAILED|PASSED|SKIPPED) |device 0:|after the fault" "$LOG/$n.log" | head -150
-    summary+=("$n: $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc")")
+    grep -E "Failure|^\[  (FAILED|SKIPPED) " "$LOG/$n.log" | head -40
+    summary+=("$n: $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc") ($(grep -cE '^\[       OK' "$LOG/$n.log") ok)")
   done
+fi
+if [ $run_e2e = 1 ]; then
+  timeout 120 python3 tests/npy_check.py --kernelctl=.bundle/bin/kernelctl \
+    --kernelserve=.bundle/bin/kernelserve --backend=cuda --large >"$LOG/npy_check.log" 2>&1
+  rc=$?; tail -n 8 "$LOG/npy_check.log"
+  summary+=("npy_check (server --backend=cuda, NumPy fp64): $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc")")
+  timeout 240 python3 bench/gpu_ops_e2e.py --bin=.bundle/bin --backend=auto --expect=cuda \
+    >"$LOG/gpu_ops_e2e.log" 2>&1
+  rc=$?; cat "$LOG/gpu_ops_e2e.log"
+  summary+=("gpu_ops_e2e (every op via kernelctl, --backend=auto): $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc")")
 fi
 for b in .bundle/bin/*_bench; do
   [ -x "$b" ] || continue
   n=$(basename "$b")
-  timeout ${BENCH_TIMEOUT:-90} "$b" 2>&1 | tee "$LOG/$n.txt"
+  timeout ${BENCH_TIMEOUT:-90} "$b" >"$LOG/$n.txt" 2>&1
 done
 if [ $run_peers = 1 ]; then
-  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py 2>&1 | tee "$LOG/peers.txt"
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py >"$LOG/peers.txt" 2>&1
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers_moe_mla.py >"$LOG/peers_moe_mla.txt" 2>&1
 fi
 
 echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
-if [ -f "$LOG/attention_cuda_bench.txt" ]; then
-  echo "-- ours (attention_cuda_bench) --"
-  grep -E '^\| (mma|wgmma|auto)' "$LOG/attention_cuda_bench.txt"
-fi
-if [ -f "$LOG/peers.txt" ]; then
-  echo "-- peers (torch SDPA) --"
-  grep '^| (' "$LOG/peers.txt"
-fi
+for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_bench peers peers_moe_mla; do
+  [ -f "$LOG/$f.txt" ] || continue
+  echo "-- $f --"
+  grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40
+done
+[ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C /tmp gpu_run

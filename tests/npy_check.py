@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent NumPy check of kernelctl attention.
 
-Starts kernelserve (CPU backend) on a free port, writes random q/k/v .npy
+Starts kernelserve (CPU backend by default; --backend=cuda on the GPU machine) on a free port, writes random q/k/v .npy
 files, runs `kernelctl attention`, and compares its output with attention
 computed here in float64 NumPy from the same inputs rounded to bf16 (RTNE,
 as the client documents). Exits non-zero on any mismatch.
@@ -46,10 +46,10 @@ def attention(q, k, v, causal, scale, layout):
     return o
 
 
-def start_server(binary, workdir):
+def start_server(binary, workdir, backend):
     log_path = os.path.join(workdir, "server.log")
     log = open(log_path, "w")
-    proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=2"],
+    proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", "--backend=" + backend, "--cpu_threads=2"],
                             stdout=log, stderr=subprocess.STDOUT)
     for _ in range(300):
         with open(log_path) as f:
@@ -120,17 +120,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernelctl", required=True)
     ap.add_argument("--kernelserve", required=True)
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--large", action="store_true", help="add GPU-sized cases")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
     seed = int.from_bytes(os.urandom(8), "little")
     print("seed", seed)
     rng = np.random.default_rng(seed)
-    proc, port = start_server(args.kernelserve, workdir)
+    proc, port = start_server(args.kernelserve, workdir, args.backend)
     cases = [
         {"shape": (1, 4, 2, 24, 50, 128), "layout": "bhsd", "causal": True},
         {"shape": (2, 2, 2, 7, 33, 64), "layout": "bshd", "causal": False, "scale": 0.3},
         {"shape": (1, 2, 1, 40, 16, 128), "layout": "bhsd", "causal": True},  # Sq > Skv: empty rows
     ]
+    if args.large:
+        cases += [
+            {"shape": (1, 8, 2, 1000, 1000, 128), "layout": "bshd", "causal": True},
+            {"shape": (2, 4, 4, 300, 777, 256), "layout": "bhsd", "causal": False},
+            {"shape": (1, 4, 1, 513, 513, 64), "layout": "bhsd", "causal": True},
+        ]
     failures = []
     try:
         for case in cases:
