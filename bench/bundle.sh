@@ -46,3 +46,9 @@ for b in .bundle/bin/*; do
 done
 du -sh .bundle
 ls .bundle/bin .bundle/lib | head -100
+# The device call carries at most 64 MiB: ship one compressed archive
+# (.bundle_pack/bundle.tgz); bench/run_gpu.sh unpacks it into .bundle/ there.
+strip --strip-unneeded .bundle/bin/* .bundle/lib/* 2>/dev/null || true
+mkdir -p .bundle_pack
+tar czf .bundle_pack/bundle.tgz -C .bundle bin lib
+du -sh .bundle_pack/bundle.tgz

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU machine, from the repo root, with .bundle/ carried (bench/bundle.sh
-# builds it here): the CUDA tests, the server end to end on the GPU through
+# On the GPU machine, from the repo root, with .bundle_pack/ carried
+# (bench/bundle.sh builds it here): the CUDA tests, the server end to end on the GPU through
 # kernelctl (NumPy check and every op against the oracle), our benchmarks,
 # then the torch peers in the same call, and a short table last.
 # Full logs go to /tmp/gpu_run, packed as $OUT/gpu_logs.tgz when $OUT is set.
@@ -13,6 +13,9 @@ run_tests=1; run_e2e=1; run_peers=1
 for a in "$@"; do
   case "$a" in --no-tests) run_tests=0 ;; --no-e2e) run_e2e=0 ;; --no-peers) run_peers=0 ;; esac
 done
+if [ ! -d .bundle/bin ] && [ -f .bundle_pack/bundle.tgz ]; then
+  mkdir -p .bundle && tar xzf .bundle_pack/bundle.tgz -C .bundle
+fi
 export LD_LIBRARY_PATH=$PWD/.bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$LOG/nvidia_smi.txt"
 git log -1 --format='commit %h %cd' 2>/dev/null | tee "$LOG/commit.txt"
