@@ -3,7 +3,9 @@
 // uniform) at T = 8, 32, 8192 (or --tokens=a,b,...). Timed as CUDA-graph
 // replays (routing included), median of 20. TFLOP/s counts 2*rows*K*cols;
 // GB/s counts the MXFP4 weight bytes of the experts the batch touches plus
-// activations in and out. Prints a markdown table.
+// activations in and out. Prints a markdown table. Gate/up rows are timed
+// three ways in the same run: the default (RunMoe's choice), mma.sync and
+// wgmma (--gemm=default times the default alone).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -92,6 +94,7 @@ double TimeGraph(const std::vector<std::function<absl::Status(cudaStream_t)>>& c
 int Main(int argc, char** argv) {
   std::vector<int64_t> token_counts = {8, 32, 8192};
   int tile = 0;
+  bool compare = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--tokens=", 0) == 0) {
@@ -105,6 +108,7 @@ int Main(int argc, char** argv) {
       }
     }
     if (a.rfind("--tile=", 0) == 0) tile = std::atoi(a.c_str() + 7);
+    if (a == "--gemm=default") compare = false;
   }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -144,8 +148,8 @@ int Main(int argc, char** argv) {
               prop.name, prop.multiProcessorCount, static_cast<long long>(kE), static_cast<long long>(kK),
               static_cast<long long>(kI), static_cast<long long>(kN), static_cast<long long>(kTopK),
               tile ? (" tile " + std::to_string(tile)).c_str() : "");
-  std::printf("| T | rows | experts hit | projection | us | TFLOP/s | weight+act GB/s |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| T | rows | experts hit | projection | kernel | us | TFLOP/s | weight+act GB/s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::mt19937_64 rng(11);
   for (int64_t T : token_counts) {
     HostTensor hid(DType::kInt32, {T, kTopK});
@@ -206,17 +210,29 @@ int Main(int argc, char** argv) {
       in.w13_scales = TensorView{w13sd, w13s};
       in.w2 = TensorView{w2d, w2};
       in.w2_scales = TensorView{w2sd, w2s};
-      std::vector<std::function<absl::Status(cudaStream_t)>> calls;
-      for (int r = 0; r < reps; ++r) {
-        calls.push_back([p, in, pr, tile](cudaStream_t s) {
-          TensorView ov{p.OutputDesc(), pr.out};
-          return cuda::RunMoeWithTile(tile, p, in, ov, s);
-        });
+      struct Variant {
+        const char* name;
+        cuda::MoeGemm gemm;
+      };
+      std::vector<Variant> variants = {{"default", cuda::MoeGemm::kAuto}};
+      if (compare && gu) {
+        variants.push_back({"mma.sync", cuda::MoeGemm::kMmaSync});
+        variants.push_back({"wgmma", cuda::MoeGemm::kWgmma});
       }
-      const double us = TimeGraph(calls);
-      std::printf("| %lld | %lld | %zu | %s | %.1f | %.1f | %.0f |\n", static_cast<long long>(T),
-                  static_cast<long long>(rows), hit.size(), pr.name, us, pr.flops / us / 1e6, pr.bytes / us / 1e3);
-      std::fflush(stdout);
+      for (const Variant& v : variants) {
+        std::vector<std::function<absl::Status(cudaStream_t)>> calls;
+        for (int r = 0; r < reps; ++r) {
+          calls.push_back([p, in, pr, tile, v](cudaStream_t s) {
+            TensorView ov{p.OutputDesc(), pr.out};
+            return cuda::RunMoeWithGemm(v.gemm, tile, p, in, ov, s);
+          });
+        }
+        const double us = TimeGraph(calls);
+        std::printf("| %lld | %lld | %zu | %s | %s | %.1f | %.1f | %.0f |\n", static_cast<long long>(T),
+                    static_cast<long long>(rows), hit.size(), pr.name, v.name, us, pr.flops / us / 1e6,
+                    pr.bytes / us / 1e3);
+        std::fflush(stdout);
+      }
     }
   }
   return 0;

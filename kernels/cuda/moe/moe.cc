@@ -12,6 +12,11 @@ absl::Status RunMoe(const MoeParams& p, const MoeInputs& in, TensorView& out, cu
 
 absl::Status RunMoeWithTile(int tile_rows, const MoeParams& p, const MoeInputs& in, TensorView& out,
                             cudaStream_t stream) {
+  return RunMoeWithGemm(MoeGemm::kAuto, tile_rows, p, in, out, stream);
+}
+
+absl::Status RunMoeWithGemm(MoeGemm gemm, int tile_rows, const MoeParams& p, const MoeInputs& in,
+                            TensorView& out, cudaStream_t stream) {
   const TensorDesc want = p.OutputDesc();
   if (out.desc.dtype != want.dtype || out.desc.shape != want.shape) {
     return absl::InvalidArgumentError(
@@ -40,6 +45,7 @@ absl::Status RunMoeWithTile(int tile_rows, const MoeParams& p, const MoeInputs& 
   a.w2_scales = in.w2_scales.as<const uint8_t>();
   a.out = out.data;
   a.tile = static_cast<cuda_moe::Tile>(tile_rows);
+  a.gemm = static_cast<cuda_moe::Gemm>(static_cast<int>(gemm));
   if (const char* why = cuda_moe::MoeUnsupported(a)) return absl::UnimplementedError(why);
   if (p.tokens == 0) return absl::OkStatus();
   const cudaError_t e = cuda_moe::LaunchMoe(a, stream);

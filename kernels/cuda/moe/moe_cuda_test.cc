@@ -27,6 +27,7 @@ struct Case {
   bool swiglu = false, weighted = false;
   int64_t tokens = 40, top_k = 4, experts = 8, hidden = 256, inter = 128, out_dim = 256;
   int tile = 0;
+  cuda::MoeGemm gemm = cuda::MoeGemm::kAuto;
   Rounding rounding = Rounding::kRtne;
 };
 
@@ -120,11 +121,11 @@ struct Device {
   }
 };
 
-HostTensor RunGpu(const MoeParams& p, const Device& d, int tile) {
+HostTensor RunGpu(const MoeParams& p, const Device& d, int tile, cuda::MoeGemm gemm = cuda::MoeGemm::kAuto) {
   DeviceTensor out(p.OutputDesc());
   EXPECT_EQ(out.Fill(0xFF), cudaSuccess);  // poison
   TensorView ov = out.view();
-  const absl::Status st = cuda::RunMoeWithTile(tile, p, d.in, ov, nullptr);
+  const absl::Status st = cuda::RunMoeWithGemm(gemm, tile, p, d.in, ov, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return out.ToHost();
@@ -135,7 +136,7 @@ HostTensor Check(const Case& c, double tol = 4e-3) {
   const Inputs h = MakeInputs(c, rng);
   const MoeParams p = Validated(c, h);
   Device d(h);
-  const HostTensor got = RunGpu(p, d, c.tile);
+  const HostTensor got = RunGpu(p, d, c.tile, c.gemm);
   MoeInputs hin;
   hin.x = h.x.view();
   hin.topk_ids = h.ids.view();
@@ -159,9 +160,10 @@ HostTensor Check(const Case& c, double tol = 4e-3) {
   EXPECT_EQ(nan, 0) << "unwritten or NaN outputs";
   EXPECT_EQ(m.nonfinite, 0);
   EXPECT_LT(m.rel_rms, tol) << "max_abs " << m.max_abs;
-  std::printf("stage=%d swiglu=%d weighted=%d T=%lld k=%lld E=%lld tile=%d: rel_rms %.3g\n",
+  std::printf("stage=%d swiglu=%d weighted=%d T=%lld k=%lld E=%lld tile=%d gemm=%d: rel_rms %.3g\n",
               static_cast<int>(c.stage), c.swiglu, c.weighted, static_cast<long long>(c.tokens),
-              static_cast<long long>(c.top_k), static_cast<long long>(c.experts), c.tile, m.rel_rms);
+              static_cast<long long>(c.top_k), static_cast<long long>(c.experts), c.tile, static_cast<int>(c.gemm),
+              m.rel_rms);
   return got;
 }
 
@@ -208,6 +210,64 @@ TEST_P(MoeCudaTest, LayerManyExpertsFewTokens) {
   c.tokens = 5;
   c.top_k = 8;
   c.experts = 300;
+  c.inter = 128;
+  c.out_dim = 256;
+  Check(c, 6e-3);
+}
+
+// The sm_90a wgmma gate/up kernel (128 x 256 tiles, k-tiles of 64).
+class MoeWgmmaTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Epilogue, MoeWgmmaTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Swiglu" : "PerPair"; });
+
+TEST_P(MoeWgmmaTest, FewRowsPerExpert) {
+  Case c;
+  c.gemm = cuda::MoeGemm::kWgmma;
+  c.swiglu = GetParam();
+  Check(c);
+}
+
+TEST_P(MoeWgmmaTest, PartialColumnTileAndOddKTiles) {
+  Case c;
+  c.gemm = cuda::MoeGemm::kWgmma;
+  c.swiglu = GetParam();
+  c.inter = 96;     // one partial column tile
+  c.hidden = 384;   // 6 k-tiles of 64
+  c.tokens = 70;
+  Check(c);
+  c.inter = 320;    // 2.5 column tiles (640 of 768 weight rows per pair)
+  c.rounding = Rounding::kRtz;
+  Check(c);
+}
+
+TEST_P(MoeWgmmaTest, ManyRowsPerExpert) {
+  Case c;
+  c.gemm = cuda::MoeGemm::kWgmma;
+  c.swiglu = GetParam();
+  c.tokens = 600;  // 300 rows per expert: full tiles, a tile past 64 rows and one under
+  c.top_k = 4;
+  c.experts = 8;
+  c.hidden = 512;
+  c.inter = 384;
+  Check(c);
+  c.gemm = cuda::MoeGemm::kAuto;  // the default picks the wgmma kernel here
+  c.rounding = Rounding::kRtna;
+  Check(c);
+}
+
+TEST(MoeWgmmaLayerTest, LayerGateUpOnWgmma) {
+  KS_SKIP_WITHOUT_CUDA();
+  Case c;
+  c.gemm = cuda::MoeGemm::kWgmma;
+  c.stage = MoeStage::kLayer;
+  c.tokens = 100;
+  c.top_k = 4;
+  c.experts = 6;
+  c.hidden = 256;
   c.inter = 128;
   c.out_dim = 256;
   Check(c, 6e-3);

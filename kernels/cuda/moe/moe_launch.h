@@ -14,6 +14,12 @@ enum class Stage { kGateUp = 1, kDown = 2, kLayer = 3 };
 // Row tile of the grouped GEMM: 16 (decode), 64 or 128 rows per expert tile.
 enum class Tile { kAuto = 0, k16 = 16, k64 = 64, k128 = 128 };
 
+// GEMM kernel of the gate/up projection. kAuto: wgmma for gate/up alone at
+// many rows per expert when no tile is forced, else mma.sync. kWgmma also
+// serves the gate/up half of a layer (routing in 128-row tiles; down stays
+// on mma.sync); it ignores `tile`.
+enum class Gemm { kAuto = 0, kMmaSync = 1, kWgmma = 2 };
+
 struct MoeArgs {
   Stage stage = Stage::kLayer;
   bool swiglu = false;
@@ -32,6 +38,7 @@ struct MoeArgs {
   const uint8_t* w2_scales = nullptr;    // e8m0 [E, N, I/32]
   void* out = nullptr;                   // bf16, MoeParams::OutputDesc
   Tile tile = Tile::kAuto;
+  Gemm gemm = Gemm::kAuto;
 };
 
 // Empty when the shape is served, else why not (-> UNIMPLEMENTED).
