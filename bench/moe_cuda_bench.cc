@@ -4,8 +4,8 @@
 // replays (routing included), median of 20. TFLOP/s counts 2*rows*K*cols;
 // GB/s counts the MXFP4 weight bytes of the experts the batch touches plus
 // activations in and out. Prints a markdown table. Gate/up rows are timed
-// three ways in the same run: the default (RunMoe's choice), mma.sync and
-// wgmma (--gemm=default times the default alone).
+// four ways in the same run: the default (RunMoe's choice), mma.sync and
+// the two wgmma tilings (--gemm=default times the default alone).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -217,7 +217,8 @@ int Main(int argc, char** argv) {
       std::vector<Variant> variants = {{"default", cuda::MoeGemm::kAuto}};
       if (compare && gu) {
         variants.push_back({"mma.sync", cuda::MoeGemm::kMmaSync});
-        variants.push_back({"wgmma", cuda::MoeGemm::kWgmma});
+        variants.push_back({"wgmma 128x256", cuda::MoeGemm::kWgmma});
+        variants.push_back({"wgmma 256x128", cuda::MoeGemm::kWgmmaTall});
       }
       for (const Variant& v : variants) {
         std::vector<std::function<absl::Status(cudaStream_t)>> calls;

@@ -215,7 +215,9 @@ TEST_P(MoeCudaTest, LayerManyExpertsFewTokens) {
   Check(c, 6e-3);
 }
 
-// The sm_90a wgmma gate/up kernel (128 x 256 tiles, k-tiles of 64).
+// The sm_90a wgmma gate/up kernels (128 x 256 and 256 x 128 tiles, k-tiles of 64).
+constexpr cuda::MoeGemm kWgmmaKernels[] = {cuda::MoeGemm::kWgmma, cuda::MoeGemm::kWgmmaTall};
+
 class MoeWgmmaTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
@@ -225,52 +227,66 @@ INSTANTIATE_TEST_SUITE_P(Epilogue, MoeWgmmaTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Swiglu" : "PerPair"; });
 
 TEST_P(MoeWgmmaTest, FewRowsPerExpert) {
-  Case c;
-  c.gemm = cuda::MoeGemm::kWgmma;
-  c.swiglu = GetParam();
-  Check(c);
+  for (cuda::MoeGemm g : kWgmmaKernels) {
+    Case c;
+    c.gemm = g;
+    c.swiglu = GetParam();
+    Check(c);
+  }
 }
 
 TEST_P(MoeWgmmaTest, PartialColumnTileAndOddKTiles) {
-  Case c;
-  c.gemm = cuda::MoeGemm::kWgmma;
-  c.swiglu = GetParam();
-  c.inter = 96;     // one partial column tile
-  c.hidden = 384;   // 6 k-tiles of 64
-  c.tokens = 70;
-  Check(c);
-  c.inter = 320;    // 2.5 column tiles (640 of 768 weight rows per pair)
-  c.rounding = Rounding::kRtz;
-  Check(c);
+  for (cuda::MoeGemm g : kWgmmaKernels) {
+    Case c;
+    c.gemm = g;
+    c.swiglu = GetParam();
+    c.inter = 96;     // one partial column tile
+    c.hidden = 384;   // 6 k-tiles of 64
+    c.tokens = 70;
+    Check(c);
+    c.inter = 160;    // 1.25 / 2.5 column tiles
+    c.rounding = Rounding::kRtz;
+    Check(c);
+  }
 }
 
 TEST_P(MoeWgmmaTest, ManyRowsPerExpert) {
+  for (cuda::MoeGemm g : kWgmmaKernels) {
+    Case c;
+    c.gemm = g;
+    c.swiglu = GetParam();
+    c.tokens = 600;  // ~300 rows per expert: full tiles and partial ones
+    c.top_k = 4;
+    c.experts = 8;
+    c.hidden = 512;
+    c.inter = 384;
+    Check(c);
+  }
   Case c;
-  c.gemm = cuda::MoeGemm::kWgmma;
   c.swiglu = GetParam();
-  c.tokens = 600;  // 300 rows per expert: full tiles, a tile past 64 rows and one under
+  c.tokens = 600;  // the default picks a wgmma kernel here
   c.top_k = 4;
   c.experts = 8;
   c.hidden = 512;
   c.inter = 384;
-  Check(c);
-  c.gemm = cuda::MoeGemm::kAuto;  // the default picks the wgmma kernel here
   c.rounding = Rounding::kRtna;
   Check(c);
 }
 
 TEST(MoeWgmmaLayerTest, LayerGateUpOnWgmma) {
   KS_SKIP_WITHOUT_CUDA();
-  Case c;
-  c.gemm = cuda::MoeGemm::kWgmma;
-  c.stage = MoeStage::kLayer;
-  c.tokens = 100;
-  c.top_k = 4;
-  c.experts = 6;
-  c.hidden = 256;
-  c.inter = 128;
-  c.out_dim = 256;
-  Check(c, 6e-3);
+  for (cuda::MoeGemm g : kWgmmaKernels) {
+    Case c;
+    c.gemm = g;
+    c.stage = MoeStage::kLayer;
+    c.tokens = 100;
+    c.top_k = 4;
+    c.experts = 6;
+    c.hidden = 256;
+    c.inter = 128;
+    c.out_dim = 256;
+    Check(c, 6e-3);
+  }
 }
 
 TEST(MoeCudaAutoTest, LayerDeterministicAndGraphCapturable) {

@@ -269,29 +269,44 @@ __global__ void __launch_bounds__(Cfg<BM, WM, WN, kStages>::kThreads)
 }
 
 // ---------------------------------------------------------------- wgmma path
-// Gate/up on wgmma (sm_90a), for many rows per expert. One CTA = 128 expert
-// rows x 256 weight rows (with SwiGLU: 128 gate and the matching 128 up rows,
-// so the epilogue stays in registers); two warpgroups, each 64 rows x 256
-// columns (m64n256k16, 128 fp32 accumulators per thread). A (gathered bf16
-// rows) and the raw MXFP4 weights stream in by cp.async, kWgStages deep, in
-// k-tiles of 64; the dequantized bf16 weights alternate between two shared
-// buffers, so all threads dequantize k-tile i+1 while the tensor cores run
-// the asynchronous wgmma of k-tile i. Both operands use wgmma's no-swizzle
-// K-major layout: 8 rows x 16 bytes per 128-byte core matrix, core matrices
-// along K 128 bytes apart, 8-row groups 1024 bytes apart (kWgBK = 64).
-constexpr int kWgBM = 128, kWgBN = 256, kWgBK = 64, kWgStages = 4, kWgThreads = 256;
-constexpr int kWgRawStr = 48;  // bytes per raw fp4 row (32 + 16: conflict-free 16-byte reads)
-constexpr int kWgStageA = kWgBM * kWgBK * 2;
-constexpr int kWgStageRaw = kWgBN * kWgRawStr;
-constexpr int kWgStageScale = kWgBN * 4;  // the 4 scales of the 128-wide K window holding the k-tile
-constexpr int kWgStageBytes = kWgStageA + kWgStageRaw + kWgStageScale;
-constexpr int kWgSB = kWgBN * kWgBK * 2;
-constexpr int kWgSmemBytes = kWgStages * kWgStageBytes + 2 * kWgSB;
-static_assert(kWgStageBytes % 128 == 0, "stage alignment");
+// Gate/up on wgmma (sm_90a), for many rows per expert. One CTA = 64 kWgs
+// expert rows x kBNw weight rows (with SwiGLU: kBNw/2 gate rows and the
+// matching up rows, so the epilogue stays in registers); kWgs warpgroups,
+// each 64 rows x kBNw columns (m64nNk16, kBNw/2 fp32 accumulators per
+// thread). A (gathered bf16 rows) and the raw MXFP4 weights stream in by
+// cp.async, kWgStages deep, in k-tiles of 64; the dequantized bf16 weights
+// alternate between two shared buffers, so all threads dequantize k-tile i+1
+// while the tensor cores run the asynchronous wgmma of k-tile i (one wgmma
+// group kept in flight). Both operands use wgmma's no-swizzle K-major layout:
+// 8 rows x 16 bytes per 128-byte core matrix, core matrices along K 128 bytes
+// apart, 8-row groups 1024 bytes apart (kWgBK = 64).
+// Configs: <2, 256> (128 x 256 tiles, x rows read by 3 column tiles) and
+// <4, 128> (256 x 128: a quarter of the dequantization per tensor-core op).
+constexpr int kWgBK = 64, kWgStages = 4;
+constexpr int kWgRawStr = 48;  // bytes per raw fp4 row (32 + 16)
 
-// D(64x256 fp32) += A(64x16 bf16, K-major smem) * B(16x256 bf16, K-major smem),
-// both operands in the no-swizzle core-matrix layout.
-__device__ __forceinline__ void WgmmaM64N256K16Bf16(float (&d)[128], uint64_t da, uint64_t db) {
+template <int kWgs, int kBNw>
+struct WgCfg {
+  static constexpr int kBM = 64 * kWgs;
+  static constexpr int kThreads = 128 * kWgs;
+  static constexpr int kAcc = kBNw / 2;
+  static constexpr int kStageA = kBM * kWgBK * 2;
+  static constexpr int kStageRaw = kBNw * kWgRawStr;
+  static constexpr int kStageScale = kBNw * 4;  // the 4 scales of the 128-wide K window holding the k-tile
+  static constexpr int kStageBytes = kStageA + kStageRaw + kStageScale;
+  static constexpr int kSB = kBNw * kWgBK * 2;
+  static constexpr int kSmemBytes = kWgStages * kStageBytes + 2 * kSB;
+  static constexpr int kRawChunks = kBNw * 2;          // 16-byte raw chunks per stage
+  static constexpr int kItems = kBNw * 4;              // dequant items (16 elements) per k-tile
+  static constexpr int kItemsPerThread = kItems / kThreads;
+  static_assert(kStageBytes % 128 == 0, "stage alignment");
+  static_assert(kItems % kThreads == 0, "dequant split");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+// D(64xN fp32) += A(64x16 bf16, K-major smem) * B(16xN bf16, K-major smem),
+// both operands in the no-swizzle core-matrix layout; N = 256 or 128.
+__device__ __forceinline__ void WgmmaK16Bf16(float (&d)[128], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
@@ -299,12 +314,20 @@ __device__ __forceinline__ void WgmmaM64N256K16Bf16(float (&d)[128], uint64_t da
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(da), "l"(db), "r"(1));
 }
-
+__device__ __forceinline__ void WgmmaK16Bf16(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(1));
+}
 // Pins the accumulators in place: keeps the compiler from moving their reads
 // across a wgmma wait (which ptxas answers by serializing wgmma, C7514).
-__device__ __forceinline__ void FenceAcc(float (&d)[128]) {
+template <int N>
+__device__ __forceinline__ void FenceAcc(float (&d)[N]) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // Byte offset of (row r, 16-byte K chunk c) in a [rows x 64] bf16 tile.
@@ -312,10 +335,11 @@ __device__ __forceinline__ uint32_t WgCoreOffset(int r, int c) {
   return static_cast<uint32_t>((r >> 3) * 1024 + c * 128 + (r & 7) * 16);
 }
 
-template <int kEpi>
-__global__ void __launch_bounds__(kWgThreads, 1) MoeGateUpWgmmaKernel(const GemmParams p) {
+template <int kWgs, int kBNw, int kEpi>
+__global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmmaKernel(const GemmParams p) {
+  using C = WgCfg<kWgs, kBNw>;
   extern __shared__ __align__(128) uint8_t smem[];
-  uint8_t* sB = smem + kWgStages * kWgStageBytes;
+  uint8_t* sB = smem + kWgStages * C::kStageBytes;
 
   const int tile = blockIdx.y;
   if (tile >= *p.num_tiles) return;
@@ -327,27 +351,28 @@ __global__ void __launch_bounds__(kWgThreads, 1) MoeGateUpWgmmaKernel(const Gemm
   const int k_tiles = static_cast<int>(p.k / kWgBK);
 
   // Fixed per thread across k-tiles: the A rows it copies (chunk c = tid +
-  // 256 i lands at byte 16 c of the stage) and the weight rows it copies.
+  // kThreads i lands at byte 16 c of the stage) and the weight rows it copies.
   int64_t a_off[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int c = tid + i * kWgThreads;
+    const int c = tid + i * C::kThreads;
     const int r = ((c >> 6) << 3) + (c & 7);
-    const int pair = p.sorted[tile * kWgBM + r];
+    const int pair = p.sorted[tile * C::kBM + r];
     a_off[i] = pair < 0 ? -1 : static_cast<int64_t>(pair / p.a_row_div) * p.k + ((c >> 3) & 7) * 8;
   }
   const uint8_t* w_e = p.w + static_cast<int64_t>(e) * p.nw * (p.k / 2);
   const uint8_t* s_e = p.ws + static_cast<int64_t>(e) * p.nw * (p.k / 32);
-  int64_t w_row[2];
+  constexpr int kRawPer = (C::kRawChunks + C::kThreads - 1) / C::kThreads;
+  int64_t w_row[kRawPer];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int j = (tid + i * kWgThreads) >> 1;
+  for (int i = 0; i < kRawPer; ++i) {
+    const int j = ((tid + i * C::kThreads) >> 1) & (kBNw - 1);
     int64_t row;
     if (kEpi == kEpiSwiglu) {
-      const int col = col_tile * (kWgBN / 2) + (j & (kWgBN / 2 - 1));
-      row = col >= p.inter ? -1 : (j >= kWgBN / 2 ? p.inter + col : col);
+      const int col = col_tile * (kBNw / 2) + (j & (kBNw / 2 - 1));
+      row = col >= p.inter ? -1 : (j >= kBNw / 2 ? p.inter + col : col);
     } else {
-      row = static_cast<int64_t>(col_tile) * kWgBN + j;
+      row = static_cast<int64_t>(col_tile) * kBNw + j;
       if (row >= p.nw) row = -1;
     }
     w_row[i] = row;
@@ -355,26 +380,28 @@ __global__ void __launch_bounds__(kWgThreads, 1) MoeGateUpWgmmaKernel(const Gemm
 
   auto issue = [&](int kt) {
     if (kt < k_tiles) {
-      uint8_t* st = smem + (kt % kWgStages) * kWgStageBytes;
-      uint8_t* sRaw = st + kWgStageA;
-      uint8_t* sScale = sRaw + kWgStageRaw;
+      uint8_t* st = smem + (kt % kWgStages) * C::kStageBytes;
+      uint8_t* sRaw = st + C::kStageA;
+      uint8_t* sScale = sRaw + C::kStageRaw;
       const int64_t k0 = static_cast<int64_t>(kt) * kWgBK;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c = tid + i * kWgThreads;
+        const int c = tid + i * C::kThreads;
         CpAsync16(SmemAddr(st + c * 16), a_off[i] >= 0 ? p.a + a_off[i] + k0 : p.a, a_off[i] >= 0 ? 16 : 0);
       }
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int c = tid + i * kWgThreads;
-        const int j = c >> 1, ch = c & 1;
-        const int64_t row = w_row[i];
-        CpAsync16(SmemAddr(sRaw + j * kWgRawStr + ch * 16),
-                  row >= 0 ? w_e + row * (p.k / 2) + k0 / 2 + ch * 16 : w_e, row >= 0 ? 16 : 0);
-        if (ch == 0) {
-          const uint8_t* src = row >= 0 ? s_e + row * (p.k / 32) + (k0 / 128) * 4 : s_e;
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(SmemAddr(sScale + j * 4)),
-                       "l"(src), "r"(row >= 0 ? 4 : 0));
+      for (int i = 0; i < kRawPer; ++i) {
+        const int c = tid + i * C::kThreads;
+        if (c < C::kRawChunks) {
+          const int j = c >> 1, ch = c & 1;
+          const int64_t row = w_row[i];
+          CpAsync16(SmemAddr(sRaw + j * kWgRawStr + ch * 16),
+                    row >= 0 ? w_e + row * (p.k / 2) + k0 / 2 + ch * 16 : w_e, row >= 0 ? 16 : 0);
+          if (ch == 0) {
+            const uint8_t* src = row >= 0 ? s_e + row * (p.k / 32) + (k0 / 128) * 4 : s_e;
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(SmemAddr(sScale + j * 4)),
+                         "l"(src), "r"(row >= 0 ? 4 : 0));
+          }
         }
       }
     }
@@ -382,38 +409,39 @@ __global__ void __launch_bounds__(kWgThreads, 1) MoeGateUpWgmmaKernel(const Gemm
   };
 
   // k-tile kt's raw weights -> bf16 in sB[kt & 1] (exact; see MoeGemmKernel).
+  // Item = 16 elements (8 raw bytes) of one weight row.
   auto dequant = [&](int kt) {
-    const uint8_t* st = smem + (kt % kWgStages) * kWgStageBytes;
-    const uint8_t* sRaw = st + kWgStageA;
-    const uint8_t* sScale = sRaw + kWgStageRaw;
-    uint8_t* dstb = sB + (kt & 1) * kWgSB;
+    const uint8_t* st = smem + (kt % kWgStages) * C::kStageBytes;
+    const uint8_t* sRaw = st + C::kStageA;
+    const uint8_t* sScale = sRaw + C::kStageRaw;
+    uint8_t* dstb = sB + (kt & 1) * C::kSB;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int item = tid + i * kWgThreads;
-      const int j = item & (kWgBN - 1), blk = item >> 8;
-      const uint4 raw = *reinterpret_cast<const uint4*>(sRaw + j * kWgRawStr + blk * 16);
-      const uint32_t sc = sScale[j * 4 + (kt & 1) * 2 + blk];
+    for (int i = 0; i < C::kItemsPerThread; ++i) {
+      const int item = tid + i * C::kThreads;
+      const int j = item & (kBNw - 1), hb = item / kBNw;  // hb: 16-element quarter of the k-tile
+      const uint2 raw = *reinterpret_cast<const uint2*>(sRaw + j * kWgRawStr + hb * 8);
+      const uint32_t sc = sScale[j * 4 + (kt & 1) * 2 + (hb >> 1)];
       const bool one = sc >= 1 && sc <= 128;
       const uint32_t f1 = one ? ((sc + 126u) << 7) * 0x10001u : 0x7E807E80u;
       const uint32_t f2 = sc == 255 ? 0x7FC07FC0u : (sc == 0 ? 0x00400040u : (sc << 7) * 0x10001u);
-      const uint32_t w4[4] = {raw.x, raw.y, raw.z, raw.w};
+      const uint32_t w2[2] = {raw.x, raw.y};
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
+      for (int q = 0; q < 2; ++q) {
         uint32_t o[4];
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
-          uint32_t v = MulBf16x2(Fp4PairBits(w4[q] >> (8 * b)), f1);
+          uint32_t v = MulBf16x2(Fp4PairBits(w2[q] >> (8 * b)), f1);
           if (!one) v = MulBf16x2(v, f2);
           o[b] = v;
         }
-        *reinterpret_cast<uint4*>(dstb + WgCoreOffset(j, blk * 4 + q)) = make_uint4(o[0], o[1], o[2], o[3]);
+        *reinterpret_cast<uint4*>(dstb + WgCoreOffset(j, hb * 2 + q)) = make_uint4(o[0], o[1], o[2], o[3]);
       }
     }
   };
 
-  float acc[128];
+  float acc[C::kAcc];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.f;
 
 #pragma unroll
   for (int s = 0; s < kWgStages - 1; ++s) issue(s);
@@ -430,13 +458,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) MoeGateUpWgmmaKernel(const Gemm
     // Issued by every warpgroup, also over padding rows: a wgmma under a
     // per-warpgroup branch makes ptxas serialize all of them (C7520).
     {
-      const uint32_t a_addr = smem_base + (kt % kWgStages) * kWgStageBytes + wg * 8 * 1024;
-      const uint32_t b_addr = smem_base + kWgStages * kWgStageBytes + (kt & 1) * kWgSB;
+      const uint32_t a_addr = smem_base + (kt % kWgStages) * C::kStageBytes + wg * 8 * 1024;
+      const uint32_t b_addr = smem_base + kWgStages * C::kStageBytes + (kt & 1) * C::kSB;
       const uint64_t da = WgmmaDesc(a_addr, 128, 1024), db = WgmmaDesc(b_addr, 128, 1024);
       FenceAcc(acc);
       WgmmaFence();
 #pragma unroll
-      for (int ks = 0; ks < kWgBK / 16; ++ks) WgmmaM64N256K16Bf16(acc, da + ks * (256 >> 4), db + ks * (256 >> 4));
+      for (int ks = 0; ks < kWgBK / 16; ++ks) WgmmaK16Bf16(acc, da + ks * (256 >> 4), db + ks * (256 >> 4));
     }
     WgmmaCommit();
     FenceAcc(acc);
@@ -461,27 +489,26 @@ __global__ void __launch_bounds__(kWgThreads, 1) MoeGateUpWgmmaKernel(const Gemm
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = wg * 64 + warp * 16 + (lane >> 2) + 8 * h;
-    const int pair = p.sorted[tile * kWgBM + r];
+    const int pair = p.sorted[tile * C::kBM + r];
     if (pair < 0) continue;
+    uint16_t* o = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
     if (kEpi == kEpiSwiglu) {
-      uint16_t* o = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int col = col_tile * (kWgBN / 2) + 8 * j + 2 * (lane & 3);
+      for (int j = 0; j < kBNw / 16; ++j) {
+        const int col = col_tile * (kBNw / 2) + 8 * j + 2 * (lane & 3);
         if (col >= p.inter) continue;
         float v[2];
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const float g = acc[4 * j + 2 * h + c], u = acc[4 * (j + 16) + 2 * h + c];
+          const float g = acc[4 * j + 2 * h + c], u = acc[4 * (j + kBNw / 16) + 2 * h + c];
           v[c] = g / (1.f + expf(-g)) * u;
         }
         *reinterpret_cast<uint32_t*>(o + col) = PackBf16x2(v[0], v[1], p.rounding);
       }
     } else {
-      uint16_t* o = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int64_t col = static_cast<int64_t>(col_tile) * kWgBN + 8 * j + 2 * (lane & 3);
+      for (int j = 0; j < kBNw / 8; ++j) {
+        const int64_t col = static_cast<int64_t>(col_tile) * kBNw + 8 * j + 2 * (lane & 3);
         if (col >= p.nw) continue;
         *reinterpret_cast<uint32_t*>(o + col) = PackBf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], p.rounding);
       }
@@ -489,14 +516,23 @@ __global__ void __launch_bounds__(kWgThreads, 1) MoeGateUpWgmmaKernel(const Gemm
   }
 }
 
-template <int kEpi>
-cudaError_t LaunchGateUpWgmma(const GemmParams& p, int64_t col_tiles, int64_t max_tiles, cudaStream_t stream) {
-  const auto kernel = MoeGateUpWgmmaKernel<kEpi>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemBytes);
+template <int kWgs, int kBNw, int kEpi>
+cudaError_t LaunchGateUpWgmmaCfg(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
+  using C = WgCfg<kWgs, kBNw>;
+  const auto kernel = MoeGateUpWgmmaKernel<kWgs, kBNw, kEpi>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(max_tiles)), kWgThreads, kWgSmemBytes,
-           stream>>>(p);
+  const int64_t col_tiles = kEpi == kEpiSwiglu ? (p.inter + kBNw / 2 - 1) / (kBNw / 2) : (p.nw + kBNw - 1) / kBNw;
+  kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(max_tiles)), C::kThreads,
+           C::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+// bm = 128: <2 warpgroups, 256 columns>; bm = 256: <4 warpgroups, 128 columns>.
+template <int kEpi>
+cudaError_t LaunchGateUpWgmma(int bm, const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
+  return bm == 256 ? LaunchGateUpWgmmaCfg<4, 128, kEpi>(p, max_tiles, stream)
+                   : LaunchGateUpWgmmaCfg<2, 256, kEpi>(p, max_tiles, stream);
 }
 
 __global__ void MoeCountKernel(const int32_t* ids, int64_t pairs, int* counts) {
@@ -595,16 +631,19 @@ double RowsPerExpert(const MoeArgs& a) {
   return static_cast<double>(pairs) / static_cast<double>(active);
 }
 
-// The wgmma kernel computes the gate/up projection (alone or inside a layer).
-bool UseWgmma(const MoeArgs& a) {
-  if (a.stage == Stage::kDown || a.gemm == Gemm::kMmaSync) return false;
-  if (a.gemm == Gemm::kWgmma) return true;
-  // Auto: only the projection alone, with no tile forced, at many rows per expert.
-  return a.stage == Stage::kGateUp && a.tile == Tile::kAuto && RowsPerExpert(a) >= 64;
+// Row tile of the wgmma gate/up kernel (128 or 256), or 0: mma.sync.
+int WgmmaRows(const MoeArgs& a) {
+  if (a.stage == Stage::kDown || a.gemm == Gemm::kMmaSync) return 0;
+  if (a.gemm == Gemm::kWgmma) return 128;
+  if (a.gemm == Gemm::kWgmmaTall) return 256;
+  // Auto: only the projection alone, with no tile forced, at many rows per
+  // expert (measured on the H200: bench/NOTES.md).
+  if (a.stage != Stage::kGateUp || a.tile != Tile::kAuto) return 0;
+  return RowsPerExpert(a) >= 128 ? 128 : 0;
 }
 
 int ChooseTile(const MoeArgs& a) {
-  if (UseWgmma(a)) return kWgBM;
+  if (const int wm = WgmmaRows(a)) return wm;
   if (a.tile != Tile::kAuto) return static_cast<int>(a.tile);
   const double rows_per_expert = RowsPerExpert(a);
   if (rows_per_expert < 12) return 16;
@@ -682,9 +721,9 @@ cudaError_t LaunchMoe(const MoeArgs& a, cudaStream_t stream) {
       g.out = a.stage == Stage::kLayer ? static_cast<void*>(h) : a.out;
       g.out_cols = sw ? a.inter : 2 * a.inter;
       if (a.stage == Stage::kLayer) g.rounding = 1;  // the stored intermediate is RTNE bf16
-      if (UseWgmma(a)) {
-        r = sw ? LaunchGateUpWgmma<kEpiSwiglu>(g, (a.inter + kWgBN / 2 - 1) / (kWgBN / 2), max_tiles, stream)
-               : LaunchGateUpWgmma<kEpiBf16>(g, (2 * a.inter + kWgBN - 1) / kWgBN, max_tiles, stream);
+      if (WgmmaRows(a) != 0) {
+        r = sw ? LaunchGateUpWgmma<kEpiSwiglu>(bm, g, max_tiles, stream)
+               : LaunchGateUpWgmma<kEpiBf16>(bm, g, max_tiles, stream);
       } else {
         r = sw ? LaunchGemmTile<kEpiSwiglu>(bm, g, (a.inter + kBN / 2 - 1) / (kBN / 2), max_tiles, stream)
                : LaunchGemmTile<kEpiBf16>(bm, g, (2 * a.inter + kBN - 1) / kBN, max_tiles, stream);

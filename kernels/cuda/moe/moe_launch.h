@@ -15,10 +15,11 @@ enum class Stage { kGateUp = 1, kDown = 2, kLayer = 3 };
 enum class Tile { kAuto = 0, k16 = 16, k64 = 64, k128 = 128 };
 
 // GEMM kernel of the gate/up projection. kAuto: wgmma for gate/up alone at
-// many rows per expert when no tile is forced, else mma.sync. kWgmma also
-// serves the gate/up half of a layer (routing in 128-row tiles; down stays
-// on mma.sync); it ignores `tile`.
-enum class Gemm { kAuto = 0, kMmaSync = 1, kWgmma = 2 };
+// many rows per expert when no tile is forced, else mma.sync. kWgmma (128 x
+// 256 tiles) and kWgmmaTall (256 x 128) also serve the gate/up half of a
+// layer (routing in 128- or 256-row tiles; down stays on mma.sync); they
+// ignore `tile`.
+enum class Gemm { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaTall = 3 };
 
 struct MoeArgs {
   Stage stage = Stage::kLayer;
