@@ -474,7 +474,9 @@ absl::StatusOr<std::unique_ptr<PreparedJob>> PrepareJob(const pb::BenchJobSpec& 
   }
 
   // Uploaded buffers replace generated inputs; Validate checks that they fit.
-  for (const auto& [name, id] : spec.inputs().buffers()) {
+  // Sorted by name so that errors are reproducible.
+  const std::map<std::string, std::string> buffers(spec.inputs().buffers().begin(), spec.inputs().buffers().end());
+  for (const auto& [name, id] : buffers) {
     if (!reader) return absl::FailedPreconditionError("this server cannot read buffers for jobs");
     absl::StatusOr<HostTensor> b = reader(id, tenant);
     if (!b.ok()) {

@@ -240,19 +240,20 @@ TEST(BenchRestartTest, KernelctlCiGate) {
   EXPECT_THAT(j1, HasSubstr("<testsuites name=\"cpu_small\""));
   EXPECT_THAT(j1, HasSubstr("failures=\"0\""));
 
-  // Against its own results with a generous limit: still passes.
+  // Against its own results with a limit far above this shared machine's
+  // timing noise: still passes.
   rc = Kernelctl(s.target(),
-                 absl::StrCat("ci --suite=", suite, " --baseline=", dir, "/r1.json --max-regression=400 --junit=", dir,
+                 absl::StrCat("ci --suite=", suite, " --baseline=", dir, "/r1.json --max-regression=100000 --junit=", dir,
                               "/j2.xml"),
                  &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_THAT(ReadAll(dir + "/j2.xml"), HasSubstr("vs baseline"));
 
-  // A baseline 100x faster: every timed variant regressed.
+  // A baseline 1000x faster: every timed variant regressed.
   auto base = LoadExportJson(dir + "/r1.json");
   ASSERT_TRUE(base.ok()) << base.status();
   for (auto& j : *base) {
-    for (auto& r : *j.mutable_results()) r.mutable_time()->set_value_ms(r.time().value_ms() / 100);
+    for (auto& r : *j.mutable_results()) r.mutable_time()->set_value_ms(r.time().value_ms() / 1000);
   }
   WriteAll(dir + "/fast.json", ExportJson(*base));
   rc = Kernelctl(s.target(),
