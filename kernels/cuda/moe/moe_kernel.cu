@@ -637,9 +637,11 @@ int WgmmaRows(const MoeArgs& a) {
   if (a.gemm == Gemm::kWgmma) return 128;
   if (a.gemm == Gemm::kWgmmaTall) return 256;
   // Auto: only the projection alone, with no tile forced, at many rows per
-  // expert (measured on the H200: bench/NOTES.md).
+  // expert. Measured on the H200 (bench/NOTES.md, Kimi shard): 128 x 256
+  // wgmma 1.7-1.74x faster than mma.sync at 73, 146 and 292 rows per expert;
+  // at ~1 row per expert (T = 8, 32) mma.sync stays faster.
   if (a.stage != Stage::kGateUp || a.tile != Tile::kAuto) return 0;
-  return RowsPerExpert(a) >= 128 ? 128 : 0;
+  return RowsPerExpert(a) >= 72 ? 128 : 0;
 }
 
 int ChooseTile(const MoeArgs& a) {
@@ -654,6 +656,10 @@ int ChooseTile(const MoeArgs& a) {
 }  // namespace
 
 const char* MoeUnsupported(const MoeArgs& a) {
+  // A layer's down half runs on the mma.sync kernel, which has no 256-row tile.
+  if (a.gemm == Gemm::kWgmmaTall && a.stage != Stage::kGateUp) {
+    return "moe: the 256-row wgmma tiling serves the gate/up projection alone";
+  }
   if (a.experts > kMaxExperts) return "moe: the cuda backend serves at most 4096 experts";
   if (a.stage != Stage::kDown && a.hidden % kBK != 0) return "moe: the cuda backend needs K (hidden) % 128 == 0";
   if (a.stage != Stage::kGateUp && a.inter % kBK != 0) return "moe: the cuda backend needs I % 128 == 0 for down";
