@@ -17,6 +17,9 @@
 // (gate and up rows of the same intermediate columns sit in the same thread),
 // or fp32 per pair for the weighted down projection, whose per-token sum runs
 // in a separate kernel in a fixed order (no float atomics).
+//
+// At many rows per expert the gate/up projection runs on a second kernel,
+// MoeGateUpWgmmaKernel (sm_90a wgmma, 128 x 256 tiles; see below).
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
