@@ -155,6 +155,9 @@ absl::StatusOr<pb::BenchJob> BenchClient::Watch(const std::string& job_id,
   const absl::Time until = timeout > absl::ZeroDuration() ? absl::Now() + timeout : absl::InfiniteFuture();
   int64_t after = 0;
   absl::Duration backoff = absl::Milliseconds(100);
+  // A server that stays away this long is not restarting.
+  constexpr absl::Duration kMaxUnavailable = absl::Minutes(2);
+  absl::Time last_contact = absl::Now();
   while (true) {
     grpc::ClientContext ctx;
     if (until != absl::InfiniteFuture()) ctx.set_deadline(absl::ToChronoTime(until));
@@ -168,6 +171,7 @@ absl::StatusOr<pb::BenchJob> BenchClient::Watch(const std::string& job_id,
     while (reader->Read(&e)) {
       after = e.seq();
       backoff = absl::Milliseconds(100);
+      last_contact = absl::Now();
       on_event(e);
       if (e.has_job() && Terminal(e.job().state())) final_job = e.job();
     }
@@ -176,7 +180,10 @@ absl::StatusOr<pb::BenchJob> BenchClient::Watch(const std::string& job_id,
       if (final_job) return *final_job;
       return Get(job_id);
     }
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() + backoff >= until) return FromGrpc(s);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() + backoff >= until ||
+        absl::Now() - last_contact > kMaxUnavailable) {
+      return FromGrpc(s);
+    }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }

@@ -30,7 +30,8 @@ class BenchClient {
 
   // Follows the job's events until it finishes and returns the final job.
   // A dropped stream (server restart) is resumed from the last event seen,
-  // retrying UNAVAILABLE until `timeout` (zero: no limit) runs out.
+  // retrying UNAVAILABLE until `timeout` (zero: no limit) runs out or the
+  // server has been unreachable for two minutes.
   absl::StatusOr<pb::BenchJob> Watch(const std::string& job_id,
                                      const std::function<void(const pb::BenchEvent&)>& on_event,
                                      absl::Duration timeout = absl::ZeroDuration());
