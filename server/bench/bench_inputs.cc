@@ -390,7 +390,7 @@ std::string ShapeDesc(const pb::BenchJobSpec& spec) {
   return "";
 }
 
-absl::Status ValidateSpec(const pb::BenchJobSpec& spec) {
+absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops) {
   KS_ASSIGN_OR_RETURN(auto descs, SpecDescs(spec));
   if (spec.inputs().kind() == pb::INPUT_LONG_TAIL && spec.op() != pb::OP_ATTENTION &&
       spec.op() != pb::OP_FP8_ATTENTION) {
@@ -418,7 +418,9 @@ absl::Status ValidateSpec(const pb::BenchJobSpec& spec) {
     }
   }
   if (spec.op() == pb::OP_MLA_DECODE) job.host_call.mla.kv_scale = 1.0;
-  return BuildCall(spec, &job);
+  KS_RETURN_IF_ERROR(BuildCall(spec, &job));
+  if (flops != nullptr) *flops = job.flops;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<PreparedJob>> PrepareJob(const pb::BenchJobSpec& spec,

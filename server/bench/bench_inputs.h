@@ -40,8 +40,8 @@ struct PreparedJob {
 
 // Checks the spec without generating its inputs: a known op with the right
 // shape message, positive dims, and the op's shared Validate. Messages name
-// the spec field.
-absl::Status ValidateSpec(const pb::BenchJobSpec& spec);
+// the spec field. `flops` (optional) receives the FLOPs of one launch.
+absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops = nullptr);
 
 // Human-readable shape ("B=1 Hq=8 Hkv=8 Sq=512 Skv=512 D=128 causal").
 std::string ShapeDesc(const pb::BenchJobSpec& spec);

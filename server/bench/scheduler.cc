@@ -257,12 +257,22 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec) const 
     return absl::InvalidArgumentError(
         "spec.op: expected attention, fp8_attention, mla_decode, moe_gateup, moe_down or moe_layer");
   }
-  KS_RETURN_IF_ERROR(ValidateSpec(spec));
+  double flops = 0;
+  KS_RETURN_IF_ERROR(ValidateSpec(spec, &flops));
   const BenchOp op = static_cast<BenchOp>(spec.op());
   std::set<std::string> seen;
   for (const std::string& name : spec.variants()) {
     absl::StatusOr<const Variant*> v = registry_.Find(op, name);
     if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.variants: ", v.status().message()));
+    // Host variants run the whole fp64 oracle; at this size that takes hours
+    // and the gate compares every variant with the oracle anyway.
+    if ((*v)->on_host && flops > 25 * options_.max_gate_flops) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "spec.variants: \"%s\" runs the fp64 oracle on the host, %.3g FLOPs per launch here; it is "
+          "allowed up to %.3g (25x --bench_max_gate_gflops). The correctness gate already compares every "
+          "variant with the oracle",
+          name, flops, 25 * options_.max_gate_flops));
+    }
     if (!seen.insert(name).second) {
       return absl::InvalidArgumentError(absl::StrCat("spec.variants: \"", name, "\" is listed twice"));
     }

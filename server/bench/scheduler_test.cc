@@ -338,6 +338,14 @@ TEST_F(SchedulerTest, RejectsBadSpecsWithClearMessages) {
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("no variant \"cuda\""));
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("oracle"));
 
+  BenchOptions small_gate;
+  small_gate.max_gate_flops = 1e3;
+  auto s2 = Make(small_gate);
+  r = s2->Submit(AttentionSpec({"cpu", "oracle"}));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("runs the fp64 oracle on the host"));
+  EXPECT_TRUE(s2->Submit(AttentionSpec({"cpu"})).ok());
+
   pb::BenchJobSpec bad = AttentionSpec({"cpu"});
   bad.mutable_attention()->set_heads_kv(3);  // Hq=2 not a multiple
   r = s->Submit(bad);
