@@ -11,12 +11,16 @@
 #include "grpcpp/support/interceptor.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "kernels/api/backend.h"
+#include "kernelserve/v1/bench.pb.h"
+#include "server/bench/scheduler.h"
 #include "server/metrics/grpc_metrics.h"
 #include "server/security/tls.h"
 #include "server/server.h"
 #include "server/server_state.h"
 
 namespace kernelserve {
+
+namespace pb = ::kernelserve::v1;
 
 absl::StatusOr<NodeSecurity> SetUpNodeSecurity(const ServerOptions& options) {
   NodeSecurity node;
@@ -148,6 +152,28 @@ absl::Status NodeEndpoints::Start(const std::string& metrics_listen, const std::
   }
   http_ = *std::move(http);
   return absl::OkStatus();
+}
+
+void NodeEndpoints::WatchJobs(bench::BenchScheduler* scheduler) {
+  if (scheduler == nullptr) return;
+  registry_.AddCollector([scheduler](metrics::Registry* r) {
+    pb::ListBenchRequest request;
+    request.add_states(pb::JOB_QUEUED);
+    request.add_states(pb::JOB_RUNNING);
+    request.set_limit(1 << 20);
+    request.set_summary(true);
+    std::map<std::string, std::pair<int64_t, int64_t>> counts;  // tenant -> queued, running
+    for (const pb::BenchJob& job : scheduler->List(request)) {
+      auto& c = counts[job.tenant()];
+      (job.state() == pb::JOB_QUEUED ? c.first : c.second) += 1;
+    }
+    r->Clear(metrics::kJobsQueued);
+    r->Clear(metrics::kJobsRunning);
+    for (const auto& [tenant, c] : counts) {
+      r->Set(metrics::kJobsQueued, {{"tenant", tenant}}, static_cast<double>(c.first));
+      r->Set(metrics::kJobsRunning, {{"tenant", tenant}}, static_cast<double>(c.second));
+    }
+  });
 }
 
 void NodeEndpoints::PollHealth(ServerState* state) {

@@ -27,6 +27,9 @@ namespace kernelserve {
 
 class Backend;
 class ServerState;
+namespace bench {
+class BenchScheduler;
+}  // namespace bench
 struct ServerOptions;
 
 struct NodeSecurity {
@@ -50,6 +53,8 @@ class NodeEndpoints {
   // follows state->AnyHealthy() (polled every 250 ms) until SetShuttingDown().
   absl::Status Start(const std::string& metrics_listen, const std::string& health_listen,
                      ServerState* state, Backend* backend);
+  // Jobs queued and running per tenant, read at each scrape.
+  void WatchJobs(bench::BenchScheduler* scheduler);
   // Health port answers NOT_SERVING from now on (draining).
   void SetShuttingDown();
   void Stop();

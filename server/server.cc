@@ -111,6 +111,7 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   builder.AddListeningPort(options.listen, node->credentials, &server->port_);
   // Interceptors (metrics, undecodable requests); ports only where configured.
   server->endpoints_ = std::make_unique<NodeEndpoints>(&builder);
+  server->endpoints_->WatchJobs(server->bench_.get());
   // A message over the limit gets RESOURCE_EXHAUSTED from gRPC itself.
   builder.SetMaxReceiveMessageSize(options.max_message_mb << 20);
   builder.SetMaxSendMessageSize(options.max_message_mb << 20);
@@ -154,6 +155,13 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
   bench::BenchOptions bench_options = options.bench;
   bench_options.data_dir = options.data_dir;
   bench_options.server_version = kServerVersion;
+  security::TenantLimiter* limiter = &state_->gate().limiter();
+  bench_options.submit_check = [limiter](const std::string& tenant, int64_t queued) {
+    return limiter->CheckSubmitJob(security::Tenant{tenant, false}, queued);
+  };
+  bench_options.may_start = [limiter](const std::string& tenant, int64_t running) {
+    return limiter->MayStartJob(security::Tenant{tenant, false}, running);
+  };
   ServerState* state = state_.get();
   auto runner = [state](int device, std::function<absl::Status()> fn) {
     return state->RunOnDevice(device, nullptr, std::move(fn));
@@ -180,8 +188,10 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
                        std::string* tenant) -> absl::Status {
     auto admission = state->Admit(ctx, stream);
     if (!admission.ok()) return admission.status();
+    // Admins act on every tenant's jobs (list, get, watch, cancel); what they
+    // submit belongs to no tenant, like jobs without authentication.
+    *tenant = admission->tenant.admin ? "" : admission->tenant.name;
     *hold = std::make_shared<security::CallGate::Admission>(std::move(*admission));
-    *tenant = state->TenantOf(ctx);
     return absl::OkStatus();
   };
   bench_service_ = std::make_unique<bench::BenchServiceImpl>(bench_.get(), admit);

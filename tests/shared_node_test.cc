@@ -22,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include "gtest/gtest.h"
+#include "kernelserve/v1/bench.grpc.pb.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
@@ -483,6 +484,122 @@ TEST(SharedNodeTls, PlaintextHealthPortForProbes) {
   if (after.ok()) {
     EXPECT_EQ(reply, std::string("\x08\x02", 2));  // NOT_SERVING
   }
+}
+
+std::string Scrape(int port);
+
+// Benchmark jobs: another tenant's job is NOT_FOUND on every call (as a job
+// that never existed), admins see and cancel everyone's, max_queued_jobs is
+// enforced, and the jobs gauges show them per tenant.
+TEST(SharedNodeJobs, TenantsAdminsAndQueueLimit) {
+  const std::string limits = TempPath("job_limits");
+  std::ofstream(limits) << "alice max_queued_jobs=1\n";
+  ServerOptions options;
+  options.security.tokens_file = WriteTokens();
+  options.security.limits_file = limits;
+  options.metrics_listen = "127.0.0.1:0";
+  options.bench.min_warmin_s = 0.05;
+  options.bench.min_window_s = 0.1;
+  auto server = Start(options);
+  ASSERT_NE(server, nullptr);
+  auto stub = pb::BenchService::NewStub(testing::Connect(server->port()));
+  auto call = [&](const std::string& token) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    ctx->AddMetadata("authorization", "Bearer " + token);
+    return ctx;
+  };
+  auto submit = [&](const std::string& token, double window_s, pb::BenchJob* job) {
+    pb::SubmitBenchRequest req;
+    pb::BenchJobSpec& s = *req.mutable_spec();
+    s.set_name("sustained");
+    s.set_op(pb::OP_ATTENTION);
+    s.mutable_attention()->set_batch(1);
+    s.mutable_attention()->set_heads_q(1);
+    s.mutable_attention()->set_seq_q(16);
+    s.mutable_attention()->set_head_dim(64);
+    s.add_variants("cpu");
+    s.mutable_method()->set_method(pb::METHOD_SUSTAINED);
+    s.mutable_method()->set_warmin_s(0.05);
+    s.mutable_method()->set_window_s(window_s);
+    return stub->Submit(call(token).get(), req, job);
+  };
+  auto get = [&](const std::string& token, const std::string& id, pb::BenchJob* job) {
+    pb::GetBenchRequest req;
+    req.set_job_id(id);
+    return stub->Get(call(token).get(), req, job);
+  };
+  auto cancel = [&](const std::string& token, const std::string& id) {
+    pb::CancelBenchRequest req;
+    req.set_job_id(id);
+    pb::BenchJob job;
+    return stub->Cancel(call(token).get(), req, &job);
+  };
+  auto list = [&](const std::string& token) {
+    pb::ListBenchRequest req;
+    pb::ListBenchResponse resp;
+    EXPECT_TRUE(stub->List(call(token).get(), req, &resp).ok());
+    std::vector<std::string> ids;
+    for (const auto& j : resp.jobs()) ids.push_back(j.id());
+    return ids;
+  };
+  auto watch = [&](const std::string& token, const std::string& id) {
+    pb::WatchBenchRequest req;
+    req.set_job_id(id);
+    auto ctx = call(token);
+    auto reader = stub->Watch(ctx.get(), req);
+    pb::BenchEvent e;
+    while (reader->Read(&e)) {
+    }
+    return reader->Finish();
+  };
+
+  pb::BenchJob running, queued, job;
+  ASSERT_TRUE(submit("tok-alice", 30, &running).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  do {
+    ASSERT_TRUE(get("tok-alice", running.id(), &job).ok());
+  } while (job.state() != pb::JOB_RUNNING && absl::Now() < give_up);
+  ASSERT_EQ(job.state(), pb::JOB_RUNNING);
+  ASSERT_TRUE(submit("tok-alice", 0.1, &queued).ok());  // 0 queued before it
+  grpc::Status over = submit("tok-alice", 0.1, &job);   // 1 queued: at the limit
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "max_queued_jobs")) << over.error_message();
+
+  // bob: every call on alice's job answers what a job that never existed answers.
+  const std::string ghost = "job-00000000000000000000000000";
+  for (const std::string& id : {running.id(), queued.id()}) {
+    grpc::Status real = get("tok-bob", id, &job), none = get("tok-bob", ghost, &job);
+    EXPECT_EQ(real.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(real.error_message(), absl::StrReplaceAll(none.error_message(), {{ghost, id}}));
+    real = cancel("tok-bob", id);
+    none = cancel("tok-bob", ghost);
+    EXPECT_EQ(real.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(real.error_message(), absl::StrReplaceAll(none.error_message(), {{ghost, id}}));
+    real = watch("tok-bob", id);
+    none = watch("tok-bob", ghost);
+    EXPECT_EQ(real.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(real.error_message(), absl::StrReplaceAll(none.error_message(), {{ghost, id}}));
+  }
+  EXPECT_TRUE(list("tok-bob").empty());
+  EXPECT_EQ(list("tok-alice").size(), 2u);
+
+  // Metrics: one running and one queued job of alice.
+  const std::string text = Scrape(server->metrics_port());
+  EXPECT_TRUE(absl::StrContains(text, "kernelserve_jobs_running{tenant=\"alice\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kernelserve_jobs_queued{tenant=\"alice\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kernelserve_limit_rejections_total{limit=\"max_queued_jobs\"} 1\n"))
+      << text;
+
+  // ops (admin) sees both and cancels them.
+  const std::vector<std::string> all = list("tok-ops");
+  EXPECT_EQ(all.size(), 2u);
+  ASSERT_TRUE(get("tok-ops", running.id(), &job).ok());
+  EXPECT_EQ(job.tenant(), "alice");
+  EXPECT_TRUE(cancel("tok-ops", queued.id()).ok());
+  EXPECT_TRUE(cancel("tok-ops", running.id()).ok());
+  ASSERT_TRUE(get("tok-alice", running.id(), &job).ok());
+  EXPECT_EQ(job.state(), pb::JOB_CANCELLED);
 }
 
 std::string Scrape(int port) {

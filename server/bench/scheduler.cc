@@ -232,8 +232,13 @@ void BenchScheduler::RefreshPositionsLocked(int device) {
 
 std::shared_ptr<BenchScheduler::Job> BenchScheduler::NextLocked(int device) {
   std::shared_ptr<Job> best;
+  std::map<std::string, int64_t> running;  // per tenant, for options_.may_start
+  if (options_.may_start) {
+    for (const auto& [id, j] : jobs_) running[j->job.tenant()] += j->job.state() == pb::JOB_RUNNING;
+  }
   for (auto& [id, j] : jobs_) {
     if (j->job.state() != pb::JOB_QUEUED || j->job.spec().device() != device) continue;
+    if (options_.may_start && !options_.may_start(j->job.tenant(), running[j->job.tenant()])) continue;
     if (!best || j->job.spec().priority() > best->job.spec().priority() ||
         (j->job.spec().priority() == best->job.spec().priority() && j->order < best->order)) {
       best = j;
@@ -331,6 +336,11 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const
         (j->job.state() == pb::JOB_QUEUED || j->job.state() == pb::JOB_RUNNING)) {
       ++active;
     }
+  }
+  if (options_.submit_check) {
+    int64_t queued = 0;
+    for (const auto& [id, j] : jobs_) queued += j->job.tenant() == tenant && j->job.state() == pb::JOB_QUEUED;
+    KS_RETURN_IF_ERROR(options_.submit_check(tenant, queued));
   }
   if (active >= options_.max_jobs_per_submitter) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -542,6 +552,7 @@ void BenchScheduler::Finish(const std::shared_ptr<Job>& j, const absl::Status& s
     e.set_message(job.error());
   }
   EmitLocked(*j, std::move(e), true);
+  if (options_.may_start) work_cv_.SignalAll();  // another device may start this tenant's next job
 }
 
 namespace {

@@ -59,6 +59,11 @@ struct BenchOptions {
   std::string data_dir;  // holds bench.db; "" keeps jobs in memory only
   std::string server_version = "dev";
   int max_jobs_per_submitter = 8;     // queued + running
+  // Per-tenant job limits (server/security/limits.h), set by the server; null: none.
+  // submit_check(tenant, its queued jobs): OK or RESOURCE_EXHAUSTED naming the limit.
+  std::function<absl::Status(const std::string&, int64_t)> submit_check;
+  // may_start(tenant, its running jobs): false keeps the job queued for now.
+  std::function<bool(const std::string&, int64_t)> may_start;
   double default_time_limit_s = 900;  // when a job gives none
   double max_time_limit_s = 3600;
   double min_warmin_s = 1.0;   // sustained: at least this warm-in (tests lower it)

@@ -245,6 +245,11 @@ absl::Status TenantLimiter::CheckStartJob(const Tenant& tenant, int64_t running)
                    static_cast<double>(l.max_running_jobs));
 }
 
+bool TenantLimiter::MayStartJob(const Tenant& tenant, int64_t running) const {
+  const TenantLimits& l = LimitsFor(tenant);
+  return l.max_running_jobs <= 0 || running < l.max_running_jobs;
+}
+
 std::map<std::string, int64_t> TenantLimiter::rejections() const {
   absl::MutexLock lock(&mu_);
   return rejections_;

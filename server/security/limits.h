@@ -84,6 +84,8 @@ class TenantLimiter {
   absl::Status CheckSubmitJob(const Tenant& tenant, int64_t queued) const;
   // Before starting a queued job (the scheduler skips it while this fails).
   absl::Status CheckStartJob(const Tenant& tenant, int64_t running) const;
+  // The same without counting a rejection (the scheduler asks repeatedly).
+  bool MayStartJob(const Tenant& tenant, int64_t running) const;
 
   // Overruns so far by limit name (for metrics).
   std::map<std::string, int64_t> rejections() const;
