@@ -17,6 +17,9 @@ import time
 import numpy as np
 
 
+STRICT = True
+
+
 def to_bf16(x):
     """Round float32 values to bf16 with round-to-nearest-even; returns float64."""
     bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
@@ -105,14 +108,27 @@ def check_case(kernelctl, port, workdir, rng, case):
     if not np.all(np.isfinite(o)):
         return "output has NaN/Inf"
     err = np.abs(o - ref)
-    tol = 2.0 ** -7 * np.abs(ref) + 1e-5 * np.max(np.abs(ref))
-    worst = np.argmax(err - tol)
-    if np.any(err > tol):
-        return "element %d: kernelctl %r, numpy %r" % (worst, o.flat[worst], ref.flat[worst])
     rel = np.linalg.norm(o - ref) / np.linalg.norm(ref)
-    if rel > 4e-3:
+    rms = np.sqrt(np.mean(ref * ref))
+    if STRICT:
+        # fp32 probabilities (the CPU backend): one bf16 rounding of the output,
+        # plus fp32 cancellation where an output is near zero (scale: the rms).
+        tol = 2.0 ** -7 * np.maximum(np.abs(ref), rms)
+        max_rel = 4e-3
+    else:
+        # GPU kernels round P to bf16 before the PV product, as FlashAttention
+        # does: the documented CUDA tolerance (kernels/cuda/attention), 16 bf16
+        # ulps of max(|ref|, rms) per element and 5e-3 relative RMS.
+        tol = 16 * 2.0 ** -8 * np.maximum(np.abs(ref), rms)
+        max_rel = 5e-3
+    worst = np.argmax(err - tol)
+    ulps = np.max(err / (2.0 ** -8 * np.maximum(np.abs(ref), rms)))
+    if np.any(err > tol):
+        return "element %d: kernelctl %r, numpy %r (rel_rms %.3g, worst %.1f ulps)" % (
+            worst, o.flat[worst], ref.flat[worst], rel, ulps)
+    if rel > max_rel:
         return "relative RMS error %g" % rel
-    print("ok %s rel_rms=%.3g" % (case, rel))
+    print("ok %s rel_rms=%.3g worst=%.1f ulps" % (case, rel, ulps))
     return None
 
 
@@ -123,6 +139,8 @@ def main():
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--large", action="store_true", help="add GPU-sized cases")
     args = ap.parse_args()
+    global STRICT
+    STRICT = args.backend == "cpu"
     workdir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
     seed = int.from_bytes(os.urandom(8), "little")
     print("seed", seed)
