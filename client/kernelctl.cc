@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/kernelctl_bench.h"
@@ -767,7 +768,8 @@ void PrintMainUsage(std::ostream& os) {
   os << "usage: kernelctl [--server=HOST:PORT] [--timeout=SECONDS] [--token=TOKEN] [--max-message-mb=N]\n"
         "                 SUBCOMMAND [flags]\n\n"
         "global flags:\n"
-        "  --server=HOST:PORT   server address (default $KERNELSERVE_SERVER or 127.0.0.1:50051)\n"
+        "  --server=HOST:PORT   server address (default $KERNELSERVE_SERVER or 127.0.0.1:50051);\n"
+        "                       A,B,...: devices, health and jobs list run on each server in turn\n"
         "  --timeout=SECONDS    deadline of each call (default 60)\n"
         "  --token=TOKEN        bearer token (default $KERNELSERVE_TOKEN)\n"
         "  --tls-ca=FILE        TLS: PEM CA that signed the server certificate (turns TLS on)\n"
@@ -870,6 +872,31 @@ int Main(int argc, char** argv) {
   if (!rest.empty() && (rest[0] == "--help" || rest[0] == "-h")) {
     env.help = true;
     return c->run(env, {});
+  }
+  // A fleet: --server=A,B,... runs the read-only listings on each server in
+  // turn under a "== A ==" header; the exit status is the worst one. (An
+  // "ipv4:a,b" / "ipv6:" gRPC target is one balanced channel, not a list.)
+  const std::string& target = env.options.target;
+  if (absl::StrContains(target, ',') && !absl::StartsWith(target, "ipv4:") &&
+      !absl::StartsWith(target, "ipv6:")) {
+    const bool listing = name == "devices" || name == "health" ||
+                         (name == "jobs" && (rest.empty() || rest[0] == "list" || rest[0] == "variants"));
+    if (!listing) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+                      "several --server addresses work with devices, health and jobs list only; "
+                      "run \"", name, "\" against one server")),
+                  2);
+    }
+    int worst = 0;
+    for (absl::string_view one : absl::StrSplit(target, ',', absl::SkipEmpty())) {
+      std::cout << "== " << one << " ==\n" << std::flush;
+      Env node;
+      node.options = env.options;
+      node.options.target = std::string(one);
+      worst = std::max(worst, c->run(node, rest));
+      std::cout << std::flush;
+    }
+    return worst;
   }
   return c->run(env, rest);
 }

@@ -27,6 +27,7 @@
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
 #include "kernelserve/v1/tensor.grpc.pb.h"
+#include "client/client.h"
 #include "server/security/test_certs.h"
 #include "server/security/tls.h"
 #include "server/security/tokens.h"
@@ -647,6 +648,35 @@ TEST(SharedNodeMetrics, EndpointShowsCallsMemoryPerTenantAndDevices) {
     EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n--- scrape:\n" << text;
   }
   EXPECT_FALSE(absl::StrContains(text, "tok-")) << "no secret in metrics";
+}
+
+// A fleet behind one name: the client library's round_robin policy spreads
+// calls over every address (here an ipv4: list; a dns:/// name with several
+// A records, like the headless Service, resolves the same way).
+TEST(SharedNodeFleet, RoundRobinSpreadsCallsOverServers) {
+  ServerOptions options;
+  options.metrics_listen = "127.0.0.1:0";
+  auto a = Start(options);
+  auto b = Start(options);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  ClientOptions client_options;
+  client_options.target = absl::StrCat("ipv4:127.0.0.1:", a->port(), ",127.0.0.1:", b->port());
+  client_options.load_balancing = "round_robin";
+  auto client = Client::Connect(client_options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE((*client)->Devices().ok());
+  const std::string line =
+      "kernelserve_grpc_calls_total{service=\"kernelserve.v1.DeviceService\",method=\"List\",code=\"OK\"} ";
+  int total = 0;
+  for (KernelServer* s : {a.get(), b.get()}) {
+    const std::string text = Scrape(s->metrics_port());
+    const size_t at = text.find(line);
+    ASSERT_NE(at, std::string::npos) << "a server got no call:\n" << text;
+    const int n = std::atoi(text.c_str() + at + line.size());
+    EXPECT_GE(n, 3) << "round robin should give each server about half";
+    total += n;
+  }
+  EXPECT_EQ(total, 10);
 }
 
 }  // namespace
