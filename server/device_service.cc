@@ -1,37 +1,69 @@
+#include "absl/strings/str_cat.h"
 #include "server/call_log.h"
+#include "server/security/auth.h"
 #include "server/services.h"
+#include "spdlog/spdlog.h"
 
 namespace kernelserve {
+
+namespace {
+
+void FillDevice(ServerState* state, int d, pb::Device* out) {
+  Backend& backend = state->backend();
+  const DeviceInfo info = backend.GetDeviceInfo(d);
+  out->set_index(d);
+  out->set_backend(info.backend.empty() ? backend.Name() : info.backend);
+  out->set_name(info.name);
+  out->set_memory_total_bytes(info.memory_total_bytes);
+  out->set_memory_used_bytes(state->accountant().used(d));
+  out->set_memory_limit_bytes(state->accountant().limit(d));
+  const bool healthy = state->healthy(d) && info.healthy;
+  out->set_state(healthy ? pb::HEALTHY : pb::UNHEALTHY);
+  if (!healthy) {
+    const std::string reason = state->health_reason(d);
+    out->set_state_reason(reason.empty() ? info.health_reason : reason);
+  } else if (const std::string drain = state->draining_reason(d); !drain.empty()) {
+    out->set_state(pb::DRAINING);
+    out->set_state_reason(drain);
+  }
+  out->set_compute_units(info.compute_units);
+  out->set_clock_mhz(info.clock_mhz);
+  out->set_memory_clock_mhz(info.memory_clock_mhz);
+  out->set_driver(info.driver);
+  out->set_queue_depth(state->worker(d).queue_depth());
+  out->set_queue_capacity(state->worker(d).queue_capacity());
+}
+
+}  // namespace
 
 grpc::Status DeviceServiceImpl::List(grpc::ServerContext* ctx, const pb::ListDevicesRequest* req,
                                      pb::ListDevicesResponse* resp) {
   CallLog log("DeviceService.List", ctx);
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
-  Backend& backend = state_->backend();
-  for (int d = 0; d < state_->device_count(); ++d) {
-    const DeviceInfo info = backend.GetDeviceInfo(d);
-    pb::Device* out = resp->add_devices();
-    out->set_index(d);
-    out->set_backend(info.backend.empty() ? backend.Name() : info.backend);
-    out->set_name(info.name);
-    out->set_memory_total_bytes(info.memory_total_bytes);
-    out->set_memory_used_bytes(state_->accountant().used(d));
-    out->set_memory_limit_bytes(state_->accountant().limit(d));
-    const bool healthy = state_->healthy(d) && info.healthy;
-    out->set_state(healthy ? pb::HEALTHY : pb::UNHEALTHY);
-    if (!healthy) {
-      const std::string reason = state_->health_reason(d);
-      out->set_state_reason(reason.empty() ? info.health_reason : reason);
-    }
-    out->set_compute_units(info.compute_units);
-    out->set_clock_mhz(info.clock_mhz);
-    out->set_memory_clock_mhz(info.memory_clock_mhz);
-    out->set_driver(info.driver);
-    out->set_queue_depth(state_->worker(d).queue_depth());
-    out->set_queue_capacity(state_->worker(d).queue_capacity());
-  }
+  for (int d = 0; d < state_->device_count(); ++d) FillDevice(state_, d, resp->add_devices());
   resp->set_server_version(kServerVersion);
+  return log.Done(absl::OkStatus());
+}
+
+grpc::Status DeviceServiceImpl::Drain(grpc::ServerContext* ctx, const pb::DrainDeviceRequest* req,
+                                      pb::Device* resp) {
+  CallLog log("DeviceService.Drain", ctx);
+  auto admission = state_->Admit(ctx);
+  if (!admission.ok()) return log.Done(admission.status());
+  absl::Status admin = security::Authenticator::RequireAdmin(admission->tenant, "DeviceService.Drain");
+  if (!admin.ok()) return log.Done(admin);
+  if (req->index() < 0 || req->index() >= state_->device_count()) {
+    return log.Done(absl::InvalidArgumentError(absl::StrCat(
+        "index: expected a device index in [0, ", state_->device_count(), "), got ", req->index())));
+  }
+  const std::string reason = req->undrain() ? ""
+                             : req->reason().empty() ? std::string("drained by an admin")
+                                                     : req->reason();
+  state_->SetDraining(req->index(), reason);
+  spdlog::info("device {} {} by tenant \"{}\"{}", req->index(), req->undrain() ? "returned to service" : "draining",
+               admission->tenant.name, reason.empty() ? "" : absl::StrCat(": ", reason));
+  FillDevice(state_, req->index(), resp);
   return log.Done(absl::OkStatus());
 }
 

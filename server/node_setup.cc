@@ -124,6 +124,7 @@ absl::Status NodeEndpoints::Start(const std::string& metrics_listen, const std::
       r->Set(metrics::kQueueDepth, dev, worker.queue_depth());
       r->Set(metrics::kQueueCapacity, dev, worker.queue_capacity());
       r->Set(metrics::kDeviceHealthy, dev, state->healthy(d) ? 1 : 0);
+      r->Set(metrics::kDeviceDraining, dev, state->draining_reason(d).empty() ? 0 : 1);
       r->Set(metrics::kDeviceMemoryUsed, dev, static_cast<double>(state->accountant().used(d)));
       r->Set(metrics::kDeviceMemoryLimit, dev, static_cast<double>(state->accountant().limit(d)));
       const WorkerStats s = worker.stats();

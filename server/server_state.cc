@@ -22,6 +22,7 @@ ServerState::ServerState(Backend* backend, StateOptions options)
   }
   absl::MutexLock lock(&mu_);
   unhealthy_reason_.assign(n, "");
+  draining_reason_.assign(n, "");
   for (int d = 0; d < n; ++d) {
     DeviceInfo info = backend_->GetDeviceInfo(d);
     if (!info.healthy) {
@@ -50,7 +51,21 @@ absl::Status ServerState::CheckDevice(absl::string_view field, int device) const
     return absl::UnavailableError(
         absl::StrCat("device ", device, " is unhealthy: ", unhealthy_reason_[device]));
   }
+  if (!draining_reason_[device].empty()) {
+    return absl::UnavailableError(absl::StrCat("device ", device, " is draining (",
+                                               draining_reason_[device], "); use another device"));
+  }
   return absl::OkStatus();
+}
+
+void ServerState::SetDraining(int device, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (device >= 0 && device < static_cast<int>(draining_reason_.size())) draining_reason_[device] = reason;
+}
+
+std::string ServerState::draining_reason(int device) const {
+  absl::MutexLock lock(&mu_);
+  return device >= 0 && device < static_cast<int>(draining_reason_.size()) ? draining_reason_[device] : "";
 }
 
 absl::Status ServerState::RunOnDevice(int device, grpc::ServerContext* ctx,

@@ -72,6 +72,10 @@ class ServerState {
   bool healthy(int device) const;
   std::string health_reason(int device) const;
   void MarkUnhealthy(int device, const std::string& reason);
+  // Draining (admin): CheckDevice refuses new work with UNAVAILABLE. An empty
+  // reason returns the device to service.
+  void SetDraining(int device, const std::string& reason);
+  std::string draining_reason(int device) const;  // "" when not draining
   // Called (without locks held) whenever a device's health changes.
   void SetHealthListener(std::function<void()> listener);
   bool AnyHealthy() const;
@@ -87,6 +91,7 @@ class ServerState {
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
   mutable absl::Mutex mu_;
   std::vector<std::string> unhealthy_reason_ ABSL_GUARDED_BY(mu_);  // "" = healthy
+  std::vector<std::string> draining_reason_ ABSL_GUARDED_BY(mu_);   // "" = in service
   std::function<void()> health_listener_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -69,6 +69,9 @@ class DeviceServiceImpl final : public pb::DeviceService::Service {
   explicit DeviceServiceImpl(ServerState* state) : state_(state) {}
   grpc::Status List(grpc::ServerContext* ctx, const pb::ListDevicesRequest* req,
                     pb::ListDevicesResponse* resp) override;
+  // Admin only (PERMISSION_DENIED otherwise).
+  grpc::Status Drain(grpc::ServerContext* ctx, const pb::DrainDeviceRequest* req,
+                     pb::Device* resp) override;
 
  private:
   ServerState* state_;

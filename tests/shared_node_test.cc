@@ -650,6 +650,40 @@ TEST(SharedNodeMetrics, EndpointShowsCallsMemoryPerTenantAndDevices) {
   EXPECT_FALSE(absl::StrContains(text, "tok-")) << "no secret in metrics";
 }
 
+// Device drain is admin only; a drained device refuses new work with
+// UNAVAILABLE while downloads still work; undrain returns it to service.
+TEST_F(SharedNodeTest, DrainIsAdminOnly) {
+  auto devices = pb::DeviceService::NewStub(channel_);
+  auto drain = [&](const std::string& token, bool undrain, pb::Device* out) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    pb::DrainDeviceRequest req;
+    req.set_index(0);
+    req.set_undrain(undrain);
+    req.set_reason("maintenance");
+    return devices->Drain(&ctx, req, out);
+  };
+  As alice(channel_, "tok-alice");
+  pb::BufferInfo buf;
+  ASSERT_TRUE(alice.Upload(testing::RandomBf16({64}, 1), &buf).ok());
+  pb::Device d;
+  grpc::Status denied = drain("tok-alice", false, &d);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(absl::StrContains(denied.error_message(), "admin")) << denied.error_message();
+  EXPECT_EQ(drain("", false, &d).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(drain("tok-ops", false, &d).ok());
+  EXPECT_EQ(d.state(), pb::DRAINING);
+  EXPECT_EQ(d.state_reason(), "maintenance");
+  grpc::Status refused = alice.Upload(testing::RandomBf16({64}, 2));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "draining")) << refused.error_message();
+  EXPECT_EQ(alice.AttentionOnBuffer(buf.id()).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(alice.Download(buf.id()).ok()) << "data stays reachable while draining";
+  ASSERT_TRUE(drain("tok-ops", true, &d).ok());
+  EXPECT_EQ(d.state(), pb::HEALTHY);
+  EXPECT_TRUE(alice.Upload(testing::RandomBf16({64}, 2)).ok());
+}
+
 // A fleet behind one name: the client library's round_robin policy spreads
 // calls over every address (here an ipv4: list; a dns:/// name with several
 // A records, like the headless Service, resolves the same way).

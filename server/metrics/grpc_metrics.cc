@@ -75,6 +75,7 @@ void DeclareServerMetrics(Registry* r) {
   r->DeclareGauge(kQueueDepth, "Calls waiting in a device worker's queue.");
   r->DeclareGauge(kQueueCapacity, "Capacity of a device worker's queue.");
   r->DeclareGauge(kDeviceHealthy, "1 when the device serves calls, 0 when marked unhealthy.");
+  r->DeclareGauge(kDeviceDraining, "1 while an admin drains the device (new work refused).");
   r->DeclareGauge(kDeviceMemoryUsed, "Accounted device memory held by buffers and pools, bytes.");
   r->DeclareGauge(kDeviceMemoryLimit, "Device memory accounting limit, bytes.");
   r->DeclareCounter(kWorkerTasks,

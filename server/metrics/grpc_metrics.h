@@ -19,6 +19,7 @@ inline constexpr char kCallsInFlight[] = "kernelserve_grpc_calls_in_flight";
 inline constexpr char kQueueDepth[] = "kernelserve_device_queue_depth";
 inline constexpr char kQueueCapacity[] = "kernelserve_device_queue_capacity";
 inline constexpr char kDeviceHealthy[] = "kernelserve_device_healthy";
+inline constexpr char kDeviceDraining[] = "kernelserve_device_draining";
 inline constexpr char kDeviceMemoryUsed[] = "kernelserve_device_memory_used_bytes";
 inline constexpr char kDeviceMemoryLimit[] = "kernelserve_device_memory_limit_bytes";
 inline constexpr char kWorkerTasks[] = "kernelserve_device_worker_tasks_total";
