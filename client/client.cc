@@ -376,6 +376,18 @@ absl::StatusOr<v1::ListDevicesResponse> Client::Devices(const CallOptions& call)
   return resp;
 }
 
+absl::StatusOr<v1::Device> Client::DrainDevice(int index, bool undrain, const std::string& reason,
+                                               const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  v1::DrainDeviceRequest req;
+  req.set_index(index);
+  req.set_undrain(undrain);
+  req.set_reason(reason);
+  v1::Device resp;
+  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->devices->Drain(ctx, req, &resp); }));
+  return resp;
+}
+
 absl::StatusOr<HealthState> Client::Health(const std::string& service, const CallOptions& call) {
   CallCtx c = MakeCtx(options_, call);
   // grpc.health.v1.HealthCheckRequest{service = 1} / HealthCheckResponse{status = 1},

@@ -201,6 +201,9 @@ class Client {
   absl::StatusOr<v1::ListDevicesResponse> Devices(const CallOptions& call = {});
   // grpc.health.v1 Check; `service` "" is the whole server.
   absl::StatusOr<HealthState> Health(const std::string& service = "", const CallOptions& call = {});
+  // Admin only: drain device `index` (new work refused) or, with undrain, return it to service.
+  absl::StatusOr<v1::Device> DrainDevice(int index, bool undrain, const std::string& reason = "",
+                                         const CallOptions& call = {});
 
   // ------------------------------------------------------------ buffers
   // Uploads in chunks of ClientOptions::chunk_bytes (client streaming).

@@ -181,6 +181,31 @@ int CmdDevices(Env& env, const std::vector<std::string>& args) {
   return 0;
 }
 
+int CmdDrain(Env& env, const std::vector<std::string>& args) {
+  FlagSet f("drain");
+  int64_t device = -1;
+  bool undrain = false;
+  std::string reason;
+  f.Int("device", &device, "device index", true);
+  f.Bool("undrain", &undrain, "return the device to service");
+  f.String("reason", &reason, "TEXT", "shown in the device's state");
+  if (env.help) {
+    PrintUsage("kernelctl drain",
+               "Admin only: stop new work on a device (ops, uploads, pools answer UNAVAILABLE; downloads still "
+               "work), or return it to service with --undrain.",
+               f);
+    return 0;
+  }
+  if (auto rc = ParseOrFail(f, args)) return *rc;
+  auto client = env.GetClient();
+  if (!client.ok()) return Fail(client.status(), 1);
+  auto d = (*client)->DrainDevice(static_cast<int>(device), undrain, reason);
+  if (!d.ok()) return Fail(d.status(), 1);
+  std::cout << "device " << d->index() << ": " << v1::DeviceState_Name(d->state())
+            << (d->state_reason().empty() ? "" : " (" + d->state_reason() + ")") << "\n";
+  return 0;
+}
+
 int CmdHealth(Env& env, const std::vector<std::string>& args) {
   FlagSet f("health");
   std::string service;
@@ -746,6 +771,7 @@ const std::vector<Command>& Commands() {
     auto* c = new std::vector<Command>{
       {"devices", "list devices and their state", CmdDevices},
       {"health", "grpc.health.v1 check", CmdHealth},
+      {"drain", "admin: drain a device or return it to service", CmdDrain},
       {"buffers", "list, upload, download and free server buffers", CmdBuffers},
       {"attention", "bf16 attention forward", CmdAttention},
       {"fp8-attention", "FP8 attention (ZYFA block-scaled P)", CmdFp8Attention},

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kernelctl across several servers (issue 6): `--server=A,B devices` and
 # `jobs list` run on each server in turn under a header; stateful commands
-# refuse a list. Two real kernelserve binaries on loopback.
+# refuse a list; `drain` and `--undrain`. Two real kernelserve binaries on loopback.
 set -uo pipefail
 root="${TEST_SRCDIR:-}/${TEST_WORKSPACE:-kernelserve}"
 [ -n "${TEST_SRCDIR:-}" ] || root="$(cd "$(dirname "$0")/.." && pwd)/bazel-bin"
@@ -36,6 +36,15 @@ out=$("$ctl" --server="$fleet" jobs list) || fail "jobs list across the fleet: $
 [ "$(echo "$out" | grep -c '^== 127.0.0.1:')" = 2 ] || fail "want two headers: $out"
 out=$("$ctl" --server="$fleet" health) || fail "health across the fleet: $out"
 [ "$(echo "$out" | grep -c SERVING)" = 2 ] || fail "want SERVING twice: $out"
+
+# Drain (admin; no tokens here, so the caller is the anonymous admin).
+one="127.0.0.1:${ports[0]}"
+out=$("$ctl" --server="$one" drain --device=0 --reason=maintenance) || fail "drain: $out"
+echo "$out" | grep -q "DRAINING (maintenance)" || fail "drain output: $out"
+out=$("$ctl" --server="$fleet" devices) || fail "devices while draining: $out"
+echo "$out" | grep -q "DRAINING" || fail "devices does not show DRAINING: $out"
+out=$("$ctl" --server="$one" drain --device=0 --undrain) || fail "undrain: $out"
+echo "$out" | grep -q HEALTHY || fail "undrain output: $out"
 
 # One server down: the listing goes on and the exit status reports it.
 kill "${pids[1]}"; wait "${pids[1]}" 2>/dev/null
