@@ -650,6 +650,23 @@ TEST(SharedNodeMetrics, EndpointShowsCallsMemoryPerTenantAndDevices) {
   EXPECT_FALSE(absl::StrContains(text, "tok-")) << "no secret in metrics";
 }
 
+// Bytes that are not a request message answer INVALID_ARGUMENT, not gRPC's
+// bare INTERNAL (which is kept for server faults).
+TEST_F(SharedNodeTest, UndecodableRequestIsInvalidArgument) {
+  const std::string garbage("\x0a\xff\xff\xff\xff\x0f", 6);  // a length far past the end
+  grpc::Slice slice(garbage);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer tok-alice");
+  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel_.get(),
+      grpc::internal::RpcMethod("/kernelserve.v1.KernelService/Attention",
+                                grpc::internal::RpcMethod::NORMAL_RPC),
+      &ctx, request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "protobuf")) << s.error_message();
+}
+
 // Device drain is admin only; a drained device refuses new work with
 // UNAVAILABLE while downloads still work; undrain returns it to service.
 TEST_F(SharedNodeTest, DrainIsAdminOnly) {
