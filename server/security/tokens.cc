@@ -130,6 +130,12 @@ absl::StatusOr<std::unique_ptr<TokenStore>> TokenStore::Open(const std::string& 
   absl::Status status = store->ReloadLocked();
   if (!status.ok()) return status;
   store->next_check_ = absl::Now() + reload_interval;
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    // Whoever can write the file can mint tokens.
+    spdlog::warn("tokens file {} is writable by group or others (mode {:o}); make it 0600 or 0640",
+                 path, st.st_mode & 0777);
+  }
   return store;
 }
 
