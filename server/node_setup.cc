@@ -79,11 +79,13 @@ class DecodeErrorInterceptorFactory final
 
 }  // namespace
 
-NodeEndpoints::NodeEndpoints(grpc::ServerBuilder* builder) {
+NodeEndpoints::NodeEndpoints(grpc::ServerBuilder* builder, bool with_metrics) {
   metrics::DeclareServerMetrics(&registry_);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(std::make_unique<DecodeErrorInterceptorFactory>());
-  creators.push_back(std::make_unique<metrics::GrpcMetricsInterceptorFactory>(&registry_));
+  if (with_metrics) {
+    creators.push_back(std::make_unique<metrics::GrpcMetricsInterceptorFactory>(&registry_));
+  }
   builder->experimental().SetInterceptorCreators(std::move(creators));
 }
 

@@ -45,7 +45,8 @@ class NodeEndpoints {
   // `builder` (call before BuildAndStart): one that answers undecodable
   // requests INVALID_ARGUMENT instead of gRPC's bare INTERNAL, and the
   // call-counting one. Cheap: threads and ports start only in Start().
-  explicit NodeEndpoints(grpc::ServerBuilder* builder);
+  // The call-counting interceptor only `with_metrics` (it costs a few µs a call).
+  NodeEndpoints(grpc::ServerBuilder* builder, bool with_metrics);
   ~NodeEndpoints();
 
   // Starts what is configured (empty listen: off): the metrics collectors

@@ -110,7 +110,7 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, node->credentials, &server->port_);
   // Interceptors (metrics, undecodable requests); ports only where configured.
-  server->endpoints_ = std::make_unique<NodeEndpoints>(&builder);
+  server->endpoints_ = std::make_unique<NodeEndpoints>(&builder, !options.metrics_listen.empty());
   server->endpoints_->WatchJobs(server->bench_.get());
   // A message over the limit gets RESOURCE_EXHAUSTED from gRPC itself.
   builder.SetMaxReceiveMessageSize(options.max_message_mb << 20);

@@ -1,5 +1,6 @@
 #include "server/metrics/grpc_metrics.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "grpcpp/support/interceptor.h"
@@ -15,18 +16,20 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
   MetricsInterceptor(Registry* registry, const char* full_method)
       : registry_(registry), start_(absl::Now()) {
-    // "/kernelserve.v1.KernelService/Attention" → service, method.
+    // "/kernelserve.v1.KernelService/Attention" -> service, method; the label
+    // set is rendered once per call (the hot path takes rendered keys).
     absl::string_view m = full_method != nullptr ? full_method : "";
     if (!m.empty() && m[0] == '/') m.remove_prefix(1);
     const size_t slash = m.find('/');
-    service_ = std::string(m.substr(0, slash));
-    method_ = slash == absl::string_view::npos ? "" : std::string(m.substr(slash + 1));
-    Adjust(+1);
+    const std::string service(m.substr(0, slash));
+    const std::string method = slash == absl::string_view::npos ? "" : std::string(m.substr(slash + 1));
+    key_ = RenderLabels({{"service", service}, {"method", method}});
+    registry_->AddRendered(kCallsInFlight, key_, +1);
   }
   ~MetricsInterceptor() override {
     // A call cancelled before it sent a status never reaches PRE_SEND_STATUS.
     if (!recorded_) Record(grpc::StatusCode::CANCELLED);
-    Adjust(-1);
+    registry_->AddRendered(kCallsInFlight, key_, -1);
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -39,18 +42,15 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
  private:
   void Record(grpc::StatusCode code) {
     recorded_ = true;
-    registry_->Inc(kCallsTotal,
-                   {{"service", service_}, {"method", method_}, {"code", GrpcCodeName(code)}});
-    registry_->Observe(kCallSeconds, {{"service", service_}, {"method", method_}},
-                       absl::ToDoubleSeconds(absl::Now() - start_));
-  }
-  void Adjust(int delta) {
-    registry_->Add(kCallsInFlight, {{"service", service_}, {"method", method_}}, delta);
+    // key_ is {service="...",method="..."}: add the code inside the braces.
+    registry_->IncRendered(kCallsTotal, absl::StrCat(absl::string_view(key_).substr(0, key_.size() - 1),
+                                                     ",code=\"", GrpcCodeName(code), "\"}"));
+    registry_->ObserveRendered(kCallSeconds, key_, absl::ToDoubleSeconds(absl::Now() - start_));
   }
 
   Registry* registry_;
   absl::Time start_;
-  std::string service_, method_;
+  std::string key_;
   bool recorded_ = false;
 };
 

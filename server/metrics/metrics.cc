@@ -98,7 +98,10 @@ Registry::Family* Registry::Find(absl::string_view name, Type type) {
 }
 
 void Registry::Inc(absl::string_view name, const Labels& labels, double delta) {
-  const std::string key = RenderLabels(labels);
+  IncRendered(name, RenderLabels(labels), delta);
+}
+
+void Registry::IncRendered(absl::string_view name, const std::string& key, double delta) {
   absl::MutexLock lock(&mu_);
   Family* f = Find(name, Type::kCounter);
   if (f == nullptr || !(delta >= 0)) return;
@@ -114,7 +117,10 @@ void Registry::Set(absl::string_view name, const Labels& labels, double value) {
 }
 
 void Registry::Add(absl::string_view name, const Labels& labels, double delta) {
-  const std::string key = RenderLabels(labels);
+  AddRendered(name, RenderLabels(labels), delta);
+}
+
+void Registry::AddRendered(absl::string_view name, const std::string& key, double delta) {
   absl::MutexLock lock(&mu_);
   Family* f = Find(name, Type::kGauge);
   if (f == nullptr) return;
@@ -131,14 +137,17 @@ void Registry::SetCounter(absl::string_view name, const Labels& labels, double t
 }
 
 void Registry::Observe(absl::string_view name, const Labels& labels, double value) {
-  const std::string key = RenderLabels(labels);
+  ObserveRendered(name, RenderLabels(labels), value);
+}
+
+void Registry::ObserveRendered(absl::string_view name, const std::string& key, double value) {
   absl::MutexLock lock(&mu_);
   Family* f = Find(name, Type::kHistogram);
   if (f == nullptr) return;
   Series& s = f->series[key];
   if (s.counts.empty()) s.counts.assign(f->bounds.size() + 1, 0);
-  size_t i = 0;
-  while (i < f->bounds.size() && value > f->bounds[i]) ++i;
+  const size_t i = static_cast<size_t>(
+      std::lower_bound(f->bounds.begin(), f->bounds.end(), value) - f->bounds.begin());
   ++s.counts[i];
   ++s.count;
   s.value += value;

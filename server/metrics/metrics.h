@@ -48,6 +48,10 @@ class Registry {
   // Raises a counter to `total` (a running total kept elsewhere); never lowers it.
   void SetCounter(absl::string_view name, const Labels& labels, double total);
   void Observe(absl::string_view name, const Labels& labels, double value);
+  // Hot-path forms taking a label set already rendered by RenderLabels().
+  void IncRendered(absl::string_view name, const std::string& key, double delta = 1);
+  void AddRendered(absl::string_view name, const std::string& key, double delta);
+  void ObserveRendered(absl::string_view name, const std::string& key, double value);
   // Drops every series of a family (gauges whose label sets come and go).
   void Clear(absl::string_view name);
 
