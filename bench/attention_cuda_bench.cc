@@ -16,21 +16,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
 #include "kernels/cuda/attention/attention_cuda.h"
 
 namespace kernelserve {
 namespace {
-
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
 
 struct Shape4 {
   int64_t b, h, s;
@@ -65,13 +57,12 @@ int Main(int argc, char** argv) {
   std::string which = "all";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--kernel=", 0) == 0) which = a.substr(9);
-    if (a.rfind("--iters=", 0) == 0) iters = std::atoi(a.c_str() + 8);
-    if (a.rfind("--warmup=", 0) == 0) warmup = std::atoi(a.c_str() + 9);
-    if (a.rfind("--dim=", 0) == 0) dim = std::atoll(a.c_str() + 6);
+    if (const char* v = bench::FlagValue(a, "--kernel=")) which = v;
+    if (const char* v = bench::FlagValue(a, "--iters=")) iters = std::atoi(v);
+    if (const char* v = bench::FlagValue(a, "--warmup=")) warmup = std::atoi(v);
+    if (const char* v = bench::FlagValue(a, "--dim=")) dim = std::atoll(v);
   }
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+  if (!bench::HaveCudaDevice()) {
     std::printf("no CUDA device: nothing to time\n");
     return 0;
   }

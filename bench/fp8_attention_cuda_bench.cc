@@ -14,79 +14,33 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
 #include "kernels/cuda/fp8_attention/fp8_attention.h"
 
 namespace kernelserve {
 namespace {
 
-#define CHECK_CUDA(x)                                                                         \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-
 void Fill(void* dev, size_t bytes, uint64_t seed, bool fp8) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> h(std::min<size_t>(bytes, 16u << 20));
+  std::vector<uint8_t> h = bench::RandomBytes(bytes, 16u << 20, seed);
   for (size_t i = 0; i < h.size(); ++i) {
-    const uint8_t v = static_cast<uint8_t>(rng());
+    const uint8_t v = h[i];
     h[i] = fp8 ? static_cast<uint8_t>((v & 0x80) | (v % 0x70)) : ((i & 1) ? static_cast<uint8_t>(0x3F | (v & 0x80)) : v);
   }
-  for (size_t off = 0; off < bytes; off += h.size()) {
-    CHECK_CUDA(cudaMemcpy(static_cast<uint8_t*>(dev) + off, h.data(), std::min(h.size(), bytes - off),
-                          cudaMemcpyHostToDevice));
-  }
+  bench::CopyRepeated(dev, bytes, h);
 }
 
-double TimeUs(const std::function<absl::Status(cudaStream_t)>& call) {
-  cudaStream_t s;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const absl::Status st = call(s);
-  if (!st.ok()) {
-    std::fprintf(stderr, "call: %s\n", st.ToString().c_str());
-    std::exit(1);
-  }
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  (void)call(s);
-  CHECK_CUDA(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t ex;
-  CHECK_CUDA(cudaGraphInstantiate(&ex, g, 0));
-  CHECK_CUDA(cudaGraphLaunch(ex, s));
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 10; ++i) {
-    CHECK_CUDA(cudaEventRecord(e0, s));
-    CHECK_CUDA(cudaGraphLaunch(ex, s));
-    CHECK_CUDA(cudaEventRecord(e1, s));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaGraphExecDestroy(ex);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
-  return ms[ms.size() / 2] * 1e3;
-}
+// One call per graph: 1 warm-up replay, median of 10.
+double TimeUs(const bench::StreamCall& call) { return bench::TimeGraphUs({call}, 1, 10); }
 
 int Main(int argc, char** argv) {
   int64_t S = 16384, H = 16, B = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--seq=", 0) == 0) S = std::atoll(a.c_str() + 6);
-    if (a.rfind("--heads=", 0) == 0) H = std::atoll(a.c_str() + 8);
+    if (const char* v = bench::FlagValue(a, "--seq=")) S = std::atoll(v);
+    if (const char* v = bench::FlagValue(a, "--heads=")) H = std::atoll(v);
   }
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+  if (!bench::HaveCudaDevice()) {
     std::printf("fp8_attention_cuda_bench: no CUDA device, nothing to time\n");
     return 0;
   }

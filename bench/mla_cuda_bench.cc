@@ -17,41 +17,27 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
 #include "kernels/cuda/mla/mla_decode.h"
 
 namespace kernelserve {
 namespace {
 
-#define CHECK_CUDA(x)                                                                     \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
 struct Shape2 {
   int64_t b, s;
 };
 
 void FillRandom(void* dev, size_t bytes, uint64_t seed, bool fp8) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> host(std::min<size_t>(bytes, 64u << 20));
-  for (auto& x : host) {
-    const uint8_t v = static_cast<uint8_t>(rng());
-    // fp8: finite e4m3fn codes of moderate size; bf16: values in [-2, 2).
-    x = fp8 ? static_cast<uint8_t>((v & 0x80) | (v % 0x58)) : v;
-  }
-  if (!fp8) {
+  std::vector<uint8_t> host = bench::RandomBytes(bytes, 64u << 20, seed);
+  // fp8: finite e4m3fn codes of moderate size; bf16: values in [-2, 2).
+  if (fp8) {
+    for (auto& x : host) x = static_cast<uint8_t>((x & 0x80) | (x % 0x58));
+  } else {
     uint16_t* h = reinterpret_cast<uint16_t*>(host.data());
     for (size_t i = 0; i < host.size() / 2; ++i) h[i] = static_cast<uint16_t>(0x3F80 | (h[i] & 0x807F)) ^ (i & 1 ? 0x0080 : 0);
   }
-  for (size_t off = 0; off < bytes; off += host.size()) {
-    CHECK_CUDA(cudaMemcpy(static_cast<uint8_t*>(dev) + off, host.data(), std::min(host.size(), bytes - off),
-                          cudaMemcpyHostToDevice));
-  }
+  bench::CopyRepeated(dev, bytes, host);
 }
 
 struct Result {
@@ -123,25 +109,8 @@ Result TimeOne(cuda::MlaKernel kernel, int64_t B, int64_t S, int64_t H, int64_t 
   CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
   CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 5; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream));
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 30; ++i) {
-    CHECK_CUDA(cudaEventRecord(e0, stream));
-    CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    CHECK_CUDA(cudaEventRecord(e1, stream));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
   Result r;
-  r.us = ms[ms.size() / 2] * 1000.0 / copies;
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  r.us = bench::MedianGraphMs(exec, stream, 5, 30) * 1000.0 / copies;
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
@@ -155,25 +124,18 @@ int Main(int argc, char** argv) {
                                 {8, 65536},  {8, 150000}, {16, 150000}, {32, 8192}};
   int64_t H = 16, Q = 4;
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--heads=", 0) == 0) H = std::atoll(a.c_str() + 8);
-    if (a.rfind("--q_len=", 0) == 0) Q = std::atoll(a.c_str() + 8);
-    if (a.rfind("--shapes=", 0) == 0) {
+    const std::string a = argv[i];
+    if (const char* v = bench::FlagValue(a, "--heads=")) H = std::atoll(v);
+    if (const char* v = bench::FlagValue(a, "--q_len=")) Q = std::atoll(v);
+    if (const char* v = bench::FlagValue(a, "--shapes=")) {
       shapes.clear();
-      std::string s = a.substr(9);
-      size_t pos = 0;
-      while (pos < s.size()) {
-        size_t comma = s.find(',', pos);
-        if (comma == std::string::npos) comma = s.size();
-        const std::string item = s.substr(pos, comma - pos);
+      for (const std::string& item : bench::SplitCommas(v)) {
         const size_t colon = item.find(':');
         shapes.push_back({std::atoll(item.substr(0, colon).c_str()), std::atoll(item.substr(colon + 1).c_str())});
-        pos = comma + 1;
       }
     }
   }
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+  if (!bench::HaveCudaDevice()) {
     std::printf("mla_cuda_bench: no CUDA device, nothing to time\n");
     return 0;
   }

@@ -18,78 +18,28 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
 #include "kernels/cuda/moe/moe.h"
 
 namespace kernelserve {
 namespace {
 
-#define CHECK_CUDA(x)                                                                           \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
-
 constexpr int64_t kE = 896, kK = 3584, kI = 384, kN = 3584, kTopK = 16;
 
 void FillBytes(void* dev, size_t bytes, uint64_t seed, int kind) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> host(std::min<size_t>(bytes, 32u << 20));
+  std::vector<uint8_t> host = bench::RandomBytes(bytes, 32u << 20, seed);
   for (size_t i = 0; i < host.size(); ++i) {
-    const uint8_t v = static_cast<uint8_t>(rng());
+    const uint8_t v = host[i];
     if (kind == 0) host[i] = v;                                       // fp4 nibbles
     if (kind == 1) host[i] = static_cast<uint8_t>(120 + v % 6);       // e8m0 scales
     if (kind == 2) host[i] = (i & 1) ? static_cast<uint8_t>(0x3F | (v & 0x80)) : v;  // bf16 ~ +-[0.5,2)
   }
-  for (size_t off = 0; off < bytes; off += host.size()) {
-    CHECK_CUDA(cudaMemcpy(static_cast<uint8_t*>(dev) + off, host.data(), std::min(host.size(), bytes - off),
-                          cudaMemcpyHostToDevice));
-  }
+  bench::CopyRepeated(dev, bytes, host);
 }
 
-double TimeGraph(const std::vector<std::function<absl::Status(cudaStream_t)>>& calls) {
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  // One un-captured call first: its status (e.g. UNIMPLEMENTED) ends the bench.
-  for (const auto& c : calls) {
-    const absl::Status st = c(stream);
-    if (!st.ok()) {
-      std::fprintf(stderr, "call: %s\n", st.ToString().c_str());
-      std::exit(1);
-    }
-  }
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (const auto& c : calls) (void)c(stream);
-  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream));
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    CHECK_CUDA(cudaEventRecord(e0, stream));
-    CHECK_CUDA(cudaGraphLaunch(exec, stream));
-    CHECK_CUDA(cudaEventRecord(e1, stream));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  return ms[ms.size() / 2] * 1e3 / calls.size();  // us per call
-}
+// 3 warm-up replays, median of 20; us per call.
+double TimeGraph(const std::vector<bench::StreamCall>& calls) { return bench::TimeGraphUs(calls, 3, 20); }
 
 int Main(int argc, char** argv) {
   std::vector<int64_t> token_counts = {8, 32, 8192};
@@ -97,21 +47,14 @@ int Main(int argc, char** argv) {
   bool compare = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--tokens=", 0) == 0) {
+    if (const char* v = bench::FlagValue(a, "--tokens=")) {
       token_counts.clear();
-      size_t pos = 9;
-      while (pos < a.size()) {
-        size_t comma = a.find(',', pos);
-        if (comma == std::string::npos) comma = a.size();
-        token_counts.push_back(std::atoll(a.substr(pos, comma - pos).c_str()));
-        pos = comma + 1;
-      }
+      for (const std::string& t : bench::SplitCommas(v)) token_counts.push_back(std::atoll(t.c_str()));
     }
-    if (a.rfind("--tile=", 0) == 0) tile = std::atoi(a.c_str() + 7);
+    if (const char* v = bench::FlagValue(a, "--tile=")) tile = std::atoi(v);
     if (a == "--gemm=default") compare = false;
   }
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+  if (!bench::HaveCudaDevice()) {
     std::printf("moe_cuda_bench: no CUDA device, nothing to time\n");
     return 0;
   }
@@ -221,7 +164,7 @@ int Main(int argc, char** argv) {
         variants.push_back({"wgmma 256x128", cuda::MoeGemm::kWgmmaTall});
       }
       for (const Variant& v : variants) {
-        std::vector<std::function<absl::Status(cudaStream_t)>> calls;
+        std::vector<bench::StreamCall> calls;
         for (int r = 0; r < reps; ++r) {
           calls.push_back([p, in, pr, tile, v](cudaStream_t s) {
             TensorView ov{p.OutputDesc(), pr.out};
