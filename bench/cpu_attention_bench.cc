@@ -3,13 +3,13 @@
 // Usage: cpu_attention_bench [B H S D causal(0/1) reps threads mode]
 // mode: bf16 (default), fp8-exact, fp8-lean or fp8-naive (bf16 inputs
 // quantized per tensor by the backend, e4m3fn; D must be 128 or 192).
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
 
+#include "bench/bench_util.h"
 #include "kernels/api/backend.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
@@ -62,27 +62,21 @@ int Main(int argc, char** argv) {
   const Fp8AttentionInputs fin{q.view(), k.view(), v.view(), {}, {}, {}};
   std::unique_ptr<Backend> backend = CreateCpuBackend(threads);
   TensorView ov = out.view();
-  double best = 1e30, total = 0;
-  for (int r = 0; r < reps + 1; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::Status st = fp8 ? backend->Fp8Attention(0, fp, fin, ov)
-                          : backend->Attention(0, p, q.view(), k.view(), v.view(), ov);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!st.ok()) {
-      std::fprintf(stderr, "%s\n", st.ToString().c_str());
-      return 1;
-    }
-    if (r == 0) continue;  // warm-up
-    best = std::min(best, sec);
-    total += sec;
+  const absl::StatusOr<bench::WallTimes> times = bench::TimeReps(reps, [&] {
+    return fp8 ? backend->Fp8Attention(0, fp, fin, ov) : backend->Attention(0, p, q.view(), k.view(), v.view(), ov);
+  });
+  if (!times.ok()) {
+    std::fprintf(stderr, "%s\n", times.status().ToString().c_str());
+    return 1;
   }
+  const double best = times->best_s;
   // Causal counts only unmasked (query, key) pairs.
   const double pairs = causal ? static_cast<double>(s) * (s + 1) / 2 : static_cast<double>(s) * s;
   const double flops = 4.0 * b * h * pairs * d;
   std::printf("cpu attention %s B=%lld H=%lld S=%lld D=%lld causal=%d threads=%d: best %.3f s, mean %.3f s, %.1f GFLOP/s\n",
               mode.c_str(), static_cast<long long>(b), static_cast<long long>(h), static_cast<long long>(s),
               static_cast<long long>(d), causal ? 1 : 0, backend->GetDeviceInfo(0).compute_units, best,
-              total / reps, flops / best * 1e-9);
+              times->mean_s, flops / best * 1e-9);
   return 0;
 }
 

@@ -1,10 +1,10 @@
 // Times the cpu backend's MLA decode (a16w8) on a contiguous fp8 KV cache.
 // Usage: cpu_mla_bench [B S H q_len num_splits reps threads]
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 
+#include "bench/bench_util.h"
 #include "kernels/api/backend.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
@@ -40,26 +40,19 @@ int Main(int argc, char** argv) {
   HostTensor out(DType::kBf16, p.OutputDesc().shape);
   TensorView ov = out.view();
   const MlaDecodeInputs in{q_lat.view(), q_pe.view(), kv.view(), {}, {}, {}, {}};
-  double best = 1e30, total = 0;
-  for (int r = 0; r < reps + 1; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    st = be->MlaDecode(0, p, in, ov);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!st.ok()) {
-      std::fprintf(stderr, "%s\n", st.ToString().c_str());
-      return 1;
-    }
-    if (r == 0) continue;  // warm-up
-    best = std::min(best, sec);
-    total += sec;
+  const absl::StatusOr<bench::WallTimes> times = bench::TimeReps(reps, [&] { return be->MlaDecode(0, p, in, ov); });
+  if (!times.ok()) {
+    std::fprintf(stderr, "%s\n", times.status().ToString().c_str());
+    return 1;
   }
+  const double best = times->best_s;
   const double kv_bytes = static_cast<double>(b) * s * kMlaRowDim;
   const double flops = 2.0 * b * q_len * h * s * (kMlaRowDim + kMlaLatentDim);
   std::printf("cpu mla decode B=%lld S=%lld H=%lld q_len=%lld splits=%lld threads=%d: best %.2f ms, mean %.2f ms, "
               "%.1f GFLOP/s, KV %.2f GB/s\n",
               static_cast<long long>(b), static_cast<long long>(s), static_cast<long long>(h),
               static_cast<long long>(q_len), static_cast<long long>(splits), be->GetDeviceInfo(0).compute_units,
-              best * 1e3, total / reps * 1e3, flops / best * 1e-9, kv_bytes / best * 1e-9);
+              best * 1e3, times->mean_s * 1e3, flops / best * 1e-9, kv_bytes / best * 1e-9);
   return 0;
 }
 

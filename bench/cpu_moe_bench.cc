@@ -4,7 +4,6 @@
 // whole layer. Weights are random MXFP4 (about 1.9 GB); routing is uniform.
 // Usage: cpu_moe_bench [reps threads]
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "kernels/api/backend.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
@@ -94,25 +94,18 @@ int Main(int argc, char** argv) {
       MoeInputs in{x.view(), ids.view(), wts.view(), w13.view(), w13s.view(), w2.view(), w2s.view()};
       HostTensor out(DType::kBf16, p.OutputDesc().shape);
       TensorView ov = out.view();
-      double best = 1e30, total = 0;
-      for (int r = 0; r < reps + 1; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
-        st = be->Moe(0, p, in, ov);
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (!st.ok()) {
-          std::fprintf(stderr, "%s\n", st.ToString().c_str());
-          return 1;
-        }
-        if (r == 0) continue;  // warm-up
-        best = std::min(best, sec);
-        total += sec;
+      const absl::StatusOr<bench::WallTimes> times = bench::TimeReps(reps, [&] { return be->Moe(0, p, in, ov); });
+      if (!times.ok()) {
+        std::fprintf(stderr, "%s\n", times.status().ToString().c_str());
+        return 1;
       }
+      const double best = times->best_s;
       // Packed FP4 plus E8M0 scales of the experts the routing touches.
       const double per_expert = (gu ? 2 * kInter * kHidden * (0.5 + 1.0 / 32) : 0) +
                                 (dn ? kHidden * kInter * (0.5 + 1.0 / 32) : 0);
       const double bytes = per_expert * experts_hit;
       std::printf("| %lld | %s | %.2f | %.2f | %lld | %.0f MB | %.1f |\n", static_cast<long long>(tokens), s.name,
-                  best * 1e3, total / reps * 1e3, static_cast<long long>(experts_hit), bytes * 1e-6,
+                  best * 1e3, times->mean_s * 1e3, static_cast<long long>(experts_hit), bytes * 1e-6,
                   bytes / best * 1e-9);
     }
   }
