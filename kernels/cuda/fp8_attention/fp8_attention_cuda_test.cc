@@ -11,15 +11,17 @@
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
 #include "kernels/cpu/oracle.h"
+#include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/fp8_attention/fp8_attention.h"
-#include "kernels/cuda/mla/cuda_test_util.h"
 #include "kernels/numerics/numerics.h"
 #include "kernels/numerics/test_inputs.h"
 
 namespace kernelserve {
 namespace {
 
+using cuda_test::CountNan;
 using cuda_test::DeviceTensor;
+using cuda_test::FreshSeed;
 using cuda_test::SameBytes;
 
 struct Case {
@@ -31,13 +33,6 @@ struct Case {
   DescaleMode descale = DescaleMode::kPerTensor;
   bool long_tail = false;
 };
-
-uint64_t FreshSeed() {
-  std::random_device rd;
-  const uint64_t s = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(s));
-  return s;
-}
 
 Shape AttnShape(Layout l, int64_t b, int64_t h, int64_t s, int64_t d) {
   return l == Layout::kBhsd ? Shape{b, h, s, d} : Shape{b, s, h, d};
@@ -143,9 +138,7 @@ std::pair<double, double> Check(const Case& c, double tol = 4e-3) {
   EXPECT_TRUE(ref_p.ok() && ref.ok());
   if (!ref_p.ok() || !ref.ok()) return {1, 1};
   const std::vector<double> out = numerics::ToDoubles(r.out.view());
-  int64_t nan = 0;
-  for (double v : out) nan += std::isnan(v) ? 1 : 0;
-  EXPECT_EQ(nan, 0) << "unwritten or NaN outputs";
+  EXPECT_EQ(CountNan(out), 0) << "unwritten or NaN outputs";
   const double vs_oracle = RelRms(out, *ref_p);
   const double gpu_err = RelRms(out, *ref), oracle_err = RelRms(*ref_p, *ref);
   EXPECT_LT(vs_oracle, tol);

@@ -11,14 +11,17 @@
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
 #include "kernels/cpu/oracle.h"
-#include "kernels/cuda/mla/cuda_test_util.h"
+#include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/mla/mla_decode.h"
 #include "kernels/numerics/numerics.h"
 
 namespace kernelserve {
 namespace {
 
+using cuda_test::CaptureAndReplay;
+using cuda_test::CountNan;
 using cuda_test::DeviceTensor;
+using cuda_test::FreshSeed;
 using cuda_test::SameBytes;
 
 struct Case {
@@ -39,13 +42,6 @@ struct Case {
 struct HostInputs {
   HostTensor q_lat, q_pe, kv, pool, seq_lens, kv_indices, kv_indptr, q_lens;
 };
-
-uint64_t FreshSeed() {
-  std::random_device rd;
-  const uint64_t s = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(s));
-  return s;
-}
 
 HostInputs MakeInputs(const Case& c, std::mt19937_64& rng) {
   HostInputs h;
@@ -189,12 +185,11 @@ HostTensor CheckCase(const Case& c, double tol = 6e-3) {
   const std::vector<double> out = numerics::ToDoubles(got.view());
   const numerics::ErrorMetrics m = numerics::CompareToReference(out.data(), ref->data(), ref->size());
   EXPECT_EQ(m.nonfinite, 0);
-  int64_t nan = 0, wrong_zero = 0;
+  int64_t wrong_zero = 0;
   for (size_t i = 0; i < out.size(); ++i) {
-    if (std::isnan(out[i])) ++nan;
     if ((*ref)[i] == 0.0 && out[i] != 0.0) ++wrong_zero;
   }
-  EXPECT_EQ(nan, 0) << "unwritten or NaN outputs";
+  EXPECT_EQ(CountNan(out), 0) << "unwritten or NaN outputs";
   EXPECT_EQ(wrong_zero, 0) << "rows past the q_lens window must be zero";
   EXPECT_LT(m.rel_rms, tol) << "max_abs " << m.max_abs;
   std::printf("B=%lld q_len=%lld H=%lld S=%lld paged=%d page=%lld splits=%lld: rel_rms %.3g max_abs %.3g\n",
@@ -347,24 +342,12 @@ TEST_P(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
   const MlaDecodeParams p = Validated(c, h, true);
   const HostTensor direct = RunGpu(p, d);
 
-  cudaStream_t stream;
-  KS_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   DeviceTensor out(p.OutputDesc());
   KS_CUDA_OK(out.Fill(0xFF));
   TensorView ov = out.view();
-  cudaGraph_t graph;
-  KS_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status st = cuda::RunMlaDecodeWith(g_kernel, p, d.in, ov, stream);
-  KS_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  ASSERT_TRUE(st.ok()) << st;
-  cudaGraphExec_t exec;
-  KS_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) KS_CUDA_OK(cudaGraphLaunch(exec, stream));
-  KS_CUDA_OK(cudaStreamSynchronize(stream));
+  ASSERT_NO_FATAL_FAILURE(CaptureAndReplay(
+      [&](cudaStream_t stream) { return cuda::RunMlaDecodeWith(g_kernel, p, d.in, ov, stream); }, 3));
   EXPECT_TRUE(SameBytes(out.ToHost(), direct));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -12,14 +12,17 @@
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
 #include "kernels/cpu/oracle.h"
-#include "kernels/cuda/mla/cuda_test_util.h"
+#include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/moe/moe.h"
 #include "kernels/numerics/numerics.h"
 
 namespace kernelserve {
 namespace {
 
+using cuda_test::CaptureAndReplay;
+using cuda_test::CountNan;
 using cuda_test::DeviceTensor;
+using cuda_test::FreshSeed;
 using cuda_test::SameBytes;
 
 struct Case {
@@ -34,13 +37,6 @@ struct Case {
 struct Inputs {
   HostTensor x, ids, weights, w13, w13s, w2, w2s;
 };
-
-uint64_t FreshSeed() {
-  std::random_device rd;
-  const uint64_t s = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(s));
-  return s;
-}
 
 void RandomFp4(HostTensor* w, HostTensor* s, std::mt19937_64& rng) {
   for (int64_t i = 0; i < w->num_bytes(); ++i) w->bytes()[i] = static_cast<uint8_t>(rng());
@@ -155,9 +151,7 @@ HostTensor Check(const Case& c, double tol = 4e-3) {
   const std::vector<double> out = numerics::ToDoubles(got.view());
   EXPECT_EQ(out.size(), ref->size());
   const numerics::ErrorMetrics m = numerics::CompareToReference(out.data(), ref->data(), ref->size());
-  int64_t nan = 0;
-  for (double v : out) nan += std::isnan(v) ? 1 : 0;
-  EXPECT_EQ(nan, 0) << "unwritten or NaN outputs";
+  EXPECT_EQ(CountNan(out), 0) << "unwritten or NaN outputs";
   EXPECT_EQ(m.nonfinite, 0);
   EXPECT_LT(m.rel_rms, tol) << "max_abs " << m.max_abs;
   std::printf("stage=%d swiglu=%d weighted=%d T=%lld k=%lld E=%lld tile=%d gemm=%d: rel_rms %.3g\n",
@@ -316,24 +310,12 @@ TEST(MoeCudaAutoTest, LayerDeterministicAndGraphCapturable) {
   const HostTensor b = RunGpu(p, d, 0);
   EXPECT_TRUE(SameBytes(a, b));
 
-  cudaStream_t stream;
-  KS_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   DeviceTensor out(p.OutputDesc());
   KS_CUDA_OK(out.Fill(0xFF));
   TensorView ov = out.view();
-  cudaGraph_t graph;
-  KS_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const absl::Status st = cuda::RunMoe(p, d.in, ov, stream);
-  KS_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  ASSERT_TRUE(st.ok()) << st;
-  cudaGraphExec_t exec;
-  KS_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) KS_CUDA_OK(cudaGraphLaunch(exec, stream));
-  KS_CUDA_OK(cudaStreamSynchronize(stream));
+  ASSERT_NO_FATAL_FAILURE(
+      CaptureAndReplay([&](cudaStream_t stream) { return cuda::RunMoe(p, d.in, ov, stream); }, 2));
   EXPECT_TRUE(SameBytes(out.ToHost(), a));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 TEST(MoeCudaAutoTest, UnsupportedShapeIsUnimplemented) {

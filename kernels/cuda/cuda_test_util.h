@@ -1,16 +1,22 @@
-// Helpers for the CUDA kernel tests: device presence, device buffers, host
-// tensors filled with random data. Test-only.
-#ifndef KERNELSERVE_KERNELS_CUDA_MLA_CUDA_TEST_UTIL_H_
-#define KERNELSERVE_KERNELS_CUDA_MLA_CUDA_TEST_UTIL_H_
+// Helpers for the CUDA kernel tests: device presence, device buffers, fresh
+// seeds, output checks and CUDA-graph replays. Test-only.
+#ifndef KERNELSERVE_KERNELS_CUDA_CUDA_TEST_UTIL_H_
+#define KERNELSERVE_KERNELS_CUDA_CUDA_TEST_UTIL_H_
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
 #include "kernels/api/tensor.h"
 
 namespace kernelserve {
@@ -81,7 +87,42 @@ inline bool SameBytes(const HostTensor& a, const HostTensor& b) {
   return a.num_bytes() == b.num_bytes() && std::memcmp(a.bytes(), b.bytes(), a.num_bytes()) == 0;
 }
 
+// A seed no earlier run used, printed so that a failure can be replayed.
+inline uint64_t FreshSeed() {
+  std::random_device rd;
+  const uint64_t s = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(s));
+  return s;
+}
+
+// NaN outputs: the 0xFF poison left unwritten, or a kernel's NaN.
+inline int64_t CountNan(const std::vector<double>& v) {
+  int64_t nan = 0;
+  for (double x : v) nan += std::isnan(x) ? 1 : 0;
+  return nan;
+}
+
+// Captures `call` on a fresh non-blocking stream into a CUDA graph, launches
+// the graph `launches` times and waits for it. Fails fatally inside: call it
+// through ASSERT_NO_FATAL_FAILURE.
+inline void CaptureAndReplay(const std::function<absl::Status(cudaStream_t)>& call, int launches) {
+  cudaStream_t stream;
+  KS_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  KS_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status st = call(stream);
+  KS_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st;
+  cudaGraphExec_t exec;
+  KS_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < launches; ++i) KS_CUDA_OK(cudaGraphLaunch(exec, stream));
+  KS_CUDA_OK(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace cuda_test
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_MLA_CUDA_TEST_UTIL_H_
+#endif  // KERNELSERVE_KERNELS_CUDA_CUDA_TEST_UTIL_H_
