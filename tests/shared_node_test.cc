@@ -667,6 +667,29 @@ TEST_F(SharedNodeTest, UndecodableRequestIsInvalidArgument) {
   EXPECT_TRUE(absl::StrContains(s.error_message(), "protobuf")) << s.error_message();
 }
 
+// An over-size message is RESOURCE_EXHAUSTED from gRPC itself, before any
+// interceptor or handler sees the call; its message gives both sizes.
+TEST(SharedNodeLimits, MessageSizeNamesTheLimit) {
+  ServerOptions options;
+  options.security.tokens_file = WriteTokens();
+  options.max_message_mb = 1;
+  auto server = Start(options);
+  ASSERT_NE(server, nullptr);
+  As alice(testing::Connect(server->port()), "tok-alice");
+  grpc::Status big = alice.AttentionOnBuffer("B", nullptr);  // small: fine (NOT_FOUND)
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::NOT_FOUND);
+  auto stub = pb::KernelService::NewStub(testing::Connect(server->port()));
+  pb::AttentionRequest req;
+  *req.mutable_q()->mutable_tensor() = testing::RandomBf16({1, 1, 4096, 128}, 1);  // 1 MiB + header
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer tok-alice");
+  pb::AttentionResponse resp;
+  grpc::Status s = stub->Attention(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "larger than max")) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "1048576")) << s.error_message();
+}
+
 // Device drain is admin only; a drained device refuses new work with
 // UNAVAILABLE while downloads still work; undrain returns it to service.
 TEST_F(SharedNodeTest, DrainIsAdminOnly) {
