@@ -8,12 +8,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
 
@@ -66,6 +68,36 @@ class Backend {
   virtual absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                                  TensorView& out) = 0;
   virtual absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) = 0;
+
+  // Optional device-side timing (benchmark jobs, DESIGN §6). `launch` queues
+  // one op call on `device` through this backend (and nothing on the host
+  // that must finish first). A backend without the facility returns
+  // UNIMPLEMENTED without calling `launch`; an error of `launch` itself
+  // comes back as is.
+  //
+  // Mean device milliseconds per launch over `n` back-to-back launches,
+  // measured with device events around them (no synchronisation between).
+  virtual absl::StatusOr<double> TimeLaunches(int device, const std::function<absl::Status()>& launch,
+                                              int n) {
+    (void)device;
+    (void)launch;
+    (void)n;
+    return absl::UnimplementedError(
+        absl::StrCat("backend ", Name(), " has no device-event timing (TimeLaunches)"));
+  }
+  // Captures one call of `launch` into a device graph, warms it up with a few
+  // replays, then returns the mean device milliseconds per replay over
+  // `replays` replays. An op that cannot be captured (it synchronises, copies
+  // to the host, allocates outside the stream) gives FAILED_PRECONDITION
+  // naming it; the device stays usable and healthy.
+  virtual absl::StatusOr<double> TimeGraphReplays(int device, const std::function<absl::Status()>& launch,
+                                                  int replays) {
+    (void)device;
+    (void)launch;
+    (void)replays;
+    return absl::UnimplementedError(
+        absl::StrCat("backend ", Name(), " has no graph capture (TimeGraphReplays)"));
+  }
 };
 
 }  // namespace kernelserve

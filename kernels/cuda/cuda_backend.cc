@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,45 @@ struct DeviceState {
   bool healthy ABSL_GUARDED_BY(mu) = true;
   std::string reason ABSL_GUARDED_BY(mu);
 };
+
+// The device whose stream this thread is capturing into a graph. Nothing
+// runs during a capture, so an error seen then says the captured work is not
+// capturable, never that the context is broken: it must not mark the device
+// unhealthy (real faults surface at the synchronisation after the capture).
+thread_local const DeviceState* tls_capturing = nullptr;
+
+class CaptureScope {
+ public:
+  explicit CaptureScope(const DeviceState* d) : prev_(tls_capturing) { tls_capturing = d; }
+  ~CaptureScope() { tls_capturing = prev_; }
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+
+ private:
+  const DeviceState* prev_;
+};
+
+// Two timing events, destroyed with the scope.
+struct EventPair {
+  gpuEvent_t start = nullptr;
+  gpuEvent_t stop = nullptr;
+  ~EventPair() {
+    if (start != nullptr) (void)gpuEventDestroy(start);
+    if (stop != nullptr) (void)gpuEventDestroy(stop);
+  }
+};
+
+struct GraphHolder {
+  gpuGraph_t graph = nullptr;
+  gpuGraphExec_t exec = nullptr;
+  ~GraphHolder() {
+    if (exec != nullptr) (void)gpuGraphExecDestroy(exec);
+    if (graph != nullptr) (void)gpuGraphDestroy(graph);
+  }
+};
+
+// Graph warm-up replays before the timed ones (uploads the graph, warms caches).
+constexpr int kGraphWarmupReplays = 3;
 
 class CudaMemory : public DeviceMemory {
  public:
@@ -134,6 +174,86 @@ class CudaBackend : public Backend {
     return AfterLaunch(d, cuda::RunMoe(p, in, out, d->stream));
   }
 
+  absl::StatusOr<double> TimeLaunches(int device, const std::function<absl::Status()>& launch,
+                                      int n) override {
+    if (n <= 0) return absl::InvalidArgumentError(absl::StrCat("TimeLaunches: n must be > 0, got ", n));
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    EventPair ev;
+    KS_RETURN_IF_ERROR(CreateEvents(d, &ev));
+    KS_RETURN_IF_ERROR(Check(d, gpuEventRecord(ev.start, d->stream), "cudaEventRecord"));
+    for (int i = 0; i < n; ++i) KS_RETURN_IF_ERROR(launch());
+    return ElapsedMs(d, ev, n);
+  }
+
+  absl::StatusOr<double> TimeGraphReplays(int device, const std::function<absl::Status()>& launch,
+                                          int replays) override {
+    if (replays <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TimeGraphReplays: replays must be > 0, got ", replays));
+    }
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    // Faults of earlier work surface here, outside the capture, where they count.
+    KS_RETURN_IF_ERROR(Check(d, gpuStreamSynchronize(d->stream), "stream synchronize before graph capture"));
+    GraphHolder g;
+    {
+      // Thread-local mode: an unsafe call (cudaMalloc, a synchronous copy) on
+      // this thread fails the capture; other threads' devices are untouched.
+      KS_RETURN_IF_ERROR(Check(d, gpuStreamBeginCapture(d->stream, gpuStreamCaptureModeThreadLocal),
+                               "cudaStreamBeginCapture"));
+      absl::Status launched;
+      {
+        CaptureScope scope(d);
+        launched = launch();
+      }
+      const gpuError_t end = gpuStreamEndCapture(d->stream, &g.graph);
+      (void)gpuGetLastError();  // capture errors are not sticky; leave none behind
+      gpuStreamCaptureStatus capturing = gpuStreamCaptureStatusNone;
+      if (gpuStreamIsCapturing(d->stream, &capturing) != gpuSuccess ||
+          capturing != gpuStreamCaptureStatusNone) {
+        (void)gpuGetLastError();
+        return absl::InternalError(absl::StrCat("cuda device ", device,
+                                                ": the stream is still capturing after cudaStreamEndCapture"));
+      }
+      // The stream is usable again; a real fault would show here and count.
+      KS_RETURN_IF_ERROR(Check(d, gpuStreamSynchronize(d->stream), "stream synchronize after graph capture"));
+      if (!launched.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "graph capture on cuda device ", device,
+            ": the launch failed while being captured (an op that synchronises, copies to the host or "
+            "allocates outside the stream cannot be captured): ",
+            launched.ToString()));
+      }
+      if (end != gpuSuccess || g.graph == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "graph capture on cuda device ", device, ": cudaStreamEndCapture: ",
+            end == gpuSuccess ? "no graph" : gpuGetErrorName(end), " (",
+            end == gpuSuccess ? "empty capture" : gpuGetErrorString(end),
+            "); the launch did something that cannot be captured"));
+      }
+    }
+    {
+      const gpuError_t e = gpuGraphInstantiateWithFlags(&g.exec, g.graph, 0);
+      if (e != gpuSuccess) {
+        g.exec = nullptr;
+        (void)gpuGetLastError();
+        if (IsStickyError(e)) return Check(d, e, "cudaGraphInstantiate");
+        return absl::FailedPreconditionError(absl::StrCat("graph capture on cuda device ", device,
+                                                          ": cudaGraphInstantiate: ", gpuGetErrorName(e),
+                                                          " (", gpuGetErrorString(e), ")"));
+      }
+    }
+    for (int i = 0; i < kGraphWarmupReplays; ++i) {
+      KS_RETURN_IF_ERROR(Check(d, gpuGraphLaunch(g.exec, d->stream), "cudaGraphLaunch (warm-up)"));
+    }
+    EventPair ev;
+    KS_RETURN_IF_ERROR(CreateEvents(d, &ev));
+    KS_RETURN_IF_ERROR(Check(d, gpuEventRecord(ev.start, d->stream), "cudaEventRecord"));
+    for (int i = 0; i < replays; ++i) {
+      KS_RETURN_IF_ERROR(Check(d, gpuGraphLaunch(g.exec, d->stream), "cudaGraphLaunch"));
+    }
+    return ElapsedMs(d, ev, replays);
+  }
+
  private:
   // Checks the index and health, and makes the device current.
   absl::StatusOr<DeviceState*> Enter(int device) {
@@ -157,14 +277,33 @@ class CudaBackend : public Backend {
   absl::Status Check(DeviceState* d, gpuError_t e, absl::string_view what) {
     if (e == gpuSuccess) return absl::OkStatus();
     absl::Status s = GpuStatus(e, absl::StrCat(what, " on cuda device ", d->info.index));
-    if (IsStickyError(e)) {
-      absl::MutexLock lock(&d->mu);
-      if (d->healthy) {
-        d->healthy = false;
-        d->reason = std::string(s.message());
-      }
-    }
+    if (IsStickyError(e)) MarkUnhealthy(d, s.message());
     return s;
+  }
+
+  // Not while this thread captures the device's stream (see tls_capturing).
+  void MarkUnhealthy(DeviceState* d, absl::string_view reason) {
+    if (tls_capturing == d) return;
+    absl::MutexLock lock(&d->mu);
+    if (d->healthy) {
+      d->healthy = false;
+      d->reason = std::string(reason);
+    }
+  }
+
+  absl::Status CreateEvents(DeviceState* d, EventPair* ev) {
+    KS_RETURN_IF_ERROR(Check(d, gpuEventCreate(&ev->start), "cudaEventCreate"));
+    return Check(d, gpuEventCreate(&ev->stop), "cudaEventCreate");
+  }
+
+  // Records ev.stop after the queued work, waits for it, and returns the mean
+  // milliseconds of `n` items since ev.start.
+  absl::StatusOr<double> ElapsedMs(DeviceState* d, const EventPair& ev, int n) {
+    KS_RETURN_IF_ERROR(Check(d, gpuEventRecord(ev.stop, d->stream), "cudaEventRecord"));
+    KS_RETURN_IF_ERROR(Check(d, gpuEventSynchronize(ev.stop), "cudaEventSynchronize"));
+    float ms = 0;
+    KS_RETURN_IF_ERROR(Check(d, gpuEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime"));
+    return static_cast<double>(ms) / n;
   }
 
   // A launcher's own status (bad arguments) passes through; then any launch
@@ -174,11 +313,7 @@ class CudaBackend : public Backend {
     if (e != gpuSuccess) return Check(d, e, "kernel launch");
     if (!launched.ok() && launched.code() == absl::StatusCode::kUnavailable) {
       // The launcher saw a sticky error itself (it returns UNAVAILABLE for those).
-      absl::MutexLock lock(&d->mu);
-      if (d->healthy) {
-        d->healthy = false;
-        d->reason = std::string(launched.message());
-      }
+      MarkUnhealthy(d, launched.message());
     }
     return launched;
   }

@@ -3,8 +3,12 @@
 // device unhealthy. Runs everywhere; the device cases skip without a GPU.
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -78,6 +82,105 @@ TEST(CudaBackendTest, MemoryCopiesAndErrors) {
   EXPECT_EQ(be.MlaDecode(bad, lp, li, out).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(be.Fp8Attention(bad, fp, fi, out).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(be.Attention(bad, ap, out, out, out, out).code(), absl::StatusCode::kInvalidArgument);
+}
+
+float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Device timing: events around launches, and a CUDA-graph capture of one
+// attention call whose replays must write exactly the output of a plain
+// launch. A launch that cannot be captured (a copy to the host inside it)
+// comes back FAILED_PRECONDITION and leaves the device healthy and usable.
+TEST(CudaBackendTest, GraphReplaysMatchPlainLaunchesAndCaptureFailsCleanly) {
+  auto b = CreateCudaBackend();
+  if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
+  Backend& be = **b;
+  AttentionParams p;
+  p.causal = true;
+  const TensorDesc qd{DType::kBf16, {1, 2, 192, 128}};
+  ASSERT_TRUE(p.Validate(qd, qd, qd).ok());
+  const size_t bytes = static_cast<size_t>(qd.num_bytes());
+  std::mt19937 rng(11);
+  std::normal_distribution<float> gauss(0.f, 1.f);
+  std::vector<std::unique_ptr<DeviceMemory>> in;
+  for (int t = 0; t < 3; ++t) {
+    std::vector<uint16_t> h(bytes / 2);
+    for (auto& x : h) {
+      const float f = gauss(rng);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof(bits));
+      x = static_cast<uint16_t>(bits >> 16);
+    }
+    auto m = be.Allocate(0, bytes);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE(be.CopyToDevice(0, (*m)->data(), h.data(), bytes).ok());
+    in.push_back(std::move(*m));
+  }
+  auto out_mem = be.Allocate(0, bytes);
+  ASSERT_TRUE(out_mem.ok()) << out_mem.status();
+  TensorView q{qd, in[0]->data()}, k{qd, in[1]->data()}, v{qd, in[2]->data()};
+  TensorView out{qd, (*out_mem)->data()};
+  const std::vector<uint8_t> poison(bytes, 0xFF);  // bf16 NaN
+  auto launch = [&]() { return be.Attention(0, p, q, k, v, out); };
+
+  // The plain launch's output is the reference.
+  ASSERT_TRUE(be.CopyToDevice(0, out.data, poison.data(), bytes).ok());
+  ASSERT_TRUE(launch().ok());
+  ASSERT_TRUE(be.Synchronize(0).ok());
+  std::vector<uint16_t> plain(bytes / 2), graphed(bytes / 2, 0);
+  ASSERT_TRUE(be.CopyToHost(0, plain.data(), out.data, bytes).ok());
+  for (uint16_t x : plain) ASSERT_TRUE(std::isfinite(Bf16ToFloat(x)));
+
+  absl::StatusOr<double> ev = be.TimeLaunches(0, launch, 20);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  EXPECT_GT(*ev, 0.0);
+  EXPECT_LT(*ev, 1000.0);
+
+  ASSERT_TRUE(be.CopyToDevice(0, out.data, poison.data(), bytes).ok());
+  int calls = 0;
+  absl::StatusOr<double> g = be.TimeGraphReplays(
+      0,
+      [&]() {
+        ++calls;
+        return launch();
+      },
+      50);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(calls, 1);  // captured once, replayed from the graph
+  EXPECT_GT(*g, 0.0);
+  EXPECT_LT(*g, 1000.0);
+  ASSERT_TRUE(be.CopyToHost(0, graphed.data(), out.data, bytes).ok());
+  EXPECT_EQ(std::memcmp(plain.data(), graphed.data(), bytes), 0);
+  std::printf("attention B1 H2 S192 D128 causal: %.4f ms per launch (events), %.4f ms per graph replay\n",
+              *ev, *g);
+
+  // A synchronous copy to the host cannot be captured.
+  std::vector<uint16_t> scratch(bytes / 2);
+  absl::StatusOr<double> bad = be.TimeGraphReplays(
+      0,
+      [&]() -> absl::Status {
+        absl::Status st = launch();
+        if (!st.ok()) return st;
+        return be.CopyToHost(0, scratch.data(), out.data, bytes);
+      },
+      5);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition) << bad.status();
+  EXPECT_NE(bad.status().message().find("graph capture"), absl::string_view::npos) << bad.status();
+  EXPECT_TRUE(be.GetDeviceInfo(0).healthy) << be.GetDeviceInfo(0).health_reason;
+  EXPECT_EQ(be.TimeGraphReplays(0, launch, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(be.TimeLaunches(0, launch, 0).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // The stream still works: a plain launch reproduces the reference.
+  ASSERT_TRUE(be.CopyToDevice(0, out.data, poison.data(), bytes).ok());
+  ASSERT_TRUE(launch().ok());
+  ASSERT_TRUE(be.Synchronize(0).ok());
+  std::fill(graphed.begin(), graphed.end(), 0);
+  ASSERT_TRUE(be.CopyToHost(0, graphed.data(), out.data, bytes).ok());
+  EXPECT_EQ(std::memcmp(plain.data(), graphed.data(), bytes), 0);
 }
 
 // Last: a kernel reading an unmapped address faults the context for good.

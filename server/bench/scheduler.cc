@@ -289,18 +289,16 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec) const 
   if (m.warmup() < 0 || m.iters() < 0 || m.passes() < 0 || m.warmin_s() < 0 || m.window_s() < 0) {
     return absl::InvalidArgumentError("spec.method: counts and durations must be >= 0");
   }
-  if (m.iters() > 1000000 || m.warmup() > 1000000 || m.passes() > 1000) {
-    return absl::InvalidArgumentError("spec.method: at most 1000000 warm-up or timed launches and 1000 passes");
+  if (m.graph_replays() < 0) return absl::InvalidArgumentError("spec.method: counts and durations must be >= 0");
+  if (m.iters() > 1000000 || m.warmup() > 1000000 || m.graph_replays() > 1000000 || m.passes() > 1000) {
+    return absl::InvalidArgumentError(
+        "spec.method: at most 1000000 warm-up or timed launches or graph replays and 1000 passes");
   }
-  if (m.method() == pb::METHOD_GRAPH) {
-    if (backend_->Name() != "cuda") {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "spec.method: method graph replays CUDA graphs and needs the cuda backend; this server runs ",
-          backend_->Name()));
-    }
-    return absl::UnimplementedError(
-        "spec.method: method graph: the cuda backend does not expose CUDA-graph capture through kernels/api yet; "
-        "use kernel, passes or sustained");
+  // Graph capture goes through Backend::TimeGraphReplays, which the cuda backend implements.
+  if (m.method() == pb::METHOD_GRAPH && backend_->Name() != "cuda") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "spec.method: method graph replays CUDA graphs and needs the cuda backend; this server runs ",
+        backend_->Name()));
   }
   if (!pb::BenchMethod_IsValid(m.method())) return absl::InvalidArgumentError("spec.method.method: unknown method");
   if (spec.time_limit_s() < 0 || spec.time_limit_s() > options_.max_time_limit_s) {
@@ -854,12 +852,27 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
   const int warmup = mo.warmup() > 0 ? mo.warmup() : 500;
   const int iters = mo.iters() > 0 ? mo.iters() : 100;
   const int passes = method == pb::METHOD_PASSES ? (mo.passes() > 0 ? mo.passes() : 5) : 1;
+  const int replays = mo.graph_replays() > 0 ? mo.graph_replays() : iters;
   const double warmin_s = std::max(mo.warmin_s(), options_.min_warmin_s);
   const double window_s = std::max(mo.window_s(), options_.min_window_s);
   const std::string method_name =
       method == pb::METHOD_PASSES ? absl::StrCat("passes (", passes, " x ", iters, ")")
       : method == pb::METHOD_SUSTAINED ? absl::StrFormat("sustained (%.3g s warm-in, %.3g s window)", warmin_s, window_s)
+      : method == pb::METHOD_GRAPH     ? absl::StrCat("graph (", warmup, " warm-up launches, ", replays, " replays)")
                                        : absl::StrCat("kernel (", warmup, " warm-up, ", iters, " timed)");
+  // Which clock timed each variant, named in its result's method.
+  enum class Timer { kUnknown, kHostClock, kDeviceEvents, kGraphEvents };
+  std::vector<Timer> timer(variants.size(), Timer::kUnknown);
+  auto timer_name = [](Timer t) -> const char* {
+    switch (t) {
+      case Timer::kDeviceEvents:
+        return "device events";
+      case Timer::kGraphEvents:
+        return "device events around CUDA-graph replays";
+      default:
+        return "host clock around synchronised launches";
+    }
+  };
 
   auto launch = [&](size_t i) -> absl::Status {
     const Variant& v = *variants[i];
@@ -880,11 +893,39 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
   // Launch counts of host variants are capped: the oracle is slow.
   auto counts = [&](size_t i, int* w, int* n) {
     *w = warmup;
-    *n = iters;
+    *n = method == pb::METHOD_GRAPH ? replays : iters;
     if (variants[i]->on_host) {
       *w = 0;
       *n = std::max(1, gate_seconds[i] > 5 ? 1 : std::min(iters, options_.max_host_launches));
     }
+  };
+  // m launches back to back; *ms: their total. Device events where the
+  // backend has them (TimeLaunches), else the host clock around the launches
+  // and one synchronisation (the cpu backend; host variants).
+  auto timed_batch = [&](size_t i, int m, double* ms) -> absl::Status {
+    if (!variants[i]->on_host && timer[i] != Timer::kHostClock) {
+      int calls = 0;
+      absl::StatusOr<double> per = backend_->TimeLaunches(
+          device,
+          [&]() -> absl::Status {
+            ++calls;
+            return launch(i);
+          },
+          m);
+      if (per.ok()) {
+        timer[i] = Timer::kDeviceEvents;
+        *ms = *per * m;
+        return absl::OkStatus();
+      }
+      // UNIMPLEMENTED before any launch: the backend has no device timing.
+      if (!absl::IsUnimplemented(per.status()) || calls > 0) return per.status();
+    }
+    timer[i] = Timer::kHostClock;
+    const double t0 = NowS();
+    for (int k = 0; k < m; ++k) KS_RETURN_IF_ERROR(launch(i));
+    KS_RETURN_IF_ERROR(sync(i));
+    *ms = (NowS() - t0) * 1e3;
+    return absl::OkStatus();
   };
   // n launches; returns per-sample means in ms (batches, or single launches with flush).
   auto time_launches = [&](size_t i, int n, std::vector<double>* samples, double* total_ms) -> absl::Status {
@@ -895,10 +936,8 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
       const int m = (n - done) / (batches - b);
       KS_RETURN_IF_ERROR(flush());
       KS_RETURN_IF_ERROR(stop());
-      const double t0 = NowS();
-      for (int k = 0; k < m; ++k) KS_RETURN_IF_ERROR(launch(i));
-      KS_RETURN_IF_ERROR(sync(i));
-      const double ms = (NowS() - t0) * 1e3;
+      double ms = 0;
+      KS_RETURN_IF_ERROR(timed_batch(i, m, &ms));
       *total_ms += ms;
       samples->push_back(ms / m);
       done += m;
@@ -928,7 +967,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
   auto land = [&](size_t i) {
     pb::VariantResult& r = results[i];
     r.set_timed(true);
-    r.set_method(method_name);
+    r.set_method(absl::StrCat(method_name, "; timer: ", timer_name(timer[i])));
     const double s = r.time().value_ms() * 1e-3;
     if (s > 0) {
       r.set_tflops(r.flops() / s / 1e12);
@@ -999,6 +1038,68 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
         ts.set_count(static_cast<int64_t>(n) * passes);
         *results[i].mutable_time() = ts;
         for (double x : pass_ms[i]) results[i].add_pass_ms(x);
+        land(i);
+      }
+    } else if (method == pb::METHOD_GRAPH) {
+      for (size_t i : timed) {
+        int w, n;
+        counts(i, &w, &n);
+        progress_event(pb::PHASE_WARMING, i, 1, absl::StrCat("warming ", variants[i]->name, ": ", w, " launches"));
+        KS_RETURN_IF_ERROR(warm(i, w));
+        std::vector<double> samples;
+        double total = 0;
+        if (variants[i]->on_host) {
+          // Host code has no graph: timed like method kernel (host clock).
+          progress_event(pb::PHASE_TIMING, i, 1,
+                         absl::StrCat("timing ", variants[i]->name, " on the host clock: ", n, " launches"));
+          KS_RETURN_IF_ERROR(time_launches(i, n, &samples, &total));
+        } else {
+          progress_event(pb::PHASE_TIMING, i, 1,
+                         absl::StrCat("timing ", variants[i]->name, ": ", n, " graph replays"));
+          // Up to 10 batches, each its own capture, with a cancellation check between.
+          const int batches = std::min(n, 10);
+          int done = 0;
+          absl::Status capture;
+          for (int b = 0; b < batches && capture.ok(); ++b) {
+            const int m = (n - done) / (batches - b);
+            KS_RETURN_IF_ERROR(stop());
+            int calls = 0;
+            absl::StatusOr<double> per = backend_->TimeGraphReplays(
+                device,
+                [&]() -> absl::Status {
+                  ++calls;
+                  return launch(i);
+                },
+                m);
+            if (per.ok()) {
+              total += *per * m;
+              samples.push_back(*per);
+              done += m;
+            } else if (absl::IsFailedPrecondition(per.status()) ||
+                       (absl::IsUnimplemented(per.status()) && calls == 0)) {
+              capture = per.status();  // this variant cannot be graph-timed; the others can
+            } else {
+              return per.status();
+            }
+          }
+          if (!capture.ok()) {
+            results[i].set_error_message(capture.ToString());
+            const std::string why =
+                absl::StrCat(variants[i]->name, " not timed: method graph could not capture it: ", capture.ToString());
+            progress_event(pb::PHASE_NOTE, i, 1, why);
+            absl::MutexLock l(&mu_);
+            j.job.add_notes(why);
+            step += 1;
+            continue;
+          }
+          timer[i] = Timer::kGraphEvents;
+        }
+        pb::TimeStats ts = ComputeStats(samples);
+        ts.set_mean_ms(total / n);
+        ts.set_value_ms(total / n);
+        ts.set_count(n);
+        *results[i].mutable_time() = ts;
+        step += 1;
         land(i);
       }
     } else {  // sustained
