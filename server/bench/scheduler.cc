@@ -1086,10 +1086,16 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
             results[i].set_error_message(capture.ToString());
             const std::string why =
                 absl::StrCat(variants[i]->name, " not timed: method graph could not capture it: ", capture.ToString());
-            progress_event(pb::PHASE_NOTE, i, 1, why);
+            step += 1;
+            pb::BenchEvent e;
+            e.set_phase(pb::PHASE_RESULT);
+            e.set_variant(variants[i]->name);
+            e.set_message(why);
+            *e.mutable_result() = results[i];
             absl::MutexLock l(&mu_);
             j.job.add_notes(why);
-            step += 1;
+            *j.job.add_results() = results[i];  // reported (gate passed), neither timed nor ranked
+            EmitLocked(j, std::move(e), true);
             continue;
           }
           timer[i] = Timer::kGraphEvents;

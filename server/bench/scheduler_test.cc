@@ -4,15 +4,18 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/api/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "server/bench/timing.h"
 
@@ -550,6 +553,159 @@ TEST_F(SchedulerTest, GracefulShutdownRequeuesTheRunningJob) {
   pb::BenchJob j = WaitState(*s, id, [](const pb::BenchJob& j) { return j.state() == pb::JOB_RUNNING; });
   EXPECT_EQ(j.attempts(), 1);  // the graceful stop did not count
   ASSERT_TRUE(s->Cancel(id, "").ok());
+}
+
+// The real cpu backend under another name, with the optional device timers
+// implemented the only way a host can: the real launches, timed on the host
+// clock. It lets the scheduler's "cuda" paths (graph, device events) run
+// here; `fail_capture` makes every capture fail as a non-capturable op would.
+class TimedCpuBackend : public Backend {
+ public:
+  explicit TimedCpuBackend(std::string name) : cpu_(CreateCpuBackend(2)), name_(std::move(name)) {}
+  std::string Name() const override { return name_; }
+  int DeviceCount() const override { return cpu_->DeviceCount(); }
+  DeviceInfo GetDeviceInfo(int device) const override { return cpu_->GetDeviceInfo(device); }
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
+    // Small "device": the copy ceiling's 512 MiB buffers do not fit.
+    if (bytes >= (size_t{128} << 20)) return absl::ResourceExhaustedError("test device: 128 MiB at most");
+    return cpu_->Allocate(device, bytes);
+  }
+  absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) override {
+    return cpu_->CopyToDevice(device, dst, src, bytes);
+  }
+  absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) override {
+    return cpu_->CopyToHost(device, dst, src, bytes);
+  }
+  absl::Status CopyOnDevice(int device, void* dst, const void* src, size_t bytes) override {
+    return cpu_->CopyOnDevice(device, dst, src, bytes);
+  }
+  absl::Status Synchronize(int device) override { return cpu_->Synchronize(device); }
+  absl::Status Attention(int device, const AttentionParams& p, const TensorView& q, const TensorView& k,
+                         const TensorView& v, TensorView& out) override {
+    return cpu_->Attention(device, p, q, k, v, out);
+  }
+  absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
+                            TensorView& out) override {
+    return cpu_->Fp8Attention(device, p, in, out);
+  }
+  absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
+                         TensorView& out) override {
+    return cpu_->MlaDecode(device, p, in, out);
+  }
+  absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
+    return cpu_->Moe(device, p, in, out);
+  }
+  absl::StatusOr<double> TimeLaunches(int device, const std::function<absl::Status()>& launch, int n) override {
+    ++time_launches_calls;
+    return HostTime(device, launch, n);
+  }
+  absl::StatusOr<double> TimeGraphReplays(int device, const std::function<absl::Status()>& launch,
+                                          int replays) override {
+    ++graph_calls;
+    KS_RETURN_IF_ERROR(launch());  // the "capture"
+    if (fail_capture) return absl::FailedPreconditionError("graph capture on test device: not capturable");
+    return HostTime(device, launch, replays);
+  }
+
+  std::atomic<int> time_launches_calls{0};
+  std::atomic<int> graph_calls{0};
+  std::atomic<bool> fail_capture{false};
+
+ private:
+  absl::StatusOr<double> HostTime(int device, const std::function<absl::Status()>& launch, int n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) KS_RETURN_IF_ERROR(launch());
+    KS_RETURN_IF_ERROR(cpu_->Synchronize(device));
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  std::string name_;
+};
+
+TEST_F(SchedulerTest, CpuBackendHasNoDeviceTimersAndTimesOnTheHostClock) {
+  int calls = 0;
+  auto count = [&]() -> absl::Status {
+    ++calls;
+    return absl::OkStatus();
+  };
+  absl::StatusOr<double> t = backend_->TimeLaunches(0, count, 3);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented) << t.status();
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("backend cpu"));
+  t = backend_->TimeGraphReplays(0, count, 3);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented) << t.status();
+  EXPECT_EQ(calls, 0);
+
+  auto s = Make();
+  pb::BenchJobSpec spec = AttentionSpec({"cpu", "oracle"});
+  auto job = s->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  pb::BenchJob j = WaitFinal(*s, job->id());
+  ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+  for (const auto& r : j.results()) {
+    EXPECT_TRUE(r.timed()) << r.variant();
+    EXPECT_THAT(r.method(), HasSubstr("timer: host clock")) << r.variant();
+    EXPECT_GT(r.time().value_ms(), 0) << r.variant();
+  }
+}
+
+TEST_F(SchedulerTest, DeviceTimersArePreferredAndGraphCaptureFailuresLeaveTheVariantUntimed) {
+  TimedCpuBackend be("cuda");
+  BenchOptions o;
+  o.test_variants = true;
+  o.server_version = "test";
+  auto made = BenchScheduler::Create(&be, o, InlineRunner(), nullptr);
+  ASSERT_TRUE(made.ok()) << made.status();
+  BenchScheduler& s = **made;
+
+  // Kernel and passes: TimeLaunches, once per batch; the oracle stays on the host clock.
+  pb::BenchJobSpec spec = AttentionSpec({"cuda", "oracle"});
+  auto job = s.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  pb::BenchJob j = WaitFinal(s, job->id());
+  ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+  ASSERT_EQ(j.results_size(), 2);
+  EXPECT_THAT(j.results(0).method(), HasSubstr("timer: device events"));
+  EXPECT_THAT(j.results(1).method(), HasSubstr("timer: host clock"));
+  EXPECT_EQ(be.time_launches_calls.load(), 5);  // 5 timed launches in 5 batches of one
+  EXPECT_EQ(be.graph_calls.load(), 0);
+
+  // Graph: replays in batches, each its own capture.
+  spec.mutable_method()->set_method(pb::METHOD_GRAPH);
+  spec.mutable_method()->set_graph_replays(20);
+  job = s.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  j = WaitFinal(s, job->id());
+  ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+  ASSERT_EQ(j.results_size(), 2);
+  const pb::VariantResult& g = j.results(0);
+  EXPECT_TRUE(g.timed());
+  EXPECT_THAT(g.method(), HasSubstr("graph ("));
+  EXPECT_THAT(g.method(), HasSubstr("20 replays"));
+  EXPECT_THAT(g.method(), HasSubstr("CUDA-graph replays"));
+  EXPECT_EQ(g.time().count(), 20);
+  EXPECT_GT(g.time().value_ms(), 0);
+  EXPECT_EQ(g.rank() > 0, true);
+  EXPECT_EQ(be.graph_calls.load(), 10);
+  EXPECT_THAT(j.results(1).method(), HasSubstr("timer: host clock"));  // host code has no graph
+
+  // A variant that cannot be captured is reported, not timed; the job still finishes.
+  be.fail_capture = true;
+  job = s.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  j = WaitFinal(s, job->id());
+  ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+  EXPECT_TRUE(j.results(0).correct());
+  EXPECT_FALSE(j.results(0).timed());
+  EXPECT_EQ(j.results(0).rank(), 0);
+  EXPECT_THAT(j.results(0).error_message(), HasSubstr("not capturable"));
+  EXPECT_THAT(absl::StrJoin(j.notes(), ";"), HasSubstr("cuda not timed: method graph could not capture it"));
+  EXPECT_TRUE(j.results(1).timed());
+  EXPECT_EQ(j.results(1).rank(), 1);
+
+  // Graph replays are counted like launches.
+  spec.mutable_method()->set_graph_replays(-1);
+  EXPECT_EQ(s.Submit(spec).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
