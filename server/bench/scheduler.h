@@ -14,17 +14,25 @@
 // with the fp64 oracle (the correctness gate); a variant with a NaN/Inf
 // output or an error over the tolerance is reported as failed and neither
 // timed nor ranked. Then, per method:
-//   kernel     warm-up launches, then N timed launches (in up to 10 batches,
-//              one host synchronisation per batch; each batch's mean is one
-//              sample; mean = total / N). With l2_flush every launch is timed
-//              alone with the flush before it, outside the timed region.
+//   kernel     warm-up launches, then N timed launches (in up to 10 batches;
+//              each batch's mean is one sample; mean = total / N). A batch is
+//              timed by device events (Backend::TimeLaunches) where the
+//              backend has them (cuda), else by the host clock around the
+//              launches and one synchronisation (cpu; host variants). With
+//              l2_flush every launch is timed alone with the flush before it,
+//              outside the timed region.
 //   passes     the same per pass, P passes, the variants alternating (pass p
 //              starts at variant p mod V); the value is the median pass mean.
 //   sustained  launches back to back for the warm-in, then a window, with the
 //              SM clock, power and temperature sampled (NVML) during it; the
-//              value is window time / launches.
-//   graph      CUDA-graph replays: needs a backend that exposes graph capture
-//              (none does yet): refused at submit.
+//              value is window time / launches (host clock).
+//   graph      warm-up launches, then R replays (graph_replays, else iters) of
+//              a CUDA graph holding one launch (Backend::TimeGraphReplays), in
+//              up to 10 batches of one capture each, timed by device events.
+//              Cuda backend only (FAILED_PRECONDITION at submit elsewhere); a
+//              variant that cannot be captured is reported untimed with the
+//              reason; host variants are timed as in kernel.
+// Each result's method names the timer that was used.
 //
 // Persistence. Each state change and event is committed to SQLite before it
 // is visible. On start-up, jobs found QUEUED stay queued; jobs found RUNNING
