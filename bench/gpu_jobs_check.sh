@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On the GPU machine (after bench/run_gpu.sh unpacked .bundle/): benchmark
+# jobs through the real server on the cuda backend — the same attention job
+# timed by device events (kernel), by CUDA-graph replays (graph) and in a
+# sustained window with NVML clocks — printed as kernelctl's markdown tables.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH=$PWD/.bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+data=$(mktemp -d)
+.bundle/bin/kernelserve --listen=127.0.0.1:50599 --backend=cuda --data_dir="$data" >"$data/server.log" 2>&1 &
+server=$!
+trap 'kill -TERM $server; wait $server' EXIT
+for _ in $(seq 100); do .bundle/bin/kernelctl --server=127.0.0.1:50599 health >/dev/null 2>&1 && break; sleep 0.1; done
+KS=(.bundle/bin/kernelctl --server=127.0.0.1:50599 --timeout=300)
+shape=(--op=attention --batch=1 --heads=16 --seq=8192 --head-dim=128 --causal --variants=cuda)
+"${KS[@]}" bench "${shape[@]}" --name=attn-kernel --method=kernel --warmup=20 --iters=50
+"${KS[@]}" bench "${shape[@]}" --name=attn-graph --method=graph --warmup=20 --iters=50
+"${KS[@]}" bench --op=mla_decode --batch=8 --heads=16 --seq=32768 --q-len=4 --variants=cuda \
+  --name=mla-graph --method=graph --warmup=20 --iters=100
