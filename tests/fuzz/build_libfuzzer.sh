@@ -14,6 +14,9 @@ cd "$(dirname "$0")/../.."
 out=${1:-/tmp/ks_libfuzzer}
 cxx=${CXX:-clang++-14}
 command -v "$cxx" >/dev/null || { echo "build_libfuzzer.sh: $cxx not found" >&2; exit 1; }
+# Objects are rebuilt every time: a header change (a struct growing a field)
+# with stale objects gives an ODR-broken binary that fails in odd places.
+rm -rf "$out/obj"
 mkdir -p "$out/obj"
 
 bazel build //tests/fuzz:request_fuzzer //tests/fuzz:fuzz_requests_test >/dev/null
@@ -34,11 +37,9 @@ n=0
 for src in $srcs $gen tests/fuzz/cuda_backend_stub.cc; do
   obj="$out/obj/$(echo "$src" | tr '/' '_').o"
   objs+=("$obj")
-  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
-    compile "$src" "$obj" &
-    n=$((n + 1))
-    if [ $((n % 2)) = 0 ]; then wait; fi   # 2 cores
-  fi
+  compile "$src" "$obj" &
+  n=$((n + 1))
+  if [ $((n % 2)) = 0 ]; then wait; fi   # 2 cores
 done
 wait
 libs=$(pkg-config --libs grpc++ protobuf absl_flags_parse absl_synchronization absl_statusor absl_str_format spdlog 2>/dev/null)
