@@ -4,9 +4,8 @@
 // replays (routing included), median of 20. TFLOP/s counts 2*rows*K*cols;
 // GB/s counts the MXFP4 weight bytes of the experts the batch touches plus
 // activations in and out. Prints a markdown table. Gate/up rows are timed
-// five ways in the same run: the default (RunMoe's choice), mma.sync, the
-// two wgmma tilings and 128x256 with 64-row tail tiles (--gemm=default
-// times the default alone).
+// four ways in the same run: the default (RunMoe's choice), mma.sync and
+// the two wgmma tilings (--gemm=default times the default alone).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -162,7 +161,6 @@ int Main(int argc, char** argv) {
       if (compare && gu) {
         variants.push_back({"mma.sync", cuda::MoeGemm::kMmaSync});
         variants.push_back({"wgmma 128x256", cuda::MoeGemm::kWgmma});
-        variants.push_back({"wgmma 128x256 + 64-row tails", cuda::MoeGemm::kWgmmaTail});
         variants.push_back({"wgmma 256x128", cuda::MoeGemm::kWgmmaTall});
       }
       for (const Variant& v : variants) {

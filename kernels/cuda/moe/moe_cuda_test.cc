@@ -32,8 +32,6 @@ struct Case {
   int tile = 0;
   cuda::MoeGemm gemm = cuda::MoeGemm::kAuto;
   Rounding rounding = Rounding::kRtne;
-  // When set: top_k = 1 and exactly this many tokens routed to each expert.
-  std::vector<int> rows_per_expert;
 };
 
 struct Inputs {
@@ -59,17 +57,7 @@ Inputs MakeInputs(const Case& c, std::mt19937_64& rng) {
   in.weights = HostTensor(DType::kFp32, {c.tokens, c.top_k});
   std::vector<int32_t> all(c.experts);
   std::iota(all.begin(), all.end(), 0);
-  if (!c.rows_per_expert.empty()) {
-    std::vector<int32_t> owner;
-    for (size_t e = 0; e < c.rows_per_expert.size(); ++e) owner.insert(owner.end(), c.rows_per_expert[e], static_cast<int32_t>(e));
-    EXPECT_EQ(static_cast<int64_t>(owner.size()), pairs);
-    std::shuffle(owner.begin(), owner.end(), rng);
-    for (int64_t i = 0; i < pairs; ++i) {
-      in.ids.data<int32_t>()[i] = owner[i];
-      in.weights.data<float>()[i] = std::uniform_real_distribution<float>(0.f, 1.f)(rng);
-    }
-  }
-  for (int64_t t = 0; t < c.tokens && c.rows_per_expert.empty(); ++t) {
+  for (int64_t t = 0; t < c.tokens; ++t) {
     std::shuffle(all.begin(), all.end(), rng);  // distinct experts per token
     for (int64_t r = 0; r < c.top_k; ++r) {
       in.ids.data<int32_t>()[t * c.top_k + r] = all[r % c.experts];
@@ -222,8 +210,7 @@ TEST_P(MoeCudaTest, LayerManyExpertsFewTokens) {
 }
 
 // The sm_90a wgmma gate/up kernels (128 x 256 and 256 x 128 tiles, k-tiles of 64).
-constexpr cuda::MoeGemm kWgmmaKernels[] = {cuda::MoeGemm::kWgmma, cuda::MoeGemm::kWgmmaTall,
-                                           cuda::MoeGemm::kWgmmaTail};
+constexpr cuda::MoeGemm kWgmmaKernels[] = {cuda::MoeGemm::kWgmma, cuda::MoeGemm::kWgmmaTall};
 
 class MoeWgmmaTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -280,28 +267,6 @@ TEST_P(MoeWgmmaTest, ManyRowsPerExpert) {
   Check(c);
 }
 
-// Exact rows per expert around the 64-row tail tiles: tails of 1, 17 and 64
-// rows (on the 64 x 256 tiles), 65 (stays on 128 rows), a lone 128 and
-// experts of 1, 17, 64, 128, 129, 145, 192, 193 rows plus an empty one.
-TEST_P(MoeWgmmaTest, TailTilesExactRowsPerExpert) {
-  for (cuda::MoeGemm g : {cuda::MoeGemm::kWgmmaTail, cuda::MoeGemm::kWgmma}) {
-    Case c;
-    c.gemm = g;
-    c.swiglu = GetParam();
-    c.rows_per_expert = {1, 17, 64, 128, 129, 0, 145, 192, 193};
-    c.experts = static_cast<int64_t>(c.rows_per_expert.size());
-    c.top_k = 1;
-    c.tokens = std::accumulate(c.rows_per_expert.begin(), c.rows_per_expert.end(), int64_t{0});
-    c.hidden = 384;  // 6 k-tiles of 64
-    c.inter = 160;   // partial column tiles
-    Check(c);
-    c.inter = 384;
-    c.hidden = 256;
-    c.rounding = Rounding::kRtz;
-    Check(c);
-  }
-}
-
 TEST(MoeWgmmaLayerTest, LayerGateUpOnWgmma) {
   KS_SKIP_WITHOUT_CUDA();
   Case c;
@@ -314,9 +279,6 @@ TEST(MoeWgmmaLayerTest, LayerGateUpOnWgmma) {
   c.inter = 128;
   c.out_dim = 256;
   Check(c, 6e-3);
-  c.gemm = cuda::MoeGemm::kWgmmaTail;  // ~67 rows per expert: tails on 64-row tiles
-  Check(c, 6e-3);
-  c.gemm = cuda::MoeGemm::kWgmma;
 
   // The 256-row tiling would hand 256-row routing tiles to the down kernel.
   std::mt19937_64 rng(FreshSeed());

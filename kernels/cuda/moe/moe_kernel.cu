@@ -55,13 +55,6 @@ struct GemmParams {
   const int* tile_expert;
   const int* tile_rows;  // valid rows of each tile
   const int* num_tiles;
-  // wgmma kernel only: row slots per routing tile in `sorted`; tiles of at
-  // most skip_rows rows are skipped (0: none); with tail_list set, blockIdx.y
-  // indexes that list of routing tiles (*num_tail entries) instead.
-  int sorted_stride;
-  int skip_rows;
-  const int* tail_list;
-  const int* num_tail;
   void* out;
   int64_t out_cols;
   int rounding;
@@ -351,14 +344,8 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* sB = smem + kWgStages * C::kStageBytes;
 
-  int tile = blockIdx.y;
-  if (p.tail_list != nullptr) {
-    if (tile >= *p.num_tail) return;
-    tile = p.tail_list[tile];
-  } else {
-    if (tile >= *p.num_tiles) return;
-    if (p.tile_rows[tile] <= p.skip_rows) return;  // run by the tail launch
-  }
+  const int tile = blockIdx.y;
+  if (tile >= *p.num_tiles) return;
   const int e = p.tile_expert[tile];
   const int tid = threadIdx.x, wg = tid >> 7;
   const int col_tile = blockIdx.x;
@@ -373,7 +360,7 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
   for (int i = 0; i < 4; ++i) {
     const int c = tid + i * C::kThreads;
     const int r = ((c >> 6) << 3) + (c & 7);
-    const int pair = p.sorted[tile * p.sorted_stride + r];
+    const int pair = p.sorted[tile * C::kBM + r];
     a_off[i] = pair < 0 ? -1 : static_cast<int64_t>(pair / p.a_row_div) * p.k + ((c >> 3) & 7) * 8;
   }
   const uint8_t* w_e = p.w + static_cast<int64_t>(e) * p.nw * (p.k / 2);
@@ -505,7 +492,7 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = wg * 64 + warp * 16 + (lane >> 2) + 8 * h;
-    const int pair = p.sorted[tile * p.sorted_stride + r];
+    const int pair = p.sorted[tile * C::kBM + r];
     if (pair < 0) continue;
     uint16_t* o = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
     if (kEpi == kEpiSwiglu) {
@@ -545,20 +532,10 @@ cudaError_t LaunchGateUpWgmmaCfg(const GemmParams& p, int64_t max_tiles, cudaStr
 }
 
 // bm = 128: <2 warpgroups, 256 columns>; bm = 256: <4 warpgroups, 128 columns>.
-// tails (bm = 128 only): tiles of <= 64 rows go to a second launch of <1
-// warpgroup, 256 columns> (64 x 256 tiles; max_tails grid rows), so an
-// expert's short last tile computes 64 rows instead of 128.
 template <int kEpi>
-cudaError_t LaunchGateUpWgmma(int bm, GemmParams p, int64_t max_tiles, bool tails, const int* tail_list,
-                              const int* num_tail, int64_t max_tails, cudaStream_t stream) {
-  p.sorted_stride = bm;
-  if (bm == 256) return LaunchGateUpWgmmaCfg<4, 128, kEpi>(p, max_tiles, stream);
-  p.skip_rows = tails ? 64 : 0;
-  cudaError_t e = LaunchGateUpWgmmaCfg<2, 256, kEpi>(p, max_tiles, stream);
-  if (e != cudaSuccess || !tails) return e;
-  p.tail_list = tail_list;
-  p.num_tail = num_tail;
-  return LaunchGateUpWgmmaCfg<1, 256, kEpi>(p, max_tails, stream);
+cudaError_t LaunchGateUpWgmma(int bm, const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
+  return bm == 256 ? LaunchGateUpWgmmaCfg<4, 128, kEpi>(p, max_tiles, stream)
+                   : LaunchGateUpWgmmaCfg<2, 256, kEpi>(p, max_tiles, stream);
 }
 
 __global__ void MoeCountKernel(const int32_t* ids, int64_t pairs, int* counts) {
@@ -569,12 +546,9 @@ __global__ void MoeCountKernel(const int32_t* ids, int64_t pairs, int* counts) {
 }
 
 // One block: tiles per expert, their exclusive prefix, the expert of each tile.
-// With tail_list set, also the list of tiles of at most tail_rows rows (at
-// most one per expert: its last tile), in expert order.
 __global__ void __launch_bounds__(kScanThreads) MoeScanKernel(const int* counts, int experts, int bm,
                                                               int* tile_start, int* tile_expert,
-                                                              int* tile_rows, int* num_tiles, int tail_rows,
-                                                              int* tail_list, int* num_tail) {
+                                                              int* tile_rows, int* num_tiles) {
   using Scan = cub::BlockScan<int, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   int tiles[kScanItems], start[kScanItems];
@@ -596,21 +570,6 @@ __global__ void __launch_bounds__(kScanThreads) MoeScanKernel(const int* counts,
     }
   }
   if (threadIdx.x == 0) *num_tiles = total;
-  if (tail_list == nullptr) return;
-  int is_tail[kScanItems], tail_at[kScanItems];
-#pragma unroll
-  for (int i = 0; i < kScanItems; ++i) {
-    const int e = threadIdx.x * kScanItems + i;
-    is_tail[i] = e < experts && tiles[i] > 0 && counts[e] - (tiles[i] - 1) * bm <= tail_rows ? 1 : 0;
-  }
-  __syncthreads();  // temp is reused
-  int tails;
-  Scan(temp).ExclusiveSum(is_tail, tail_at, tails);
-#pragma unroll
-  for (int i = 0; i < kScanItems; ++i) {
-    if (is_tail[i]) tail_list[tail_at[i]] = start[i] + tiles[i] - 1;
-  }
-  if (threadIdx.x == 0) *num_tail = tails;
 }
 
 __global__ void MoeScatterKernel(const int32_t* ids, int64_t pairs, const int* tile_start, int* cursor,
@@ -678,7 +637,7 @@ double RowsPerExpert(const MoeArgs& a) {
 // Row tile of the wgmma gate/up kernel (128 or 256), or 0: mma.sync.
 int WgmmaRows(const MoeArgs& a) {
   if (a.stage == Stage::kDown || a.gemm == Gemm::kMmaSync) return 0;
-  if (a.gemm == Gemm::kWgmma || a.gemm == Gemm::kWgmmaTail) return 128;
+  if (a.gemm == Gemm::kWgmma) return 128;
   if (a.gemm == Gemm::kWgmmaTall) return 256;
   // Auto: only the projection alone, with no tile forced, at many rows per
   // expert. Measured on the H200 (bench/NOTES.md, Kimi shard): 128 x 256
@@ -724,9 +683,7 @@ cudaError_t LaunchMoe(const MoeArgs& a, cudaStream_t stream) {
   // Workspace: counts, cursor, tile_start [E]; tile_expert [max_tiles]; num_tiles;
   // sorted [max_tiles*bm]; then the layer intermediate (bf16) and y (fp32).
   auto align = [](size_t x) { return (x + 255) & ~size_t{255}; };
-  const bool tails = WgmmaRows(a) == 128 && a.gemm == Gemm::kWgmmaTail;
-  const int64_t max_tails = pairs < E ? pairs : E;  // one per active expert
-  const size_t ints = 4 * E + 2 * max_tiles + 2;
+  const size_t ints = 3 * E + 2 * max_tiles + 1;
   size_t off_sorted = align(ints * 4);
   size_t off_h = align(off_sorted + static_cast<size_t>(max_tiles) * bm * 4);
   size_t off_y = align(off_h + (need_h ? static_cast<size_t>(pairs) * a.inter * 2 : 0));
@@ -740,8 +697,6 @@ cudaError_t LaunchMoe(const MoeArgs& a, cudaStream_t stream) {
   int* tile_expert = tile_start + E;
   int* tile_rows = tile_expert + max_tiles;
   int* num_tiles = tile_rows + max_tiles;
-  int* tail_list = num_tiles + 1;  // [E]
-  int* num_tail = tail_list + E;
   int* sorted = reinterpret_cast<int*>(ws + off_sorted);
   uint16_t* h = reinterpret_cast<uint16_t*>(ws + off_h);
   float* y = reinterpret_cast<float*>(ws + off_y);
@@ -753,8 +708,7 @@ cudaError_t LaunchMoe(const MoeArgs& a, cudaStream_t stream) {
     const int blocks = static_cast<int>(std::min<int64_t>((pairs + 255) / 256, 1024));
     MoeCountKernel<<<blocks, 256, 0, stream>>>(a.topk_ids, pairs, counts);
     MoeScanKernel<<<1, kScanThreads, 0, stream>>>(counts, static_cast<int>(E), bm, tile_start, tile_expert,
-                                                  tile_rows, num_tiles, 64, tails ? tail_list : nullptr,
-                                                  num_tail);
+                                                  tile_rows, num_tiles);
     MoeScatterKernel<<<blocks, 256, 0, stream>>>(a.topk_ids, pairs, tile_start, cursor, bm, sorted);
     if ((r = cudaGetLastError()) != cudaSuccess) return r;
 
@@ -777,8 +731,8 @@ cudaError_t LaunchMoe(const MoeArgs& a, cudaStream_t stream) {
       g.out_cols = sw ? a.inter : 2 * a.inter;
       if (a.stage == Stage::kLayer) g.rounding = 1;  // the stored intermediate is RTNE bf16
       if (WgmmaRows(a) != 0) {
-        r = sw ? LaunchGateUpWgmma<kEpiSwiglu>(bm, g, max_tiles, tails, tail_list, num_tail, max_tails, stream)
-               : LaunchGateUpWgmma<kEpiBf16>(bm, g, max_tiles, tails, tail_list, num_tail, max_tails, stream);
+        r = sw ? LaunchGateUpWgmma<kEpiSwiglu>(bm, g, max_tiles, stream)
+               : LaunchGateUpWgmma<kEpiBf16>(bm, g, max_tiles, stream);
       } else {
         r = sw ? LaunchGemmTile<kEpiSwiglu>(bm, g, (a.inter + kBN / 2 - 1) / (kBN / 2), max_tiles, stream)
                : LaunchGemmTile<kEpiBf16>(bm, g, (2 * a.inter + kBN - 1) / kBN, max_tiles, stream);

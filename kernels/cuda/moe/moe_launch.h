@@ -18,10 +18,8 @@ enum class Tile { kAuto = 0, k16 = 16, k64 = 64, k128 = 128 };
 // gate/up alone at >= 72 rows per expert when no tile is forced, else
 // mma.sync. kWgmma (128 x 256 tiles) also serves the gate/up half of a layer
 // (routing in 128-row tiles; down stays on mma.sync); kWgmmaTall (256 x 128,
-// measured slower) serves gate/up alone. kWgmmaTail is kWgmma with each tile
-// of <= 64 rows (an expert's short last tile) run by a second launch of
-// 64 x 256 tiles. All ignore `tile`.
-enum class Gemm { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaTall = 3, kWgmmaTail = 4 };
+// measured slower) serves gate/up alone. Both ignore `tile`.
+enum class Gemm { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaTall = 3 };
 
 struct MoeArgs {
   Stage stage = Stage::kLayer;
