@@ -10,7 +10,7 @@ namespace {
 absl::StatusOr<std::unique_ptr<Backend>> CreateGpuBackend(absl::string_view name) {
   if (name == "cuda") return CreateCudaBackend();
   return absl::UnimplementedError(
-      "backend \"hip\": AMD kernels compile for gfx942 but no HIP runtime backend is built");
+      "backend \"hip\": this build has no HIP (AMD) backend yet");
 }
 
 }  // namespace
