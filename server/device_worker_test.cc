@@ -38,15 +38,17 @@ TEST(DeviceWorkerTest, TaskStatusComesBack) {
 
 TEST(DeviceWorkerTest, FullQueueIsResourceExhausted) {
   DeviceWorker worker(0, 2);
-  absl::Notification release;
+  absl::Notification started, release;
   std::vector<std::thread> threads;
   threads.emplace_back([&] {
     EXPECT_TRUE(worker.Run(nullptr, [&] {
+                  started.Notify();
                   release.WaitForNotification();
                   return absl::OkStatus();
                 }).ok());
   });
-  while (worker.queue_depth() < 1) absl::SleepFor(absl::Milliseconds(1));
+  // Running, not merely queued: otherwise the next two could overfill the queue.
+  started.WaitForNotification();
   for (int i = 0; i < 2; ++i) {
     threads.emplace_back([&] { EXPECT_TRUE(worker.Run(nullptr, [] { return absl::OkStatus(); }).ok()); });
   }

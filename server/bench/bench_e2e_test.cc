@@ -1,8 +1,10 @@
 // The whole benchmark flow over loopback gRPC: a real KernelServer on the CPU
 // backend, the client library's BenchClient, the exports and the CI gate.
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
@@ -66,16 +68,24 @@ class BenchE2eTest : public ::testing::Test {
   }
 
   // Waits for the first event of `phase`.
+  // The watcher follows the job to its end, owning what it uses: it outlives
+  // this call and is joined in TearDown, before the client and server go.
   void WaitPhase(const std::string& id, pb::BenchPhase phase) {
-    absl::Notification seen;
-    std::thread t([&] {
-      client_->Watch(id, [&](const pb::BenchEvent& e) {
-        if (e.phase() == phase && !seen.HasBeenNotified()) seen.Notify();
-      }).IgnoreError();
+    auto seen = std::make_shared<absl::Notification>();
+    BenchClient* client = client_.get();
+    watchers_.emplace_back([client, id, phase, seen] {
+      client->Watch(id, [&](const pb::BenchEvent& e) {
+        if (e.phase() == phase && !seen->HasBeenNotified()) seen->Notify();
+      }, absl::Seconds(60)).IgnoreError();
     });
-    ASSERT_TRUE(seen.WaitForNotificationWithTimeout(absl::Seconds(30)));
-    t.detach();  // ends with the job
+    ASSERT_TRUE(seen->WaitForNotificationWithTimeout(absl::Seconds(30)));
   }
+
+  void TearDown() override {
+    for (auto& t : watchers_) t.join();
+  }
+
+  std::vector<std::thread> watchers_;
 
   std::unique_ptr<KernelServer> server_;
   ClientOptions opts_;
