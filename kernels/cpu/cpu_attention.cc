@@ -135,7 +135,6 @@ absl::Status AttentionImpl(const AttentionParams& p, const TensorView& q, const 
   const int64_t nkb = (p.seq_kv + kBk - 1) / kBk;
   const int64_t nqb = (p.seq_q + kBq - 1) / kBq;
   const int64_t group = p.heads_q / p.heads_kv;
-  const int64_t kv_heads = p.batch * p.heads_kv;
   const uint16_t* kp = k.as<const uint16_t>();
   const uint16_t* vp = v.as<const uint16_t>();
   HeadCtx c;
@@ -143,57 +142,12 @@ absl::Status AttentionImpl(const AttentionParams& p, const TensorView& q, const 
   c.q = q.as<const uint16_t>();
   c.out = out.as<uint16_t>();
   c.score_scale = static_cast<float>(p.scale) * kLog2e;
-  if (group * nqb < 2 * threads && kv_heads > 1) {
-    // Few query blocks per KV head (decode-like shapes): each thread takes
-    // whole KV heads with its own fp32 copies.
-#pragma omp parallel num_threads(threads)
-    {
-      std::vector<float> kt(nkb * D * kBk), vf(nkb * kBk * D);
-      std::vector<uint8_t> v_bad(nkb);
-      Scratch<D> sc;
-      HeadCtx cl = c;
-      cl.kt = kt.data();
-      cl.v = vf.data();
-      cl.v_bad = v_bad.data();
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t g = 0; g < kv_heads; ++g) {
-        const int64_t b = g / p.heads_kv, hkv = g % p.heads_kv;
-        cl.b = b;
-        for (int64_t kb = 0; kb < nkb; ++kb) {
-          ConvertKvBlock<D>(p, kp, vp, b, hkv, kb, kt.data(), vf.data(), v_bad.data());
-        }
-        for (int64_t item = 0; item < group * nqb; ++item) {
-          QueryBlock<D>(cl, hkv * group + item % group, (nqb - 1 - item / group) * kBq, sc);
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-  std::vector<float> kt(nkb * D * kBk), vf(nkb * kBk * D);
-  std::vector<uint8_t> v_bad(nkb);
-  c.kt = kt.data();
-  c.v = vf.data();
-  c.v_bad = v_bad.data();
-  for (int64_t b = 0; b < p.batch; ++b) {
-    c.b = b;
-    for (int64_t hkv = 0; hkv < p.heads_kv; ++hkv) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t kb = 0; kb < nkb; ++kb) {
-        ConvertKvBlock<D>(p, kp, vp, b, hkv, kb, kt.data(), vf.data(), v_bad.data());
-      }
-#pragma omp parallel num_threads(threads)
-      {
-        Scratch<D> sc;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < group * nqb; ++item) {
-          // Later query blocks see more keys under a causal mask: start them first.
-          const int64_t qb = nqb - 1 - item / group;
-          const int64_t hq = hkv * group + item % group;
-          QueryBlock<D>(c, hq, qb * kBq, sc);
-        }
-      }
-    }
-  }
+  tiles::RunAttentionSchedule<Scratch<D>>(
+      c, p.batch, p.heads_kv, group, nqb, nkb, nkb * D * kBk, nkb * kBk * D, threads,
+      [&](int64_t b, int64_t hkv, int64_t kb, float* kt, float* vf, uint8_t* v_bad) {
+        ConvertKvBlock<D>(p, kp, vp, b, hkv, kb, kt, vf, v_bad);
+      },
+      [](const HeadCtx& ctx, int64_t hq, int64_t q0, Scratch<D>& sc) { QueryBlock<D>(ctx, hq, q0, sc); });
   return absl::OkStatus();
 }
 

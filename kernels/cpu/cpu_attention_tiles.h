@@ -5,7 +5,9 @@
 #define KERNELSERVE_KERNELS_CPU_CPU_ATTENTION_TILES_H_
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/cpu_simd.h"
 
@@ -17,6 +19,62 @@ constexpr int kBq = 64;  // query rows per tile
 constexpr int kBk = 64;  // keys per tile
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The parallel schedule both attention ops share. Per (batch, KV head): its
+// key blocks are converted to fp32 (`convert(b, hkv, kb, kt, v, v_bad)`), then
+// the query blocks of its `group` query heads run
+// (`query_block(ctx, hq, q0, scratch)`), the last first: under a causal mask
+// they see the most keys. With few query blocks per KV head (decode-like
+// shapes) each thread takes whole KV heads with its own fp32 copies instead.
+// Ctx has members b, kt, v, v_bad; kt_floats / v_floats size one KV head's copies.
+template <typename Scratch, typename Ctx, typename Convert, typename QueryBlockFn>
+void RunAttentionSchedule(Ctx c, int64_t batch, int64_t heads_kv, int64_t group, int64_t nqb,
+                          int64_t nkb, int64_t kt_floats, int64_t v_floats, int threads,
+                          const Convert& convert, const QueryBlockFn& query_block) {
+  const int64_t kv_heads = batch * heads_kv;
+  if (group * nqb < 2 * threads && kv_heads > 1) {
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> kt(kt_floats), vf(v_floats);
+      std::vector<uint8_t> v_bad(nkb);
+      Scratch sc;
+      Ctx cl = c;
+      cl.kt = kt.data();
+      cl.v = vf.data();
+      cl.v_bad = v_bad.data();
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        const int64_t b = g / heads_kv, hkv = g % heads_kv;
+        cl.b = b;
+        for (int64_t kb = 0; kb < nkb; ++kb) convert(b, hkv, kb, kt.data(), vf.data(), v_bad.data());
+        for (int64_t item = 0; item < group * nqb; ++item) {
+          query_block(cl, hkv * group + item % group, (nqb - 1 - item / group) * kBq, sc);
+        }
+      }
+    }
+    return;
+  }
+  std::vector<float> kt(kt_floats), vf(v_floats);
+  std::vector<uint8_t> v_bad(nkb);
+  c.kt = kt.data();
+  c.v = vf.data();
+  c.v_bad = v_bad.data();
+  for (int64_t b = 0; b < batch; ++b) {
+    c.b = b;
+    for (int64_t hkv = 0; hkv < heads_kv; ++hkv) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t kb = 0; kb < nkb; ++kb) convert(b, hkv, kb, kt.data(), vf.data(), v_bad.data());
+#pragma omp parallel num_threads(threads)
+      {
+        Scratch sc;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < group * nqb; ++item) {
+          query_block(c, hkv * group + item % group, (nqb - 1 - item / group) * kBq, sc);
+        }
+      }
+    }
+  }
+}
 
 // s[kBq][kBk] = q[rows4][D] . kt[D][kBk] (rows >= rows4 untouched).
 template <int D>

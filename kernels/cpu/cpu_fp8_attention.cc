@@ -423,52 +423,9 @@ absl::Status Fp8AttentionImpl(const Fp8AttentionParams& p, const Quantized& qz, 
   c.out = out.as<uint16_t>();
   c.qz = &qz;
   c.f = fp8p::GetPFormat(p.format);
-  const int64_t kv_heads = p.batch * p.heads_kv;
-  if (group * nqb < 2 * threads && kv_heads > 1) {
-    // Few query blocks per KV head: each thread takes whole KV heads.
-#pragma omp parallel num_threads(threads)
-    {
-      std::vector<float> kt(nkb * DQK * kBk), vf(nkb * kBk * kDv);
-      std::vector<uint8_t> v_bad(nkb);
-      Scratch<DQK> sc;
-      HeadCtx cl = c;
-      cl.kt = kt.data();
-      cl.v = vf.data();
-      cl.v_bad = v_bad.data();
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t g = 0; g < kv_heads; ++g) {
-        const int64_t b = g / p.heads_kv, hkv = g % p.heads_kv;
-        cl.b = b;
-        for (int64_t kb = 0; kb < nkb; ++kb) convert(b, hkv, kb, kt.data(), vf.data(), v_bad.data());
-        for (int64_t item = 0; item < group * nqb; ++item) {
-          QueryBlock<DQK>(cl, hkv * group + item % group, (nqb - 1 - item / group) * kBq, sc);
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-  std::vector<float> kt(nkb * DQK * kBk), vf(nkb * kBk * kDv);
-  std::vector<uint8_t> v_bad(nkb);
-  c.kt = kt.data();
-  c.v = vf.data();
-  c.v_bad = v_bad.data();
-  for (int64_t b = 0; b < p.batch; ++b) {
-    c.b = b;
-    for (int64_t hkv = 0; hkv < p.heads_kv; ++hkv) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t kb = 0; kb < nkb; ++kb) convert(b, hkv, kb, kt.data(), vf.data(), v_bad.data());
-#pragma omp parallel num_threads(threads)
-      {
-        Scratch<DQK> sc;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < group * nqb; ++item) {
-          const int64_t qb = nqb - 1 - item / group;
-          const int64_t hq = hkv * group + item % group;
-          QueryBlock<DQK>(c, hq, qb * kBq, sc);
-        }
-      }
-    }
-  }
+  tiles::RunAttentionSchedule<Scratch<DQK>>(
+      c, p.batch, p.heads_kv, group, nqb, nkb, nkb * DQK * kBk, nkb * kBk * kDv, threads, convert,
+      [](const HeadCtx& ctx, int64_t hq, int64_t q0, Scratch<DQK>& sc) { QueryBlock<DQK>(ctx, hq, q0, sc); });
   return absl::OkStatus();
 }
 
