@@ -15,5 +15,10 @@ KS=(.bundle/bin/kernelctl --server=127.0.0.1:50599 --timeout=300)
 shape=(--op=attention --batch=1 --heads=16 --seq=8192 --head-dim=128 --causal --variants=cuda)
 "${KS[@]}" bench "${shape[@]}" --name=attn-kernel --method=kernel --warmup=20 --iters=50
 "${KS[@]}" bench "${shape[@]}" --name=attn-graph --method=graph --warmup=20 --iters=50
+# Sustained window: SM clock, power and temperature sampled through NVML.
+"${KS[@]}" bench "${shape[@]}" --name=attn-sustained --method=sustained --warmin=1 --window=3
+# Our kernel next to the fp64 oracle on a shape the oracle can time.
+"${KS[@]}" bench --op=attention --batch=1 --heads=8 --heads-kv=2 --seq=1024 --head-dim=128 --causal \
+  --variants=cuda,oracle --name=attn-vs-oracle --method=kernel --warmup=2 --iters=5
 "${KS[@]}" bench --op=mla_decode --batch=8 --heads=16 --seq=32768 --q-len=4 --variants=cuda \
   --name=mla-graph --method=graph --warmup=20 --iters=100

@@ -3,9 +3,12 @@
 // contiguous layout for comparison). Each point is timed as CUDA-graph
 // replays; one replay holds several calls over disjoint KV copies so that the
 // KV never sits in L2 between calls. TB/s counts the KV bytes plus the Q and
-// O bytes once per call. Prints a markdown table.
+// O bytes once per call. Prints a markdown table: the default kernel (wgmma
+// QK+PV, core-matrix operands) and its 128-byte-swizzled version, paged and
+// contiguous; --all puts the older wgmma-QK kernel in the third column.
 //
-//   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4]
+//   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4] [--all]
+//                  [--only=wgmma_pv|wgmma_pv_sw]   (one kernel, paged: for ncu)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -123,8 +126,12 @@ int Main(int argc, char** argv) {
   std::vector<Shape2> shapes = {{1, 150000}, {2, 150000}, {8, 8192},   {8, 32768},
                                 {8, 65536},  {8, 150000}, {16, 150000}, {32, 8192}};
   int64_t H = 16, Q = 4;
+  bool all = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--all") all = true;
+    if (const char* v = bench::FlagValue(a, "--only=")) only = v;
     if (const char* v = bench::FlagValue(a, "--heads=")) H = std::atoll(v);
     if (const char* v = bench::FlagValue(a, "--q_len=")) Q = std::atoll(v);
     if (const char* v = bench::FlagValue(a, "--shapes=")) {
@@ -167,7 +174,8 @@ int Main(int argc, char** argv) {
 
   std::printf("\n%s, %d SMs, L2 %d MB; H = %lld, q_len = %lld, fp8 e4m3fn KV, CUDA-graph timed\n\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(H), static_cast<long long>(Q));
-  std::printf("| (B, S) | KV (MB) | wgmma QK+PV paged p1 (us) | TB/s | wgmma QK paged p1 (us) | TB/s | mma.sync paged p1 (us) | TB/s | wgmma QK+PV contiguous (us) | TB/s |\n");
+  std::printf("| (B, S) | KV (MB) | wgmma QK+PV paged p1 (us) | TB/s | swizzled paged p1 (us) | TB/s | %s paged p1 (us) | TB/s | wgmma QK+PV contiguous (us) | TB/s |\n",
+              all ? "wgmma QK" : "swizzled contiguous");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::mt19937_64 rng(7);
   for (const auto& sh : shapes) {
@@ -181,13 +189,22 @@ int Main(int argc, char** argv) {
     CHECK_CUDA(cudaMemcpy(idx, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
     const double bytes = static_cast<double>(kvb) + static_cast<double>(B * Q * H) * (576 + 512) * 2;
     using K = cuda::MlaKernel;
+    if (!only.empty()) {
+      const Result r = TimeOne(only == "wgmma_pv_sw" ? K::kWgmmaPvSw : K::kWgmmaPv, B, S, H, Q, true, kv, pool_bytes,
+                               q_lat, q_pe, out, idx, copies);
+      std::printf("%s (%lld, %lld) paged: %.1f us\n", only.c_str(), static_cast<long long>(B),
+                  static_cast<long long>(S), r.us);
+      continue;
+    }
     const Result r2 = TimeOne(K::kWgmmaPv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    const Result rw = TimeOne(K::kWgmma, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    const Result rm = TimeOne(K::kMmaSync, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result rs = TimeOne(K::kWgmmaPvSw, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    // --all: the older wgmma-QK kernel in the third column, else the swizzled one on contiguous KV.
+    const Result r3 = all ? TimeOne(K::kWgmma, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies)
+                          : TimeOne(K::kWgmmaPvSw, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
     const Result rc = TimeOne(K::kWgmmaPv, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
     std::printf("| (%lld, %lld) | %.0f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
-                static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6, r2.us, bytes / r2.us / 1e6, rw.us,
-                bytes / rw.us / 1e6, rm.us, bytes / rm.us / 1e6, rc.us, bytes / rc.us / 1e6);
+                static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6, r2.us, bytes / r2.us / 1e6, rs.us,
+                bytes / rs.us / 1e6, r3.us, bytes / r3.us / 1e6, rc.us, bytes / rc.us / 1e6);
     std::fflush(stdout);
   }
   return 0;

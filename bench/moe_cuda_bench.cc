@@ -4,8 +4,11 @@
 // replays (routing included), median of 20. TFLOP/s counts 2*rows*K*cols;
 // GB/s counts the MXFP4 weight bytes of the experts the batch touches plus
 // activations in and out. Prints a markdown table. Gate/up rows are timed
-// four ways in the same run: the default (RunMoe's choice), mma.sync and
-// the two wgmma tilings (--gemm=default times the default alone).
+// five ways in the same run: the default (RunMoe's choice), mma.sync, the
+// two wgmma tilings and the 128x256 one with 128-byte-swizzled operands
+// (--gemm=default times the default alone). --projections=NAME,... and
+// --variants=NAME,... (names as printed, e.g. "wgmma 128x256") keep only
+// those rows, e.g. to profile one kernel under ncu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -45,6 +48,7 @@ int Main(int argc, char** argv) {
   std::vector<int64_t> token_counts = {8, 32, 8192};
   int tile = 0;
   bool compare = true;
+  std::vector<std::string> only_proj, only_var;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (const char* v = bench::FlagValue(a, "--tokens=")) {
@@ -53,6 +57,8 @@ int Main(int argc, char** argv) {
     }
     if (const char* v = bench::FlagValue(a, "--tile=")) tile = std::atoi(v);
     if (a == "--gemm=default") compare = false;
+    if (const char* v = bench::FlagValue(a, "--projections=")) only_proj = bench::SplitCommas(v);
+    if (const char* v = bench::FlagValue(a, "--variants=")) only_var = bench::SplitCommas(v);
   }
   if (!bench::HaveCudaDevice()) {
     std::printf("moe_cuda_bench: no CUDA device, nothing to time\n");
@@ -129,7 +135,11 @@ int Main(int argc, char** argv) {
         {"down+weighted sum", MoeStage::kDown, false, true, out_w, 2.0 * rows * kI * kN,
          nh * kN * kI * (0.5 + 1.0 / 32) + rows * kI * 2.0 + T * kN * 2.0},
     };
+    auto kept = [](const std::vector<std::string>& only, const char* name) {
+      return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+    };
     for (const Proj& pr : projs) {
+      if (!kept(only_proj, pr.name)) continue;
       MoeParams p;
       p.stage = pr.stage;
       p.swiglu = pr.swiglu;
@@ -162,8 +172,10 @@ int Main(int argc, char** argv) {
         variants.push_back({"mma.sync", cuda::MoeGemm::kMmaSync});
         variants.push_back({"wgmma 128x256", cuda::MoeGemm::kWgmma});
         variants.push_back({"wgmma 256x128", cuda::MoeGemm::kWgmmaTall});
+        variants.push_back({"wgmma 128x256 swizzled", cuda::MoeGemm::kWgmmaSw});
       }
       for (const Variant& v : variants) {
+        if (!kept(only_var, v.name)) continue;
         std::vector<bench::StreamCall> calls;
         for (int r = 0; r < reps; ++r) {
           calls.push_back([p, in, pr, tile, v](cudaStream_t s) {

@@ -123,6 +123,13 @@ __device__ __forceinline__ uint64_t WgmmaDesc(uint32_t smem_addr, uint32_t lbo, 
          (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32);
 }
+// The same with 128-byte swizzle (bits 62-63 = 1): rows of 128 bytes whose
+// 16-byte chunk c sits at chunk c ^ (row & 7), 8-row atoms 1024-byte aligned.
+// K-major: sbo = stride of 8-row groups, lbo unused (16). MN-major: lbo =
+// stride of 64-element blocks along MN, sbo = stride of 8-row groups along K.
+__device__ __forceinline__ uint64_t WgmmaDescSw128(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+  return WgmmaDesc(smem_addr, lbo, sbo) | (static_cast<uint64_t>(1) << 62);
+}
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>

@@ -42,9 +42,20 @@ absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const 
   a.kv_scale = p.kv_scale;
   a.rounding = static_cast<int>(p.rounding);
   a.num_splits = static_cast<int>(p.num_splits);
-  a.variant = kernel == MlaKernel::kWgmma     ? cuda_mla::MlaVariant::kWgmma
-              : kernel == MlaKernel::kWgmmaPv ? cuda_mla::MlaVariant::kWgmmaPv
-                                              : cuda_mla::MlaVariant::kMmaSync;
+  switch (kernel) {
+    case MlaKernel::kWgmma:
+      a.variant = cuda_mla::MlaVariant::kWgmma;
+      break;
+    case MlaKernel::kWgmmaPv:
+      a.variant = cuda_mla::MlaVariant::kWgmmaPv;
+      break;
+    case MlaKernel::kWgmmaPvSw:
+      a.variant = cuda_mla::MlaVariant::kWgmmaPvSw;
+      break;
+    case MlaKernel::kMmaSync:
+      a.variant = cuda_mla::MlaVariant::kMmaSync;
+      break;
+  }
   const cudaError_t e = cuda_mla::LaunchMlaDecode(a, stream);
   if (e == cudaSuccess) return absl::OkStatus();
   const std::string msg = absl::StrCat("mla_decode: CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));

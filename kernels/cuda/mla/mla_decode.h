@@ -23,8 +23,9 @@ absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, T
 
 // The kernel versions, for tests and benchmarks: kWgmmaPv runs QK^T and PV on
 // wgmma, kWgmma QK^T on wgmma and PV on mma.sync, kMmaSync everything on
-// mma.sync. RunMlaDecode uses kDefaultMlaKernel.
-enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv };
+// mma.sync, kWgmmaPvSw is kWgmmaPv with 128-byte-swizzled wgmma operands.
+// RunMlaDecode uses kDefaultMlaKernel.
+enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw };
 extern const MlaKernel kDefaultMlaKernel;
 absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                               TensorView& out, cudaStream_t stream);

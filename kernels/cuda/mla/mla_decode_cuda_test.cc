@@ -208,18 +208,27 @@ class MlaDecodeCudaTest : public ::testing::TestWithParam<cuda::MlaKernel> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
-                         ::testing::Values(cuda::MlaKernel::kWgmmaPv, cuda::MlaKernel::kWgmma,
-                                           cuda::MlaKernel::kMmaSync),
+                         ::testing::Values(cuda::MlaKernel::kWgmmaPv, cuda::MlaKernel::kWgmmaPvSw,
+                                           cuda::MlaKernel::kWgmma, cuda::MlaKernel::kMmaSync),
                          [](const ::testing::TestParamInfo<cuda::MlaKernel>& i) {
-                           return i.param == cuda::MlaKernel::kWgmma     ? std::string("Wgmma")
-                                  : i.param == cuda::MlaKernel::kWgmmaPv ? std::string("WgmmaPv")
-                                                                          : std::string("MmaSync");
+                           switch (i.param) {
+                             case cuda::MlaKernel::kWgmma:
+                               return std::string("Wgmma");
+                             case cuda::MlaKernel::kWgmmaPv:
+                               return std::string("WgmmaPv");
+                             case cuda::MlaKernel::kWgmmaPvSw:
+                               return std::string("WgmmaPvSw");
+                             case cuda::MlaKernel::kMmaSync:
+                               break;
+                           }
+                           return std::string("MmaSync");
                          });
 
 // The default kernel is one of the tested ones.
 TEST(MlaDecodeCudaDefault, IsTested) {
   EXPECT_TRUE(cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmma ||
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaPv ||
+              cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaPvSw ||
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kMmaSync);
 }
 

@@ -37,6 +37,12 @@ constexpr int kSmemP = kRows * kPStr * 2;
 constexpr int kSmemStats = 4 * kRows * 4;
 constexpr int kSmemSlots = kTok * 8;
 constexpr int kSmemBytes = kSmemQ + kSmemK + kSmemRaw + kSmemP + kSmemStats + kSmemSlots;
+// kVar 3 aligns its base to 1024 bytes (the 128-byte swizzle's atoms); the
+// offsets of sK, sRaw and sP are multiples of 1024 already.
+constexpr int kSmemBytesSw = kSmemBytes + 1024;
+static_assert(kSmemQ % 1024 == 0 && (kSmemQ + kSmemK) % 1024 == 0 &&
+                  (kSmemQ + kSmemK + kSmemRaw) % 1024 == 0,
+              "swizzled tiles need 1024-byte alignment");
 
 struct KParams {
   const uint16_t* q_lat;
@@ -76,16 +82,35 @@ __device__ __forceinline__ int CoreTiled(int row, int k) {
   return ((row >> 3) * (kD / 8) + (k >> 3)) * 128 + (row & 7) * 16 + (k & 7) * 2;
 }
 
+// Byte offset of (row, k) in a 128-byte-swizzled tile of 64 rows: blocks of
+// 64 columns (8 KB each, [64 rows][128 bytes]), the 16-byte chunk c of row r
+// stored at chunk c ^ (r & 7). Q, the KV tile and P use it in kVar 3.
+__device__ __forceinline__ int Sw128(int row, int k) {
+  return (k >> 6) * (64 * 128) + row * 128 + ((((k >> 3) & 7) ^ (row & 7)) << 4) + (k & 7) * 2;
+}
+
+// Byte offset of (row, k) in the wgmma operand layout of kVar (1, 2: core
+// matrices, no swizzle; 3: 128-byte swizzle).
+template <int kVar>
+__device__ __forceinline__ int WgTiled(int row, int k) {
+  return kVar == 3 ? Sw128(row, k) : CoreTiled(row, k);
+}
+
 // kVar 0: everything on mma.sync with ldmatrix from padded row-major tiles.
 // kVar 1: QK^T on wgmma (Q and KV in the core-tiled layout), PV on mma.sync.
 // kVar 2: PV on wgmma too: warpgroup g owns output columns [256 g, +256) of
 // all 64 rows (m64n256k16, P core-tiled in smem, V read as an MN-major
 // operand from the same KV tile).
+// kVar 3: kVar 2 with Q, the KV tile and P in the 128-byte-swizzled layout
+// (Sw128) that the attention kernel's wgmma reads, instead of core matrices.
 template <bool kFnuz, int kVar>
 __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) {
   constexpr bool kWg = kVar >= 1;
-  constexpr bool kPvWg = kVar == 2;
-  extern __shared__ __align__(16) uint8_t smem[];
+  constexpr bool kPvWg = kVar >= 2;
+  constexpr bool kSw = kVar == 3;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw;
+  if (kSw) smem += (1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u;
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem + kSmemQ);
   uint8_t* sRaw = smem + kSmemQ + kSmemK;
@@ -144,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
                           : reinterpret_cast<const uint4*>(qpe + static_cast<int64_t>(r) * kDR)[col - kDL / 8];
       }
       if (kWg) {
-        *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(sQ) + CoreTiled(r, col * 8)) = v;
+        *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(sQ) + WgTiled<kVar>(r, col * 8)) = v;
       } else {
         *reinterpret_cast<uint4*>(sQ + r * kStr + col * 8) = v;
       }
@@ -196,6 +221,14 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
   const uint64_t q_desc = WgmmaDesc(SmemAddr(sQ), 128, (kD / 8) * 128);
   const uint64_t k_desc =
       WgmmaDesc(SmemAddr(reinterpret_cast<uint8_t*>(sK) + qk_nh * 4 * (kD / 8) * 128), 128, (kD / 8) * 128);
+  // kVar 3 (swizzled): k-step ks of 16 lies in column block ks / 4, 32 (ks % 4)
+  // bytes into its rows; this warpgroup's 32 tokens start 32 rows (4 KB) in.
+  auto q_desc_sw = [&](int ks) {
+    return WgmmaDescSw128(SmemAddr(sQ) + (ks >> 2) * 8192 + 32 * (ks & 3), 16, 1024);
+  };
+  auto k_desc_sw = [&](int ks) {
+    return WgmmaDescSw128(SmemAddr(sK) + (ks >> 2) * 8192 + qk_nh * 4096 + 32 * (ks & 3), 16, 1024);
+  };
   // PV (kPvWg): P is 64 rows x 64 tokens core-tiled (K-major, row groups 1024 B
   // apart); V is the KV tile read MN-major: 8 columns per 16-byte core row,
   // column groups 128 B apart (SBO), token groups 72 * 128 B apart (LBO).
@@ -220,7 +253,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
       o1.y = Fp8x2ToBf16x2<kFnuz>(v.z >> 16);
       o1.z = Fp8x2ToBf16x2<kFnuz>(v.w);
       o1.w = Fp8x2ToBf16x2<kFnuz>(v.w >> 16);
-      if (kWg) {
+      if (kSw) {
+        *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(sK) + Sw128(r, col * 16)) = o0;
+        *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(sK) + Sw128(r, col * 16 + 8)) = o1;
+      } else if (kWg) {
         uint8_t* base = reinterpret_cast<uint8_t*>(sK) + CoreTiled(r, col * 16);
         *reinterpret_cast<uint4*>(base) = o0;
         *reinterpret_cast<uint4*>(base + 128) = o1;
@@ -252,7 +288,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
       WgmmaFence();
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
-        WgmmaM64N32K16Bf16(d, q_desc + ks * (256 >> 4), k_desc + ks * (256 >> 4), 1);
+        if (kSw) {
+          WgmmaM64N32K16Bf16(d, q_desc_sw(ks), k_desc_sw(ks), 1);
+        } else {
+          WgmmaM64N32K16Bf16(d, q_desc + ks * (256 >> 4), k_desc + ks * (256 >> 4), 1);
+        }
       }
       WgmmaCommit();
       WgmmaWait<0>();
@@ -326,7 +366,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
       sum[0] += Bf16LoToFloat(lo) + Bf16HiToFloat(lo);
       sum[1] += Bf16LoToFloat(hi) + Bf16HiToFloat(hi);
       const int col = qk_nh * 32 + nt * 8 + (lane & 3) * 2;
-      if (kPvWg) {
+      if (kSw) {
+        const int row = qk_mi * 16 + (lane >> 2);
+        *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(sP) + Sw128(row, col)) = lo;
+        *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(sP) + Sw128(row + 8, col)) = hi;
+      } else if (kPvWg) {
         const int row = qk_mi * 16 + (lane >> 2);
         uint8_t* base = reinterpret_cast<uint8_t*>(sP) + ((row >> 3) * (kTok / 8) + (col >> 3)) * 128 + (col & 7) * 2;
         *reinterpret_cast<uint32_t*>(base + (row & 7) * 16) = lo;
@@ -356,8 +400,17 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
       WgmmaFence();
 #pragma unroll
       for (int ks = 0; ks < kTok / 16; ++ks) {
-        WgmmaM64N256K16Bf16TransB(*reinterpret_cast<float(*)[128]>(accw), p_desc + ks * (256 >> 4),
-                                  v_desc + ks * ((2 * (kD / 8) * 128) >> 4), 1);
+        if (kSw) {
+          // P: one 64-token column block, k-step 32 bytes along its rows. V:
+          // MN-major, this warpgroup's 4 column blocks 8 KB apart (lbo),
+          // 8-token groups 1024 bytes apart (sbo), 16 tokens per k-step.
+          WgmmaM64N256K16Bf16TransB(*reinterpret_cast<float(*)[128]>(accw),
+                                    WgmmaDescSw128(SmemAddr(sP) + 32 * ks, 16, 1024),
+                                    WgmmaDescSw128(SmemAddr(sK) + qk_nh * 4 * 8192 + ks * 2048, 8192, 1024), 1);
+        } else {
+          WgmmaM64N256K16Bf16TransB(*reinterpret_cast<float(*)[128]>(accw), p_desc + ks * (256 >> 4),
+                                    v_desc + ks * ((2 * (kD / 8) * 128) >> 4), 1);
+        }
       }
       WgmmaCommit();
       WgmmaWait<0>();
@@ -542,11 +595,15 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
     case MlaVariant::kWgmma:
       kernel = a.fnuz ? MlaDecodeKernel<true, 1> : MlaDecodeKernel<false, 1>;
       break;
+    case MlaVariant::kWgmmaPvSw:
+      kernel = a.fnuz ? MlaDecodeKernel<true, 3> : MlaDecodeKernel<false, 3>;
+      break;
     default:
       kernel = a.fnuz ? MlaDecodeKernel<true, 2> : MlaDecodeKernel<false, 2>;
       break;
   }
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  const int smem_bytes = a.variant == MlaVariant::kWgmmaPvSw ? kSmemBytesSw : kSmemBytes;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (e != cudaSuccess) return e;
   int dev = 0, sms = 0;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
@@ -584,7 +641,7 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
     p.part_ml = p.part_o + parts * kDL;
   }
   const dim3 grid(plan.splits, plan.row_groups, a.batch);
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
   e = cudaGetLastError();
   if (e == cudaSuccess && plan.splits > 1) {
     MlaMergeKernel<<<dim3(p.rows, a.batch), 128, 0, stream>>>(p);

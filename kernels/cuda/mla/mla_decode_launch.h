@@ -10,8 +10,9 @@ namespace kernelserve {
 namespace cuda_mla {
 
 // kWgmmaPv: QK^T and PV on wgmma; kWgmma: QK^T on wgmma, PV on mma.sync;
-// kMmaSync: everything on mma.sync (the first version). All are tested.
-enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv };
+// kMmaSync: everything on mma.sync (the first version); kWgmmaPvSw: kWgmmaPv
+// with its wgmma operands in the 128-byte-swizzled layout. All are tested.
+enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw };
 
 struct MlaDecodeArgs {
   const void* q_lat = nullptr;  // bf16 [B, q_len, H, 512]

@@ -209,8 +209,10 @@ TEST_P(MoeCudaTest, LayerManyExpertsFewTokens) {
   Check(c, 6e-3);
 }
 
-// The sm_90a wgmma gate/up kernels (128 x 256 and 256 x 128 tiles, k-tiles of 64).
-constexpr cuda::MoeGemm kWgmmaKernels[] = {cuda::MoeGemm::kWgmma, cuda::MoeGemm::kWgmmaTall};
+// The sm_90a wgmma gate/up kernels (128 x 256 and 256 x 128 tiles, k-tiles of
+// 64; 128 x 256 also with 128-byte-swizzled operands).
+constexpr cuda::MoeGemm kWgmmaKernels[] = {cuda::MoeGemm::kWgmma, cuda::MoeGemm::kWgmmaTall,
+                                           cuda::MoeGemm::kWgmmaSw};
 
 class MoeWgmmaTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -279,6 +281,9 @@ TEST(MoeWgmmaLayerTest, LayerGateUpOnWgmma) {
   c.inter = 128;
   c.out_dim = 256;
   Check(c, 6e-3);
+  c.gemm = cuda::MoeGemm::kWgmmaSw;
+  Check(c, 6e-3);
+  c.gemm = cuda::MoeGemm::kWgmma;
 
   // The 256-row tiling would hand 256-row routing tiles to the down kernel.
   std::mt19937_64 rng(FreshSeed());

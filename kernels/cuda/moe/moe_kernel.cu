@@ -285,6 +285,10 @@ __global__ void __launch_bounds__(Cfg<BM, WM, WN, kStages>::kThreads)
 // apart, 8-row groups 1024 bytes apart (kWgBK = 64).
 // Configs: <2, 256> (128 x 256 tiles, x rows read by 3 column tiles) and
 // <4, 128> (256 x 128: a quarter of the dequantization per tensor-core op).
+// kSw: the same kernel with both operands in the 128-byte-swizzled K-major
+// layout (row r of 64 bf16 = 128 bytes at 128 r, its 16-byte chunk c at
+// chunk c ^ (r & 7); the layout the attention kernel's wgmma reads), the
+// base aligned to 1024 bytes; chosen by Gemm::kWgmmaSw.
 constexpr int kWgBK = 64, kWgStages = 4;
 constexpr int kWgRawStr = 48;  // bytes per raw fp4 row (32 + 16)
 
@@ -299,12 +303,13 @@ struct WgCfg {
   static constexpr int kStageBytes = kStageA + kStageRaw + kStageScale;
   static constexpr int kSB = kBNw * kWgBK * 2;
   static constexpr int kSmemBytes = kWgStages * kStageBytes + 2 * kSB;
+  static constexpr int kSmemBytesSw = kSmemBytes + 1024;  // slack to align the base to 1024
   static constexpr int kRawChunks = kBNw * 2;          // 16-byte raw chunks per stage
   static constexpr int kItems = kBNw * 4;              // dequant items (16 elements) per k-tile
   static constexpr int kItemsPerThread = kItems / kThreads;
   static_assert(kStageBytes % 128 == 0, "stage alignment");
   static_assert(kItems % kThreads == 0, "dequant split");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+  static_assert(kSmemBytesSw <= 227 * 1024, "shared memory");
 };
 
 // D(64xN fp32) += A(64x16 bf16, K-major smem) * B(16xN bf16, K-major smem),
@@ -333,15 +338,26 @@ __device__ __forceinline__ void FenceAcc(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// Byte offset of (row r, 16-byte K chunk c) in a [rows x 64] bf16 tile.
+// Byte offset of (row r, 16-byte K chunk c) in a [rows x 64] bf16 tile:
+// no swizzle (core matrices), or 128-byte swizzle.
+template <bool kSw>
 __device__ __forceinline__ uint32_t WgCoreOffset(int r, int c) {
+  if (kSw) return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
   return static_cast<uint32_t>((r >> 3) * 1024 + c * 128 + (r & 7) * 16);
 }
 
-template <int kWgs, int kBNw, int kEpi>
+// Descriptor of a K-major [rows x 64] bf16 operand (8-row groups 1024 apart).
+template <bool kSw>
+__device__ __forceinline__ uint64_t WgOperandDesc(uint32_t addr) {
+  return kSw ? WgmmaDescSw128(addr, 16, 1024) : WgmmaDesc(addr, 128, 1024);
+}
+
+template <int kWgs, int kBNw, int kEpi, bool kSw>
 __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmmaKernel(const GemmParams p) {
   using C = WgCfg<kWgs, kBNw>;
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw;
+  if (kSw) smem += (1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u;
   uint8_t* sB = smem + kWgStages * C::kStageBytes;
 
   const int tile = blockIdx.y;
@@ -390,7 +406,9 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c = tid + i * C::kThreads;
-        CpAsync16(SmemAddr(st + c * 16), a_off[i] >= 0 ? p.a + a_off[i] + k0 : p.a, a_off[i] >= 0 ? 16 : 0);
+        // Chunk c is (row ((c >> 6) << 3) + (c & 7), K chunk (c >> 3) & 7): byte 16 c without swizzle.
+        const uint32_t dst = kSw ? WgCoreOffset<true>(((c >> 6) << 3) + (c & 7), (c >> 3) & 7) : c * 16;
+        CpAsync16(SmemAddr(st + dst), a_off[i] >= 0 ? p.a + a_off[i] + k0 : p.a, a_off[i] >= 0 ? 16 : 0);
       }
 #pragma unroll
       for (int i = 0; i < kRawPer; ++i) {
@@ -437,7 +455,7 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
           if (!one) v = MulBf16x2(v, f2);
           o[b] = v;
         }
-        *reinterpret_cast<uint4*>(dstb + WgCoreOffset(j, hb * 2 + q)) = make_uint4(o[0], o[1], o[2], o[3]);
+        *reinterpret_cast<uint4*>(dstb + WgCoreOffset<kSw>(j, hb * 2 + q)) = make_uint4(o[0], o[1], o[2], o[3]);
       }
     }
   };
@@ -463,11 +481,13 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
     {
       const uint32_t a_addr = smem_base + (kt % kWgStages) * C::kStageBytes + wg * 8 * 1024;
       const uint32_t b_addr = smem_base + kWgStages * C::kStageBytes + (kt & 1) * C::kSB;
-      const uint64_t da = WgmmaDesc(a_addr, 128, 1024), db = WgmmaDesc(b_addr, 128, 1024);
+      const uint64_t da = WgOperandDesc<kSw>(a_addr), db = WgOperandDesc<kSw>(b_addr);
+      // A k-step of 16 is 32 bytes along the swizzled row, 256 (two core matrices) without.
+      constexpr uint64_t kStep = (kSw ? 32 : 256) >> 4;
       FenceAcc(acc);
       WgmmaFence();
 #pragma unroll
-      for (int ks = 0; ks < kWgBK / 16; ++ks) WgmmaK16Bf16(acc, da + ks * (256 >> 4), db + ks * (256 >> 4));
+      for (int ks = 0; ks < kWgBK / 16; ++ks) WgmmaK16Bf16(acc, da + ks * kStep, db + ks * kStep);
     }
     WgmmaCommit();
     FenceAcc(acc);
@@ -519,23 +539,26 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
   }
 }
 
-template <int kWgs, int kBNw, int kEpi>
+template <int kWgs, int kBNw, int kEpi, bool kSw>
 cudaError_t LaunchGateUpWgmmaCfg(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
   using C = WgCfg<kWgs, kBNw>;
-  const auto kernel = MoeGateUpWgmmaKernel<kWgs, kBNw, kEpi>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  const auto kernel = MoeGateUpWgmmaKernel<kWgs, kBNw, kEpi, kSw>;
+  constexpr int kSmem = kSw ? C::kSmemBytesSw : C::kSmemBytes;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (e != cudaSuccess) return e;
   const int64_t col_tiles = kEpi == kEpiSwiglu ? (p.inter + kBNw / 2 - 1) / (kBNw / 2) : (p.nw + kBNw - 1) / kBNw;
-  kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(max_tiles)), C::kThreads,
-           C::kSmemBytes, stream>>>(p);
+  kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(max_tiles)), C::kThreads, kSmem,
+           stream>>>(p);
   return cudaGetLastError();
 }
 
-// bm = 128: <2 warpgroups, 256 columns>; bm = 256: <4 warpgroups, 128 columns>.
+// bm = 128: <2 warpgroups, 256 columns> (swizzled operands when sw);
+// bm = 256: <4 warpgroups, 128 columns>.
 template <int kEpi>
-cudaError_t LaunchGateUpWgmma(int bm, const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
-  return bm == 256 ? LaunchGateUpWgmmaCfg<4, 128, kEpi>(p, max_tiles, stream)
-                   : LaunchGateUpWgmmaCfg<2, 256, kEpi>(p, max_tiles, stream);
+cudaError_t LaunchGateUpWgmma(int bm, bool sw, const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
+  if (bm == 256) return LaunchGateUpWgmmaCfg<4, 128, kEpi, false>(p, max_tiles, stream);
+  return sw ? LaunchGateUpWgmmaCfg<2, 256, kEpi, true>(p, max_tiles, stream)
+            : LaunchGateUpWgmmaCfg<2, 256, kEpi, false>(p, max_tiles, stream);
 }
 
 __global__ void MoeCountKernel(const int32_t* ids, int64_t pairs, int* counts) {
@@ -637,7 +660,7 @@ double RowsPerExpert(const MoeArgs& a) {
 // Row tile of the wgmma gate/up kernel (128 or 256), or 0: mma.sync.
 int WgmmaRows(const MoeArgs& a) {
   if (a.stage == Stage::kDown || a.gemm == Gemm::kMmaSync) return 0;
-  if (a.gemm == Gemm::kWgmma) return 128;
+  if (a.gemm == Gemm::kWgmma || a.gemm == Gemm::kWgmmaSw) return 128;
   if (a.gemm == Gemm::kWgmmaTall) return 256;
   // Auto: only the projection alone, with no tile forced, at many rows per
   // expert. Measured on the H200 (bench/NOTES.md, Kimi shard): 128 x 256
@@ -731,8 +754,9 @@ cudaError_t LaunchMoe(const MoeArgs& a, cudaStream_t stream) {
       g.out_cols = sw ? a.inter : 2 * a.inter;
       if (a.stage == Stage::kLayer) g.rounding = 1;  // the stored intermediate is RTNE bf16
       if (WgmmaRows(a) != 0) {
-        r = sw ? LaunchGateUpWgmma<kEpiSwiglu>(bm, g, max_tiles, stream)
-               : LaunchGateUpWgmma<kEpiBf16>(bm, g, max_tiles, stream);
+        const bool swz = a.gemm == Gemm::kWgmmaSw;
+        r = sw ? LaunchGateUpWgmma<kEpiSwiglu>(bm, swz, g, max_tiles, stream)
+               : LaunchGateUpWgmma<kEpiBf16>(bm, swz, g, max_tiles, stream);
       } else {
         r = sw ? LaunchGemmTile<kEpiSwiglu>(bm, g, (a.inter + kBN / 2 - 1) / (kBN / 2), max_tiles, stream)
                : LaunchGemmTile<kEpiBf16>(bm, g, (2 * a.inter + kBN - 1) / kBN, max_tiles, stream);

@@ -18,8 +18,9 @@ enum class Tile { kAuto = 0, k16 = 16, k64 = 64, k128 = 128 };
 // gate/up alone at >= 72 rows per expert when no tile is forced, else
 // mma.sync. kWgmma (128 x 256 tiles) also serves the gate/up half of a layer
 // (routing in 128-row tiles; down stays on mma.sync); kWgmmaTall (256 x 128,
-// measured slower) serves gate/up alone. Both ignore `tile`.
-enum class Gemm { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaTall = 3 };
+// measured slower) serves gate/up alone; kWgmmaSw is kWgmma with 128-byte-
+// swizzled operands (same tiles, same uses). All three ignore `tile`.
+enum class Gemm { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaTall = 3, kWgmmaSw = 4 };
 
 struct MoeArgs {
   Stage stage = Stage::kLayer;
