@@ -4,9 +4,9 @@
 // replays (routing included), median of 20. TFLOP/s counts 2*rows*K*cols;
 // GB/s counts the MXFP4 weight bytes of the experts the batch touches plus
 // activations in and out. Prints a markdown table. Gate/up rows are timed
-// five ways in the same run: the default (RunMoe's choice), mma.sync, the
-// two wgmma tilings and the 128x256 one with 128-byte-swizzled operands
-// (--gemm=default times the default alone). --projections=NAME,... and
+// seven ways in the same run: the default (RunMoe's choice), mma.sync, the
+// wgmma tilings 128x256, 256x128 and 192x192, and 128x256 and 192x192 with
+// 128-byte-swizzled operands (--gemm=default times the default alone). --projections=NAME,... and
 // --variants=NAME,... (names as printed, e.g. "wgmma 128x256") keep only
 // those rows, e.g. to profile one kernel under ncu.
 #include <cuda_runtime.h>
@@ -173,6 +173,8 @@ int Main(int argc, char** argv) {
         variants.push_back({"wgmma 128x256", cuda::MoeGemm::kWgmma});
         variants.push_back({"wgmma 256x128", cuda::MoeGemm::kWgmmaTall});
         variants.push_back({"wgmma 128x256 swizzled", cuda::MoeGemm::kWgmmaSw});
+        variants.push_back({"wgmma 192x192", cuda::MoeGemm::kWgmmaWide});
+        variants.push_back({"wgmma 192x192 swizzled", cuda::MoeGemm::kWgmmaWideSw});
       }
       for (const Variant& v : variants) {
         if (!kept(only_var, v.name)) continue;

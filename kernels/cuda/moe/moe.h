@@ -30,9 +30,18 @@ absl::Status RunMoeWithTile(int tile_rows, const MoeParams& p, const MoeInputs& 
 // sm_90a wgmma kernel with 128-row x 256-weight-row tiles (also inside a
 // layer, whose down half stays mma.sync), kWgmmaTall the same with 256 x 128
 // tiles for gate/up alone (a layer is UNIMPLEMENTED), kWgmmaSw kWgmma with
-// both operands in the 128-byte-swizzled layout. The wgmma ones ignore
-// `tile_rows`.
-enum class MoeGemm { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaTall = 3, kWgmmaSw = 4 };
+// both operands in the 128-byte-swizzled layout, kWgmmaWide 192 x 192 tiles
+// (3 warpgroups) and kWgmmaWideSw the same swizzled, both for gate/up alone.
+// The wgmma ones ignore `tile_rows`.
+enum class MoeGemm {
+  kAuto = 0,
+  kMmaSync = 1,
+  kWgmma = 2,
+  kWgmmaTall = 3,
+  kWgmmaSw = 4,
+  kWgmmaWide = 5,
+  kWgmmaWideSw = 6,
+};
 absl::Status RunMoeWithGemm(MoeGemm gemm, int tile_rows, const MoeParams& p, const MoeInputs& in,
                             TensorView& out, cudaStream_t stream);
 

@@ -209,10 +209,12 @@ TEST_P(MoeCudaTest, LayerManyExpertsFewTokens) {
   Check(c, 6e-3);
 }
 
-// The sm_90a wgmma gate/up kernels (128 x 256 and 256 x 128 tiles, k-tiles of
-// 64; 128 x 256 also with 128-byte-swizzled operands).
-constexpr cuda::MoeGemm kWgmmaKernels[] = {cuda::MoeGemm::kWgmma, cuda::MoeGemm::kWgmmaTall,
-                                           cuda::MoeGemm::kWgmmaSw};
+// The sm_90a wgmma gate/up kernels (128 x 256, 256 x 128 and 192 x 192
+// tiles, k-tiles of 64; 128 x 256 and 192 x 192 also with 128-byte-swizzled
+// operands).
+constexpr cuda::MoeGemm kWgmmaKernels[] = {cuda::MoeGemm::kWgmma,      cuda::MoeGemm::kWgmmaTall,
+                                           cuda::MoeGemm::kWgmmaSw,    cuda::MoeGemm::kWgmmaWide,
+                                           cuda::MoeGemm::kWgmmaWideSw};
 
 class MoeWgmmaTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -285,15 +287,17 @@ TEST(MoeWgmmaLayerTest, LayerGateUpOnWgmma) {
   Check(c, 6e-3);
   c.gemm = cuda::MoeGemm::kWgmma;
 
-  // The 256-row tiling would hand 256-row routing tiles to the down kernel.
+  // The 192- and 256-row tilings would hand their routing tiles to the down kernel.
   std::mt19937_64 rng(FreshSeed());
   const Inputs h = MakeInputs(c, rng);
   const MoeParams p = Validated(c, h);
   Device d(h);
   DeviceTensor out(p.OutputDesc());
   TensorView ov = out.view();
-  const absl::Status st = cuda::RunMoeWithGemm(cuda::MoeGemm::kWgmmaTall, 0, p, d.in, ov, nullptr);
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  for (cuda::MoeGemm g : {cuda::MoeGemm::kWgmmaTall, cuda::MoeGemm::kWgmmaWide, cuda::MoeGemm::kWgmmaWideSw}) {
+    const absl::Status st = cuda::RunMoeWithGemm(g, 0, p, d.in, ov, nullptr);
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  }
 }
 
 TEST(MoeCudaAutoTest, LayerDeterministicAndGraphCapturable) {

@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(Cfg<BM, WM, WN, kStages>::kThreads)
 constexpr int kWgBK = 64, kWgStages = 4;
 constexpr int kWgRawStr = 48;  // bytes per raw fp4 row (32 + 16)
 
-template <int kWgs, int kBNw>
+template <int kWgs, int kBNw, bool kSw = false>
 struct WgCfg {
   static constexpr int kBM = 64 * kWgs;
   static constexpr int kThreads = 128 * kWgs;
@@ -300,26 +300,37 @@ struct WgCfg {
   static constexpr int kStageA = kBM * kWgBK * 2;
   static constexpr int kStageRaw = kBNw * kWgRawStr;
   static constexpr int kStageScale = kBNw * 4;  // the 4 scales of the 128-wide K window holding the k-tile
-  static constexpr int kStageBytes = kStageA + kStageRaw + kStageScale;
+  // Swizzled stages start on 1024-byte boundaries (a no-op but for 192 columns).
+  static constexpr int kStageAlign = kSw ? 1024 : 128;
+  static constexpr int kStageBytes =
+      (kStageA + kStageRaw + kStageScale + kStageAlign - 1) / kStageAlign * kStageAlign;
   static constexpr int kSB = kBNw * kWgBK * 2;
   static constexpr int kSmemBytes = kWgStages * kStageBytes + 2 * kSB;
   static constexpr int kSmemBytesSw = kSmemBytes + 1024;  // slack to align the base to 1024
   static constexpr int kRawChunks = kBNw * 2;          // 16-byte raw chunks per stage
   static constexpr int kItems = kBNw * 4;              // dequant items (16 elements) per k-tile
   static constexpr int kItemsPerThread = kItems / kThreads;
-  static_assert(kStageBytes % 128 == 0, "stage alignment");
+  static_assert(kSB % kStageAlign == 0, "dequantized-buffer alignment");
   static_assert(kItems % kThreads == 0, "dequant split");
   static_assert(kSmemBytesSw <= 227 * 1024, "shared memory");
 };
 
 // D(64xN fp32) += A(64x16 bf16, K-major smem) * B(16xN bf16, K-major smem),
-// both operands in the no-swizzle core-matrix layout; N = 256 or 128.
+// operands as the descriptors say (WgOperandDesc); N = 256, 192 or 128.
 __device__ __forceinline__ void WgmmaK16Bf16(float (&d)[128], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(1));
+}
+__device__ __forceinline__ void WgmmaK16Bf16(float (&d)[96], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
       : "l"(da), "l"(db), "r"(1));
 }
 __device__ __forceinline__ void WgmmaK16Bf16(float (&d)[64], uint64_t da, uint64_t db) {
@@ -353,8 +364,8 @@ __device__ __forceinline__ uint64_t WgOperandDesc(uint32_t addr) {
 }
 
 template <int kWgs, int kBNw, int kEpi, bool kSw>
-__global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmmaKernel(const GemmParams p) {
-  using C = WgCfg<kWgs, kBNw>;
+__global__ void __launch_bounds__(WgCfg<kWgs, kBNw, kSw>::kThreads, 1) MoeGateUpWgmmaKernel(const GemmParams p) {
+  using C = WgCfg<kWgs, kBNw, kSw>;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
   if (kSw) smem += (1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u;
@@ -385,10 +396,10 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
   int64_t w_row[kRawPer];
 #pragma unroll
   for (int i = 0; i < kRawPer; ++i) {
-    const int j = ((tid + i * C::kThreads) >> 1) & (kBNw - 1);
+    const int j = ((tid + i * C::kThreads) >> 1) % kBNw;
     int64_t row;
     if (kEpi == kEpiSwiglu) {
-      const int col = col_tile * (kBNw / 2) + (j & (kBNw / 2 - 1));
+      const int col = col_tile * (kBNw / 2) + j % (kBNw / 2);
       row = col >= p.inter ? -1 : (j >= kBNw / 2 ? p.inter + col : col);
     } else {
       row = static_cast<int64_t>(col_tile) * kBNw + j;
@@ -439,7 +450,7 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
 #pragma unroll
     for (int i = 0; i < C::kItemsPerThread; ++i) {
       const int item = tid + i * C::kThreads;
-      const int j = item & (kBNw - 1), hb = item / kBNw;  // hb: 16-element quarter of the k-tile
+      const int j = item % kBNw, hb = item / kBNw;  // hb: 16-element quarter of the k-tile
       const uint2 raw = *reinterpret_cast<const uint2*>(sRaw + j * kWgRawStr + hb * 8);
       const uint32_t sc = sScale[j * 4 + (kt & 1) * 2 + (hb >> 1)];
       const bool one = sc >= 1 && sc <= 128;
@@ -541,7 +552,7 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) MoeGateUpWgmma
 
 template <int kWgs, int kBNw, int kEpi, bool kSw>
 cudaError_t LaunchGateUpWgmmaCfg(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
-  using C = WgCfg<kWgs, kBNw>;
+  using C = WgCfg<kWgs, kBNw, kSw>;
   const auto kernel = MoeGateUpWgmmaKernel<kWgs, kBNw, kEpi, kSw>;
   constexpr int kSmem = kSw ? C::kSmemBytesSw : C::kSmemBytes;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -552,11 +563,16 @@ cudaError_t LaunchGateUpWgmmaCfg(const GemmParams& p, int64_t max_tiles, cudaStr
   return cudaGetLastError();
 }
 
-// bm = 128: <2 warpgroups, 256 columns> (swizzled operands when sw);
-// bm = 256: <4 warpgroups, 128 columns>.
+// bm = 128: <2 warpgroups, 256 columns>; bm = 192: <3 warpgroups, 192
+// columns>; bm = 256: <4 warpgroups, 128 columns>. sw: swizzled operands
+// (128 and 192 rows).
 template <int kEpi>
 cudaError_t LaunchGateUpWgmma(int bm, bool sw, const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
   if (bm == 256) return LaunchGateUpWgmmaCfg<4, 128, kEpi, false>(p, max_tiles, stream);
+  if (bm == 192) {
+    return sw ? LaunchGateUpWgmmaCfg<3, 192, kEpi, true>(p, max_tiles, stream)
+              : LaunchGateUpWgmmaCfg<3, 192, kEpi, false>(p, max_tiles, stream);
+  }
   return sw ? LaunchGateUpWgmmaCfg<2, 256, kEpi, true>(p, max_tiles, stream)
             : LaunchGateUpWgmmaCfg<2, 256, kEpi, false>(p, max_tiles, stream);
 }
@@ -662,6 +678,7 @@ int WgmmaRows(const MoeArgs& a) {
   if (a.stage == Stage::kDown || a.gemm == Gemm::kMmaSync) return 0;
   if (a.gemm == Gemm::kWgmma || a.gemm == Gemm::kWgmmaSw) return 128;
   if (a.gemm == Gemm::kWgmmaTall) return 256;
+  if (a.gemm == Gemm::kWgmmaWide || a.gemm == Gemm::kWgmmaWideSw) return 192;
   // Auto: only the projection alone, with no tile forced, at many rows per
   // expert. Measured on the H200 (bench/NOTES.md, Kimi shard): 128 x 256
   // wgmma 1.7-1.74x faster than mma.sync at 73, 146 and 292 rows per expert;
@@ -682,9 +699,12 @@ int ChooseTile(const MoeArgs& a) {
 }  // namespace
 
 const char* MoeUnsupported(const MoeArgs& a) {
-  // A layer's down half runs on the mma.sync kernel, which has no 256-row tile.
+  // A layer's down half runs on the mma.sync kernel, which has no 192- or 256-row tile.
   if (a.gemm == Gemm::kWgmmaTall && a.stage != Stage::kGateUp) {
     return "moe: the 256-row wgmma tiling serves the gate/up projection alone";
+  }
+  if ((a.gemm == Gemm::kWgmmaWide || a.gemm == Gemm::kWgmmaWideSw) && a.stage != Stage::kGateUp) {
+    return "moe: the 192-row wgmma tiling serves the gate/up projection alone";
   }
   if (a.experts > kMaxExperts) return "moe: the cuda backend serves at most 4096 experts";
   if (a.stage != Stage::kDown && a.hidden % kBK != 0) return "moe: the cuda backend needs K (hidden) % 128 == 0";
@@ -754,7 +774,7 @@ cudaError_t LaunchMoe(const MoeArgs& a, cudaStream_t stream) {
       g.out_cols = sw ? a.inter : 2 * a.inter;
       if (a.stage == Stage::kLayer) g.rounding = 1;  // the stored intermediate is RTNE bf16
       if (WgmmaRows(a) != 0) {
-        const bool swz = a.gemm == Gemm::kWgmmaSw;
+        const bool swz = a.gemm == Gemm::kWgmmaSw || a.gemm == Gemm::kWgmmaWideSw;
         r = sw ? LaunchGateUpWgmma<kEpiSwiglu>(bm, swz, g, max_tiles, stream)
                : LaunchGateUpWgmma<kEpiBf16>(bm, swz, g, max_tiles, stream);
       } else {

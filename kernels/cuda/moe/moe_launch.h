@@ -19,8 +19,10 @@ enum class Tile { kAuto = 0, k16 = 16, k64 = 64, k128 = 128 };
 // mma.sync. kWgmma (128 x 256 tiles) also serves the gate/up half of a layer
 // (routing in 128-row tiles; down stays on mma.sync); kWgmmaTall (256 x 128,
 // measured slower) serves gate/up alone; kWgmmaSw is kWgmma with 128-byte-
-// swizzled operands (same tiles, same uses). All three ignore `tile`.
-enum class Gemm { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaTall = 3, kWgmmaSw = 4 };
+// swizzled operands (same tiles, same uses); kWgmmaWide (192 x 192 tiles, 3
+// warpgroups: one tile per expert up to 192 rows) and kWgmmaWideSw (the same,
+// swizzled) serve gate/up alone. The wgmma ones ignore `tile`.
+enum class Gemm { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaTall = 3, kWgmmaSw = 4, kWgmmaWide = 5, kWgmmaWideSw = 6 };
 
 struct MoeArgs {
   Stage stage = Stage::kLayer;
