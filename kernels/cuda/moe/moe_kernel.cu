@@ -19,7 +19,8 @@
 // in a separate kernel in a fixed order (no float atomics).
 //
 // At many rows per expert the gate/up projection runs on a second kernel,
-// MoeGateUpWgmmaKernel (sm_90a wgmma, 128 x 256 tiles; see below).
+// MoeGateUpWgmmaKernel (sm_90a wgmma; by default 192 x 192 tiles with
+// 128-byte-swizzled operands; see below).
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
@@ -680,11 +681,17 @@ int WgmmaRows(const MoeArgs& a) {
   if (a.gemm == Gemm::kWgmmaTall) return 256;
   if (a.gemm == Gemm::kWgmmaWide || a.gemm == Gemm::kWgmmaWideSw) return 192;
   // Auto: only the projection alone, with no tile forced, at many rows per
-  // expert. Measured on the H200 (bench/NOTES.md, Kimi shard): 128 x 256
-  // wgmma 1.7-1.74x faster than mma.sync at 73, 146 and 292 rows per expert;
-  // at ~1 row per expert (T = 8, 32) mma.sync stays faster.
+  // expert: the swizzled 192 x 192 tiling. Measured on the H200 (bench/NOTES.md,
+  // Kimi shard, 146 rows per expert): 1.40x the 128 x 256 core-matrix kernel,
+  // which was itself 1.7x mma.sync at 73, 146 and 292 rows per expert; at ~1
+  // row per expert (T = 8, 32) mma.sync stays faster.
   if (a.stage != Stage::kGateUp || a.tile != Tile::kAuto) return 0;
-  return RowsPerExpert(a) >= 72 ? 128 : 0;
+  return RowsPerExpert(a) >= 72 ? 192 : 0;
+}
+
+// Whether the wgmma kernel reads 128-byte-swizzled operands.
+bool WgmmaSwizzled(const MoeArgs& a) {
+  return a.gemm == Gemm::kWgmmaSw || a.gemm == Gemm::kWgmmaWideSw || a.gemm == Gemm::kAuto;
 }
 
 int ChooseTile(const MoeArgs& a) {
@@ -774,9 +781,8 @@ cudaError_t LaunchMoe(const MoeArgs& a, cudaStream_t stream) {
       g.out_cols = sw ? a.inter : 2 * a.inter;
       if (a.stage == Stage::kLayer) g.rounding = 1;  // the stored intermediate is RTNE bf16
       if (WgmmaRows(a) != 0) {
-        const bool swz = a.gemm == Gemm::kWgmmaSw || a.gemm == Gemm::kWgmmaWideSw;
-        r = sw ? LaunchGateUpWgmma<kEpiSwiglu>(bm, swz, g, max_tiles, stream)
-               : LaunchGateUpWgmma<kEpiBf16>(bm, swz, g, max_tiles, stream);
+        r = sw ? LaunchGateUpWgmma<kEpiSwiglu>(bm, WgmmaSwizzled(a), g, max_tiles, stream)
+               : LaunchGateUpWgmma<kEpiBf16>(bm, WgmmaSwizzled(a), g, max_tiles, stream);
       } else {
         r = sw ? LaunchGemmTile<kEpiSwiglu>(bm, g, (a.inter + kBN / 2 - 1) / (kBN / 2), max_tiles, stream)
                : LaunchGemmTile<kEpiBf16>(bm, g, (2 * a.inter + kBN - 1) / kBN, max_tiles, stream);
