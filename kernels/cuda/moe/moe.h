@@ -25,8 +25,8 @@ absl::Status RunMoeWithTile(int tile_rows, const MoeParams& p, const MoeInputs& 
                             cudaStream_t stream);
 
 // GEMM kernel of the gate/up projection: kAuto as RunMoe/RunMoeWithTile
-// choose it (kWgmmaWideSw for gate/up alone at >= 72 rows per expert with no
-// tile forced, else mma.sync), kMmaSync the mma.sync kernel, kWgmma the
+// choose it (for gate/up alone at >= 72 rows per expert with no tile forced,
+// kWgmmaSw or kWgmmaWideSw, whichever launches fewer CTAs; else mma.sync), kMmaSync the mma.sync kernel, kWgmma the
 // sm_90a wgmma kernel with 128-row x 256-weight-row tiles (also inside a
 // layer, whose down half stays mma.sync), kWgmmaTall the same with 256 x 128
 // tiles for gate/up alone (a layer is UNIMPLEMENTED), kWgmmaSw kWgmma with

@@ -19,8 +19,8 @@
 // in a separate kernel in a fixed order (no float atomics).
 //
 // At many rows per expert the gate/up projection runs on a second kernel,
-// MoeGateUpWgmmaKernel (sm_90a wgmma; by default 192 x 192 tiles with
-// 128-byte-swizzled operands; see below).
+// MoeGateUpWgmmaKernel (sm_90a wgmma; by default 128 x 256 or 192 x 192
+// tiles with 128-byte-swizzled operands; see below).
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
@@ -681,12 +681,20 @@ int WgmmaRows(const MoeArgs& a) {
   if (a.gemm == Gemm::kWgmmaTall) return 256;
   if (a.gemm == Gemm::kWgmmaWide || a.gemm == Gemm::kWgmmaWideSw) return 192;
   // Auto: only the projection alone, with no tile forced, at many rows per
-  // expert: the swizzled 192 x 192 tiling. Measured on the H200 (bench/NOTES.md,
-  // Kimi shard, 146 rows per expert): 1.40x the 128 x 256 core-matrix kernel,
-  // which was itself 1.7x mma.sync at 73, 146 and 292 rows per expert; at ~1
-  // row per expert (T = 8, 32) mma.sync stays faster.
+  // expert (at ~1 row per expert, T = 8 or 32, mma.sync stays faster), on
+  // swizzled operands, in whichever tiling launches fewer CTAs per expert
+  // (ties: 128 x 256). Measured on the H200 (bench/NOTES.md, Kimi shard): a
+  // CTA of either swizzled tiling costs about the same (0.68-0.77 us of the
+  // whole grid per CTA at 73, 146 and 292 rows per expert), so the count
+  // decides: 73 rows -> 128 x 256 (3 CTAs vs 4), 146 -> 192 x 192 (6 vs 4),
+  // 292 -> 192 x 192 (9 vs 8), each the faster one there.
   if (a.stage != Stage::kGateUp || a.tile != Tile::kAuto) return 0;
-  return RowsPerExpert(a) >= 72 ? 192 : 0;
+  const double rows = RowsPerExpert(a);
+  if (rows < 72) return 0;
+  const int64_t nw = 2 * a.inter;  // weight rows; SwiGLU pairs them, same count
+  const double ctas128 = std::ceil(rows / 128) * static_cast<double>((nw + 255) / 256);
+  const double ctas192 = std::ceil(rows / 192) * static_cast<double>((nw + 191) / 192);
+  return ctas192 < ctas128 ? 192 : 128;
 }
 
 // Whether the wgmma kernel reads 128-byte-swizzled operands.

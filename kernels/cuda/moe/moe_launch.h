@@ -14,9 +14,10 @@ enum class Stage { kGateUp = 1, kDown = 2, kLayer = 3 };
 // Row tile of the grouped GEMM: 16 (decode), 64 or 128 rows per expert tile.
 enum class Tile { kAuto = 0, k16 = 16, k64 = 64, k128 = 128 };
 
-// GEMM kernel of the gate/up projection. kAuto: wgmma (192 x 192 tiles,
-// swizzled operands, = kWgmmaWideSw) for gate/up alone at >= 72 rows per
-// expert when no tile is forced, else mma.sync. kWgmma (128 x 256 tiles) also serves the gate/up half of a layer
+// GEMM kernel of the gate/up projection. kAuto: for gate/up alone at >= 72
+// rows per expert when no tile is forced, the swizzled wgmma kernel whose
+// tiling (kWgmmaSw 128 x 256 or kWgmmaWideSw 192 x 192) launches fewer CTAs,
+// else mma.sync. kWgmma (128 x 256 tiles) also serves the gate/up half of a layer
 // (routing in 128-row tiles; down stays on mma.sync); kWgmmaTall (256 x 128,
 // measured slower) serves gate/up alone; kWgmmaSw is kWgmma with 128-byte-
 // swizzled operands (same tiles, same uses); kWgmmaWide (192 x 192 tiles, 3
