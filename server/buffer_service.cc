@@ -157,7 +157,7 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
 grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx,
                                        grpc::ServerReader<pb::UploadChunk>* reader,
                                        pb::BufferInfo* info) {
-  CallLog log("BufferService.Upload", ctx);
+  CallLog log("BufferService.Upload", ctx, &state_->calls());
   auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoUpload(state_, ctx, reader, info, &log));
@@ -165,7 +165,7 @@ grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx,
 
 grpc::Status BufferServiceImpl::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
                                          grpc::ServerWriter<pb::DownloadChunk>* writer) {
-  CallLog log("BufferService.Download", ctx);
+  CallLog log("BufferService.Download", ctx, &state_->calls());
   auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoDownload(state_, ctx, *req, writer, &log));
@@ -173,7 +173,7 @@ grpc::Status BufferServiceImpl::Download(grpc::ServerContext* ctx, const pb::Dow
 
 grpc::Status BufferServiceImpl::Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,
                                      pb::FreeBufferResponse* resp) {
-  CallLog log("BufferService.Free", ctx);
+  CallLog log("BufferService.Free", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(state_->registry().RemoveBuffer("buffer_id", req->buffer_id(), state_->TenantOf(ctx)));
@@ -181,7 +181,7 @@ grpc::Status BufferServiceImpl::Free(grpc::ServerContext* ctx, const pb::FreeBuf
 
 grpc::Status BufferServiceImpl::List(grpc::ServerContext* ctx, const pb::ListBuffersRequest* req,
                                      pb::ListBuffersResponse* resp) {
-  CallLog log("BufferService.List", ctx);
+  CallLog log("BufferService.List", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   for (const auto& b : state_->registry().ListBuffers(state_->TenantOf(ctx))) {

@@ -1,13 +1,47 @@
 #include "server/call_log.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "server/status_mapping.h"
 #include "spdlog/spdlog.h"
 
 namespace kernelserve {
 
-CallLog::CallLog(absl::string_view method, grpc::ServerContext* ctx)
-    : method_(method), peer_(ctx != nullptr ? ctx->peer() : ""), start_(absl::Now()) {}
+void CallCounter::Start() {
+  absl::MutexLock lock(&mu_);
+  ++in_flight_;
+}
+
+void CallCounter::End() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+  last_end_ = absl::Now();
+}
+
+bool CallCounter::WaitQuiet(absl::Duration quiet, absl::Time deadline) {
+  while (true) {
+    absl::Time until;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      if (in_flight_ == 0 && now - last_end_ >= quiet) return true;
+      if (now >= deadline) return in_flight_ == 0;
+      // Polls while calls run; otherwise sleeps until the quiet time would be up.
+      until = std::min(deadline, in_flight_ == 0 ? last_end_ + quiet : now + absl::Milliseconds(10));
+    }
+    absl::SleepFor(until - absl::Now());
+  }
+}
+
+CallLog::CallLog(absl::string_view method, grpc::ServerContext* ctx, CallCounter* counter)
+    : counter_(counter), method_(method), peer_(ctx != nullptr ? ctx->peer() : ""), start_(absl::Now()) {
+  if (counter_ != nullptr) counter_->Start();
+}
+
+CallLog::~CallLog() {
+  if (counter_ != nullptr) counter_->End();
+}
 
 grpc::Status CallLog::Done(const absl::Status& status) {
   const double ms = absl::ToDoubleMilliseconds(absl::Now() - start_);

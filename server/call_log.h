@@ -1,4 +1,5 @@
-// One log line per call: debug when OK, warn on errors (method, code, ms, bytes).
+// One log line per call: debug when OK, warn on errors (method, code, ms,
+// bytes); and the count of calls in flight that the shutdown drain waits on.
 #ifndef KERNELSERVE_SERVER_CALL_LOG_H_
 #define KERNELSERVE_SERVER_CALL_LOG_H_
 
@@ -7,21 +8,44 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
 
 namespace kernelserve {
 
+// The calls in flight on one server. Shutdown waits on it: a result that
+// travels back as a buffer is downloaded by a second call right after the
+// kernel call, which must still be served.
+class CallCounter {
+ public:
+  void Start();
+  void End();
+  // Until no call has been in flight for `quiet`, or `deadline`; false when
+  // calls are still in flight at the deadline.
+  bool WaitQuiet(absl::Duration quiet, absl::Time deadline);
+
+ private:
+  absl::Mutex mu_;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
 class CallLog {
  public:
-  CallLog(absl::string_view method, grpc::ServerContext* ctx);
+  // `counter` (may be null) counts the call from here to the destructor.
+  CallLog(absl::string_view method, grpc::ServerContext* ctx, CallCounter* counter = nullptr);
+  ~CallLog();
+  CallLog(const CallLog&) = delete;
+  CallLog& operator=(const CallLog&) = delete;
   void AddBytesIn(int64_t n) { bytes_in_ += n; }
   void AddBytesOut(int64_t n) { bytes_out_ += n; }
   // Logs the call and maps its status (status_mapping.h).
   grpc::Status Done(const absl::Status& status);
 
  private:
+  CallCounter* counter_;
   std::string method_;
   std::string peer_;
   absl::Time start_;

@@ -38,7 +38,7 @@ void FillDevice(ServerState* state, int d, pb::Device* out) {
 
 grpc::Status DeviceServiceImpl::List(grpc::ServerContext* ctx, const pb::ListDevicesRequest* req,
                                      pb::ListDevicesResponse* resp) {
-  CallLog log("DeviceService.List", ctx);
+  CallLog log("DeviceService.List", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   for (int d = 0; d < state_->device_count(); ++d) FillDevice(state_, d, resp->add_devices());
@@ -48,7 +48,7 @@ grpc::Status DeviceServiceImpl::List(grpc::ServerContext* ctx, const pb::ListDev
 
 grpc::Status DeviceServiceImpl::Drain(grpc::ServerContext* ctx, const pb::DrainDeviceRequest* req,
                                       pb::Device* resp) {
-  CallLog log("DeviceService.Drain", ctx);
+  CallLog log("DeviceService.Drain", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);
   if (!admission.ok()) return log.Done(admission.status());
   absl::Status admin = security::Authenticator::RequireAdmin(admission->tenant, "DeviceService.Drain");

@@ -477,7 +477,7 @@ absl::Status DoMoe(ServerState* state, grpc::ServerContext* ctx, const pb::MoeRe
 
 grpc::Status KernelServiceImpl::Attention(grpc::ServerContext* ctx, const pb::AttentionRequest* req,
                                           pb::AttentionResponse* resp) {
-  CallLog log("KernelService.Attention", ctx);
+  CallLog log("KernelService.Attention", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoAttention(state_, ctx, *req, resp, &log));
@@ -486,7 +486,7 @@ grpc::Status KernelServiceImpl::Attention(grpc::ServerContext* ctx, const pb::At
 grpc::Status KernelServiceImpl::Fp8Attention(grpc::ServerContext* ctx,
                                              const pb::Fp8AttentionRequest* req,
                                              pb::Fp8AttentionResponse* resp) {
-  CallLog log("KernelService.Fp8Attention", ctx);
+  CallLog log("KernelService.Fp8Attention", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoFp8Attention(state_, ctx, *req, resp, &log));
@@ -494,7 +494,7 @@ grpc::Status KernelServiceImpl::Fp8Attention(grpc::ServerContext* ctx,
 
 grpc::Status KernelServiceImpl::MlaDecode(grpc::ServerContext* ctx, const pb::MlaDecodeRequest* req,
                                           pb::MlaDecodeResponse* resp) {
-  CallLog log("KernelService.MlaDecode", ctx);
+  CallLog log("KernelService.MlaDecode", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoMlaDecode(state_, ctx, *req, resp, &log));
@@ -502,7 +502,7 @@ grpc::Status KernelServiceImpl::MlaDecode(grpc::ServerContext* ctx, const pb::Ml
 
 grpc::Status KernelServiceImpl::Moe(grpc::ServerContext* ctx, const pb::MoeRequest* req,
                                     pb::MoeResponse* resp) {
-  CallLog log("KernelService.Moe", ctx);
+  CallLog log("KernelService.Moe", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoMoe(state_, ctx, *req, resp, &log));

@@ -1,5 +1,6 @@
 // The kernelserve binary as a subprocess: --config applied before the command
-// line, and SIGTERM drains a running call and exits 0.
+// line, and SIGTERM drains a running call (its buffer result still
+// downloadable, new work refused) and exits 0.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -26,6 +27,7 @@ namespace {
 
 namespace pb = ::kernelserve::v1;
 using ::kernelserve::testing::Connect;
+using ::kernelserve::testing::Download;
 using ::kernelserve::testing::RandomBf16;
 using ::kernelserve::testing::Upload;
 
@@ -115,29 +117,45 @@ TEST(MainTest, ConfigFileThenCommandLineAndSigtermDrains) {
   // Inline output of 8 MiB: over the file's 8 MiB limit, under the command line's 16.
   pb::AttentionRequest inline_req = req;
   inline_req.mutable_output()->set_to_buffer(false);
+  std::string inline_out;
   {
     grpc::ClientContext ctx;
     pb::AttentionResponse resp;
     grpc::Status s = kernels->Attention(&ctx, inline_req, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(resp.out().tensor().data().size(), 8u << 20);
+    inline_out = resp.out().tensor().data();
   }
 
-  grpc::Status running;
+  // The running call's result is a buffer: the client downloads it with a
+  // second call after the first returns, which the drain must still serve.
+  grpc::Status running, download;
+  std::string buffer_out;
   absl::Time finished;
   std::thread call([&] {
     grpc::ClientContext ctx;
     pb::AttentionResponse resp;
     running = kernels->Attention(&ctx, req, &resp);
     finished = absl::Now();
+    if (running.ok()) download = Download(buffers.get(), resp.out().buffer_id(), 4 << 20, &buffer_out);
   });
   absl::SleepFor(absl::Milliseconds(100));
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   const absl::Time signalled = absl::Now();
+  absl::SleepFor(absl::Milliseconds(50));
+  {
+    // New work during the drain: refused, the running call unaffected.
+    grpc::ClientContext ctx;
+    pb::AttentionResponse resp;
+    const grpc::Status refused = kernels->Attention(&ctx, inline_req, &resp);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  }
   EXPECT_EQ(WaitExit(pid), 0);
   call.join();
   EXPECT_TRUE(running.ok()) << running.error_message();  // drained, not cut off
   EXPECT_GT(finished, signalled);
+  EXPECT_TRUE(download.ok()) << download.error_message();
+  EXPECT_TRUE(buffer_out == inline_out) << "the buffer result differs from the inline one";
 }
 
 TEST(MainTest, BadConfigLineExitsWithUsageError) {

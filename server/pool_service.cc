@@ -280,7 +280,7 @@ absl::Status DoRead(ServerState* state, grpc::ServerContext* ctx, const pb::Read
 
 grpc::Status PoolServiceImpl::Create(grpc::ServerContext* ctx, const pb::CreatePoolRequest* req,
                                      pb::PoolInfo* info) {
-  CallLog log("PoolService.Create", ctx);
+  CallLog log("PoolService.Create", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoCreate(state_, ctx, *req, info));
@@ -289,7 +289,7 @@ grpc::Status PoolServiceImpl::Create(grpc::ServerContext* ctx, const pb::CreateP
 grpc::Status PoolServiceImpl::Write(grpc::ServerContext* ctx,
                                     grpc::ServerReader<pb::WritePoolChunk>* reader,
                                     pb::WritePoolResponse* resp) {
-  CallLog log("PoolService.Write", ctx);
+  CallLog log("PoolService.Write", ctx, &state_->calls());
   auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoWrite(state_, ctx, reader, resp, &log));
@@ -297,7 +297,7 @@ grpc::Status PoolServiceImpl::Write(grpc::ServerContext* ctx,
 
 grpc::Status PoolServiceImpl::Read(grpc::ServerContext* ctx, const pb::ReadPoolRequest* req,
                                    grpc::ServerWriter<pb::ReadPoolChunk>* writer) {
-  CallLog log("PoolService.Read", ctx);
+  CallLog log("PoolService.Read", ctx, &state_->calls());
   auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(DoRead(state_, ctx, *req, writer, &log));
@@ -305,7 +305,7 @@ grpc::Status PoolServiceImpl::Read(grpc::ServerContext* ctx, const pb::ReadPoolR
 
 grpc::Status PoolServiceImpl::Stats(grpc::ServerContext* ctx, const pb::PoolStatsRequest* req,
                                     pb::PoolInfo* info) {
-  CallLog log("PoolService.Stats", ctx);
+  CallLog log("PoolService.Stats", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   auto pool = state_->registry().GetPool("pool_id", req->pool_id(), state_->TenantOf(ctx));
@@ -315,7 +315,7 @@ grpc::Status PoolServiceImpl::Stats(grpc::ServerContext* ctx, const pb::PoolStat
 
 grpc::Status PoolServiceImpl::Delete(grpc::ServerContext* ctx, const pb::DeletePoolRequest* req,
                                      pb::DeletePoolResponse* resp) {
-  CallLog log("PoolService.Delete", ctx);
+  CallLog log("PoolService.Delete", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   return log.Done(state_->registry().RemovePool("pool_id", req->pool_id(), state_->TenantOf(ctx)));
@@ -323,7 +323,7 @@ grpc::Status PoolServiceImpl::Delete(grpc::ServerContext* ctx, const pb::DeleteP
 
 grpc::Status PoolServiceImpl::List(grpc::ServerContext* ctx, const pb::ListPoolsRequest* req,
                                    pb::ListPoolsResponse* resp) {
-  CallLog log("PoolService.List", ctx);
+  CallLog log("PoolService.List", ctx, &state_->calls());
   auto admission = state_->Admit(ctx);  // token, rate limits
   if (!admission.ok()) return log.Done(admission.status());
   for (const auto& p : state_->registry().ListPools(state_->TenantOf(ctx))) {

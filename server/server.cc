@@ -22,6 +22,10 @@
 namespace kernelserve {
 namespace {
 
+// After SIGTERM, how long no call may have run before gRPC stops: a buffer
+// result's download follows its kernel call within this on any sane network.
+constexpr absl::Duration kShutdownQuiet = absl::Milliseconds(250);
+
 const char* const kServiceNames[] = {
     "kernelserve.v1.BufferService",
     "kernelserve.v1.PoolService",
@@ -221,7 +225,15 @@ void KernelServer::Shutdown(absl::Duration grace) {
   if (bench_ != nullptr) bench_->Shutdown();
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
   if (endpoints_ != nullptr) endpoints_->SetShuttingDown();
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  // New work is refused from here; calls already running finish, and the
+  // downloads of their buffer results (a second call right after each) are
+  // still served until no call has run for a moment. Then gRPC stops.
+  const absl::Time deadline = absl::Now() + grace;
+  state_->BeginShutdown();
+  if (!state_->calls().WaitQuiet(kShutdownQuiet, deadline)) {
+    spdlog::warn("shutdown grace ran out with calls still in flight: cancelling them");
+  }
+  server_->Shutdown(absl::ToChronoTime(deadline));
   state_->StopWorkers();
   spdlog::info("shut down");
 }

@@ -47,6 +47,7 @@ absl::Status ServerState::CheckDevice(absl::string_view field, int device) const
                                                    device_count(), "), got ", device));
   }
   absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the server is shutting down; use another server");
   if (!unhealthy_reason_[device].empty()) {
     return absl::UnavailableError(
         absl::StrCat("device ", device, " is unhealthy: ", unhealthy_reason_[device]));
@@ -56,6 +57,11 @@ absl::Status ServerState::CheckDevice(absl::string_view field, int device) const
                                                draining_reason_[device], "); use another device"));
   }
   return absl::OkStatus();
+}
+
+void ServerState::BeginShutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
 }
 
 void ServerState::SetDraining(int device, const std::string& reason) {

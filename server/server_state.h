@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/server_context.h"
 #include "kernels/api/backend.h"
+#include "server/call_log.h"
 #include "server/device_worker.h"
 #include "server/registry.h"
 #include "server/security/call_gate.h"
@@ -76,6 +77,11 @@ class ServerState {
   // reason returns the device to service.
   void SetDraining(int device, const std::string& reason);
   std::string draining_reason(int device) const;  // "" when not draining
+  // Shutdown: CheckDevice refuses new work on every device with UNAVAILABLE;
+  // downloads, frees and lists still run (results of running calls travel back).
+  void BeginShutdown();
+  // The calls in flight (the services' CallLogs count them).
+  CallCounter& calls() { return calls_; }
   // Called (without locks held) whenever a device's health changes.
   void SetHealthListener(std::function<void()> listener);
   bool AnyHealthy() const;
@@ -93,6 +99,8 @@ class ServerState {
   std::vector<std::string> unhealthy_reason_ ABSL_GUARDED_BY(mu_);  // "" = healthy
   std::vector<std::string> draining_reason_ ABSL_GUARDED_BY(mu_);   // "" = in service
   std::function<void()> health_listener_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  CallCounter calls_;
 };
 
 }  // namespace kernelserve
