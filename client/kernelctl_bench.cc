@@ -556,6 +556,17 @@ int CmdCi(const std::vector<std::string>& args, const ClientOptions& options, bo
   }
   std::cout << ExportMarkdown(*jobs);
   int failed = 0;
+  if (base) {
+    // A baseline that matches no (job name, variant) of this run gates nothing:
+    // say so and fail rather than pass silently (a renamed job, the wrong file).
+    int compared = 0;
+    for (const auto& c : checks) compared += absl::EndsWith(c.name, " vs baseline") ? 1 : 0;
+    if (compared == 0) {
+      ++failed;
+      std::cout << "FAIL " << s->name() << ": the baseline " << baseline
+                << " has no timed result for any job name and variant of this suite\n";
+    }
+  }
   for (const auto& c : checks) {
     if (c.failed) {
       ++failed;

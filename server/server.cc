@@ -113,6 +113,8 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, node->credentials, &server->port_);
+  // No SO_REUSEPORT: a second server on a port in use must fail to start, not share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Interceptors (metrics, undecodable requests); ports only where configured.
   server->endpoints_ = std::make_unique<NodeEndpoints>(&builder, !options.metrics_listen.empty());
   server->endpoints_->WatchJobs(server->bench_.get());

@@ -16,6 +16,9 @@ ABSL_FLAG(double, bench_gemm_fp8_tflops, 0, "FP8 GEMM ceiling measured elsewhere
 ABSL_FLAG(double, bench_max_gate_gflops, 4,
           "above this many GFLOPs the correctness gate compares an exact sample of the output with the fp64 "
           "oracle instead of all of it");
+ABSL_FLAG(double, bench_max_job_mb, 0,
+          "largest benchmark job (inputs, output, oracle reference) in MiB; 0: a quarter of the host's memory "
+          "or half of the smallest device's");
 ABSL_FLAG(double, bench_min_sustained_s, 0,
           "tests only: lower the sustained method's minimum warm-in (1 s) and window (3 s) to this");
 
@@ -24,6 +27,7 @@ namespace bench {
 
 void ApplyBenchFlags(BenchOptions* o) {
   o->test_variants = absl::GetFlag(FLAGS_enable_test_variants);
+  o->max_job_bytes = absl::GetFlag(FLAGS_bench_max_job_mb) * 1048576.0;
   o->max_jobs_per_submitter = absl::GetFlag(FLAGS_bench_max_jobs_per_submitter);
   o->default_time_limit_s = absl::GetFlag(FLAGS_bench_default_time_limit_s);
   o->max_time_limit_s = absl::GetFlag(FLAGS_bench_max_time_limit_s);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/api/status_macros.h"
 #include "kernels/numerics/numerics.h"
@@ -390,8 +391,23 @@ std::string ShapeDesc(const pb::BenchJobSpec& spec) {
   return "";
 }
 
-absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops) {
+absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops, double max_bytes) {
   KS_ASSIGN_OR_RETURN(auto descs, SpecDescs(spec));
+  // Sizes in double: a hostile shape must neither overflow int64 nor be
+  // allocated (std::bad_alloc would end the server).
+  auto too_big = [&](double bytes, const char* what) -> absl::Status {
+    if (max_bytes <= 0 || bytes <= max_bytes) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "spec: the job's %s take %.4g bytes; this server allows %.4g per job (--bench_max_job_mb)", what, bytes,
+        max_bytes));
+  };
+  double in_bytes = 0;
+  for (const auto& [name, d] : descs) {
+    double n = 1;
+    for (int64_t x : d.shape) n *= static_cast<double>(x);
+    in_bytes += n * static_cast<double>(NumBytes(d.dtype, 1024)) / 1024.0;
+  }
+  KS_RETURN_IF_ERROR(too_big(in_bytes, "inputs"));
   if (spec.inputs().kind() == pb::INPUT_LONG_TAIL && spec.op() != pb::OP_ATTENTION &&
       spec.op() != pb::OP_FP8_ATTENTION) {
     return absl::InvalidArgumentError("spec.inputs.kind: long-tail inputs exist for attention ops only");
@@ -419,6 +435,14 @@ absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops) {
   }
   if (spec.op() == pb::OP_MLA_DECODE) job.host_call.mla.kv_scale = 1.0;
   KS_RETURN_IF_ERROR(BuildCall(spec, &job));
+  {
+    const TensorDesc out = job.host_call.OutputDesc();
+    double n = 1;
+    for (int64_t x : out.shape) n *= static_cast<double>(x);
+    // The output on the device and the host, and the fp64 oracle reference (8 bytes per element).
+    KS_RETURN_IF_ERROR(too_big(in_bytes + n * (2.0 * static_cast<double>(NumBytes(out.dtype, 1024)) / 1024.0 + 8.0),
+                               "inputs, output and oracle reference"));
+  }
   if (flops != nullptr) *flops = job.flops;
   return absl::OkStatus();
 }

@@ -41,7 +41,9 @@ struct PreparedJob {
 // Checks the spec without generating its inputs: a known op with the right
 // shape message, positive dims, and the op's shared Validate. Messages name
 // the spec field. `flops` (optional) receives the FLOPs of one launch.
-absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops = nullptr);
+// `max_bytes` > 0: RESOURCE_EXHAUSTED when the job's inputs and output take
+// more host/device memory than that (checked before anything is allocated).
+absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops = nullptr, double max_bytes = 0);
 
 // Human-readable shape ("B=1 Hq=8 Hkv=8 Sq=512 Skv=512 D=128 causal").
 std::string ShapeDesc(const pb::BenchJobSpec& spec);

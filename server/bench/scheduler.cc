@@ -1,5 +1,9 @@
 #include "server/bench/scheduler.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -83,10 +87,36 @@ absl::StatusOr<std::unique_ptr<BenchScheduler>> BenchScheduler::Create(Backend* 
           absl::StrCat("cannot create the data directory ", options.data_dir, ": ", ec.message()));
     }
   }
+  // One server per data dir: a second one (SO_REUSEPORT lets it share the
+  // port) would serve stale in-memory state over the same database.
+  int lock_fd = -1;
+  if (!options.data_dir.empty()) {
+    const std::string lock_path = options.data_dir + "/bench.lock";
+    lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      if (lock_fd >= 0) close(lock_fd);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the data directory ", options.data_dir, " is in use by another kernelserve (", lock_path, " is locked)"));
+    }
+  }
+  if (options.max_job_bytes <= 0) {
+    double limit = 0.25 * static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    for (int d = 0; d < backend->DeviceCount(); ++d) {
+      const double mem = static_cast<double>(backend->GetDeviceInfo(d).memory_total_bytes);
+      if (mem > 0) limit = std::min(limit, 0.5 * mem);
+    }
+    options.max_job_bytes = limit;
+  }
   const std::string path = options.data_dir.empty() ? ":memory:" : options.data_dir + "/bench.db";
-  KS_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(path));
+  absl::StatusOr<std::unique_ptr<JobStore>> opened = JobStore::Open(path);
+  if (!opened.ok()) {
+    if (lock_fd >= 0) close(lock_fd);
+    return opened.status();
+  }
+  std::unique_ptr<JobStore> store = std::move(*opened);
   std::unique_ptr<BenchScheduler> s(
       new BenchScheduler(backend, std::move(options), std::move(runner), std::move(reader), std::move(store)));
+  s->lock_fd_ = lock_fd;
   VariantOptions vo;
   vo.test_variants = s->options_.test_variants;
   KS_RETURN_IF_ERROR(RegisterBackendVariants(*backend, vo, &s->registry_));
@@ -108,7 +138,10 @@ BenchScheduler::BenchScheduler(Backend* backend, BenchOptions options, DeviceRun
   ceilings_.resize(static_cast<size_t>(std::max(0, backend_->DeviceCount())));
 }
 
-BenchScheduler::~BenchScheduler() { Shutdown(); }
+BenchScheduler::~BenchScheduler() {
+  Shutdown();
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
 
 void BenchScheduler::Shutdown() {
   {
@@ -263,7 +296,7 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec) const 
         "spec.op: expected attention, fp8_attention, mla_decode, moe_gateup, moe_down or moe_layer");
   }
   double flops = 0;
-  KS_RETURN_IF_ERROR(ValidateSpec(spec, &flops));
+  KS_RETURN_IF_ERROR(ValidateSpec(spec, &flops, options_.max_job_bytes));
   const BenchOp op = static_cast<BenchOp>(spec.op());
   std::set<std::string> seen;
   for (const std::string& name : spec.variants()) {

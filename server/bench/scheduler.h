@@ -84,6 +84,9 @@ struct BenchOptions {
   // Above this many FLOPs the gate checks a sample of the output (exact
   // smaller problems, kernels/api/variants.h OracleReferenceSample).
   double max_gate_flops = 4e9;
+  // Largest job (inputs, output, oracle reference) in bytes; 0: a quarter of
+  // the host's memory or half of the smallest device's, whichever is less.
+  double max_job_bytes = 0;
 };
 
 // Runs `fn` on the device's worker and returns its status (or the worker's
@@ -96,7 +99,7 @@ class BenchScheduler {
   // starts one runner per device.
   static absl::StatusOr<std::unique_ptr<BenchScheduler>> Create(Backend* backend, BenchOptions options,
                                                                 DeviceRunner runner, BufferReader reader);
-  ~BenchScheduler();  // Shutdown()
+  ~BenchScheduler();  // Shutdown(); releases the data dir
   BenchScheduler(const BenchScheduler&) = delete;
   BenchScheduler& operator=(const BenchScheduler&) = delete;
 
@@ -128,6 +131,7 @@ class BenchScheduler {
   }
 
  private:
+  int lock_fd_ = -1;  // flock on <data_dir>/bench.lock
   struct Job;
   struct RunState;
 
