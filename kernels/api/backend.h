@@ -98,6 +98,18 @@ class Backend {
     return absl::UnimplementedError(
         absl::StrCat("backend ", Name(), " has no graph capture (TimeGraphReplays)"));
   }
+
+  // Optional: the device's dense bf16 GEMM rate measured with the vendor's
+  // library, the ceiling benchmark results are compared with (DESIGN §6).
+  // UNIMPLEMENTED or UNAVAILABLE (library missing) where there is none.
+  struct GemmCeiling {
+    double tflops = 0;
+    std::string desc;  // how it was measured
+  };
+  virtual absl::StatusOr<GemmCeiling> MeasureGemmCeiling(int device) {
+    (void)device;
+    return absl::UnimplementedError(absl::StrCat("backend ", Name(), " has no GEMM ceiling measurement"));
+  }
 };
 
 }  // namespace kernelserve

@@ -13,6 +13,7 @@
 #include "kernels/cuda/attention/attention_cuda.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/fp8_attention/fp8_attention.h"
+#include "kernels/cuda/gemm_ceiling.h"
 #include "kernels/cuda/mla/mla_decode.h"
 #include "kernels/cuda/moe/moe.h"
 #include "kernels/cuda/gpu_compat.h"
@@ -183,6 +184,13 @@ class CudaBackend : public Backend {
     KS_RETURN_IF_ERROR(Check(d, gpuEventRecord(ev.start, d->stream), "cudaEventRecord"));
     for (int i = 0; i < n; ++i) KS_RETURN_IF_ERROR(launch());
     return ElapsedMs(d, ev, n);
+  }
+
+  absl::StatusOr<GemmCeiling> MeasureGemmCeiling(int device) override {
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    KS_RETURN_IF_ERROR(Check(d, gpuStreamSynchronize(d->stream), "stream synchronize before the GEMM ceiling"));
+    KS_ASSIGN_OR_RETURN(cuda::GemmRate rate, cuda::MeasureCublasBf16Gemm(d->stream));
+    return GemmCeiling{rate.tflops, rate.desc};
   }
 
   absl::StatusOr<double> TimeGraphReplays(int device, const std::function<absl::Status()>& launch,

@@ -183,6 +183,26 @@ TEST(CudaBackendTest, GraphReplaysMatchPlainLaunchesAndCaptureFailsCleanly) {
   EXPECT_EQ(std::memcmp(plain.data(), graphed.data(), bytes), 0);
 }
 
+// The bf16 GEMM ceiling through cuBLAS loaded at run time: a rate a Hopper
+// card can reach, or UNAVAILABLE naming the library where it is missing.
+TEST(CudaBackendTest, GemmCeilingThroughCublasOrUnavailable) {
+  auto b = CreateCudaBackend();
+  if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
+  Backend& be = **b;
+  EXPECT_EQ(be.MeasureGemmCeiling(be.DeviceCount()).status().code(), absl::StatusCode::kInvalidArgument);
+  auto g = be.MeasureGemmCeiling(0);
+  if (!g.ok()) {
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kUnavailable) << g.status();
+    EXPECT_NE(g.status().message().find("libcublas"), absl::string_view::npos) << g.status();
+    GTEST_SKIP() << "no cuBLAS here: " << g.status();
+  }
+  std::printf("GEMM ceiling: %.1f TFLOP/s (%s)\n", g->tflops, g->desc.c_str());
+  EXPECT_GT(g->tflops, 50.0);
+  EXPECT_LT(g->tflops, 2000.0);  // above any bf16 dense peak: a timing bug
+  EXPECT_NE(g->desc.find("cuBLAS"), std::string::npos);
+  EXPECT_TRUE(be.GetDeviceInfo(0).healthy);
+}
+
 // Last: a kernel reading an unmapped address faults the context for good.
 TEST(CudaBackendTest, StickyFaultMarksDeviceUnhealthy) {
   auto b = CreateCudaBackend();

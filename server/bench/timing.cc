@@ -155,9 +155,12 @@ pb::DeviceCeilings MeasureCeilings(Backend& backend, int device, double gemm_tfl
     }
     c.set_gemm_tflops(2.0 * n * n * static_cast<double>(n) / best / 1e12);
     c.set_gemm_desc(absl::StrCat("fp32 GEMM ", n, "^3 (6x16 AVX2/FMA register blocks, OpenMP), best of 3"));
+  } else if (auto g = backend.MeasureGemmCeiling(device); g.ok()) {
+    c.set_gemm_tflops(g->tflops);
+    c.set_gemm_desc(g->desc);
   } else {
-    notes.push_back(absl::StrCat("no GEMM ceiling on backend ", backend.Name(),
-                                 " (kernels/api has no GEMM); pass --bench_gemm_tflops"));
+    notes.push_back(absl::StrCat("GEMM ceiling not measured on backend ", backend.Name(), " (",
+                                 g.status().message(), "); pass --bench_gemm_tflops"));
   }
   if (gemm_fp8_tflops_override > 0) c.set_gemm_fp8_tflops(gemm_fp8_tflops_override);
   c.set_note(absl::StrJoin(notes, "; "));

@@ -25,10 +25,11 @@ pb::TimeStats ComputeStats(const std::vector<double>& ms);
 double Median(std::vector<double> v);
 
 // Measures the device's ceilings through the Backend interface: copy
-// throughput with CopyOnDevice (read + write bytes), and on the cpu backend a
-// simple multi-threaded fp32 GEMM. Other backends get no GEMM measurement
-// here (kernels/api has no GEMM entry point) unless `gemm_tflops_override` > 0
-// names one measured elsewhere. Call it on the device's worker.
+// throughput with CopyOnDevice (read + write bytes); the bf16 GEMM rate with
+// Backend::MeasureGemmCeiling (cuda: cuBLAS loaded at run time), on the cpu
+// backend a multi-threaded fp32 GEMM. `gemm_tflops_override` > 0 replaces the
+// GEMM measurement; the FP8 GEMM ceiling exists only as
+// `gemm_fp8_tflops_override`. Call it on the device's worker.
 pb::DeviceCeilings MeasureCeilings(Backend& backend, int device, double gemm_tflops_override,
                                    double gemm_fp8_tflops_override);
 
