@@ -9,7 +9,12 @@
 // - Accuracy modes, measured against fp64 attention on the same quantized
 //   inputs with unquantized P: lean within 1.4x exact (Gaussian and long-tail
 //   inputs), naive at least 3x worse than exact on the long-tail input.
+// - Constructed scores (known answers, derived in oracle_test): codes for
+//   chosen y by hand; outputs within 2^-8 of the oracle's; naive's tail
+//   exactly 0; exact/lean keep it; identical scores give bf16(mean V) exactly.
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -252,6 +257,144 @@ TEST(CpuFp8Attention, NaiveUnderflowsTheLongTailAndLeanTracksExact) {
                 long_tail ? "long-tail" : "gaussian", err[0], err[1], err[2]);
     if (long_tail) {
       EXPECT_GE(err[2], 3 * err[0]);
+    }
+  }
+}
+
+// ------------------------------------------------ constructed scores (analytic)
+// The rows of oracle_test's ConstructedScoresGiveTheAnalyticPModes and
+// IdenticalScoresGiveExactlyTheMeanOfV (the hand derivations are there), run
+// through the cpu kernel: its P codes for the chosen y values by hand, its
+// outputs against the oracle with the same P (bf16 output: within 2^-8
+// relative), and the exact facts that survive fp32 and bf16: naive's tail is 0,
+// the constant V column is exactly 1 for exact and lean, identical scores give
+// bf16(mean of V) bit for bit (every fp32 sum there is exact).
+
+TEST(CpuFp8P, ChosenYCodesByHand) {
+  // u = y - h; codes are the same in both formats (numerics_test PCodes.ChosenYByHand).
+  struct Row {
+    float u;
+    int exact, lean;
+  };
+  const Row rows[] = {{0.0f, 120, 120},      {-0.25f, 117, 118},   {-0.34375f, 117, 117},
+                      {-0.75f, 114, 114},    {-0.8125f, 113, 114}, {-0.84375f, 113, 113},
+                      {-4.5f, 83, 84},       {-4.40625f, 84, 85},  {-8.0f, 56, 56},      {-10.25f, 37, 38},
+                      {-15.25f, 3, 0},       {-16.0f, 2, 0},       {-17.0f, 1, 0},
+                      {-17.5f, 1, 0},        {-18.0f, 0, 0}};
+  const int n = static_cast<int>(std::size(rows));
+  for (Fp8Format f : {Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz}) {
+    SCOPED_TRACE(Fp8FormatName(f));
+    const DType dt = Fp8FormatDType(f);
+    std::vector<float> y(n), values(n);
+    std::vector<uint8_t> codes(n);
+    for (int i = 0; i < n; ++i) y[i] = rows[i].u + static_cast<float>(numerics::Fp8Headroom(f));
+    cpu::fp8p::ExactPCodes(y.data(), n, f, codes.data(), values.data());
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(codes[i], rows[i].exact) << "exact y=" << y[i];
+      EXPECT_EQ(values[i], numerics::Fp8ToFloat(static_cast<uint8_t>(rows[i].exact), dt)) << y[i];
+    }
+    cpu::fp8p::LeanPCodes(y.data(), n, f, codes.data(), values.data());
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(codes[i], rows[i].lean) << "lean y=" << y[i];
+      EXPECT_EQ(values[i], numerics::Fp8ToFloat(static_cast<uint8_t>(rows[i].lean), dt)) << y[i];
+    }
+  }
+}
+
+// Runs the backend and the oracle (same P) on constructed FP8 inputs, one query row.
+void RunConstructed(Backend& be, const numerics::Fp8AttentionTensors& x, Fp8Format fmt, PMode mode,
+                    std::vector<double>* got, std::vector<double>* ref) {
+  Fp8AttentionParams p;
+  p.causal = true;
+  p.format = fmt;
+  p.p_mode = mode;
+  p.softmax_scale = numerics::kConstructedScoresScale;
+  ASSERT_TRUE(p.Validate(x.q.desc(), x.k.desc(), x.v.desc(), &x.q_descale.desc(), &x.k_descale.desc(),
+                         &x.v_descale.desc())
+                  .ok());
+  const Fp8AttentionInputs in{x.q.view(), x.k.view(), x.v.view(),
+                              x.q_descale.view(), x.k_descale.view(), x.v_descale.view()};
+  HostTensor out = PoisonedBf16(p.OutputDesc().shape);
+  TensorView ov = out.view();
+  const absl::Status st = be.Fp8Attention(0, p, in, ov);
+  ASSERT_TRUE(st.ok()) << st;
+  *got = cpu_test::Bf16ToDoubles(out);
+  auto qi = oracle::QuantizeAttentionInputs(p, in);
+  ASSERT_TRUE(qi.ok()) << qi.status();
+  auto r = oracle::Fp8Attention(p, *qi, oracle::PQuant::kAsParams);
+  ASSERT_TRUE(r.ok()) << r.status();
+  *ref = *std::move(r);
+}
+
+TEST(CpuFp8Attention, ConstructedScoresMatchTheAnalyticPModes) {
+  std::unique_ptr<Backend> be = CreateCpuBackend(0);
+  const int64_t skv = 16384;
+  // Groups as in oracle_test: keys 0..3 (t = 20.25, 16.59375, 10.75, 5.75), keys
+  // 4..63 (t = -19.75), then odd blocks t_a and even blocks t_b.
+  const double head[] = {20.25, 16.59375, 10.75, 5.75, -19.75};
+  auto group = [](int64_t j) { return j < 4 ? static_cast<int>(j) : j < 64 ? 4 : (j / 64) % 2 == 1 ? 5 : 6; };
+  for (bool deep : {false, true}) {
+    const double ta = deep ? -1.34375 : 7.75, tb = deep ? -2.84375 : 6.65625;
+    for (Fp8Format fmt : {Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz}) {
+      SCOPED_TRACE(::testing::Message() << (deep ? "deep" : "shallow") << " tail, " << Fp8FormatName(fmt));
+      std::vector<double> t(skv), v(skv * 128, 0.0);
+      for (int64_t j = 0; j < skv; ++j) {
+        const int s = group(j);
+        t[j] = s < 5 ? head[s] : s == 5 ? ta : tb;
+        v[j * 128 + s] = 1;
+        v[j * 128 + 127] = 1;
+      }
+      numerics::Fp8AttentionTensors x;
+      ASSERT_TRUE(numerics::ConstructedScoresFp8(Fp8FormatDType(fmt), 128, 128, t, v, &x));
+      for (PMode mode : {PMode::kExact, PMode::kLean, PMode::kNaive}) {
+        SCOPED_TRACE(PModeName(mode));
+        std::vector<double> got, ref;
+        RunConstructed(*be, x, fmt, mode, &got, &ref);
+        if (::testing::Test::HasFatalFailure()) return;
+        for (int d = 0; d < 128; ++d) {
+          EXPECT_NEAR(got[d], ref[d], 0x1p-8 * std::fabs(ref[d])) << "slot " << d;
+        }
+        if (mode == PMode::kNaive) {
+          EXPECT_EQ(got[5], 0.0);  // the tail underflows to exactly zero
+          EXPECT_EQ(got[6], 0.0);
+          if (!deep) {
+            EXPECT_LT(got[127], 0.35);  // the constant V column shrinks to ~1/3
+          }
+        } else {
+          EXPECT_EQ(got[127], 1.0);
+          EXPECT_GT(got[5], deep ? 1e-3 : 0.4);
+          EXPECT_GT(got[6], deep ? 5e-4 : 0.2);
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuFp8Attention, IdenticalScoresGiveExactlyTheMeanOfV) {
+  std::unique_ptr<Backend> be = CreateCpuBackend(0);
+  const int64_t skv = 256;
+  for (Fp8Format fmt : {Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz}) {
+    SCOPED_TRACE(Fp8FormatName(fmt));
+    const DType dt = Fp8FormatDType(fmt);
+    numerics::SeededRng rng(7);
+    std::vector<double> v(skv * 128), mean(128, 0.0);
+    for (double& x : v) {
+      x = numerics::Fp8ToFloat(numerics::DoubleToFp8(std::clamp(0.5 + rng.Normal(), -4.0, 4.0), dt), dt);
+    }
+    for (int64_t j = 0; j < skv; ++j)
+      for (int d = 0; d < 128; ++d) mean[d] += v[j * 128 + d];
+    for (double& m : mean) m /= skv;
+    numerics::Fp8AttentionTensors x;
+    ASSERT_TRUE(numerics::ConstructedScoresFp8(dt, 128, 128, std::vector<double>(skv, 5.59375), v, &x));
+    for (PMode mode : {PMode::kExact, PMode::kLean, PMode::kNaive}) {
+      SCOPED_TRACE(PModeName(mode));
+      std::vector<double> got, ref;
+      RunConstructed(*be, x, fmt, mode, &got, &ref);
+      if (::testing::Test::HasFatalFailure()) return;
+      for (int d = 0; d < 128; ++d) {
+        EXPECT_EQ(ref[d], mean[d]) << d;
+        EXPECT_EQ(got[d], numerics::Bf16ToFloat(numerics::DoubleToBf16(mean[d], Rounding::kRtne))) << d;
+      }
     }
   }
 }

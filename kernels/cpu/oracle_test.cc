@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "kernels/numerics/numerics.h"
 #include "kernels/numerics/test_inputs.h"
@@ -445,6 +446,259 @@ TEST(OracleFp8, LongTailNaiveLosesTheTail) {
   EXPECT_LE(lean, 1.4 * exact);
   EXPECT_GT(naive, 5 * exact);
   EXPECT_LT(mean_naive, 0.9 * mean_ref);
+}
+
+// ------------------------------------------------ constructed scores (analytic)
+// One query row (causal, so it sees every key) over 16384 keys whose base-2
+// scores t are chosen exactly (numerics::ConstructedScoresFp8, softmax_scale =
+// ln 2). Block 0 (keys 0..63) holds the row maximum t = 20.25 (key 0), keys
+// 3.66, 9.5 and 14.5 binades below it (keys 1..3) and 60 keys 40 binades below
+// (keys 4..63). Blocks 1..255 hold a tail, identical scores within a block:
+// t_a in the odd blocks, t_b in the even ones.
+//   shallow: t_a = 7.75, t_b = 6.65625 (12.5 and 13.6 binades below the
+//     maximum): 16320 keys carrying 2/3 of the softmax mass;
+//   deep: t_a = -1.34375, t_b = -2.84375 (21.6 and 23.1 binades below): past
+//     the ~17 binades that one row-wide scale with headroom would keep (2^h
+//     down to the smallest subnormal); at 16K keys they hold only 0.3 % of
+//     the mass (real mass that deep takes ~2^21 keys), but the block-scaled
+//     modes must still keep it, exactly as computed below.
+// V is one-hot: key j adds 1 to output slot(j) (its group below) and 1 to slot
+// 127, so output[s] is the normalized P̂ mass of group s and output[127] is
+// the average of a constant-1 V column.
+//
+// Exact and lean: the row result is Σ_b 2^(R_b - M) Σ_j P̂_j V_j / Σ_b 2^(R_b -
+// M) Σ_j P̂_j. Every term is an FP8 value times a power of two and all sums fit
+// in 53 bits, so the oracle's output is the one rounding of num / den: equal to
+// the hand value below bit for bit. e4m3fnuz has one binade less headroom and
+// values half of e4m3fn's code for code, so its weights 2^(R - M) P̂ are those
+// of e4m3fn and its outputs are the same bits. Naive: P̂ = fp8(2^(t - 20.25))
+// (block 0 holds the maximum, so the running max is 20.25 from the start),
+// divided by the unrounded sum of 2^(t - 20.25): every tail key is below half
+// the smallest subnormal (2^-10 e4m3fn, 2^-11 e4m3fnuz) and rounds to exactly 0.
+struct KeyGroup {
+  const char* what;
+  double t;
+  int ref;           // block reference R + h = ceil(block max t)
+  double exact;      // decoded exact-P code at h = 8 (e4m3fn; e4m3fnuz: half)
+  double lean;       // decoded lean-P code at h = 8 (e4m3fn; e4m3fnuz: half)
+  double naive_fn;   // decoded naive P̂ = fp8(2^(t - 20.25)), e4m3fn
+  double naive_fnuz; // the same in e4m3fnuz (no block scale, so it differs)
+};
+
+constexpr int64_t kConstructedKeys = 16384;
+constexpr double kConstructedMax = 20.25;
+
+// Slot (group) of key j: 0..3 the single keys of block 0, 4 the 60 deep keys
+// of block 0, 5 the odd tail blocks, 6 the even tail blocks.
+int ConstructedGroup(int64_t j) {
+  if (j < 4) return static_cast<int>(j);
+  if (j < 64) return 4;
+  return (j / 64) % 2 == 1 ? 5 : 6;
+}
+
+// Hand-derived groups (y = t - R; "u" = y - h, the code depends only on u).
+std::vector<KeyGroup> ConstructedGroups(bool deep) {
+  std::vector<KeyGroup> g = {
+      // y = h - 0.75: 2^7.25 = 152.2 > midpoint 152 -> 160; lean 8 * 7.25 + 56 = 114 (160). Naive 2^0.
+      {"key 0 (max)", 20.25, 21, 160, 160, 1, 1},
+      // y = h - 4.40625: 2^3.59375 = 12.07 -> 12; lean 28.75 + 56 = 84.75 -> 85 (13). Naive
+      // 2^-3.65625 = 10.16 * 2^-7 -> 10 * 2^-7.
+      {"key 1", 16.59375, 21, 12, 13, 0.078125, 0.078125},
+      // y = h - 10.25: 2^-2.25 = 13.45 / 64 -> 13/64; lean 38 (14/64). Naive 2^-9.5: 0.71 * 2^-9 -> 2^-9
+      // (e4m3fn), 1.41 * 2^-10 -> 2^-10 (e4m3fnuz).
+      {"key 2", 10.75, 21, 0.203125, 0.21875, 0x1p-9, 0x1p-10},
+      // y = h - 15.25: 2^-7.25 = 3.36 * 2^-9 -> subnormal 3; lean 8y + c1 = -2 -> 0. Naive 2^-14.5 -> 0.
+      {"key 3", 5.75, 21, 0.005859375, 0, 0, 0},
+      // 40 binades down: 0 in every mode.
+      {"keys 4..63", -19.75, 21, 0, 0, 0, 0},
+  };
+  if (!deep) {
+    // R + h = 8, y = h - 0.25: 2^7.75 = 215.3 < midpoint 216 -> 208; lean 62 + 56 = 118 (224).
+    g.push_back({"odd tail blocks", 7.75, 8, 208, 224, 0, 0});
+    // R + h = 7, y = h - 0.34375: 2^7.65625 = 201.7 > 200 -> 208; lean 117.25 -> 117 (208).
+    g.push_back({"even tail blocks", 6.65625, 7, 208, 208, 0, 0});
+  } else {
+    // R + h = -1, y = h - 0.34375: as above, 208 and 208.
+    g.push_back({"odd tail blocks", -1.34375, -1, 208, 208, 0, 0});
+    // R + h = -2, y = h - 0.84375: 2^7.15625 = 142.6 > 136 -> 144; lean 113.25 -> 113 (144).
+    g.push_back({"even tail blocks", -2.84375, -2, 144, 144, 0, 0});
+  }
+  return g;
+}
+
+numerics::Fp8AttentionTensors ConstructedInputs(Fp8Format fmt, const std::vector<KeyGroup>& g) {
+  std::vector<double> t(kConstructedKeys), v(kConstructedKeys * 128, 0.0);
+  for (int64_t j = 0; j < kConstructedKeys; ++j) {
+    const int s = ConstructedGroup(j);
+    t[j] = g[s].t;
+    v[j * 128 + s] = 1;
+    v[j * 128 + 127] = 1;
+  }
+  numerics::Fp8AttentionTensors x;
+  EXPECT_TRUE(numerics::ConstructedScoresFp8(Fp8FormatDType(fmt), 128, 128, t, v, &x));
+  return x;
+}
+
+std::vector<double> RunConstructed(const numerics::Fp8AttentionTensors& x, Fp8Format fmt, PMode mode,
+                                   oracle::PQuant pq) {
+  Fp8AttentionParams p;
+  p.causal = true;
+  p.format = fmt;
+  p.p_mode = mode;
+  p.softmax_scale = numerics::kConstructedScoresScale;
+  const absl::Status st = p.Validate(x.q.desc(), x.k.desc(), x.v.desc(), &x.q_descale.desc(),
+                                     &x.k_descale.desc(), &x.v_descale.desc());
+  EXPECT_TRUE(st.ok()) << st;
+  Fp8AttentionInputs in{x.q.view(), x.k.view(), x.v.view(),
+                        x.q_descale.view(), x.k_descale.view(), x.v_descale.view()};
+  auto qi = oracle::QuantizeAttentionInputs(p, in);
+  EXPECT_TRUE(qi.ok()) << qi.status();
+  auto r = oracle::Fp8Attention(p, *qi, pq);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : std::vector<double>(128, -1.0);
+}
+
+// Expected outputs from per-key weights w(group): out[s] = Σ_{j in s} w / Σ_j w
+// (out[127] = 1 unless `den` is given), sums in fp64 (exact for these weights).
+std::vector<double> ExpectedFromWeights(const std::vector<double>& w, double den = 0) {
+  std::vector<double> num(128, 0.0);
+  double sum = 0;
+  for (int64_t j = 0; j < kConstructedKeys; ++j) {
+    num[ConstructedGroup(j)] += w[ConstructedGroup(j)];
+    sum += w[ConstructedGroup(j)];
+  }
+  num[127] = sum;
+  if (den == 0) den = sum;
+  for (double& x : num) x /= den;
+  return num;
+}
+
+TEST(OracleFp8, ConstructedScoresGiveTheAnalyticPModes) {
+  for (bool deep : {false, true}) {
+    const std::vector<KeyGroup> g = ConstructedGroups(deep);
+    std::vector<double> exact_fn, lean_fn;
+    for (Fp8Format fmt : {Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz}) {
+      SCOPED_TRACE(::testing::Message() << (deep ? "deep" : "shallow") << " tail, " << Fp8FormatName(fmt));
+      const DType dt = Fp8FormatDType(fmt);
+      const int h = numerics::Fp8Headroom(fmt);
+      const double half = fmt == Fp8Format::kE4M3Fn ? 1.0 : 0.5;  // e4m3fnuz's values are half
+      // The hand table against the definitions of R, exact, lean and naive P.
+      for (const KeyGroup& k : g) {
+        SCOPED_TRACE(k.what);
+        const double block_max = k.ref == 21 ? kConstructedMax : k.t;
+        ASSERT_EQ(numerics::BlockReference(block_max, fmt), k.ref - h);
+        ASSERT_EQ(static_cast<int>(std::ceil(block_max)) - h, k.ref - h);
+        const double y = k.t - (k.ref - h);
+        ASSERT_EQ(numerics::Fp8ToFloat(numerics::ExactPCode(y, fmt), dt), k.exact * half);
+        ASSERT_EQ(numerics::Fp8ToFloat(numerics::DoubleToFp8(std::exp2(y), dt), dt), k.exact * half);
+        ASSERT_EQ(numerics::Fp8ToFloat(numerics::LeanPCode(y, fmt), dt), k.lean * half);
+        ASSERT_EQ(numerics::Fp8ToFloat(numerics::DoubleToFp8(std::exp2(k.t - kConstructedMax), dt), dt),
+                  fmt == Fp8Format::kE4M3Fn ? k.naive_fn : k.naive_fnuz);
+      }
+      const numerics::Fp8AttentionTensors x = ConstructedInputs(fmt, g);
+      if (::testing::Test::HasFailure()) return;
+      // Weights relative to block 0's frame: P̂ * 2^(R_b - R_0), at h = 8.
+      std::vector<double> we, wl, wn, ws;
+      double l_softmax = 0;
+      for (const KeyGroup& k : g) {
+        we.push_back(std::ldexp(k.exact, k.ref - 21));
+        wl.push_back(std::ldexp(k.lean, k.ref - 21));
+        wn.push_back(fmt == Fp8Format::kE4M3Fn ? k.naive_fn : k.naive_fnuz);
+        ws.push_back(std::exp2(k.t - kConstructedMax));
+      }
+      for (int64_t j = 0; j < kConstructedKeys; ++j) l_softmax += ws[ConstructedGroup(j)];
+      const std::vector<double> want_exact = ExpectedFromWeights(we);
+      const std::vector<double> want_lean = ExpectedFromWeights(wl);
+      const std::vector<double> want_naive = ExpectedFromWeights(wn, l_softmax);
+      const std::vector<double> softmax = ExpectedFromWeights(ws);
+
+      const std::vector<double> exact = RunConstructed(x, fmt, PMode::kExact, oracle::PQuant::kAsParams);
+      const std::vector<double> lean = RunConstructed(x, fmt, PMode::kLean, oracle::PQuant::kAsParams);
+      const std::vector<double> naive = RunConstructed(x, fmt, PMode::kNaive, oracle::PQuant::kAsParams);
+      const std::vector<double> ref = RunConstructed(x, fmt, PMode::kExact, oracle::PQuant::kNone);
+      ASSERT_EQ(exact.size(), 128u);
+      for (int d = 0; d < 128; ++d) {
+        SCOPED_TRACE(::testing::Message() << "slot " << d);
+        // Exact arithmetic: bit-equal.
+        EXPECT_EQ(exact[d], want_exact[d]);
+        EXPECT_EQ(lean[d], want_lean[d]);
+        // Naive's denominator is a sum of 16384 rounded exp2 values; the
+        // analytic softmax has rounded exp2 throughout.
+        EXPECT_NEAR(naive[d], want_naive[d], 1e-13 * std::fabs(want_naive[d]));
+        EXPECT_NEAR(ref[d], softmax[d], 1e-13 * std::fabs(softmax[d]));
+      }
+      EXPECT_EQ(exact[127], 1.0);  // normalized by the sum of the rounded P̂
+      EXPECT_EQ(lean[127], 1.0);
+      // The tail: naive underflows it to exactly zero; exact and lean keep it
+      // within their rounding of the analytic softmax (each P̂ within 1/16 of
+      // 2^y for exact, Mitchell's error and a 1/16 step for lean: measured
+      // within 4.1 %, bounded here at 10 %).
+      for (int s : {5, 6}) {
+        SCOPED_TRACE(g[s].what);
+        EXPECT_EQ(naive[s], 0.0);
+        EXPECT_GT(softmax[s], deep ? 5e-4 : 0.2);
+        EXPECT_NEAR(exact[s], softmax[s], 0.1 * softmax[s]);
+        EXPECT_NEAR(lean[s], softmax[s], 0.1 * softmax[s]);
+      }
+      // Naive's output is block 0's contribution alone over the full denominator.
+      EXPECT_NEAR(naive[127], naive[0] + naive[1] + naive[2] + naive[3], 1e-15);
+      const double e_exact = RelRms(exact, softmax), e_lean = RelRms(lean, softmax),
+                   e_naive = RelRms(naive, softmax);
+      std::printf("constructed %s tail %s: rel_rms vs softmax exact %.4g lean %.4g naive %.4g; "
+                  "tail mass %.4g, naive V mean %.4g\n",
+                  deep ? "deep" : "shallow", Fp8FormatName(fmt).c_str(), e_exact, e_lean, e_naive,
+                  softmax[5] + softmax[6], naive[127]);
+      if (!deep) {
+        // The tail holds 2/3 of the mass: naive shrinks the constant V column to ~1/3.
+        EXPECT_LT(naive[127], 0.35);
+        EXPECT_LT(e_exact, 0.03);
+        EXPECT_LT(e_lean, 0.03);
+        EXPECT_GT(e_naive, 0.5);
+      }
+      if (fmt == Fp8Format::kE4M3Fn) {
+        exact_fn = exact;
+        lean_fn = lean;
+      } else {
+        EXPECT_EQ(exact, exact_fn);
+        EXPECT_EQ(lean, lean_fn);
+      }
+    }
+  }
+}
+
+// Identical scores in every block: all P̂ are equal, so normalizing by their
+// sum gives exactly V's mean. Here P̂ != 2^y (exact 192 vs 2^7.59375 = 193.17,
+// lean 208), so normalizing by the unrounded sum would be 0.6 % or 7.7 % off.
+TEST(OracleFp8, IdenticalScoresGiveExactlyTheMeanOfV) {
+  const int64_t skv = 256;
+  const double t = 5.59375;  // R = 6 - h, y = h - 0.40625
+  for (Fp8Format fmt : {Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz}) {
+    SCOPED_TRACE(Fp8FormatName(fmt));
+    const DType dt = Fp8FormatDType(fmt);
+    const int h = numerics::Fp8Headroom(fmt);
+    const double y = t - (6 - h);
+    ASSERT_EQ(numerics::BlockReference(t, fmt), 6 - h);
+    const double half = fmt == Fp8Format::kE4M3Fn ? 1.0 : 0.5;
+    ASSERT_EQ(numerics::Fp8ToFloat(numerics::ExactPCode(y, fmt), dt), 192 * half);
+    ASSERT_EQ(numerics::Fp8ToFloat(numerics::LeanPCode(y, fmt), dt), 208 * half);
+    ASSERT_NE(std::exp2(y), 192 * half);
+    numerics::SeededRng rng(7);
+    std::vector<double> v(skv * 128), mean(128, 0.0);
+    for (double& x : v) {
+      x = numerics::Fp8ToFloat(numerics::DoubleToFp8(std::clamp(0.5 + rng.Normal(), -4.0, 4.0), dt), dt);
+    }
+    for (int64_t j = 0; j < skv; ++j)
+      for (int d = 0; d < 128; ++d) mean[d] += v[j * 128 + d];  // exact: FP8 values, 256 terms
+    for (double& m : mean) m /= skv;
+    numerics::Fp8AttentionTensors x;
+    ASSERT_TRUE(numerics::ConstructedScoresFp8(dt, 128, 128, std::vector<double>(skv, t), v, &x));
+    for (PMode mode : {PMode::kExact, PMode::kLean, PMode::kNaive}) {
+      SCOPED_TRACE(PModeName(mode));
+      const std::vector<double> out = RunConstructed(x, fmt, mode, oracle::PQuant::kAsParams);
+      ASSERT_EQ(out.size(), 128u);
+      for (int d = 0; d < 128; ++d) EXPECT_EQ(out[d], mean[d]) << d;
+    }
+  }
 }
 
 // ---------------------------------------------------------------- MLA decode

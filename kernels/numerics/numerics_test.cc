@@ -572,6 +572,75 @@ TEST(PCodes, ExactAndLean) {
   }
 }
 
+// Chosen y values with their codes worked out by hand. Written as u = y - h
+// (h = 8 for e4m3fn, 7 for e4m3fnuz): the code depends only on u, because the
+// formats differ by one binade of headroom and 8 in the code of 1.0, and
+// e4m3fnuz's values (subnormals included) are half of e4m3fn's code for code.
+// Values are given for e4m3fn and halve for e4m3fnuz.
+TEST(PCodes, ChosenYByHand) {
+  struct Row {
+    double u;
+    int exact;          // fp8(2^y), RNE
+    double exact_value; // e4m3fn value of `exact`
+    int lean;           // clamp(round_half_even(8y + c1), 0, c1 + 8h)
+    const char* why;
+  };
+  const Row rows[] = {
+      {0.0, 120, 256, 120, "2^h exactly; 8h + c1 = 120"},
+      {-0.25, 117, 208, 118, "2^7.75 = 215.27 in [208, 224), midpoint 216; 62 + 56"},
+      {-0.34375, 117, 208, 117, "2^7.65625 = 201.7 in [192, 208), midpoint 200; 61.25 + 56 -> 117"},
+      {-0.75, 114, 160, 114, "2^7.25 = 152.22 in [144, 160), midpoint 152; 58 + 56"},
+      {-0.8125, 113, 144, 114, "2^7.1875 = 145.8 < 152; lean 113.5 is a tie -> even 114"},
+      {-0.84375, 113, 144, 113, "2^7.15625 = 142.6 in [128, 144), midpoint 136; 113.25 -> 113"},
+      {-4.5, 83, 11, 84, "2^3.5 = 11.31 in [8, 16) step 1 -> 11; 28 + 56 = 84 (12)"},
+      {-4.40625, 84, 12, 85, "2^3.59375 = 12.07 -> 12; 28.75 + 56 = 84.75 -> 85 (13)"},
+      {-8.0, 56, 1, 56, "2^0 = 1 = code c1 in both modes"},
+      {-10.25, 37, 0.203125, 38, "2^-2.25 = 0.2102 = 13.45/64 -> 13/64; -18 + 56 = 38 (14/64)"},
+      {-15.25, 3, 0.005859375, 0, "2^-7.25 = 3.36 * 2^-9: subnormal 3; lean -2 clamps to 0"},
+      {-16.0, 2, 0.00390625, 0, "2^-8 = 2 * 2^-9 (subnormal); lean -8 -> 0"},
+      {-17.0, 1, 0.001953125, 0, "2^-9: smallest subnormal"},
+      {-17.5, 1, 0.001953125, 0, "2^-9.5 = 0.71 * 2^-9 -> 1"},
+      {-18.0, 0, 0, 0, "2^-10 is half the smallest subnormal: tie -> even 0"},
+  };
+  for (Fp8Format f : {Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz}) {
+    const DType dt = Fp8FormatToDType(f);
+    const int h = Fp8Headroom(f), c1 = Fp8CodeOfOne(f);
+    ASSERT_EQ(h, f == Fp8Format::kE4M3Fn ? 8 : 7);
+    ASSERT_EQ(c1, f == Fp8Format::kE4M3Fn ? 56 : 64);
+    for (const Row& r : rows) {
+      SCOPED_TRACE(::testing::Message() << Fp8FormatName(f) << " u=" << r.u << ": " << r.why);
+      const double y = r.u + h;
+      // By hand.
+      EXPECT_EQ(ExactPCode(y, f), r.exact);
+      EXPECT_EQ(Fp8ToFloat(static_cast<uint8_t>(r.exact), dt), std::ldexp(r.exact_value, h - 8));
+      EXPECT_EQ(LeanPCode(y, f), r.lean);
+      EXPECT_EQ(LeanPCode(static_cast<float>(y), f), r.lean);
+      // By the definitions.
+      EXPECT_EQ(ExactPCode(y, f), DoubleToFp8(std::exp2(y), dt));
+      EXPECT_EQ(LeanPCode(y, f), static_cast<int>(std::clamp(std::nearbyint(8 * y + c1), 0.0, c1 + 8.0 * h)));
+    }
+  }
+}
+
+// R = ceil(max t) - h for the block maxima of the constructed-score tests
+// (oracle_test, cpu_fp8_attention_test), integers and near-integers.
+TEST(PCodes, BlockReferenceIsCeilMinusHeadroom) {
+  for (Fp8Format f : {Fp8Format::kE4M3Fn, Fp8Format::kE4M3Fnuz}) {
+    const int h = Fp8Headroom(f);
+    EXPECT_EQ(BlockReference(20.25, f), 21 - h);
+    EXPECT_EQ(BlockReference(7.75, f), 8 - h);
+    EXPECT_EQ(BlockReference(6.65625, f), 7 - h);
+    EXPECT_EQ(BlockReference(-1.34375, f), -1 - h);
+    EXPECT_EQ(BlockReference(-2.84375, f), -2 - h);
+    EXPECT_EQ(BlockReference(5.59375, f), 6 - h);
+    EXPECT_EQ(BlockReference(7.0, f), 7 - h);  // y_max = h exactly
+    EXPECT_EQ(BlockReference(std::nextafter(7.0, 8.0), f), 8 - h);
+    EXPECT_EQ(BlockReference(std::nextafter(7.0, 6.0), f), 7 - h);
+    EXPECT_EQ(BlockReference(-0.0, f), -h);
+    EXPECT_EQ(BlockReference(-0.5, f), -h);
+  }
+}
+
 TEST(Elements, ToDoublesAndStore) {
   HostTensor t(DType::kBf16, {3});
   const uint16_t vals[3] = {0x3F80, 0xC000, 0x7FFF};

@@ -100,5 +100,41 @@ AttentionTensors LongTailAttention(const LongTailOptions& o) {
   return out;
 }
 
+bool ConstructedScoresFp8(DType fp8, int64_t d_qk, int64_t d_v, const std::vector<double>& t,
+                          const std::vector<double>& v, Fp8AttentionTensors* out) {
+  constexpr int64_t kTerms = 8;
+  const int64_t skv = static_cast<int64_t>(t.size());
+  if (d_qk < kTerms || d_v < 1 || static_cast<int64_t>(v.size()) != skv * d_v) return false;
+  out->q = HostTensor(fp8, {1, 1, 1, d_qk});
+  out->k = HostTensor(fp8, {1, 1, skv, d_qk});
+  out->v = HostTensor(fp8, {1, 1, skv, d_v});
+  const uint8_t zero = DoubleToFp8(0.0, fp8), one = DoubleToFp8(1.0, fp8);
+  std::memset(out->q.bytes(), zero, static_cast<size_t>(d_qk));
+  std::memset(out->q.bytes(), one, static_cast<size_t>(kTerms));
+  std::memset(out->k.bytes(), zero, static_cast<size_t>(skv * d_qk));
+  for (int64_t j = 0; j < skv; ++j) {
+    // Greedy: each term is the remainder rounded to FP8, so the remainder
+    // shrinks by at least 16x per term; every subtraction is exact in fp64.
+    double rest = t[j];
+    uint8_t* kj = out->k.bytes() + j * d_qk;
+    for (int64_t d = 0; d < kTerms && rest != 0; ++d) {
+      kj[d] = DoubleToFp8(rest, fp8);
+      rest -= Fp8ToFloat(kj[d], fp8);
+    }
+    if (rest != 0) return false;
+  }
+  for (int64_t i = 0; i < skv * d_v; ++i) {
+    const uint8_t c = DoubleToFp8(v[i], fp8);
+    if (static_cast<double>(Fp8ToFloat(c, fp8)) != v[i]) return false;
+    out->v.bytes()[i] = c;
+  }
+  for (HostTensor* ds : {&out->q_descale, &out->k_descale, &out->v_descale}) {
+    *ds = HostTensor(DType::kFp32, {1});
+    const float unit = 1.0f;
+    std::memcpy(ds->bytes(), &unit, sizeof(unit));
+  }
+  return true;
+}
+
 }  // namespace numerics
 }  // namespace kernelserve

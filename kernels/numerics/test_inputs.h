@@ -7,6 +7,7 @@
 #define KERNELSERVE_KERNELS_NUMERICS_TEST_INPUTS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
@@ -71,6 +72,28 @@ struct AttentionTensors {
 };
 
 AttentionTensors LongTailAttention(const LongTailOptions& opt);
+
+// FP8 attention inputs with prescribed scores, for analytic tests of the P
+// modes (DESIGN §4). One query row, BHSD, B = H = 1: Q [1,1,1,d_qk] holds 1.0
+// in dims 0..7 and 0 elsewhere; key j holds in its dims 0..7 FP8 values that
+// sum exactly to t[j] (the rest 0), so q.k_j = t[j] exactly in fp64 and in
+// fp32. Called with softmax_scale = kConstructedScoresScale (ln 2) the base-2
+// score t = q.k * scale * log2(e) is t[j] up to the rounding of that product
+// (a few fp64 ulps; in fp32 the folded factor scale * log2 e rounds to 1), so
+// chosen t[j] should stay away from integers and rounding midpoints.
+// V [1,1,Skv,d_v] is `v` (row-major Skv x d_v); its values must be FP8 values
+// of `fp8`. Descales are fp32 [1] tensors equal to 1. Returns false when a
+// t[j] needs more than 8 FP8 terms, a v value is not representable or the
+// sizes disagree.
+constexpr double kConstructedScoresScale = 0.69314718055994530942;  // ln 2
+
+struct Fp8AttentionTensors {
+  HostTensor q, k, v;                          // FP8 codes
+  HostTensor q_descale, k_descale, v_descale;  // fp32 [1], all 1
+};
+
+bool ConstructedScoresFp8(DType fp8, int64_t d_qk, int64_t d_v, const std::vector<double>& t,
+                          const std::vector<double>& v, Fp8AttentionTensors* out);
 
 }  // namespace numerics
 }  // namespace kernelserve
