@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,8 +16,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/message.h"
@@ -24,6 +27,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include "grpcpp/support/sync_stream.h"
+#include "kernelserve/v1/bench.grpc.pb.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
@@ -65,19 +69,40 @@ const std::vector<Method>& Methods() {
       {"/kernelserve.v1.PoolService/Delete", Kind::kUnary, &pb::DeletePoolRequest::default_instance()},
       {"/kernelserve.v1.PoolService/List", Kind::kUnary, &pb::ListPoolsRequest::default_instance()},
       {"/kernelserve.v1.DeviceService/List", Kind::kUnary, &pb::ListDevicesRequest::default_instance()},
+      {"/kernelserve.v1.BenchService/Submit", Kind::kUnary, &pb::SubmitBenchRequest::default_instance()},
+      {"/kernelserve.v1.BenchService/Watch", Kind::kServerStream, &pb::WatchBenchRequest::default_instance()},
+      {"/kernelserve.v1.BenchService/Get", Kind::kUnary, &pb::GetBenchRequest::default_instance()},
+      {"/kernelserve.v1.BenchService/List", Kind::kUnary, &pb::ListBenchRequest::default_instance()},
+      {"/kernelserve.v1.BenchService/Cancel", Kind::kUnary, &pb::CancelBenchRequest::default_instance()},
+      {"/kernelserve.v1.BenchService/ListVariants", Kind::kUnary, &pb::ListVariantsRequest::default_instance()},
+      {"/kernelserve.v1.DeviceService/Drain", Kind::kUnary, &pb::DrainDeviceRequest::default_instance()},
   };
   return *methods;
 }
 
-constexpr char kToken[] = "fuzz-token";
+constexpr char kToken[] = "fuzz-token";        // tenant "fuzzer"
+constexpr char kAdminToken[] = "fuzz-admin";   // tenant "fuzz-admin", admin (Drain, every tenant's jobs)
+constexpr char kSubmit[] = "/kernelserve.v1.BenchService/Submit";
+constexpr char kDrain[] = "/kernelserve.v1.DeviceService/Drain";
+
+// The harness's own server options (README.md): what bounds one input's cost.
+constexpr int64_t kMaxJobMb = 64;         // --bench_max_job_mb
+constexpr double kMaxGateFlops = 1e7;     // --bench_max_gate_gflops=0.01 (host variants: 25x)
+constexpr double kMinSustainedS = 0.02;   // --bench_min_sustained_s
 
 struct Target {
   std::unique_ptr<KernelServer> server;
   std::shared_ptr<grpc::Channel> channel;
-  std::string buffer_id, pool_id;  // what "B" and "P" become
+  std::string buffer_id, pool_id, job_id;  // what "B", "P" and "J" become
   std::mutex mu;
   std::map<std::string, int64_t> codes;
   int64_t inputs = 0;
+  int64_t jobs_accepted = 0;
+  std::map<std::string, int64_t> job_states;  // final states of the settled jobs
+  std::set<std::string> stuck;  // jobs that did not stop after a cancel (not waited for again)
+  std::map<std::string, int64_t> warnings;  // by kind: SLOW, SUSPECT
+  bool strict = false;                      // KS_FUZZ_STRICT: warnings are findings
+  int job_ms = 200;  // how long a submitted job may run before the harness cancels it
 };
 
 Target* target = nullptr;
@@ -88,9 +113,32 @@ void Die(const std::string& what) {
   std::abort();
 }
 
-void Prepare(grpc::ClientContext* ctx, const std::string* auth) {
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+// Server-side trouble that is not a crash (a Submit that takes seconds, a
+// job that ignores its cancel, a finished job with a non-finite time): the
+// first few are printed as "FUZZ SLOW: ..." / "FUZZ SUSPECT: ...", all are
+// counted in the summary; with KS_FUZZ_STRICT=1 each is a finding.
+void Warn(const std::string& kind, const std::string& what) {
+  if (target->strict) Die(absl::StrCat(kind, ": ", what));
+  int64_t n;
+  {
+    std::lock_guard<std::mutex> lock(target->mu);
+    n = ++target->warnings[kind];
+  }
+  if (n <= 5) {
+    std::fprintf(stderr, "FUZZ %s: %s%s\n", kind.c_str(), what.c_str(),
+                 n == 5 ? " (further ones only counted)" : "");
+  }
+}
+
+void Prepare(grpc::ClientContext* ctx, const std::string* auth,
+             std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
+  ctx->set_deadline(std::chrono::system_clock::now() + deadline);
   ctx->AddMetadata("authorization", auth ? *auth : absl::StrCat("Bearer ", kToken));
+}
+
+const std::string& AdminAuth() {
+  static const std::string* auth = new std::string(absl::StrCat("Bearer ", kAdminToken));
+  return *auth;
 }
 
 grpc::ByteBuffer ToBuffer(const std::string& bytes) {
@@ -138,9 +186,10 @@ grpc::Status ClientStream(const char* path, const std::vector<std::string>& mess
   return s;
 }
 
-grpc::Status ServerStream(const char* path, const std::string& request, const std::string* auth) {
+grpc::Status ServerStream(const char* path, const std::string& request, const std::string* auth,
+                          std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
   grpc::ClientContext ctx;
-  Prepare(&ctx, auth);
+  Prepare(&ctx, auth, deadline);
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
       grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
           target->channel.get(),
@@ -154,21 +203,28 @@ grpc::Status ServerStream(const char* path, const std::string& request, const st
   return reader->Finish();
 }
 
-// buffer_id "B" / pool_id "P" anywhere in the message become the real ids.
+// buffer_id "B" / pool_id "P" / job_id "J" anywhere in the message become
+// the real ids, and so does a map value "B" (BenchInputs.buffers: input name
+// -> buffer id).
 void Substitute(Message* m) {
   const auto* d = m->GetDescriptor();
   const auto* r = m->GetReflection();
+  const bool map_entry = d->options().map_entry();
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* f = d->field(i);
     if (f->type() == FieldDescriptor::TYPE_STRING && !f->is_repeated()) {
       const std::string v = r->GetString(*m, f);
-      if ((f->name() == "buffer_id" || f->name() == "id") && v == "B") {
+      if ((f->name() == "buffer_id" || f->name() == "id" || (map_entry && f->name() == "value")) && v == "B") {
         r->SetString(m, f, target->buffer_id);
       } else if (f->name() == "pool_id" && v == "P") {
         r->SetString(m, f, target->pool_id);
+      } else if (f->name() == "job_id" && v == "J") {
+        r->SetString(m, f, target->job_id);
       }
     } else if (f->type() == FieldDescriptor::TYPE_MESSAGE && !f->is_repeated() && r->HasField(*m, f)) {
       Substitute(r->MutableMessage(m, f));
+    } else if (f->type() == FieldDescriptor::TYPE_MESSAGE && f->is_repeated()) {
+      for (int k = 0; k < r->FieldSize(*m, f); ++k) Substitute(r->MutableRepeatedMessage(m, f, k));
     }
   }
 }
@@ -197,6 +253,123 @@ const char* CodeName(grpc::StatusCode c) {
   return i >= 0 && i < 17 ? kNames[i] : "?";
 }
 
+// Every job (any tenant: the admin lists them all) still queued or running.
+std::vector<std::string> ActiveJobs() {
+  pb::ListBenchRequest req;
+  req.add_states(pb::JOB_QUEUED);
+  req.add_states(pb::JOB_RUNNING);
+  req.set_summary(true);
+  req.set_limit(1000);
+  std::string bytes;
+  std::vector<std::string> ids;
+  grpc::Status s = Unary("/kernelserve.v1.BenchService/List", req.SerializeAsString(), &AdminAuth(), &bytes);
+  if (!s.ok()) {
+    Die(absl::StrCat("BenchService/List (harness) answered ", CodeName(s.error_code()), ": ", s.error_message()));
+  }
+  pb::ListBenchResponse list;
+  list.ParseFromString(bytes);
+  for (const auto& j : list.jobs()) ids.push_back(j.id());
+  return ids;
+}
+
+// A job must never end with a status the server may not give a bad request:
+// a spec that passed Submit's validation and then failed INTERNAL is a
+// validation gap (or a server bug).
+void CheckFinalJob(const std::string& id) {
+  pb::GetBenchRequest req;
+  req.set_job_id(id);
+  std::string bytes;
+  grpc::Status s = Unary("/kernelserve.v1.BenchService/Get", req.SerializeAsString(), &AdminAuth(), &bytes);
+  if (!s.ok()) return;  // NOT_FOUND etc.: nothing to check
+  pb::BenchJob job;
+  job.ParseFromString(bytes);
+  {
+    std::lock_guard<std::mutex> lock(target->mu);
+    ++target->job_states[pb::BenchJobState_Name(job.state())];
+  }
+  if (job.state() == pb::JOB_FAILED && Finding(static_cast<grpc::StatusCode>(job.error_code()))) {
+    Die(absl::StrCat("benchmark job ", id, " (", job.shape_desc(), ") failed with ",
+                     CodeName(static_cast<grpc::StatusCode>(job.error_code())), ": ", job.error(),
+                     "\nspec: ", job.spec().ShortDebugString()));
+  }
+  if (job.state() != pb::JOB_DONE) return;
+  for (const pb::VariantResult& r : job.results()) {
+    if (r.timed() && !(std::isfinite(r.time().value_ms()) && r.time().value_ms() >= 0 && r.time().count() > 0)) {
+      Warn("SUSPECT", absl::StrCat("benchmark job ", id, " is done with variant ", r.variant(), " timed at ",
+                                   r.time().value_ms(), " ms over ", r.time().count(), " launches (", r.method(),
+                                   "); spec: ", job.spec().ShortDebugString()));
+    }
+  }
+}
+
+// After a Submit: lets the job (if one was made) run for target->job_ms,
+// following its events as a client would, then cancels every job still
+// queued or running and waits until they stopped, so no job outlives its
+// input (each would hold the device, the per-submitter limit and memory).
+void SettleJobs(const std::string& submitted) {
+  if (!submitted.empty()) {
+    pb::WatchBenchRequest w;
+    w.set_job_id(submitted);
+    grpc::Status s = ServerStream("/kernelserve.v1.BenchService/Watch", w.SerializeAsString(), &AdminAuth(),
+                                  std::chrono::milliseconds(target->job_ms));
+    if (Finding(s.error_code())) {
+      Die(absl::StrCat("BenchService/Watch of job ", submitted, " answered ", CodeName(s.error_code()), ": ",
+                       s.error_message()));
+    }
+  }
+  std::vector<std::string> touched;
+  if (!submitted.empty()) touched.push_back(submitted);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int round = 0;; ++round) {
+    std::vector<std::string> active;
+    for (std::string& id : ActiveJobs()) {
+      if (!target->stuck.count(id)) active.push_back(std::move(id));
+    }
+    if (active.empty()) break;
+    if (std::chrono::steady_clock::now() > give_up) {
+      // Not a crash, but worth a look: a cancelled job that does not stop
+      // (cancellation is checked between launches, not inside input
+      // generation). Keep fuzzing without waiting for it again.
+      for (const std::string& id : active) {
+        target->stuck.insert(id);
+        pb::GetBenchRequest g;
+        g.set_job_id(id);
+        std::string bytes;
+        pb::BenchJob job;
+        if (Unary("/kernelserve.v1.BenchService/Get", g.SerializeAsString(), &AdminAuth(), &bytes).ok()) {
+          job.ParseFromString(bytes);
+        }
+        Warn("SLOW", absl::StrCat("benchmark job ", id, " still ", pb::BenchJobState_Name(job.state()),
+                                  " 10 s after it was cancelled; spec: ", job.spec().ShortDebugString()));
+      }
+      break;
+    }
+    for (const std::string& id : active) {
+      if (round == 0) touched.push_back(id);
+      pb::CancelBenchRequest c;
+      c.set_job_id(id);
+      c.set_reason("fuzz harness");
+      grpc::Status s = Unary("/kernelserve.v1.BenchService/Cancel", c.SerializeAsString(), &AdminAuth());
+      if (Finding(s.error_code())) {
+        Die(absl::StrCat("BenchService/Cancel (harness) answered ", CodeName(s.error_code()), ": ",
+                         s.error_message()));
+      }
+    }
+    if (round > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (const std::string& id : touched) CheckFinalJob(id);
+}
+
+// After a Drain: device 0 back in service, so later inputs are not refused
+// with UNAVAILABLE (a finding for every other method).
+void Undrain() {
+  pb::DrainDeviceRequest req;
+  req.set_index(0);
+  req.set_undrain(true);
+  grpc::Status s = Unary(kDrain, req.SerializeAsString(), &AdminAuth());
+  if (!s.ok()) Die(absl::StrCat("cannot undrain device 0: ", CodeName(s.error_code()), ": ", s.error_message()));
+}
+
 // Frees what inputs created (other than B and P) so the memory limit keeps
 // rejecting only the inputs that ask for too much.
 void CleanUp() {
@@ -221,6 +394,7 @@ void CleanUp() {
       Unary("/kernelserve.v1.PoolService/Delete", req.SerializeAsString(), nullptr);
     }
   }
+  SettleJobs("");
   pb::ListDevicesResponse devices;
   if (!Unary("/kernelserve.v1.DeviceService/List", "", nullptr, &bytes).ok() ||
       !devices.ParseFromString(bytes) || devices.devices_size() == 0 ||
@@ -269,6 +443,61 @@ int MethodIndex(const char* path) {
 
 std::string Input(const char* path, const std::string& payload) {
   return std::string(1, static_cast<char>(MethodIndex(path))) + std::string(1, '\x01') + payload;
+}
+// The same with the admin token (byte 1's low 3 bits == 7).
+std::string AdminInput(const char* path, const std::string& payload) {
+  return std::string(1, static_cast<char>(MethodIndex(path))) + std::string(1, '\x07') + payload;
+}
+
+// A small job every op and method can run in milliseconds on the CPU backend.
+pb::BenchJobSpec SmallJob(pb::BenchOp op) {
+  pb::BenchJobSpec s;
+  s.set_name(absl::StrCat("fuzz/", pb::BenchOp_Name(op)));
+  s.set_op(op);
+  switch (op) {
+    case pb::OP_ATTENTION:
+    case pb::OP_FP8_ATTENTION: {
+      pb::AttentionShape* a = s.mutable_attention();
+      a->set_batch(1);
+      a->set_heads_q(2);
+      a->set_heads_kv(1);
+      a->set_seq_q(4);
+      a->set_seq_kv(70);
+      a->set_head_dim(128);
+      a->set_causal(true);
+      break;
+    }
+    case pb::OP_MLA_DECODE: {
+      pb::MlaDecodeShape* m = s.mutable_mla();
+      m->set_batch(1);
+      m->set_q_len(2);
+      m->set_heads(2);
+      m->set_seq_len(8);
+      m->set_num_splits(2);
+      break;
+    }
+    default: {
+      pb::MoeShape* m = s.mutable_moe();
+      m->set_tokens(2);
+      m->set_experts(4);
+      m->set_top_k(2);
+      m->set_hidden(64);
+      m->set_inter(32);
+      m->set_swiglu(op == pb::OP_MOE_GATEUP);
+      m->set_weighted_sum(op == pb::OP_MOE_DOWN);
+      break;
+    }
+  }
+  s.mutable_method()->set_method(pb::METHOD_KERNEL);
+  s.mutable_method()->set_warmup(1);
+  s.mutable_method()->set_iters(2);
+  return s;
+}
+
+std::string SubmitInput(const pb::BenchJobSpec& spec) {
+  pb::SubmitBenchRequest r;
+  *r.mutable_spec() = spec;
+  return Input(kSubmit, r.SerializeAsString());
 }
 
 }  // namespace
@@ -376,6 +605,100 @@ std::vector<std::string> SeedInputs() {
     seeds.push_back(Input(Methods()[13].path, ""));
     seeds.push_back(Input(Methods()[14].path, ""));
   }
+  {
+    // Benchmark jobs that run: every op, every method the CPU backend has,
+    // several variants (the test-only wrong ones too), uploaded buffers.
+    pb::BenchJobSpec a = SmallJob(pb::OP_ATTENTION);
+    a.add_variants("cpu");
+    a.add_variants("oracle");
+    a.add_variants("test.wrong");
+    seeds.push_back(SubmitInput(a));
+    pb::BenchJobSpec f = SmallJob(pb::OP_FP8_ATTENTION);
+    f.add_variants("cpu.lean");
+    f.add_variants("cpu.naive");
+    f.mutable_attention()->set_hadamard(true);
+    f.mutable_inputs()->set_kind(pb::INPUT_LONG_TAIL);
+    f.mutable_method()->set_method(pb::METHOD_PASSES);
+    f.mutable_method()->set_passes(2);
+    seeds.push_back(SubmitInput(f));
+    pb::BenchJobSpec m = SmallJob(pb::OP_MLA_DECODE);
+    m.mutable_method()->set_method(pb::METHOD_SUSTAINED);
+    m.add_variants("cpu");
+    m.add_variants("test.nan");
+    seeds.push_back(SubmitInput(m));
+    for (pb::BenchOp op : {pb::OP_MOE_GATEUP, pb::OP_MOE_DOWN, pb::OP_MOE_LAYER}) {
+      pb::BenchJobSpec e = SmallJob(op);
+      e.mutable_method()->set_l2_flush(op == pb::OP_MOE_DOWN);
+      e.set_tolerance(0.5);
+      seeds.push_back(SubmitInput(e));
+    }
+    pb::BenchJobSpec b = SmallJob(pb::OP_ATTENTION);  // q from the B buffer [1,1,4,128]
+    b.mutable_attention()->set_heads_q(1);
+    b.mutable_inputs()->set_kind(pb::INPUT_BUFFERS);
+    (*b.mutable_inputs()->mutable_buffers())["q"] = "B";
+    b.set_priority(3);
+    b.set_time_limit_s(30);
+    seeds.push_back(SubmitInput(b));
+    // Hostile specs, refused at Submit: a huge shape, zero and negative
+    // dims, an unknown op, variant and method, absurd counts and limits.
+    pb::BenchJobSpec h = SmallJob(pb::OP_ATTENTION);
+    h.mutable_attention()->set_batch(int64_t{1} << 40);
+    h.mutable_attention()->set_seq_q(int64_t{1} << 20);
+    seeds.push_back(SubmitInput(h));
+    pb::BenchJobSpec z = SmallJob(pb::OP_MOE_LAYER);
+    z.mutable_moe()->set_hidden(0);
+    z.mutable_moe()->set_top_k(-3);
+    seeds.push_back(SubmitInput(z));
+    pb::BenchJobSpec u = SmallJob(pb::OP_MLA_DECODE);
+    u.set_op(static_cast<pb::BenchOp>(42));
+    seeds.push_back(SubmitInput(u));
+    u = SmallJob(pb::OP_MLA_DECODE);
+    u.add_variants("no-such-variant");
+    seeds.push_back(SubmitInput(u));
+    u = SmallJob(pb::OP_ATTENTION);
+    u.mutable_method()->set_method(static_cast<pb::BenchMethod>(9));
+    u.mutable_method()->set_iters(std::numeric_limits<int32_t>::max());
+    u.mutable_method()->set_window_s(std::numeric_limits<double>::infinity());
+    u.set_time_limit_s(1e18);
+    seeds.push_back(SubmitInput(u));
+    u = SmallJob(pb::OP_MOE_GATEUP);  // the graph method needs the cuda backend
+    u.mutable_method()->set_method(pb::METHOD_GRAPH);
+    u.set_tolerance(std::numeric_limits<double>::quiet_NaN());
+    seeds.push_back(SubmitInput(u));
+
+    // The J job (done, with results) and others.
+    pb::WatchBenchRequest w;
+    w.set_job_id("J");
+    seeds.push_back(Input(Methods()[MethodIndex("/kernelserve.v1.BenchService/Watch")].path, w.SerializeAsString()));
+    w.set_after_seq(3);
+    seeds.push_back(AdminInput(Methods()[MethodIndex("/kernelserve.v1.BenchService/Watch")].path,
+                               w.SerializeAsString()));
+    pb::GetBenchRequest g;
+    g.set_job_id("J");
+    seeds.push_back(Input("/kernelserve.v1.BenchService/Get", g.SerializeAsString()));
+    pb::ListBenchRequest l;
+    l.add_states(pb::JOB_DONE);
+    l.set_submitter("fuzzer");
+    l.set_limit(5);
+    seeds.push_back(Input("/kernelserve.v1.BenchService/List", l.SerializeAsString()));
+    pb::CancelBenchRequest c;
+    c.set_job_id("J");  // finished: FAILED_PRECONDITION
+    c.set_reason("fuzz");
+    seeds.push_back(Input("/kernelserve.v1.BenchService/Cancel", c.SerializeAsString()));
+    pb::ListVariantsRequest v;
+    v.set_op(pb::OP_FP8_ATTENTION);
+    seeds.push_back(Input("/kernelserve.v1.BenchService/ListVariants", v.SerializeAsString()));
+    // Drain: the admin drains device 0 (the harness undrains it after the
+    // input); a bad index; a tenant that is not an admin.
+    pb::DrainDeviceRequest d;
+    d.set_index(0);
+    d.set_reason("fuzz");
+    seeds.push_back(AdminInput(kDrain, d.SerializeAsString()));
+    d.set_index(7);
+    seeds.push_back(AdminInput(kDrain, d.SerializeAsString()));
+    d.set_index(0);
+    seeds.push_back(Input(kDrain, d.SerializeAsString()));
+  }
   // A malformed auth header and a truncated message.
   seeds.push_back(std::string("\x0e\x00\x05" "Basic", 8));
   seeds.push_back(seeds[0].substr(0, seeds[0].size() / 2));
@@ -406,8 +729,33 @@ void MutateField(Message* m, std::mt19937_64& rng, int depth) {
           r->AddInt64(m, f, v);
         }
         return;
-      case FieldDescriptor::CPPTYPE_MESSAGE:
-        if (n > 0 && depth < 6) MutateField(r->MutableRepeatedMessage(m, f, static_cast<int>(rng() % n)), rng, depth + 1);
+      case FieldDescriptor::CPPTYPE_ENUM:  // ListBenchRequest.states
+        if (n > 0 && rng() % 2 == 0) {
+          r->RemoveLast(m, f);
+        } else {
+          r->AddEnumValue(m, f, static_cast<int>(rng() % 10) - 1);
+        }
+        return;
+      case FieldDescriptor::CPPTYPE_STRING: {  // BenchJobSpec.variants
+        static const char* const kVariants[] = {"cpu", "oracle", "cpu.exact", "cpu.lean", "cpu.naive",
+                                                "test.wrong", "test.nan", "cuda", "", "no-such"};
+        const char* name = kVariants[rng() % 10];
+        if (n > 0 && rng() % 3 == 0) {
+          r->RemoveLast(m, f);
+        } else if (n > 0 && rng() % 2 == 0) {
+          r->SetRepeatedString(m, f, static_cast<int>(rng() % n), name);
+        } else {
+          r->AddString(m, f, name);
+        }
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_MESSAGE:  // also map entries (BenchInputs.buffers)
+        if (depth >= 6) return;
+        if (n == 0 || (f->is_map() && rng() % 3 == 0)) {
+          MutateField(r->AddMessage(m, f), rng, depth + 1);
+        } else {
+          MutateField(r->MutableRepeatedMessage(m, f, static_cast<int>(rng() % n)), rng, depth + 1);
+        }
         return;
       default:
         return;
@@ -420,6 +768,15 @@ void MutateField(Message* m, std::mt19937_64& rng, int depth) {
     case FieldDescriptor::CPPTYPE_INT64:
       r->SetInt64(m, f, v);
       return;
+    case FieldDescriptor::CPPTYPE_UINT64:  // BenchInputs.seed
+      r->SetUInt64(m, f, static_cast<uint64_t>(v));
+      return;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      r->SetUInt32(m, f, static_cast<uint32_t>(v));
+      return;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      r->SetFloat(m, f, static_cast<float>(v));
+      return;
     case FieldDescriptor::CPPTYPE_BOOL:
       r->SetBool(m, f, !r->GetBool(*m, f));
       return;
@@ -430,14 +787,19 @@ void MutateField(Message* m, std::mt19937_64& rng, int depth) {
       static const double kDoubles[] = {0, -1, 1, 0.5, 1e-300, 1e300,
                                         std::numeric_limits<double>::quiet_NaN(),
                                         std::numeric_limits<double>::infinity()};
-      r->SetDouble(m, f, kDoubles[rng() % 8]);
+      static const double kCounts[] = {1e-3, 0.02, 3, 30, 3600, 3601, 1e18, -1e-9};  // seconds, tolerances
+      r->SetDouble(m, f, rng() % 2 ? kDoubles[rng() % 8] : kCounts[rng() % 8]);
       return;
     }
     case FieldDescriptor::CPPTYPE_STRING: {
       std::string s = r->GetString(*m, f);
-      if (f->type() == FieldDescriptor::TYPE_STRING) {
-        static const char* const kIds[] = {"B", "P", "", "buf-x", "../../etc/passwd"};
-        r->SetString(m, f, kIds[rng() % 5]);
+      if (f->type() == FieldDescriptor::TYPE_STRING && f->name() == "key") {  // a BenchInputs.buffers name
+        static const char* const kInputs[] = {"q", "k", "v", "q_descale", "kv", "x", "w13", "topk_ids", "", "nope"};
+        r->SetString(m, f, kInputs[rng() % 10]);
+      } else if (f->type() == FieldDescriptor::TYPE_STRING) {
+        static const char* const kIds[] = {"B", "P", "J", "", "buf-x", "job-000000000000", "../../etc/passwd",
+                                           "B"};
+        r->SetString(m, f, kIds[rng() % 8]);
       } else if (!s.empty() && rng() % 2 == 0) {
         s.resize(rng() % s.size());  // truncate the data: byte-count checks
         r->SetString(m, f, s);
@@ -493,6 +855,9 @@ std::string CodeSummary() {
   std::lock_guard<std::mutex> lock(target->mu);
   std::string out = absl::StrCat(target->inputs, " inputs:");
   for (const auto& [code, n] : target->codes) absl::StrAppend(&out, " ", code, "=", n);
+  absl::StrAppend(&out, "; benchmark jobs accepted: ", target->jobs_accepted, ", ended");
+  for (const auto& [state, n] : target->job_states) absl::StrAppend(&out, " ", state, "=", n);
+  for (const auto& [kind, n] : target->warnings) absl::StrAppend(&out, "; FUZZ ", kind, " warnings: ", n);
   return out;
 }
 
@@ -511,7 +876,8 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
                                        "/ks_fuzz_", getpid());
   mkdir(dir.c_str(), 0700);
   const std::string tokens = dir + "/tokens";
-  std::ofstream(tokens) << kernelserve::security::TokenFileLine("fuzzer", kToken, false) << "\n";
+  std::ofstream(tokens) << kernelserve::security::TokenFileLine("fuzzer", kToken, false) << "\n"
+                        << kernelserve::security::TokenFileLine("fuzz-admin", kAdminToken, true) << "\n";
   kernelserve::ServerOptions options;
   options.listen = "127.0.0.1:0";
   options.backend = "cpu";
@@ -519,6 +885,15 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   options.memory_limit_mb = 64;
   options.max_message_mb = 8;
   options.security.tokens_file = tokens;
+  // Benchmark jobs in memory (no --data_dir); a cap on a job's size so a
+  // large-but-allowed spec cannot exhaust the process; a cheap correctness
+  // gate; short sustained windows so those jobs can finish; the test-only
+  // variants (wrong and NaN on purpose) so failing gates run too.
+  options.bench.max_job_bytes = kMaxJobMb * 1048576.0;
+  options.bench.max_gate_flops = kMaxGateFlops;
+  options.bench.min_warmin_s = kMinSustainedS;
+  options.bench.min_window_s = kMinSustainedS;
+  options.bench.test_variants = true;
   auto server = kernelserve::KernelServer::Start(options);
   if (!server.ok()) Die(absl::StrCat("cannot start the server: ", server.status().ToString()));
   target = new Target;
@@ -551,6 +926,34 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   pb::PoolInfo pool;
   pool.ParseFromString(bytes);
   target->pool_id = pool.id();
+  // The J job: finished, with results (passed and failed gates), so Get,
+  // Watch and Cancel find a real job. It also measures the device's
+  // ceilings once, here rather than in some input's time.
+  if (const char* ms = getenv("KS_FUZZ_JOB_MS"); ms != nullptr && *ms != '\0') target->job_ms = atoi(ms);
+  if (const char* st = getenv("KS_FUZZ_STRICT"); st != nullptr && *st != '\0' && *st != '0') target->strict = true;
+  // libFuzzer ends with exit(): the summary of what the inputs got.
+  std::atexit([] { std::fprintf(stderr, "request_fuzzer: %s\n", CodeSummary().c_str()); });
+  {
+    pb::SubmitBenchRequest submit;
+    *submit.mutable_spec() = SmallJob(pb::OP_ATTENTION);
+    submit.mutable_spec()->add_variants("cpu");
+    submit.mutable_spec()->add_variants("test.wrong");
+    grpc::Status s = Unary(kSubmit, submit.SerializeAsString(), nullptr, &bytes);
+    if (!s.ok()) Die(absl::StrCat("cannot submit the J job: ", s.error_message()));
+    pb::BenchJob job;
+    job.ParseFromString(bytes);
+    target->job_id = job.id();
+    pb::WatchBenchRequest w;
+    w.set_job_id(job.id());
+    s = ServerStream("/kernelserve.v1.BenchService/Watch", w.SerializeAsString(), nullptr,
+                     std::chrono::seconds(300));
+    pb::GetBenchRequest g;
+    g.set_job_id(job.id());
+    if (!s.ok() || !Unary("/kernelserve.v1.BenchService/Get", g.SerializeAsString(), nullptr, &bytes).ok() ||
+        !job.ParseFromString(bytes) || job.state() != pb::JOB_DONE) {
+      Die(absl::StrCat("the J job did not finish: ", s.error_message(), " ", job.ShortDebugString()));
+    }
+  }
   return 0;
 }
 
@@ -572,11 +975,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string payload(reinterpret_cast<const char*>(data) + std::min(pos, size),
                             size - std::min(pos, size));
-  const std::string* auth_ptr = custom_auth ? &auth : nullptr;
+  const std::string* auth_ptr = custom_auth ? &auth : (data[1] & 7) == 7 ? &AdminAuth() : nullptr;
+  const bool submit = std::strcmp(method.path, kSubmit) == 0;
+  std::string response;
   grpc::Status status;
+  const auto start = std::chrono::steady_clock::now();
   switch (method.kind) {
     case Kind::kUnary:
-      status = Unary(method.path, Prepared(method, payload), auth_ptr);
+      status = Unary(method.path, Prepared(method, payload), auth_ptr, submit ? &response : nullptr);
       break;
     case Kind::kServerStream:
       status = ServerStream(method.path, Prepared(method, payload), auth_ptr);
@@ -600,11 +1006,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Die(absl::StrCat(method.path, " answered ", CodeName(status.error_code()), ": ",
                      status.error_message()));
   }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (submit && seconds > 5) {
+    // Submit only validates and queues; seconds of it are a server-side
+    // problem (a hang that costs a core), not a crash: reported, not fatal.
+    // libFuzzer's -timeout=N turns it into a finding with the input saved.
+    pb::SubmitBenchRequest req;
+    req.ParseFromString(payload);
+    Warn("SLOW", absl::StrFormat("BenchService/Submit took %.1f s (%s): %s", seconds, CodeName(status.error_code()),
+                                 req.ShortDebugString()));
+  }
+  if (submit) {
+    // Also after a refusal or a deadline: a Submit the client gave up on may
+    // still have queued a job.
+    pb::BenchJob job;
+    if (status.ok()) job.ParseFromString(response);
+    SettleJobs(job.id());
+  } else if (std::strcmp(method.path, kDrain) == 0) {
+    Undrain();
+  }
   int64_t inputs;
   {
     std::lock_guard<std::mutex> lock(target->mu);
     ++target->codes[CodeName(status.error_code())];
     inputs = ++target->inputs;
+    if (submit && status.ok()) ++target->jobs_accepted;
   }
   if (inputs % 32 == 0) CleanUp();
   return 0;
