@@ -522,6 +522,41 @@ TEST_F(KernelctlTest, PerHeadPoolWithFloatRows) {
   EXPECT_EQ(r.code, 2);
 }
 
+// kernelctl ci --baseline: a baseline that matches no (job name, variant) of
+// the suite gates nothing, so it fails (exit 1) instead of passing silently;
+// the same baseline against the suite that made it still passes.
+TEST_F(KernelctlTest, CiBaselineMatchingNothingFails) {
+  auto write_suite = [&](const std::string& file, const std::string& suite, const std::string& job) {
+    std::ofstream(Path(file)) << absl::StrCat(
+        R"({"name": ")", suite, R"(", "jobs": [{"name": ")", job, R"(", "op": "OP_ATTENTION",)",
+        R"( "attention": {"batch": 1, "heads_q": 2, "seq_q": 16, "head_dim": 64, "causal": true},)",
+        R"( "variants": ["cpu"], "method": {"method": "METHOD_KERNEL", "warmup": 1, "iters": 2}}]})");
+  };
+  write_suite("ci_a.json", "ci_a", "ci_a/attention");
+  write_suite("ci_b.json", "ci_b", "ci_b/attention");  // the same job under another name
+  const std::string baseline = Path("ci_a_results.json");
+  RunResult r = Kernelctl({"ci", "--suite=" + Path("ci_a.json"), "--junit=" + Path("ci_a.xml"),
+                           "--results=" + baseline});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  ASSERT_THAT(ReadFile(baseline), HasSubstr("ci_a/attention"));
+
+  // Its own results as the baseline (a limit far above timing noise): compared, passes.
+  r = Kernelctl({"ci", "--suite=" + Path("ci_a.json"), "--baseline=" + baseline, "--max-regression=100000",
+                 "--junit=" + Path("ci_a2.xml")});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("has no timed result")));
+  EXPECT_THAT(ReadFile(Path("ci_a2.xml")), HasSubstr("vs baseline"));
+
+  // A differently named suite against it: nothing to compare, exit 1 and why.
+  r = Kernelctl({"ci", "--suite=" + Path("ci_b.json"), "--baseline=" + baseline, "--max-regression=100000",
+                 "--junit=" + Path("ci_b.xml")});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("FAIL ci_b: the baseline ", baseline,
+                                            " has no timed result for any job name and variant of this suite")));
+  EXPECT_THAT(r.out, HasSubstr("1 failed"));
+  EXPECT_THAT(ReadFile(Path("ci_b.xml")), ::testing::Not(HasSubstr("vs baseline")));
+}
+
 TEST_F(KernelctlTest, UnreachableServerExitsOne) {
   RunResult r = Kernelctl({"--server=127.0.0.1:1", "--timeout=1", "devices"}, false);
   EXPECT_EQ(r.code, 1);
