@@ -184,6 +184,25 @@ TEST_F(BenchE2eTest, ErrorsKeepTheirCodes) {
   EXPECT_TRUE(client_->Submit(Sustained(0.05, "erik")).ok());
 }
 
+// A spec over --bench_max_job_mb (here: petabytes of inputs) is refused at
+// Submit with RESOURCE_EXHAUSTED naming the flag, and the server keeps serving.
+TEST_F(BenchE2eTest, HugeJobIsRefusedAtSubmitAndTheServerKeepsServing) {
+  pb::BenchJobSpec huge = Attention({"cpu"});
+  huge.mutable_attention()->set_batch(1 << 20);
+  huge.mutable_attention()->set_heads_q(128);
+  huge.mutable_attention()->set_seq_q(1 << 20);
+  huge.mutable_attention()->set_head_dim(128);
+  auto r = client_->Submit(huge);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("--bench_max_job_mb"));
+  // Still serving: a normal job runs to the end.
+  auto job = client_->Submit(Attention({"cpu"}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto done = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), pb::JOB_DONE) << done->error();
+}
+
 TEST_F(BenchE2eTest, CancelOverGrpcStopsWithinASecond) {
   auto job = client_->Submit(Sustained(60));
   ASSERT_TRUE(job.ok());
@@ -263,6 +282,37 @@ TEST_F(BenchE2eTest, UploadedBuffersAsInputs) {
   done = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
   EXPECT_EQ(done->state(), pb::JOB_FAILED);
   EXPECT_EQ(done->error_code(), static_cast<int>(absl::StatusCode::kNotFound)) << done->error();
+}
+
+// One server per data dir: a second one fails to start naming the lock (and
+// a second one on the same port fails too: no SO_REUSEPORT sharing).
+TEST(BenchDataDirTest, SecondServerOnTheSameDataDirFailsNamingTheLock) {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.backend = "cpu";
+  o.cpu_threads = 2;
+  o.data_dir = ::testing::TempDir() + "/one_server_per_dir";
+  auto first = KernelServer::Start(o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = KernelServer::Start(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr(o.data_dir + "/bench.lock is locked"));
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("--data_dir=" + o.data_dir));
+
+  ServerOptions same_port = o;
+  same_port.data_dir = o.data_dir + "_other";
+  same_port.listen = "127.0.0.1:" + std::to_string((*first)->port());
+  auto third = KernelServer::Start(same_port);
+  ASSERT_FALSE(third.ok());
+  EXPECT_THAT(std::string(third.status().message()), HasSubstr("could not listen"));
+
+  // The first server still serves.
+  ClientOptions co;
+  co.target = "127.0.0.1:" + std::to_string((*first)->port());
+  auto c = BenchClient::Connect(co);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE((*c)->ListVariants(pb::BENCH_OP_UNSPECIFIED).ok());
 }
 
 TEST(SuiteTest, ParsesJsonAndTextProto) {

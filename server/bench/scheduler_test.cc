@@ -536,6 +536,59 @@ TEST_F(SchedulerTest, RestartKeepsResultsRequeuesRunningAndInterruptsRepeatOffen
   EXPECT_THAT(interrupted.error(), HasSubstr("2 times"));
 }
 
+// A second scheduler (a second server) on the same data dir would serve stale
+// state over the same database: it fails to start, naming the lock.
+TEST_F(SchedulerTest, SecondSchedulerOnTheSameDataDirFailsNamingTheLock) {
+  const std::string dir = TempDir();
+  ASSERT_FALSE(dir.empty());
+  BenchOptions o;
+  o.data_dir = dir;
+  {
+    auto first = Make(o);
+    ASSERT_NE(first, nullptr);
+    auto second = BenchScheduler::Create(backend_.get(), o, InlineRunner(), nullptr);
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(second.status().message()), HasSubstr(dir + "/bench.lock is locked"));
+    EXPECT_THAT(std::string(second.status().message()), HasSubstr("in use by another kernelserve"));
+    // The first one is unaffected.
+    auto job = first->Submit(AttentionSpec({"cpu"}));
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(WaitFinal(*first, job->id()).state(), pb::JOB_DONE);
+  }
+  // Once the first is gone, the lock is free again.
+  auto third = BenchScheduler::Create(backend_.get(), o, InlineRunner(), nullptr);
+  EXPECT_TRUE(third.ok()) << third.status();
+}
+
+// A spec whose tensors exceed --bench_max_job_mb is refused at Submit, before
+// anything is allocated (a huge shape used to end the server with bad_alloc).
+TEST_F(SchedulerTest, JobsLargerThanMaxJobBytesAreRefusedAtSubmit) {
+  BenchOptions o;
+  o.max_job_bytes = 1 << 20;
+  auto s = Make(o);
+  pb::BenchJobSpec big = AttentionSpec({"cpu"});
+  big.mutable_attention()->set_heads_q(8);
+  big.mutable_attention()->set_seq_q(1024);  // q, k, v: 3 MiB of bf16
+  auto r = s->Submit(big);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("--bench_max_job_mb"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("inputs"));
+  // A hostile shape (petabytes) is refused the same way, without allocating.
+  pb::BenchJobSpec huge = big;
+  huge.mutable_attention()->set_batch(1 << 20);
+  huge.mutable_attention()->set_seq_q(1 << 20);
+  r = s->Submit(huge);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("--bench_max_job_mb"));
+  pb::ListBenchRequest all;
+  EXPECT_TRUE(s->List(all).empty()) << "nothing was queued";
+  // Jobs within the limit still run.
+  auto small = s->Submit(AttentionSpec({"cpu"}));
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(WaitFinal(*s, small->id()).state(), pb::JOB_DONE);
+}
+
 TEST_F(SchedulerTest, GracefulShutdownRequeuesTheRunningJob) {
   const std::string dir = TempDir();
   BenchOptions o;
