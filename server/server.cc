@@ -165,8 +165,8 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
   bench_options.submit_check = [limiter](const std::string& tenant, int64_t queued) {
     return limiter->CheckSubmitJob(security::Tenant{tenant, false}, queued);
   };
-  bench_options.may_start = [limiter](const std::string& tenant, int64_t running) {
-    return limiter->MayStartJob(security::Tenant{tenant, false}, running);
+  bench_options.start_check = [limiter](const std::string& tenant, int64_t running) {
+    return limiter->CheckStartJob(security::Tenant{tenant, false}, running);
   };
   ServerState* state = state_.get();
   auto runner = [state](int device, std::function<absl::Status()> fn) {

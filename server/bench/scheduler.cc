@@ -60,6 +60,7 @@ struct BenchScheduler::Job {
   double progress = 0;  // of the last event that carried one
   std::atomic<bool> cancel{false};
   std::string cancel_reason;  // guarded by the scheduler's mu_
+  std::string held;  // why start_check keeps it queued ("" when it may start); mu_
 };
 
 // What one run of a job holds: inputs on the host and on the device.
@@ -265,13 +266,30 @@ void BenchScheduler::RefreshPositionsLocked(int device) {
 
 std::shared_ptr<BenchScheduler::Job> BenchScheduler::NextLocked(int device) {
   std::shared_ptr<Job> best;
-  std::map<std::string, int64_t> running;  // per tenant, for options_.may_start
-  if (options_.may_start) {
+  std::map<std::string, int64_t> running;  // per tenant over all devices, for options_.start_check
+  if (options_.start_check) {
     for (const auto& [id, j] : jobs_) running[j->job.tenant()] += j->job.state() == pb::JOB_RUNNING;
   }
   for (auto& [id, j] : jobs_) {
     if (j->job.state() != pb::JOB_QUEUED || j->job.spec().device() != device) continue;
-    if (options_.may_start && !options_.may_start(j->job.tenant(), running[j->job.tenant()])) continue;
+    if (options_.start_check) {
+      const absl::Status may = options_.start_check(j->job.tenant(), running[j->job.tenant()]);
+      if (!may.ok()) {
+        // Held, not failed: tell the watchers once per reason, then skip it.
+        const std::string why = absl::StrCat("waiting in the queue: ", may.message(),
+                                             "; other jobs on device ", device, " may start first");
+        if (j->held != why) {
+          j->held = why;
+          pb::BenchEvent e;
+          e.set_phase(pb::PHASE_QUEUED);
+          e.set_queue_position(j->job.queue_position());
+          e.set_message(why);
+          EmitLocked(*j, std::move(e), false);
+        }
+        continue;
+      }
+      j->held.clear();
+    }
     if (!best || j->job.spec().priority() > best->job.spec().priority() ||
         (j->job.spec().priority() == best->job.spec().priority() && j->order < best->order)) {
       best = j;
@@ -583,7 +601,7 @@ void BenchScheduler::Finish(const std::shared_ptr<Job>& j, const absl::Status& s
     e.set_message(job.error());
   }
   EmitLocked(*j, std::move(e), true);
-  if (options_.may_start) work_cv_.SignalAll();  // another device may start this tenant's next job
+  if (options_.start_check) work_cv_.SignalAll();  // another device may start this tenant's next job
 }
 
 namespace {

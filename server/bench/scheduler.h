@@ -7,6 +7,8 @@
 // kernel call or other job can touch the device during a timing window:
 // kernel calls that arrive meanwhile wait in the worker's queue. Each
 // submitter may have at most `max_jobs_per_submitter` jobs queued or running.
+// A job whose tenant is at its running-job limit (start_check) stays queued,
+// with an event saying so, while the device starts the next eligible job.
 // Every job has a hard time limit; Cancel stops a running job between two
 // launches (within a second unless one launch takes longer).
 //
@@ -70,8 +72,10 @@ struct BenchOptions {
   // Per-tenant job limits (server/security/limits.h), set by the server; null: none.
   // submit_check(tenant, its queued jobs): OK or RESOURCE_EXHAUSTED naming the limit.
   std::function<absl::Status(const std::string&, int64_t)> submit_check;
-  // may_start(tenant, its running jobs): false keeps the job queued for now.
-  std::function<bool(const std::string&, int64_t)> may_start;
+  // start_check(tenant, its running jobs, all devices): not OK keeps the job
+  // queued for now (other tenants' and later jobs may start first); the
+  // status's message is what the job's watchers are told it waits for.
+  std::function<absl::Status(const std::string&, int64_t)> start_check;
   double default_time_limit_s = 900;  // when a job gives none
   double max_time_limit_s = 3600;
   double min_warmin_s = 1.0;   // sustained: at least this warm-in (tests lower it)

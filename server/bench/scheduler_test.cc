@@ -18,6 +18,7 @@
 #include "kernels/api/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "server/bench/timing.h"
+#include "server/security/limits.h"
 
 namespace kernelserve {
 namespace bench {
@@ -675,6 +676,117 @@ class TimedCpuBackend : public Backend {
   std::unique_ptr<Backend> cpu_;
   std::string name_;
 };
+
+// The cpu backend as `n` devices, all of them its one device: enough for the
+// scheduler's per-device runners and queues (a multi-GPU server's shape).
+class MultiCpuBackend : public Backend {
+ public:
+  explicit MultiCpuBackend(int n) : cpu_(CreateCpuBackend(2)), n_(n) {}
+  std::string Name() const override { return cpu_->Name(); }
+  int DeviceCount() const override { return n_; }
+  DeviceInfo GetDeviceInfo(int device) const override {
+    DeviceInfo info = cpu_->GetDeviceInfo(0);
+    info.index = device;
+    return info;
+  }
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int, size_t bytes) override {
+    return cpu_->Allocate(0, bytes);
+  }
+  absl::Status CopyToDevice(int, void* dst, const void* src, size_t bytes) override {
+    return cpu_->CopyToDevice(0, dst, src, bytes);
+  }
+  absl::Status CopyToHost(int, void* dst, const void* src, size_t bytes) override {
+    return cpu_->CopyToHost(0, dst, src, bytes);
+  }
+  absl::Status CopyOnDevice(int, void* dst, const void* src, size_t bytes) override {
+    return cpu_->CopyOnDevice(0, dst, src, bytes);
+  }
+  absl::Status Synchronize(int) override { return cpu_->Synchronize(0); }
+  absl::Status Attention(int, const AttentionParams& p, const TensorView& q, const TensorView& k,
+                         const TensorView& v, TensorView& out) override {
+    return cpu_->Attention(0, p, q, k, v, out);
+  }
+  absl::Status Fp8Attention(int, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
+                            TensorView& out) override {
+    return cpu_->Fp8Attention(0, p, in, out);
+  }
+  absl::Status MlaDecode(int, const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out) override {
+    return cpu_->MlaDecode(0, p, in, out);
+  }
+  absl::Status Moe(int, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
+    return cpu_->Moe(0, p, in, out);
+  }
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+  int n_;
+};
+
+// One task at a time per device, devices in parallel, like one worker each.
+DeviceRunner PerDeviceRunner(int n) {
+  auto mus = std::make_shared<std::vector<absl::Mutex>>(static_cast<size_t>(n));
+  return [mus](int device, std::function<absl::Status()> fn) {
+    absl::MutexLock l(&(*mus)[static_cast<size_t>(device)]);
+    return fn();
+  };
+}
+
+// max_running_jobs on a two-device server: a tenant at its limit keeps its
+// next job queued (told why), another tenant's later job on that device runs
+// meanwhile, and once the tenant's running job ends its queued jobs start in
+// priority order, still one at a time.
+TEST_F(SchedulerTest, RunningJobLimitHoldsTheTenantsJobsAndStartsOthers) {
+  MultiCpuBackend be(2);
+  security::LimitsConfig limits;
+  limits.per_tenant["alice"].max_running_jobs = 1;
+  security::TenantLimiter limiter(limits);
+  BenchOptions o;
+  o.min_warmin_s = 0.02;
+  o.min_window_s = 0.05;
+  o.start_check = [&limiter](const std::string& tenant, int64_t running) {
+    return limiter.CheckStartJob(security::Tenant{tenant, false}, running);
+  };
+  auto made = BenchScheduler::Create(&be, o, PerDeviceRunner(2), nullptr);
+  ASSERT_TRUE(made.ok()) << made.status();
+  BenchScheduler& s = **made;
+  auto on = [](pb::BenchJobSpec spec, int device, int priority) {
+    spec.set_device(device);
+    spec.set_priority(priority);
+    return spec;
+  };
+
+  auto a = s.Submit(on(LongSpec(60), 0, 0), "alice");
+  ASSERT_TRUE(a.ok()) << a.status();
+  WaitState(s, a->id(), [](const pb::BenchJob& j) { return j.state() == pb::JOB_RUNNING; });
+  auto low = s.Submit(on(AttentionSpec({"cpu"}), 1, 0), "alice");
+  auto high = s.Submit(on(AttentionSpec({"cpu"}), 1, 5), "alice");
+  auto bob = s.Submit(on(AttentionSpec({"cpu"}), 1, 0), "bob");
+  ASSERT_TRUE(low.ok() && high.ok() && bob.ok());
+
+  // bob's job, submitted last at the lowest priority, runs on device 1 while alice's wait.
+  EXPECT_EQ(WaitFinal(s, bob->id()).state(), pb::JOB_DONE);
+  EXPECT_EQ(s.Get(a->id())->state(), pb::JOB_RUNNING);
+  EXPECT_EQ(s.Get(low->id())->state(), pb::JOB_QUEUED);
+  EXPECT_EQ(s.Get(high->id())->state(), pb::JOB_QUEUED);
+  std::vector<pb::BenchEvent> ev;
+  bool fin = false;
+  ASSERT_TRUE(s.WaitEvents(high->id(), 0, absl::Seconds(1), &ev, &fin).ok());
+  std::string said;
+  for (const auto& e : ev) {
+    if (e.phase() == pb::PHASE_QUEUED) said += e.message() + "\n";
+  }
+  EXPECT_THAT(said, HasSubstr("waiting in the queue: tenant \"alice\" at limit max_running_jobs: 1 running, limit 1"));
+
+  // alice's running job ends: her queued jobs start by priority, one at a time.
+  ASSERT_TRUE(s.Cancel(a->id(), "").ok());
+  const pb::BenchJob h = WaitFinal(s, high->id());
+  const pb::BenchJob l = WaitFinal(s, low->id());
+  EXPECT_EQ(h.state(), pb::JOB_DONE) << h.error();
+  EXPECT_EQ(l.state(), pb::JOB_DONE) << l.error();
+  EXPECT_LE(h.finished_unix_ms(), l.started_unix_ms());
+  EXPECT_GE(h.started_unix_ms(), WaitFinal(s, a->id()).finished_unix_ms());
+  EXPECT_EQ(limiter.rejections().count("max_running_jobs"), 0u) << "held, not refused";
+}
 
 TEST_F(SchedulerTest, CpuBackendHasNoDeviceTimersAndTimesOnTheHostClock) {
   int calls = 0;

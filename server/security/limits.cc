@@ -241,13 +241,11 @@ absl::Status TenantLimiter::CheckSubmitJob(const Tenant& tenant, int64_t queued)
 absl::Status TenantLimiter::CheckStartJob(const Tenant& tenant, int64_t running) const {
   const TenantLimits& l = LimitsFor(tenant);
   if (l.max_running_jobs <= 0 || running < l.max_running_jobs) return absl::OkStatus();
-  return Exhausted(tenant, "max_running_jobs", static_cast<double>(running),
-                   static_cast<double>(l.max_running_jobs));
-}
-
-bool TenantLimiter::MayStartJob(const Tenant& tenant, int64_t running) const {
-  const TenantLimits& l = LimitsFor(tenant);
-  return l.max_running_jobs <= 0 || running < l.max_running_jobs;
+  // Not Exhausted(): the job is held, not refused, and the scheduler asks
+  // again at every wake-up, so counting here would count nothing real.
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "tenant \"%s\" at limit max_running_jobs: %d running, limit %d", tenant.name, running,
+      l.max_running_jobs));
 }
 
 std::map<std::string, int64_t> TenantLimiter::rejections() const {

@@ -1,7 +1,9 @@
-// Per-tenant limits (DESIGN §5): device memory for buffers and pools, queued
-// and running jobs, request rate, concurrent streams. Every overrun is
-// RESOURCE_EXHAUSTED naming the limit, the tenant and the numbers, e.g.
+// Per-tenant limits (DESIGN §5): device memory for buffers and pools,
+// queued and running jobs, request rate, concurrent streams.
+// Every refusal is RESOURCE_EXHAUSTED naming the limit, the tenant and the
+// numbers, e.g.
 //   tenant "alice" over limit max_concurrent_streams: 4 in use, limit 4
+// max_running_jobs refuses nothing: a job over it waits in the queue.
 //
 // Limits come from flags (the defaults for every tenant) and an optional
 // limits file, one tenant per line, keys as in TenantLimits, 0 = unlimited:
@@ -82,12 +84,14 @@ class TenantLimiter {
   absl::Status CheckMemory(const Tenant& tenant, int64_t in_use, int64_t more) const;
   // Before queueing one more job: the tenant's jobs now queued and running.
   absl::Status CheckSubmitJob(const Tenant& tenant, int64_t queued) const;
-  // Before starting a queued job (the scheduler skips it while this fails).
+  // Before starting a queued job: the tenant's jobs running now. Not OK
+  // (RESOURCE_EXHAUSTED naming max_running_jobs) means the job waits in the
+  // queue, which the scheduler reports to its watchers; nothing is refused,
+  // so it is not counted in rejections().
   absl::Status CheckStartJob(const Tenant& tenant, int64_t running) const;
-  // The same without counting a rejection (the scheduler asks repeatedly).
-  bool MayStartJob(const Tenant& tenant, int64_t running) const;
 
-  // Overruns so far by limit name (for metrics).
+  // Requests refused so far by limit name (for metrics): max_device_memory,
+  // requests_per_second, max_concurrent_streams, max_queued_jobs.
   std::map<std::string, int64_t> rejections() const;
 
  private:

@@ -87,6 +87,14 @@ TEST(TenantLimiter, MemoryAndJobs) {
   EXPECT_NE(limiter.CheckSubmitJob(alice, 2).message().find("max_queued_jobs"), std::string::npos);
   EXPECT_TRUE(limiter.CheckStartJob(alice, 0).ok());
   EXPECT_NE(limiter.CheckStartJob(alice, 1).message().find("max_running_jobs"), std::string::npos);
+  EXPECT_NE(limiter.CheckStartJob(alice, 1).message().find("1 running, limit 1"), std::string::npos)
+      << limiter.CheckStartJob(alice, 1);
+  EXPECT_TRUE(limiter.CheckStartJob(bob, 100).ok());
+  // Memory and the queue refuse requests and count them; a held job is not a refusal.
+  const std::map<std::string, int64_t> counted = limiter.rejections();
+  EXPECT_EQ(counted.at("max_device_memory"), 1);
+  EXPECT_EQ(counted.at("max_queued_jobs"), 1);
+  EXPECT_EQ(counted.count("max_running_jobs"), 0u);
 }
 
 }  // namespace
