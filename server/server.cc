@@ -169,6 +169,14 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
     return limiter->CheckStartJob(security::Tenant{tenant, false}, running);
   };
   ServerState* state = state_.get();
+  // A job's device memory counts like a buffer's: against the device's limit
+  // and its tenant's max_device_memory, for as long as the job runs.
+  bench_options.reserve_memory = [state](int device, const std::string& tenant, int64_t bytes,
+                                         const std::string& what) -> absl::StatusOr<std::shared_ptr<void>> {
+    absl::StatusOr<Reservation> r = state->accountant().Reserve(device, tenant, bytes, what);
+    if (!r.ok()) return r.status();
+    return std::shared_ptr<void>(std::make_shared<Reservation>(std::move(*r)));
+  };
   auto runner = [state](int device, std::function<absl::Status()> fn) {
     return state->RunOnDevice(device, nullptr, std::move(fn));
   };

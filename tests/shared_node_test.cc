@@ -753,5 +753,135 @@ TEST(SharedNodeFleet, RoundRobinSpreadsCallsOverServers) {
   EXPECT_EQ(total, 10);
 }
 
+// BenchService as one tenant (bearer token on every call).
+class BenchAs {
+ public:
+  BenchAs(std::shared_ptr<grpc::Channel> channel, std::string token)
+      : token_(std::move(token)), stub_(pb::BenchService::NewStub(channel)) {}
+
+  grpc::Status Submit(const pb::BenchJobSpec& spec, pb::BenchJob* job) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::SubmitBenchRequest req;
+    *req.mutable_spec() = spec;
+    return stub_->Submit(&ctx, req, job);
+  }
+  grpc::Status Get(const std::string& id, pb::BenchJob* job) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::GetBenchRequest req;
+    req.set_job_id(id);
+    return stub_->Get(&ctx, req, job);
+  }
+  std::vector<std::string> List() {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    pb::ListBenchResponse resp;
+    EXPECT_TRUE(stub_->List(&ctx, pb::ListBenchRequest(), &resp).ok());
+    std::vector<std::string> ids;
+    for (const auto& j : resp.jobs()) ids.push_back(j.id());
+    return ids;
+  }
+  // Polls until the job is in `state` or final; returns it as last seen.
+  pb::BenchJob WaitFor(const std::string& id, pb::BenchJobState state) {
+    pb::BenchJob job;
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < give_up) {
+      if (!Get(id, &job).ok()) break;
+      if (job.state() == state || (job.state() != pb::JOB_QUEUED && job.state() != pb::JOB_RUNNING)) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return job;
+  }
+  pb::BenchJob WaitFinal(const std::string& id) { return WaitFor(id, pb::JOB_DONE); }
+
+ private:
+  void Prepare(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+  }
+  std::string token_;
+  std::unique_ptr<pb::BenchService::Stub> stub_;
+};
+
+// Attention B=1, Hq=Hkv=1, S=seq, D=64, bf16 in and out: 4 * seq * 128 bytes on the device.
+pb::BenchJobSpec SmallAttention(int seq, double window_s = 0) {
+  pb::BenchJobSpec s;
+  s.set_name("attn");
+  s.set_op(pb::OP_ATTENTION);
+  s.mutable_attention()->set_batch(1);
+  s.mutable_attention()->set_heads_q(1);
+  s.mutable_attention()->set_seq_q(seq);
+  s.mutable_attention()->set_head_dim(64);
+  s.add_variants("cpu");
+  s.mutable_method()->set_warmup(1);
+  s.mutable_method()->set_iters(2);
+  if (window_s > 0) {
+    s.mutable_method()->set_method(pb::METHOD_SUSTAINED);
+    s.mutable_method()->set_window_s(window_s);
+  }
+  return s;
+}
+
+// A job's device memory counts against its tenant's max_device_memory and the
+// device's --memory_limit_mb while it runs, and only then: over a limit the
+// job fails naming it, others run, and the accountant returns to zero.
+TEST(SharedNodeJobs, JobDeviceMemoryCountsAgainstTenantAndDeviceLimits) {
+  const std::string limits = TempPath("job_memory_limits");
+  std::ofstream(limits) << "alice max_device_memory=64KiB\n";
+  ServerOptions options;
+  options.security.tokens_file = WriteTokens();
+  options.security.limits_file = limits;
+  options.metrics_listen = "127.0.0.1:0";
+  options.memory_limit_mb = 1;
+  options.bench.min_warmin_s = 0.02;
+  options.bench.min_window_s = 0.05;
+  auto server = Start(options);
+  ASSERT_NE(server, nullptr);
+  auto channel = testing::Connect(server->port());
+  BenchAs alice(channel, "tok-alice"), bob(channel, "tok-bob");
+  As alice_buffers(channel, "tok-alice");
+
+  // 128 KiB (q, k, v, out at S=256) > alice's 64 KiB: the job fails naming the limit.
+  pb::BenchJob job;
+  ASSERT_TRUE(alice.Submit(SmallAttention(256), &job).ok());
+  job = alice.WaitFinal(job.id());
+  EXPECT_EQ(job.state(), pb::JOB_FAILED);
+  EXPECT_EQ(job.error_code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_TRUE(absl::StrContains(job.error(), "tenant \"alice\" over limit max_device_memory")) << job.error();
+  EXPECT_TRUE(absl::StrContains(job.error(), "131072 requested")) << job.error();
+  // bob (no tenant limit) is unaffected; over the 1 MiB device limit (S=4096: 2 MiB) his job fails naming it.
+  ASSERT_TRUE(bob.Submit(SmallAttention(256), &job).ok());
+  EXPECT_EQ(bob.WaitFinal(job.id()).state(), pb::JOB_DONE);
+  ASSERT_TRUE(bob.Submit(SmallAttention(4096), &job).ok());
+  job = bob.WaitFinal(job.id());
+  EXPECT_EQ(job.state(), pb::JOB_FAILED);
+  EXPECT_TRUE(absl::StrContains(job.error(), "device 0 memory limit exceeded")) << job.error();
+  EXPECT_TRUE(absl::StrContains(job.error(), "--memory_limit_mb")) << job.error();
+
+  // 32 KiB at S=64 fits. While it runs it holds that memory: a 48 KiB upload is over.
+  ASSERT_TRUE(alice.Submit(SmallAttention(64, /*window_s=*/1.5), &job).ok());
+  const std::string held = "kernelserve_tenant_device_memory_bytes{tenant=\"alice\"} 32768\n";
+  bool seen = false;
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(20); !seen && absl::Now() < give_up;) {
+    seen = absl::StrContains(Scrape(server->metrics_port()), held);
+    if (!seen) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(seen) << "the running job's 32 KiB never showed in the metrics";
+  pb::BenchJob now;
+  ASSERT_TRUE(alice.Get(job.id(), &now).ok());
+  EXPECT_EQ(now.state(), pb::JOB_RUNNING);
+  grpc::Status over = alice_buffers.Upload(testing::RandomBf16({24576}, 1));
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "32768 bytes in use")) << over.error_message();
+  job = alice.WaitFinal(job.id());
+  EXPECT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  // Released when the job ended: nothing accounted, and the upload fits.
+  const std::string text = Scrape(server->metrics_port());
+  EXPECT_FALSE(absl::StrContains(text, "kernelserve_tenant_device_memory_bytes{")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "kernelserve_device_memory_used_bytes{device=\"0\"} 0\n")) << text;
+  EXPECT_TRUE(alice_buffers.Upload(testing::RandomBf16({24576}, 1)).ok());
+}
+
 }  // namespace
 }  // namespace kernelserve

@@ -63,16 +63,28 @@ struct BenchScheduler::Job {
   std::string held;  // why start_check keeps it queued ("" when it may start); mu_
 };
 
-// What one run of a job holds: inputs on the host and on the device.
+// What one run of a job holds on the host. Shared with host computations
+// (RunStoppable), which may outlive a cancelled run.
 struct BenchScheduler::RunState {
   std::shared_ptr<PreparedJob> prepared;
-  std::vector<std::unique_ptr<DeviceMemory>> device_mem;
-  OpCall device_call;
-  std::unique_ptr<DeviceMemory> device_out;
   HostTensor host_out;
+};
+
+namespace {
+
+// What one run of a job holds on the device, with its accounting. Owned by
+// Execute alone, so it is freed (and the reservation released) when the run
+// ends, however it ends.
+struct DeviceState {
+  std::shared_ptr<void> reservation;  // declared first: released after the memory below is freed
+  std::vector<std::unique_ptr<DeviceMemory>> inputs;
+  OpCall call;  // the job's call with views into `inputs`
+  std::unique_ptr<DeviceMemory> out;
   std::unique_ptr<DeviceMemory> flush_src, flush_dst;
   size_t flush_bytes = 0;
 };
+
+}  // namespace
 
 // ------------------------------------------------------------------ set-up
 
@@ -746,12 +758,28 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
     j.job.set_shape_desc(prepared->shape_desc);
   }
 
-  // 3. Inputs on the device, and the output buffers.
+  // 3. Inputs on the device, and the output buffers, accounted against the
+  // device's and the tenant's memory limits for as long as the run holds them.
   auto rs = std::make_shared<RunState>();
   rs->prepared = prepared;
-  rs->device_call = prepared->host_call;
   const TensorDesc out_desc = prepared->host_call.OutputDesc();
   rs->host_out = HostTensor(out_desc.dtype, out_desc.shape);
+  DeviceState dev;
+  dev.call = prepared->host_call;
+  if (spec.method().l2_flush()) {
+    dev.flush_bytes = backend_->Name() == "cpu" ? (size_t{64} << 20) : (size_t{256} << 20);
+  }
+  {
+    int64_t bytes = std::max<int64_t>(1, out_desc.num_bytes()) + 2 * static_cast<int64_t>(dev.flush_bytes);
+    for (const auto& [name, t] : prepared->tensors) bytes += std::max<int64_t>(1, t.num_bytes());
+    if (options_.reserve_memory) {
+      const std::string what = absl::StrCat("benchmark job ", j.job.id(), " (inputs and output",
+                                            dev.flush_bytes > 0 ? ", L2 flush buffers" : "", ")");
+      absl::StatusOr<std::shared_ptr<void>> r = options_.reserve_memory(device, j.job.tenant(), bytes, what);
+      if (!r.ok()) return r.status();
+      dev.reservation = std::move(*r);
+    }
+  }
   KS_RETURN_IF_ERROR(on_device([&]() -> absl::Status {
     std::map<const void*, void*> moved;
     for (auto& [name, t] : prepared->tensors) {
@@ -759,20 +787,19 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
                           backend_->Allocate(device, std::max<size_t>(1, static_cast<size_t>(t.num_bytes()))));
       KS_RETURN_IF_ERROR(backend_->CopyToDevice(device, m->data(), t.bytes(), static_cast<size_t>(t.num_bytes())));
       moved[t.bytes()] = m->data();
-      rs->device_mem.push_back(std::move(m));
+      dev.inputs.push_back(std::move(m));
     }
-    for (TensorView* v : Views(rs->device_call)) {
+    for (TensorView* v : Views(dev.call)) {
       if (v->data == nullptr) continue;
       auto it = moved.find(v->data);
       if (it == moved.end()) return absl::InternalError("an input view points outside the job's tensors");
       v->data = it->second;
     }
-    KS_ASSIGN_OR_RETURN(rs->device_out,
+    KS_ASSIGN_OR_RETURN(dev.out,
                         backend_->Allocate(device, std::max<size_t>(1, static_cast<size_t>(out_desc.num_bytes()))));
-    if (spec.method().l2_flush()) {
-      rs->flush_bytes = backend_->Name() == "cpu" ? (size_t{64} << 20) : (size_t{256} << 20);
-      KS_ASSIGN_OR_RETURN(rs->flush_src, backend_->Allocate(device, rs->flush_bytes));
-      KS_ASSIGN_OR_RETURN(rs->flush_dst, backend_->Allocate(device, rs->flush_bytes));
+    if (dev.flush_bytes > 0) {
+      KS_ASSIGN_OR_RETURN(dev.flush_src, backend_->Allocate(device, dev.flush_bytes));
+      KS_ASSIGN_OR_RETURN(dev.flush_dst, backend_->Allocate(device, dev.flush_bytes));
     }
     return backend_->Synchronize(device);
   }));
@@ -804,7 +831,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
   }
 
   // 5. The gate: one launch of each variant, compared with the reference.
-  TensorView device_out{out_desc, rs->device_out->data()};
+  TensorView device_out{out_desc, dev.out->data()};
   const std::vector<uint8_t> poison(static_cast<size_t>(out_desc.num_bytes()), 0xFF);  // bf16 NaN
   std::vector<pb::VariantResult> results(variants.size());
   std::vector<double> gate_seconds(variants.size(), 0);
@@ -840,7 +867,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
     } else {
       run_st = on_device([&]() -> absl::Status {
         KS_RETURN_IF_ERROR(backend_->CopyToDevice(device, device_out.data, poison.data(), poison.size()));
-        KS_RETURN_IF_ERROR(v.run(*backend_, device, rs->device_call, device_out));
+        KS_RETURN_IF_ERROR(v.run(*backend_, device, dev.call, device_out));
         KS_RETURN_IF_ERROR(backend_->Synchronize(device));
         return backend_->CopyToHost(device, rs->host_out.bytes(), device_out.data, poison.size());
       });
@@ -931,14 +958,14 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
       TensorView out = rs->host_out.view();
       return v.run(*backend_, device, rs->prepared->host_call, out);
     }
-    return v.run(*backend_, device, rs->device_call, device_out);
+    return v.run(*backend_, device, dev.call, device_out);
   };
   auto sync = [&](size_t i) -> absl::Status {
     return variants[i]->on_host ? absl::OkStatus() : backend_->Synchronize(device);
   };
   auto flush = [&]() -> absl::Status {
     if (!mo.l2_flush()) return absl::OkStatus();
-    KS_RETURN_IF_ERROR(backend_->CopyOnDevice(device, rs->flush_dst->data(), rs->flush_src->data(), rs->flush_bytes));
+    KS_RETURN_IF_ERROR(backend_->CopyOnDevice(device, dev.flush_dst->data(), dev.flush_src->data(), dev.flush_bytes));
     return backend_->Synchronize(device);
   };
   // Launch counts of host variants are capped: the oracle is slow.

@@ -76,6 +76,15 @@ struct BenchOptions {
   // queued for now (other tenants' and later jobs may start first); the
   // status's message is what the job's watchers are told it waits for.
   std::function<absl::Status(const std::string&, int64_t)> start_check;
+  // Device memory accounting (the server's MemoryAccountant), null: none.
+  // reserve_memory(device, tenant, bytes, what) holds `bytes` against the
+  // device's limit and the tenant's max_device_memory until the returned
+  // handle is destroyed, or fails with RESOURCE_EXHAUSTED naming the limit.
+  // A job reserves its device memory (inputs, output, flush buffers) before
+  // allocating it and releases it when the run ends (done, failed or
+  // cancelled); a job that does not fit fails with that message.
+  std::function<absl::StatusOr<std::shared_ptr<void>>(int, const std::string&, int64_t, const std::string&)>
+      reserve_memory;
   double default_time_limit_s = 900;  // when a job gives none
   double max_time_limit_s = 3600;
   double min_warmin_s = 1.0;   // sustained: at least this warm-in (tests lower it)

@@ -1,5 +1,5 @@
-// Per-tenant limits (DESIGN §5): device memory for buffers and pools,
-// queued and running jobs, request rate, concurrent streams.
+// Per-tenant limits (DESIGN §5): device memory for buffers, pools and
+// benchmark jobs, queued and running jobs, request rate, concurrent streams.
 // Every refusal is RESOURCE_EXHAUSTED naming the limit, the tenant and the
 // numbers, e.g.
 //   tenant "alice" over limit max_concurrent_streams: 4 in use, limit 4
