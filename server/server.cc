@@ -199,12 +199,14 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
   }
   bench_ = std::move(*scheduler);
   auto admit = [state](grpc::ServerContext* ctx, bool stream, std::shared_ptr<void>* hold,
-                       std::string* tenant) -> absl::Status {
+                       bench::BenchCaller* caller) -> absl::Status {
     auto admission = state->Admit(ctx, stream);
     if (!admission.ok()) return admission.status();
-    // Admins act on every tenant's jobs (list, get, watch, cancel); what they
-    // submit belongs to no tenant, like jobs without authentication.
-    *tenant = admission->tenant.admin ? "" : admission->tenant.name;
+    // Admins act on every tenant's jobs (list, get, watch, cancel), but what
+    // they submit is their own tenant's, like their buffers: a job must read
+    // the buffers its submitter uploaded.
+    caller->tenant = admission->tenant.name;
+    caller->admin = admission->tenant.admin;
     *hold = std::make_shared<security::CallGate::Admission>(std::move(*admission));
     return absl::OkStatus();
   };

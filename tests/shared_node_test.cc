@@ -883,5 +883,51 @@ TEST(SharedNodeJobs, JobDeviceMemoryCountsAgainstTenantAndDeviceLimits) {
   EXPECT_TRUE(alice_buffers.Upload(testing::RandomBf16({24576}, 1)).ok());
 }
 
+// An admin's job is the admin's own: it reads the buffers the admin uploaded
+// (they answered NOT_FOUND when admin jobs ran as tenant ""), while the admin
+// still sees every tenant's jobs and tenants still see only their own.
+TEST(SharedNodeJobs, AdminJobsReadTheAdminsOwnBuffers) {
+  ServerOptions options;
+  options.security.tokens_file = WriteTokens();
+  auto server = Start(options);
+  ASSERT_NE(server, nullptr);
+  auto channel = testing::Connect(server->port());
+  BenchAs ops(channel, "tok-ops"), alice(channel, "tok-alice");
+  As ops_buffers(channel, "tok-ops");
+  pb::BufferInfo q, k, v;
+  ASSERT_TRUE(ops_buffers.Upload(testing::RandomBf16({1, 1, 64, 64}, 1), &q).ok());
+  ASSERT_TRUE(ops_buffers.Upload(testing::RandomBf16({1, 1, 64, 64}, 2), &k).ok());
+  ASSERT_TRUE(ops_buffers.Upload(testing::RandomBf16({1, 1, 64, 64}, 3), &v).ok());
+  pb::BenchJobSpec spec = SmallAttention(64);
+  spec.mutable_inputs()->set_kind(pb::INPUT_BUFFERS);
+  (*spec.mutable_inputs()->mutable_buffers())["q"] = q.id();
+  (*spec.mutable_inputs()->mutable_buffers())["k"] = k.id();
+  (*spec.mutable_inputs()->mutable_buffers())["v"] = v.id();
+
+  pb::BenchJob job;
+  ASSERT_TRUE(ops.Submit(spec, &job).ok());
+  EXPECT_EQ(job.tenant(), "ops");
+  EXPECT_EQ(job.spec().submitter(), "ops");
+  const std::string ops_job = job.id();
+  job = ops.WaitFinal(ops_job);
+  EXPECT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  ASSERT_EQ(job.results_size(), 1);
+  EXPECT_TRUE(job.results(0).correct()) << job.results(0).gate_message();
+
+  // alice cannot see the admin's job, nor read the admin's buffers in hers.
+  EXPECT_EQ(alice.Get(ops_job, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(alice.List().empty());
+  ASSERT_TRUE(alice.Submit(spec, &job).ok());
+  const std::string alice_job = job.id();
+  job = alice.WaitFinal(alice_job);
+  EXPECT_EQ(job.state(), pb::JOB_FAILED);
+  EXPECT_EQ(job.error_code(), static_cast<int>(absl::StatusCode::kNotFound)) << job.error();
+  // The admin still sees and reads every tenant's jobs.
+  const std::vector<std::string> all = ops.List();
+  EXPECT_EQ(all.size(), 2u);
+  ASSERT_TRUE(ops.Get(alice_job, &job).ok());
+  EXPECT_EQ(job.tenant(), "alice");
+}
+
 }  // namespace
 }  // namespace kernelserve

@@ -15,10 +15,21 @@
 namespace kernelserve {
 namespace bench {
 
-// Admits a call: fills *tenant ("" without authentication) and may park
-// whatever must live as long as the call in *hold (a stream slot).
+// Who a call comes from. `tenant` ("" without authentication) owns what the
+// caller submits: the job, the buffers it reads, the memory it holds.
+// `admin` widens what the caller sees: every tenant's jobs for Get, List,
+// Watch and Cancel.
+struct BenchCaller {
+  std::string tenant;
+  bool admin = false;
+  // The scheduler's view filter: "" (all jobs) for admins.
+  std::string scope() const { return admin ? std::string() : tenant; }
+};
+
+// Admits a call: fills *caller and may park whatever must live as long as
+// the call in *hold (a stream slot).
 using AdmitFn = std::function<absl::Status(grpc::ServerContext* ctx, bool stream,
-                                           std::shared_ptr<void>* hold, std::string* tenant)>;
+                                           std::shared_ptr<void>* hold, BenchCaller* caller)>;
 
 class BenchServiceImpl final : public pb::BenchService::Service {
  public:
@@ -41,7 +52,7 @@ class BenchServiceImpl final : public pb::BenchService::Service {
 
  private:
   absl::Status Admit(grpc::ServerContext* ctx, bool stream, std::shared_ptr<void>* hold,
-                     std::string* tenant);
+                     BenchCaller* caller);
 
   BenchScheduler* scheduler_;
   AdmitFn admit_;
