@@ -249,6 +249,10 @@ absl::StatusOr<std::vector<pb::BenchJob>> LoadExportJson(const std::string& path
   return ParseExportJson(*text, path);
 }
 
+std::string CeilingText(double value, const std::string& unit) {
+  return value > 0 ? absl::StrFormat("%.3g %s", value, unit) : std::string("not measured");
+}
+
 std::string ExportMarkdown(const std::vector<pb::BenchJob>& jobs) {
   std::string out =
       "| job | op | shape | variant | gate | rel err | time (ms) | ± sd | TFLOP/s | TB/s | % GEMM | % copy | "
@@ -271,9 +275,15 @@ std::string ExportMarkdown(const std::vector<pb::BenchJob>& jobs) {
                       r.error_message().empty() ? absl::StrFormat("%.3g", r.error().rel_rms()) : "—", " | ",
                       num("%.4f", r.time().value_ms()), " | ", num("%.4f", r.time().stddev_ms()), " | ",
                       num("%.3g", r.tflops()), " | ", num("%.3g", r.tbps()), " | ",
-                      timed && r.frac_gemm_ceiling() > 0 ? absl::StrFormat("%.1f", 100 * r.frac_gemm_ceiling()) : "",
+                      timed && r.frac_gemm_ceiling() > 0
+                          ? absl::StrFormat("%.1f%s", 100 * r.frac_gemm_ceiling(),
+                                            r.frac_gemm_ceiling() > 1 ? " (!)" : "")
+                          : "",
                       " | ",
-                      timed && r.frac_copy_ceiling() > 0 ? absl::StrFormat("%.1f", 100 * r.frac_copy_ceiling()) : "",
+                      timed && r.frac_copy_ceiling() > 0
+                          ? absl::StrFormat("%.1f%s", 100 * r.frac_copy_ceiling(),
+                                            r.frac_copy_ceiling() > 1 ? " (!)" : "")
+                          : "",
                       " | ", clock, " | ", r.rank() > 0 ? absl::StrCat(r.rank()) : "", " | ",
                       r.rank() > 0 ? absl::StrFormat("%.2fx", r.speedup_vs_first()) : "", " |\n");
       if (!r.correct()) {
@@ -291,8 +301,8 @@ std::string ExportMarkdown(const std::vector<pb::BenchJob>& jobs) {
     if (!method.empty()) absl::StrAppend(&line, "; ", method);
     const pb::DeviceCeilings& c = j.ceilings();
     if (c.gemm_tflops() > 0 || c.copy_tbps() > 0) {
-      absl::StrAppend(&line, absl::StrFormat("; ceilings: GEMM %.3g TFLOP/s, copy %.3g TB/s", c.gemm_tflops(),
-                                             c.copy_tbps()));
+      absl::StrAppend(&line, "; ceilings: GEMM ", CeilingText(c.gemm_tflops(), "TFLOP/s"), ", copy ",
+                      CeilingText(c.copy_tbps(), "TB/s"));
     }
     absl::StrAppend(&line, "; server ", j.server_version());
     for (const auto& n : j.notes()) absl::StrAppend(&line, "; ", n);

@@ -60,8 +60,13 @@ std::string ExportJson(const std::vector<pb::BenchJob>& jobs);
 absl::StatusOr<std::vector<pb::BenchJob>> ParseExportJson(const std::string& json, const std::string& what);
 absl::StatusOr<std::vector<pb::BenchJob>> LoadExportJson(const std::string& path);
 
+// A ceiling for people: "776 TFLOP/s", or "not measured" for 0 (a GPU server
+// without --bench_gemm_tflops has no GEMM ceiling; 0 would read as a rate).
+std::string CeilingText(double value, const std::string& unit);
+
 // One row per variant: job, op and shape, variant, gate, error, time, TFLOP/s,
-// TB/s, fractions of the ceilings, clocks when sampled, rank and speedup.
+// TB/s, fractions of the ceilings (marked "(!)" where over 100 %; the job's
+// notes below the table say why), clocks when sampled, rank and speedup.
 std::string ExportMarkdown(const std::vector<pb::BenchJob>& jobs);
 
 // One check of the CI gate: a variant's correctness, a job's failure, or a

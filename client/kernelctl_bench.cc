@@ -429,9 +429,12 @@ int CmdJobs(const std::vector<std::string>& args, const ClientOptions& options, 
     }
     for (int d = 0; d < v->ceilings_size(); ++d) {
       const auto& ce = v->ceilings(d);
-      std::cout << absl::StrFormat("ceilings: GEMM %.3g TFLOP/s (%s), copy %.3g TB/s (%s)%s\n", ce.gemm_tflops(),
-                                   ce.gemm_desc(), ce.copy_tbps(), ce.copy_desc(),
-                                   ce.note().empty() ? "" : "; " + ce.note());
+      std::cout << "ceilings: GEMM " << CeilingText(ce.gemm_tflops(), "TFLOP/s");
+      if (ce.gemm_tflops() > 0) std::cout << " (" << ce.gemm_desc() << ")";
+      if (ce.gemm_fp8_tflops() > 0) std::cout << ", FP8 GEMM " << CeilingText(ce.gemm_fp8_tflops(), "TFLOP/s");
+      std::cout << ", copy " << CeilingText(ce.copy_tbps(), "TB/s");
+      if (ce.copy_tbps() > 0) std::cout << " (" << ce.copy_desc() << ")";
+      std::cout << (ce.note().empty() ? "" : "; " + ce.note()) << "\n";
     }
     return 0;
   }

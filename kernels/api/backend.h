@@ -99,15 +99,21 @@ class Backend {
         absl::StrCat("backend ", Name(), " has no graph capture (TimeGraphReplays)"));
   }
 
-  // Optional: the device's dense bf16 GEMM rate measured with the vendor's
-  // library, the ceiling benchmark results are compared with (DESIGN §6).
+  // Optional: the device's dense GEMM rate, the ceiling benchmark results
+  // are compared with (DESIGN §6), measured on an otherwise idle device with
+  // the backend's best GEMM: the vendor's library on cuda (bf16), a blocked
+  // fp32 GEMM on cpu. The server cannot measure it itself: it sees no kernels
+  // but these. `cancelled` (may be empty) may be polled between GEMM runs;
+  // true ends the measurement with CANCELLED (the cpu one takes a fraction
+  // of a second, so a job cancelled meanwhile stops at once).
   // UNIMPLEMENTED or UNAVAILABLE (library missing) where there is none.
   struct GemmCeiling {
     double tflops = 0;
     std::string desc;  // how it was measured
   };
-  virtual absl::StatusOr<GemmCeiling> MeasureGemmCeiling(int device) {
+  virtual absl::StatusOr<GemmCeiling> MeasureGemmCeiling(int device, const std::function<bool()>& cancelled) {
     (void)device;
+    (void)cancelled;
     return absl::UnimplementedError(absl::StrCat("backend ", Name(), " has no GEMM ceiling measurement"));
   }
 };

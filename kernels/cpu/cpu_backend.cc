@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "kernels/api/status_macros.h"
+#include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace kernelserve {
@@ -154,6 +155,19 @@ class CpuBackend : public Backend {
       return absl::InvalidArgumentError("mla decode: a tensor has no data");
     }
     return Guarded("mla decode", [&] { return cpu::MlaDecode(p, in, out, threads_); });
+  }
+  // The ceiling for "% GEMM": a packed, cache-blocked fp32 GEMM with the
+  // ops' thread count and the widest vectors this CPU has (kernels/cpu/cpu_gemm.h),
+  // at a size with work for every thread (1152^3 is ~3 GFLOP, 48 work items).
+  absl::StatusOr<GemmCeiling> MeasureGemmCeiling(int device, const std::function<bool()>& cancelled) override {
+    KS_RETURN_IF_ERROR(CheckDevice(device));
+    const int64_t n = threads_ <= 8 ? 1152 : threads_ <= 32 ? 2304 : 3456;
+    absl::StatusOr<cpu::GemmRate> rate;
+    KS_RETURN_IF_ERROR(Guarded("gemm ceiling", [&] {
+      rate = cpu::MeasureSgemm(n, 3, threads_, cancelled);
+      return rate.status();
+    }));
+    return GemmCeiling{rate->tflops, rate->desc};
   }
   absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
     KS_RETURN_IF_ERROR(CheckDevice(device));

@@ -189,8 +189,8 @@ TEST(CudaBackendTest, GemmCeilingThroughCublasOrUnavailable) {
   auto b = CreateCudaBackend();
   if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
   Backend& be = **b;
-  EXPECT_EQ(be.MeasureGemmCeiling(be.DeviceCount()).status().code(), absl::StatusCode::kInvalidArgument);
-  auto g = be.MeasureGemmCeiling(0);
+  EXPECT_EQ(be.MeasureGemmCeiling(be.DeviceCount(), nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  auto g = be.MeasureGemmCeiling(0, nullptr);
   if (!g.ok()) {
     EXPECT_EQ(g.status().code(), absl::StatusCode::kUnavailable) << g.status();
     EXPECT_NE(g.status().message().find("libcublas"), absl::string_view::npos) << g.status();

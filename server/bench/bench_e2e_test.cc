@@ -315,6 +315,36 @@ TEST(BenchDataDirTest, SecondServerOnTheSameDataDirFailsNamingTheLock) {
   EXPECT_TRUE((*c)->ListVariants(pb::BENCH_OP_UNSPECIFIED).ok());
 }
 
+// A GPU server without --bench_gemm_tflops has no GEMM ceiling: the export
+// says "not measured" (it printed "GEMM 0 TFLOP/s"), and a fraction over
+// 100 % is marked and explained by the job's note.
+TEST(ExportTest, UnmeasuredCeilingsAndFractionsOverTheCeiling) {
+  EXPECT_EQ(CeilingText(0, "TFLOP/s"), "not measured");
+  EXPECT_EQ(CeilingText(776, "TFLOP/s"), "776 TFLOP/s");
+  pb::BenchJob j;
+  j.set_id("job-1");
+  j.set_state(pb::JOB_DONE);
+  j.mutable_spec()->set_name("attn");
+  j.mutable_spec()->set_op(pb::OP_ATTENTION);
+  j.mutable_ceilings()->set_copy_tbps(4.19);
+  j.mutable_ceilings()->set_gemm_desc("not measured");
+  pb::VariantResult* r = j.add_results();
+  r->set_variant("cuda");
+  r->set_correct(true);
+  r->set_timed(true);
+  r->mutable_time()->set_value_ms(1);
+  r->set_tflops(600);
+  r->set_tbps(5);
+  r->set_frac_copy_ceiling(5 / 4.19);
+  r->set_ceiling_note("over the copy ceiling: the ceiling measurement was below the achieved rate");
+  j.add_notes("cuda: " + r->ceiling_note());
+  const std::string md = ExportMarkdown({j});
+  EXPECT_THAT(md, HasSubstr("ceilings: GEMM not measured, copy 4.19 TB/s"));
+  EXPECT_THAT(md, ::testing::Not(HasSubstr("GEMM 0 TFLOP/s")));
+  EXPECT_THAT(md, HasSubstr("| 119.3 (!) |"));
+  EXPECT_THAT(md, HasSubstr("cuda: over the copy ceiling"));
+}
+
 TEST(SuiteTest, ParsesJsonAndTextProto) {
   auto s = ParseSuite(R"({"name": "cpu", "jobs": [{"op": "OP_MOE_DOWN", "moe": {"tokens": 4},
                           "variants": ["cpu"]}, {"name": "x", "op": "OP_ATTENTION"}]})",

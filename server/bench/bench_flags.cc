@@ -11,8 +11,11 @@ ABSL_FLAG(int, bench_max_attempts, 2,
           "a job found running after a crash is re-queued until it has started this many times, "
           "then marked interrupted");
 ABSL_FLAG(double, bench_gemm_tflops, 0,
-          "GEMM ceiling measured elsewhere (GPU backends: kernels/api has no GEMM); 0: measure or omit");
-ABSL_FLAG(double, bench_gemm_fp8_tflops, 0, "FP8 GEMM ceiling measured elsewhere; 0: omit");
+          "GEMM ceiling in TFLOP/s measured elsewhere (e.g. torch on the H200, DESIGN §7); replaces the server's "
+          "own measurement (cpu: blocked fp32 GEMM, cuda: cuBLAS bf16 when libcublas loads); 0: measure, or "
+          "report \"not measured\"");
+ABSL_FLAG(double, bench_gemm_fp8_tflops, 0,
+          "FP8 GEMM ceiling in TFLOP/s measured elsewhere (the server never measures it); 0: not measured");
 ABSL_FLAG(double, bench_max_gate_gflops, 4,
           "above this many GFLOPs the correctness gate compares an exact sample of the output with the fp64 "
           "oracle instead of all of it");

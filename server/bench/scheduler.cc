@@ -746,10 +746,15 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
     }
     if (!have) {
       note(pb::PHASE_NOTE, "measuring the device's GEMM and copy ceilings (once per device)", 0.01);
-      KS_RETURN_IF_ERROR(on_device([&]() -> absl::Status {
-        ceilings = MeasureCeilings(*backend_, device, options_.gemm_tflops, options_.gemm_fp8_tflops);
+      // Cancellable between GEMM runs: a job cancelled meanwhile stops at once
+      // (with its own reason), and the next job measures again.
+      const absl::Status measured = on_device([&]() -> absl::Status {
+        KS_ASSIGN_OR_RETURN(ceilings, MeasureCeilings(*backend_, device, options_.gemm_tflops,
+                                                      options_.gemm_fp8_tflops, [&] { return !stop().ok(); }));
         return absl::OkStatus();
-      }));
+      });
+      KS_RETURN_IF_ERROR(stop());
+      KS_RETURN_IF_ERROR(measured);
       absl::MutexLock l(&mu_);
       ceilings_[device] = ceilings;
     }
@@ -1055,6 +1060,22 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
                               : ceilings.gemm_tflops();
       if (gemm > 0) r.set_frac_gemm_ceiling(r.tflops() / gemm);
       if (ceilings.copy_tbps() > 0) r.set_frac_copy_ceiling(r.tbps() / ceilings.copy_tbps());
+      // Over 100 % is reported as measured (clamping would hide it), with a
+      // note: the ceiling's measurement, not the variant, is what is off.
+      std::vector<std::string> over;
+      if (r.frac_gemm_ceiling() > 1.0) {
+        over.push_back(absl::StrFormat("%.3g TFLOP/s is %.0f%% of the GEMM ceiling of %.3g TFLOP/s (%s)", r.tflops(),
+                                       100 * r.frac_gemm_ceiling(), gemm, ceilings.gemm_desc()));
+      }
+      if (r.frac_copy_ceiling() > 1.0) {
+        over.push_back(absl::StrFormat("%.3g TB/s is %.0f%% of the copy ceiling of %.3g TB/s (%s)", r.tbps(),
+                                       100 * r.frac_copy_ceiling(), ceilings.copy_tbps(), ceilings.copy_desc()));
+      }
+      if (!over.empty()) {
+        r.set_ceiling_note(absl::StrCat(absl::StrJoin(over, "; "),
+                                        ": the ceiling measurement was below the achieved rate, so this fraction "
+                                        "is not of a real ceiling"));
+      }
     }
     pb::BenchEvent e;
     e.set_phase(pb::PHASE_RESULT);
@@ -1063,6 +1084,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
                                   r.tflops(), r.tbps()));
     *e.mutable_result() = r;
     absl::MutexLock l(&mu_);
+    if (!r.ceiling_note().empty()) j.job.add_notes(absl::StrCat(r.variant(), ": ", r.ceiling_note()));
     *j.job.add_results() = r;
     EmitLocked(j, std::move(e), true);
   };

@@ -91,8 +91,8 @@ struct BenchOptions {
   double min_window_s = 3.0;   // sustained: at least this window (tests lower it)
   bool test_variants = false;  // register test.wrong / test.nan
   int max_attempts = 2;        // starts before a job found running at start-up is marked interrupted
-  double gemm_tflops = 0;      // GEMM ceilings measured elsewhere (GPU backends)
-  double gemm_fp8_tflops = 0;
+  double gemm_tflops = 0;      // GEMM ceiling measured elsewhere; replaces the backend's (0: measure)
+  double gemm_fp8_tflops = 0;  // FP8 GEMM ceiling measured elsewhere (0: none)
   int max_host_launches = 3;   // timed launches of host variants (the oracle is slow)
   // Above this many FLOPs the gate checks a sample of the output (exact
   // smaller problems, kernels/api/variants.h OracleReferenceSample).

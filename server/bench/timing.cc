@@ -1,7 +1,6 @@
 #include "server/bench/timing.h"
 
 #include <dlfcn.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,57 +21,6 @@ namespace {
 
 double NowS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// C = A * B, n x n fp32 (n a multiple of 48), the ceiling's reference GEMM:
-// a 6x16 register-blocked AVX2/FMA micro-kernel when the CPU has them,
-// otherwise the same loops in plain C++.
-void SgemmBlock(int n, const float* a, const float* b, float* c, int i0, int j0) {
-  float acc[6][16] = {};
-  for (int k = 0; k < n; ++k) {
-    const float* bk = b + static_cast<size_t>(k) * n + j0;
-    for (int r = 0; r < 6; ++r) {
-      const float ar = a[static_cast<size_t>(i0 + r) * n + k];
-      for (int j = 0; j < 16; ++j) acc[r][j] += ar * bk[j];
-    }
-  }
-  for (int r = 0; r < 6; ++r) {
-    for (int j = 0; j < 16; ++j) c[static_cast<size_t>(i0 + r) * n + j0 + j] = acc[r][j];
-  }
-}
-
-__attribute__((target("avx2,fma"))) void SgemmBlockAvx2(int n, const float* a, const float* b, float* c,
-                                                         int i0, int j0) {
-  __m256 acc[6][2];
-  for (int r = 0; r < 6; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int k = 0; k < n; ++k) {
-    const float* bk = b + static_cast<size_t>(k) * n + j0;
-    const __m256 b0 = _mm256_loadu_ps(bk);
-    const __m256 b1 = _mm256_loadu_ps(bk + 8);
-    for (int r = 0; r < 6; ++r) {
-      const __m256 ar = _mm256_broadcast_ss(a + static_cast<size_t>(i0 + r) * n + k);
-      acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < 6; ++r) {
-    _mm256_storeu_ps(c + static_cast<size_t>(i0 + r) * n + j0, acc[r][0]);
-    _mm256_storeu_ps(c + static_cast<size_t>(i0 + r) * n + j0 + 8, acc[r][1]);
-  }
-}
-
-void Sgemm(int n, const float* a, const float* b, float* c) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#pragma omp parallel for schedule(static) collapse(2)
-  for (int i = 0; i < n; i += 6) {
-    for (int j = 0; j < n; j += 16) {
-      if (avx2) {
-        SgemmBlockAvx2(n, a, b, c, i, j);
-      } else {
-        SgemmBlock(n, a, b, c, i, j);
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -101,8 +49,10 @@ pb::TimeStats ComputeStats(const std::vector<double>& ms) {
   return s;
 }
 
-pb::DeviceCeilings MeasureCeilings(Backend& backend, int device, double gemm_tflops_override,
-                                   double gemm_fp8_tflops_override) {
+absl::StatusOr<pb::DeviceCeilings> MeasureCeilings(Backend& backend, int device, double gemm_tflops_override,
+                                                   double gemm_fp8_tflops_override,
+                                                   const std::function<bool()>& cancelled) {
+  auto stopped = [&] { return cancelled && cancelled(); };
   pb::DeviceCeilings c;
   c.set_measured_unix_ms(absl::ToUnixMillis(absl::Now()));
   std::vector<std::string> notes;
@@ -118,6 +68,7 @@ pb::DeviceCeilings MeasureCeilings(Backend& backend, int device, double gemm_tfl
     absl::Status st = backend.CopyOnDevice(device, (*dst)->data(), (*src)->data(), bytes);  // warm
     if (st.ok()) st = backend.Synchronize(device);
     for (int rep = 0; rep < 5 && st.ok(); ++rep) {
+      if (stopped()) return absl::CancelledError("measuring the ceilings: cancelled");
       const double t0 = NowS();
       for (int i = 0; i < per_batch && st.ok(); ++i) {
         st = backend.CopyOnDevice(device, (*dst)->data(), (*src)->data(), bytes);
@@ -136,31 +87,26 @@ pb::DeviceCeilings MeasureCeilings(Backend& backend, int device, double gemm_tfl
                                  (src.ok() ? dst.status() : src.status()).ToString()));
   }
 
+  // GEMM: a ceiling measured elsewhere (flag) wins; else the backend's own
+  // (cpu: blocked fp32 GEMM; cuda: cuBLAS bf16); else "not measured", never a
+  // made-up 0.
   if (gemm_tflops_override > 0) {
     c.set_gemm_tflops(gemm_tflops_override);
-    c.set_gemm_desc("given by --bench_gemm_tflops");
-  } else if (cpu) {
-    const int n = 768;
-    std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), out(a.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      a[i] = static_cast<float>((i * 7) % 13) * 0.1f;
-      b[i] = static_cast<float>((i * 5) % 11) * 0.1f;
-    }
-    Sgemm(n, a.data(), b.data(), out.data());  // warm
-    double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
-      const double t0 = NowS();
-      Sgemm(n, a.data(), b.data(), out.data());
-      best = std::min(best, NowS() - t0);
-    }
-    c.set_gemm_tflops(2.0 * n * n * static_cast<double>(n) / best / 1e12);
-    c.set_gemm_desc(absl::StrCat("fp32 GEMM ", n, "^3 (6x16 AVX2/FMA register blocks, OpenMP), best of 3"));
-  } else if (auto g = backend.MeasureGemmCeiling(device); g.ok()) {
-    c.set_gemm_tflops(g->tflops);
-    c.set_gemm_desc(g->desc);
+    c.set_gemm_desc("given by --bench_gemm_tflops (measured elsewhere, not by this server)");
   } else {
-    notes.push_back(absl::StrCat("GEMM ceiling not measured on backend ", backend.Name(), " (",
-                                 g.status().message(), "); pass --bench_gemm_tflops"));
+    absl::StatusOr<Backend::GemmCeiling> g = backend.MeasureGemmCeiling(device, cancelled);
+    if (stopped()) return absl::CancelledError("measuring the ceilings: cancelled");
+    if (g.ok() && g->tflops > 0) {
+      c.set_gemm_tflops(g->tflops);
+      c.set_gemm_desc(g->desc);
+    } else {
+      // cuda without libcublas (UNAVAILABLE), or a backend with no GEMM at all.
+      c.set_gemm_desc(kGemmNotMeasured);
+      notes.push_back(absl::StrCat("GEMM ceiling not measured on backend ", backend.Name(), " (",
+                                   g.ok() ? "it reported no rate" : g.status().message(),
+                                   "); pass --bench_gemm_tflops (and --bench_gemm_fp8_tflops) measured "
+                                   "elsewhere, e.g. with torch"));
+    }
   }
   if (gemm_fp8_tflops_override > 0) c.set_gemm_fp8_tflops(gemm_fp8_tflops_override);
   c.set_note(absl::StrJoin(notes, "; "));

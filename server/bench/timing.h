@@ -5,6 +5,7 @@
 #define KERNELSERVE_SERVER_BENCH_TIMING_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,14 +25,21 @@ namespace pb = ::kernelserve::v1;
 pb::TimeStats ComputeStats(const std::vector<double>& ms);
 double Median(std::vector<double> v);
 
+// DeviceCeilings.gemm_desc when no GEMM ceiling is known (gemm_tflops 0).
+inline constexpr char kGemmNotMeasured[] = "not measured";
+
 // Measures the device's ceilings through the Backend interface: copy
-// throughput with CopyOnDevice (read + write bytes); the bf16 GEMM rate with
-// Backend::MeasureGemmCeiling (cuda: cuBLAS loaded at run time), on the cpu
-// backend a multi-threaded fp32 GEMM. `gemm_tflops_override` > 0 replaces the
-// GEMM measurement; the FP8 GEMM ceiling exists only as
-// `gemm_fp8_tflops_override`. Call it on the device's worker.
-pb::DeviceCeilings MeasureCeilings(Backend& backend, int device, double gemm_tflops_override,
-                                   double gemm_fp8_tflops_override);
+// throughput with CopyOnDevice (read + write bytes), and the GEMM ceiling with
+// Backend::MeasureGemmCeiling (cpu: a blocked fp32 GEMM; cuda: cuBLAS bf16,
+// loaded at run time). `gemm_tflops_override` > 0 replaces the GEMM
+// measurement; the FP8 GEMM ceiling exists only as `gemm_fp8_tflops_override`.
+// Without either, gemm_tflops is 0 with gemm_desc "not measured" and a note.
+// Call it on the device's worker, with nothing else running there.
+// `cancelled` (may be empty) is polled between copy batches and GEMM runs:
+// true gives CANCELLED (nothing measured), so a job cancelled meanwhile stops.
+absl::StatusOr<pb::DeviceCeilings> MeasureCeilings(Backend& backend, int device, double gemm_tflops_override,
+                                                   double gemm_fp8_tflops_override,
+                                                   const std::function<bool()>& cancelled = nullptr);
 
 // Samples SM clock, power and temperature of one GPU every `period_ms` while
 // running, through libnvidia-ml.so.1 opened with dlopen. Without the library
