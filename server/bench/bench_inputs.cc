@@ -175,13 +175,17 @@ HostTensor RandomTopkIds(int64_t t, int64_t k_top, int64_t e, uint64_t seed) {
   HostTensor ids(DType::kInt32, {t, k_top});
   numerics::SeededRng rng(seed);
   std::vector<int32_t> perm(static_cast<size_t>(e));
+  for (int64_t j = 0; j < e; ++j) perm[j] = static_cast<int32_t>(j);
+  std::vector<int64_t> picks(static_cast<size_t>(k_top));
   for (int64_t i = 0; i < t; ++i) {
-    for (int64_t j = 0; j < e; ++j) perm[j] = static_cast<int32_t>(j);
     for (int64_t r = 0; r < k_top; ++r) {  // partial Fisher-Yates
-      const int64_t pick = r + static_cast<int64_t>(rng.Uniform() * static_cast<double>(e - r));
-      std::swap(perm[r], perm[std::min(pick, e - 1)]);
+      const int64_t pick = std::min(r + static_cast<int64_t>(rng.Uniform() * static_cast<double>(e - r)), e - 1);
+      std::swap(perm[r], perm[pick]);
+      picks[r] = pick;
       ids.data<int32_t>()[i * k_top + r] = perm[r];
     }
+    // Undo the swaps: perm is the identity again in O(top_k), not O(E) per token.
+    for (int64_t r = k_top - 1; r >= 0; --r) std::swap(perm[r], perm[picks[r]]);
   }
   return ids;
 }

@@ -349,8 +349,12 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec) const 
     return absl::InvalidArgumentError(absl::StrCat("spec.variants: no default variant for ", BenchOpName(op)));
   }
   const pb::MethodOptions& m = spec.method();
-  if (m.warmup() < 0 || m.iters() < 0 || m.passes() < 0 || m.warmin_s() < 0 || m.window_s() < 0) {
-    return absl::InvalidArgumentError("spec.method: counts and durations must be >= 0");
+  if (m.warmup() < 0 || m.iters() < 0 || m.passes() < 0 || !(m.warmin_s() >= 0) || !(m.window_s() >= 0)) {
+    return absl::InvalidArgumentError("spec.method: counts and durations must be >= 0");  // NaN too
+  }
+  if (m.warmin_s() > options_.max_time_limit_s || m.window_s() > options_.max_time_limit_s) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.method: warmin_s and window_s must be at most ",
+                                                   options_.max_time_limit_s, " s (the longest time limit)"));
   }
   if (m.graph_replays() < 0) return absl::InvalidArgumentError("spec.method: counts and durations must be >= 0");
   if (m.iters() > 1000000 || m.warmup() > 1000000 || m.graph_replays() > 1000000 || m.passes() > 1000) {
@@ -364,7 +368,7 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec) const 
         backend_->Name()));
   }
   if (!pb::BenchMethod_IsValid(m.method())) return absl::InvalidArgumentError("spec.method.method: unknown method");
-  if (spec.time_limit_s() < 0 || spec.time_limit_s() > options_.max_time_limit_s) {
+  if (!(spec.time_limit_s() >= 0) || spec.time_limit_s() > options_.max_time_limit_s) {  // NaN too
     return absl::InvalidArgumentError(absl::StrCat("spec.time_limit_s: expected 0 (default ",
                                                    options_.default_time_limit_s, " s) up to ",
                                                    options_.max_time_limit_s, " s, got ", spec.time_limit_s()));
@@ -985,7 +989,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
   // m launches back to back; *ms: their total. Device events where the
   // backend has them (TimeLaunches), else the host clock around the launches
   // and one synchronisation (the cpu backend; host variants).
-  auto timed_batch = [&](size_t i, int m, double* ms) -> absl::Status {
+  auto timed_run = [&](size_t i, int m, double* ms) -> absl::Status {
     if (!variants[i]->on_host && timer[i] != Timer::kHostClock) {
       int calls = 0;
       absl::StatusOr<double> per = backend_->TimeLaunches(
@@ -1010,6 +1014,26 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
     *ms = (NowS() - t0) * 1e3;
     return absl::OkStatus();
   };
+  // timed_run in runs of at most ~kStopCheckS each, with a cancellation and
+  // time-limit check between them: a batch of a long job's launches must not
+  // hold the device past a Cancel. The first run is one launch; later ones
+  // are sized from the time per launch seen so far.
+  constexpr double kStopCheckS = 0.1;
+  auto timed_batch = [&](size_t i, int m, double* ms) -> absl::Status {
+    *ms = 0;
+    int done = 0, chunk = 1;
+    while (done < m) {
+      const int c = std::min(chunk, m - done);
+      double run_ms = 0;
+      KS_RETURN_IF_ERROR(timed_run(i, c, &run_ms));
+      *ms += run_ms;
+      done += c;
+      if (done < m) KS_RETURN_IF_ERROR(stop());
+      const double per_s = *ms * 1e-3 / done;
+      chunk = static_cast<int>(std::clamp(kStopCheckS / std::max(per_s, 1e-9), 1.0, 1e6));
+    }
+    return absl::OkStatus();
+  };
   // n launches; returns per-sample means in ms (batches, or single launches with flush).
   auto time_launches = [&](size_t i, int n, std::vector<double>* samples, double* total_ms) -> absl::Status {
     *total_ms = 0;
@@ -1028,8 +1052,13 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& jp, int device)
     return absl::OkStatus();
   };
   auto warm = [&](size_t i, int w) -> absl::Status {
+    double last_check = NowS();
     for (int k = 0; k < w; ++k) {
-      if (k % 16 == 0) KS_RETURN_IF_ERROR(stop());
+      // Queued launches run asynchronously: check at least every ~0.1 s of host time.
+      if (k % 16 == 0 || NowS() - last_check > kStopCheckS) {
+        KS_RETURN_IF_ERROR(stop());
+        last_check = NowS();
+      }
       KS_RETURN_IF_ERROR(flush());
       KS_RETURN_IF_ERROR(launch(i));
     }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -517,6 +518,90 @@ TEST_F(SchedulerTest, CancelStopsARunningJobWithinASecond) {
   EXPECT_EQ(qc->state(), pb::JOB_CANCELLED);
   WaitFinal(*s, blocker->id());
   EXPECT_EQ(s->Get(queued->id())->state(), pb::JOB_CANCELLED);
+}
+
+// A kernel-method job with a huge launch count: its timed batches (n / 10
+// launches each) are checked for cancellation and the time limit at least
+// every ~0.1 s, not only between batches.
+TEST_F(SchedulerTest, CancelAndTimeLimitStopALongKernelBatch) {
+  auto s = Make();
+  pb::BenchJobSpec spec = AttentionSpec({"cpu"});
+  spec.set_name("many-iters");
+  spec.mutable_method()->set_warmup(1);
+  spec.mutable_method()->set_iters(1000000);  // one batch alone would take minutes
+  auto job = s->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  bool timing = false;
+  int64_t seq = 0;
+  for (int i = 0; i < 2000 && !timing; ++i) {
+    std::vector<pb::BenchEvent> ev;
+    bool fin;
+    ASSERT_TRUE(s->WaitEvents(job->id(), seq, absl::Milliseconds(50), &ev, &fin).ok());
+    for (const auto& e : ev) {
+      seq = e.seq();
+      timing |= e.phase() == pb::PHASE_TIMING;
+    }
+  }
+  ASSERT_TRUE(timing);
+  absl::SleepFor(absl::Milliseconds(300));  // well inside the first batch
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = s->Cancel(job->id(), "stop the batch");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state(), pb::JOB_CANCELLED);
+  EXPECT_LT(took, 1.0);
+
+  spec.set_time_limit_s(0.5);
+  auto limited = s->Submit(spec);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  pb::BenchJob j = WaitFinal(*s, limited->id(), 10);
+  EXPECT_EQ(j.state(), pb::JOB_FAILED);
+  EXPECT_EQ(j.error_code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_LT(j.finished_unix_ms() - j.started_unix_ms(), 2000);
+}
+
+TEST_F(SchedulerTest, NanDurationsAreRefused) {
+  auto s = Make();
+  const double nan = std::nan("");
+  pb::BenchJobSpec spec = LongSpec(3);
+  spec.mutable_method()->set_window_s(nan);
+  auto r = s->Submit(spec);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("spec.method"));
+  spec = LongSpec(3);
+  spec.mutable_method()->set_warmin_s(nan);
+  EXPECT_EQ(s->Submit(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec = LongSpec(3);
+  spec.mutable_method()->set_window_s(1e12);
+  EXPECT_EQ(s->Submit(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec = AttentionSpec({"cpu"});
+  spec.set_time_limit_s(nan);
+  r = s->Submit(spec);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("spec.time_limit_s"));
+}
+
+// Seeded routing costs O(tokens * top_k), not O(tokens * experts): Submit
+// with half a million tokens over 262144 experts answers at once (it used to
+// spin for hours in the gRPC handler).
+TEST_F(SchedulerTest, MoeRoutingForManyExpertsIsCheapAtSubmit) {
+  auto s = Make();
+  pb::BenchJobSpec spec;
+  spec.set_op(pb::OP_MOE_GATEUP);
+  auto* m = spec.mutable_moe();
+  m->set_tokens(524288);
+  m->set_experts(262144);
+  m->set_top_k(1);
+  m->set_hidden(32);
+  m->set_inter(1);
+  spec.add_variants("cpu");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = s->Submit(spec);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 5.0);
+  if (r.ok()) {
+    EXPECT_TRUE(s->Cancel(r->id(), "test").ok());
+  }
 }
 
 TEST_F(SchedulerTest, HardTimeLimitFailsTheJob) {
