@@ -20,7 +20,6 @@ tests/ops_numpy_ref.py. Inputs are fresh each run; the seed is printed (pass
 """
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -30,22 +29,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ops_numpy_ref as ref  # noqa: E402
+from ops_check_util import finish, fresh_seed, start_server, stop_server  # noqa: E402
 
 
-def start_server(binary, workdir):
-    log_path = os.path.join(workdir, "server.log")
-    proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=2"],
-                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
-    for _ in range(400):
-        m = re.search(r"listening on port (\d+)", open(log_path).read())
-        if m:
-            return proc, int(m.group(1))
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    sys.exit("kernelserve did not start:\n" + open(log_path).read())
 
 
 class Check:
@@ -259,8 +245,7 @@ def main():
     ap.add_argument("--kernelserve", required=True)
     ap.add_argument("--seed", type=int, help="default: fresh")
     args = ap.parse_args()
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(8), "little")
-    print("seed", seed)
+    seed = fresh_seed(args.seed)
     workdir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
     start = time.time()
     proc, port = start_server(args.kernelserve, workdir)
@@ -270,17 +255,8 @@ def main():
         check.mla_decode()
         check.moe()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    print("%.1f s" % (time.time() - start))
-    if check.failures:
-        print("FAILED (seed %d):\n  %s" % (seed, "\n  ".join(check.failures)))
-        sys.exit(1)
-    print("PASSED")
+        stop_server(proc)
+    finish(start, seed, check.failures)
 
 
 if __name__ == "__main__":

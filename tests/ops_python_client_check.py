@@ -27,7 +27,6 @@ Exits non-zero on any failure.
 """
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ops_numpy_ref as ref  # noqa: E402
+from ops_check_util import finish, fresh_seed, start_server, stop_server  # noqa: E402
 
 
 def generate_stubs(proto_dir, out):
@@ -47,20 +47,6 @@ def generate_stubs(proto_dir, out):
     sys.path.insert(0, out)
 
 
-def start_server(binary, workdir):
-    log_path = os.path.join(workdir, "server.log")
-    proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=2"],
-                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
-    for _ in range(400):
-        m = re.search(r"listening on port (\d+)", open(log_path).read())
-        if m:
-            return proc, int(m.group(1))
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    sys.exit("kernelserve did not start:\n" + open(log_path).read())
 
 
 class Check:
@@ -344,8 +330,7 @@ def main():
     ap.add_argument("--proto_dir", required=True)
     ap.add_argument("--seed", type=int, help="default: fresh")
     args = ap.parse_args()
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(8), "little")
-    print("seed", seed)
+    seed = fresh_seed(args.seed)
     work = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
     generate_stubs(args.proto_dir, work)
     import grpc
@@ -368,17 +353,8 @@ def main():
         else:
             print("ok   health after the malformed requests: SERVING")
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-    print("%.1f s" % (time.time() - start))
-    if check.failures:
-        print("FAILED (seed %d):\n  %s" % (seed, "\n  ".join(check.failures)))
-        sys.exit(1)
-    print("PASSED")
+        stop_server(server)
+    finish(start, seed, check.failures)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,21 @@ pb::BenchJobSpec LongSpec(double window_s, const std::string& submitter = "alice
   return s;
 }
 
+// Until the job's timing window opens (true), or ~100 s.
+bool WaitForTiming(BenchScheduler& s, const std::string& id) {
+  int64_t seq = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<pb::BenchEvent> ev;
+    bool fin;
+    if (!s.WaitEvents(id, seq, absl::Milliseconds(50), &ev, &fin).ok()) return false;
+    for (const auto& e : ev) {
+      seq = e.seq();
+      if (e.phase() == pb::PHASE_TIMING) return true;
+    }
+  }
+  return false;
+}
+
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override { backend_ = CreateCpuBackend(2); }
@@ -485,19 +500,7 @@ TEST_F(SchedulerTest, CancelStopsARunningJobWithinASecond) {
   auto s = Make();
   auto job = s->Submit(LongSpec(60.0));
   ASSERT_TRUE(job.ok());
-  // Wait until the timing window is open.
-  bool timing = false;
-  int64_t seq = 0;
-  for (int i = 0; i < 2000 && !timing; ++i) {
-    std::vector<pb::BenchEvent> ev;
-    bool fin;
-    ASSERT_TRUE(s->WaitEvents(job->id(), seq, absl::Milliseconds(50), &ev, &fin).ok());
-    for (const auto& e : ev) {
-      seq = e.seq();
-      timing |= e.phase() == pb::PHASE_TIMING;
-    }
-  }
-  ASSERT_TRUE(timing);
+  ASSERT_TRUE(WaitForTiming(*s, job->id()));
   const auto t0 = std::chrono::steady_clock::now();
   auto c = s->Cancel(job->id(), "test says stop");
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -531,18 +534,7 @@ TEST_F(SchedulerTest, CancelAndTimeLimitStopALongKernelBatch) {
   spec.mutable_method()->set_iters(1000000);  // one batch alone would take minutes
   auto job = s->Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status();
-  bool timing = false;
-  int64_t seq = 0;
-  for (int i = 0; i < 2000 && !timing; ++i) {
-    std::vector<pb::BenchEvent> ev;
-    bool fin;
-    ASSERT_TRUE(s->WaitEvents(job->id(), seq, absl::Milliseconds(50), &ev, &fin).ok());
-    for (const auto& e : ev) {
-      seq = e.seq();
-      timing |= e.phase() == pb::PHASE_TIMING;
-    }
-  }
-  ASSERT_TRUE(timing);
+  ASSERT_TRUE(WaitForTiming(*s, job->id()));
   absl::SleepFor(absl::Milliseconds(300));  // well inside the first batch
   const auto t0 = std::chrono::steady_clock::now();
   auto c = s->Cancel(job->id(), "stop the batch");
