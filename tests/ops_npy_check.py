@@ -173,8 +173,7 @@ class Check:
     def mla_pool(self, page, kv, lens, common, expected, q_lens, fmt, kv_scale, label):
         """Writes the requests' rows into a pool in random order on permuted pages, decodes, reads back."""
         rng = self.rng
-        pages_per = [(n + page - 1) // page for n in lens]
-        num_pages = sum(pages_per) + 3  # a few pages nobody reads
+        num_pages, indices, indptr, slots, rows = ref.paged_layout(rng, kv, lens, page)
         out = self.ctl("pool", "create", "--kind=mla", "--slots=%d" % (num_pages * page), "--page-size=%d" % page,
                        "--kv-scale=%r" % kv_scale, "--dtype=fp8_" + fmt)
         if out is None:
@@ -182,16 +181,6 @@ class Check:
         pool = out.split()[0]
         name = "mla-decode pool page=%d %s" % (page, label)
         try:
-            perm = iter(rng.permutation(num_pages))
-            indices, indptr, slots, rows = [], [0], [], []
-            for b, n in enumerate(lens):
-                pages = [int(next(perm)) for _ in range(pages_per[b])]
-                tokens = [pages[j // page] * page + j % page for j in range(n)]
-                indices += tokens if page == 1 else pages  # page 1: flat slots per token
-                indptr.append(len(indices))
-                slots += tokens
-                rows.append(kv[b, :n])
-            slots, rows = np.int32(slots), np.concatenate(rows)
             order = rng.permutation(len(slots))
             if self.ctl("pool", "write", "--pool=" + pool, "--rows=" + self.save("rows.npy", rows[order]),
                         "--slot-ids=" + self.save("slots.npy", slots[order]), "--chunk-rows=37") is None:

@@ -322,3 +322,25 @@ def compare(out, ref, extra=None, max_ulps=2.0, max_rel=4e-3):
     if rel >= max_rel:
         return "relative RMS error %.3g >= %g" % (rel, max_rel), summary
     return None, summary
+
+
+def paged_layout(rng, kv, lens, page):
+    """A random paged placement of each request's first lens[b] KV rows.
+
+    Returns (num_pages, indices, indptr, slots, rows): pages shuffled over a
+    pool of num_pages pages (a few more than needed, read by nobody);
+    kv_indices per token for page 1 and per page otherwise, with kv_indptr;
+    the slot of every row and the rows themselves, in request order.
+    """
+    pages_per = [(n + page - 1) // page for n in lens]
+    num_pages = sum(pages_per) + 3
+    perm = iter(rng.permutation(num_pages))
+    indices, indptr, slots, rows = [], [0], [], []
+    for b, n in enumerate(lens):
+        pages = [int(next(perm)) for _ in range(pages_per[b])]
+        tokens = [pages[j // page] * page + j % page for j in range(n)]
+        indices += tokens if page == 1 else pages  # page 1: flat slots per token
+        indptr.append(len(indices))
+        slots += tokens
+        rows.append(kv[b, :n])
+    return num_pages, indices, indptr, np.int32(slots), np.concatenate(rows)

@@ -233,8 +233,7 @@ class Check:
         K, P, T = self.K, self.P, self.T
         rng = self.rng
         name = "MlaDecode pool page=%d %s" % (page, label)
-        pages_per = [(n + page - 1) // page for n in seq_lens]
-        num_pages = sum(pages_per) + 3
+        num_pages, indices, indptr, slots, rows = ref.paged_layout(rng, kv, seq_lens, page)
         try:
             pool = self.pools.Create(P.CreatePoolRequest(kind=P.MLA_FUSED, num_slots=num_pages * page,
                                                          page_size=page, dtype=fp8, kv_scale=kv_scale,
@@ -243,16 +242,6 @@ class Check:
             self.fail(name, "Create: %s: %s" % (e.code().name, e.details()))
             return
         try:
-            perm = iter(rng.permutation(num_pages))
-            indices, indptr, slots, rows = [], [0], [], []
-            for b, n in enumerate(seq_lens):
-                pages = [int(next(perm)) for _ in range(pages_per[b])]
-                tokens = [pages[j // page] * page + j % page for j in range(n)]
-                indices += tokens if page == 1 else pages  # page 1: flat slots per token
-                indptr.append(len(indices))
-                slots += tokens
-                rows.append(kv[b, :n])
-            slots, rows = np.int32(slots), np.concatenate(rows)
             order = rng.permutation(len(slots))
             chunks = [P.WritePoolChunk(pool_id=pool.id, slots=self.tensor(slots[order[i:i + 29]], T.INT32),
                                        rows=self.tensor(rows[order[i:i + 29]], fp8))
