@@ -203,12 +203,7 @@ class Check:
     def moe(self):
         rng = self.rng
         e, k, inter, n, tokens, top_k = 6, 128, 64, 128, 5, 3  # the layer needs N = K
-        w13 = rng.integers(0, 256, (e, 2 * inter, k // 2), dtype=np.uint8)
-        w13s = rng.integers(122, 130, (e, 2 * inter, k // 32), dtype=np.uint8)
-        w2 = rng.integers(0, 256, (e, n, inter // 2), dtype=np.uint8)
-        w2s = rng.integers(122, 130, (e, n, inter // 32), dtype=np.uint8)
-        ids = np.stack([rng.choice(e, top_k, replace=False) for _ in range(tokens)]).astype(np.int32)
-        weights = rng.random((tokens, top_k)).astype(np.float32)
+        w13, w13s, w2, w2s, ids, weights = ref.random_moe_inputs(rng, e, k, inter, n, tokens, top_k)
         x = rng.standard_normal((tokens, k)).astype(np.float32)
         a = rng.standard_normal((tokens * top_k, inter)).astype(np.float32)
         w13d, w2d = ref.mxfp4_dequant(w13, w13s), ref.mxfp4_dequant(w2, w2s)

@@ -344,3 +344,15 @@ def paged_layout(rng, kv, lens, page):
         slots += tokens
         rows.append(kv[b, :n])
     return num_pages, indices, indptr, np.int32(slots), np.concatenate(rows)
+
+
+def random_moe_inputs(rng, e, k, inter, n, tokens, top_k):
+    """MXFP4 weights with scales near 1 (E8M0 122..129), distinct experts per
+    token and positive routing weights: (w13, w13s, w2, w2s, ids, weights)."""
+    w13 = rng.integers(0, 256, (e, 2 * inter, k // 2), dtype=np.uint8)
+    w13s = rng.integers(122, 130, (e, 2 * inter, k // 32), dtype=np.uint8)
+    w2 = rng.integers(0, 256, (e, n, inter // 2), dtype=np.uint8)
+    w2s = rng.integers(122, 130, (e, n, inter // 32), dtype=np.uint8)
+    ids = np.stack([rng.choice(e, top_k, replace=False) for _ in range(tokens)]).astype(np.int32)
+    weights = rng.random((tokens, top_k)).astype(np.float32)
+    return w13, w13s, w2, w2s, ids, weights

@@ -281,12 +281,7 @@ class Check:
         K, T = self.K, self.T
         rng = self.rng
         e, k, inter, n, tokens, top_k = 5, 96, 64, 96, 4, 2  # the layer needs N = K
-        w13 = rng.integers(0, 256, (e, 2 * inter, k // 2), dtype=np.uint8)
-        w13s = rng.integers(122, 130, (e, 2 * inter, k // 32), dtype=np.uint8)
-        w2 = rng.integers(0, 256, (e, n, inter // 2), dtype=np.uint8)
-        w2s = rng.integers(122, 130, (e, n, inter // 32), dtype=np.uint8)
-        ids = np.stack([rng.choice(e, top_k, replace=False) for _ in range(tokens)]).astype(np.int32)
-        weights = rng.random((tokens, top_k)).astype(np.float32)
+        w13, w13s, w2, w2s, ids, weights = ref.random_moe_inputs(rng, e, k, inter, n, tokens, top_k)
         xb, x = self.gaussian_bf16((tokens, k))
         ab, a = self.gaussian_bf16((tokens * top_k, inter))
         w13d, w2d = ref.mxfp4_dequant(w13, w13s), ref.mxfp4_dequant(w2, w2s)
