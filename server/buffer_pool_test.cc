@@ -26,6 +26,7 @@ namespace {
 namespace pb = ::kernelserve::v1;
 using ::kernelserve::testing::Connect;
 using ::kernelserve::testing::Download;
+using ::kernelserve::testing::HealthCheck;
 using ::kernelserve::testing::RandomBf16;
 using ::kernelserve::testing::RandomBytes;
 using ::kernelserve::testing::StartServer;
@@ -546,24 +547,9 @@ TEST_F(PoolTest, BadCreatesAndReads) {
 TEST_F(ServerTest, HealthAnswersServing) {
   for (std::string service : {"", "kernelserve.v1.KernelService"}) {
     SCOPED_TRACE(service);
-    std::string req;
-    if (!service.empty()) {
-      req.push_back(0x0a);  // field 1, length-delimited
-      req.push_back(static_cast<char>(service.size()));
-      req += service;
-    }
-    grpc::Slice slice(req);
-    grpc::ByteBuffer request(&slice, 1), response;
-    grpc::ClientContext ctx;
-    grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-        channel_.get(),
-        grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
-        &ctx, request, &response);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    std::vector<grpc::Slice> slices;
-    ASSERT_TRUE(response.Dump(&slices).ok());
     std::string bytes;
-    for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    const grpc::Status s = HealthCheck(channel_.get(), service, &bytes);
+    ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
   }
 }

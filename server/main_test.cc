@@ -28,6 +28,7 @@ namespace {
 namespace pb = ::kernelserve::v1;
 using ::kernelserve::testing::Connect;
 using ::kernelserve::testing::Download;
+using ::kernelserve::testing::HealthCheck;
 using ::kernelserve::testing::RandomBf16;
 using ::kernelserve::testing::Upload;
 
@@ -142,7 +143,15 @@ TEST(MainTest, ConfigFileThenCommandLineAndSigtermDrains) {
   absl::SleepFor(absl::Milliseconds(100));
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   const absl::Time signalled = absl::Now();
-  absl::SleepFor(absl::Milliseconds(50));
+  // The server handles the signal on its own thread, late on a loaded
+  // machine: wait for health to say NOT_SERVING, which comes after the
+  // server refuses new work.
+  std::string health;
+  for (int i = 0; i < 500 && health != std::string("\x08\x02", 2); ++i) {
+    ASSERT_TRUE(HealthCheck(channel.get(), "", &health).ok());
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(health, std::string("\x08\x02", 2)) << "health never said NOT_SERVING after SIGTERM";
   {
     // New work during the drain: refused, the running call unaffected.
     grpc::ClientContext ctx;

@@ -233,15 +233,17 @@ void KernelServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   spdlog::info("shutting down: draining running calls (grace {})", absl::FormatDuration(grace));
+  const absl::Time deadline = absl::Now() + grace;
+  // New work is refused from here, before health says NOT_SERVING, so a client
+  // that saw NOT_SERVING never gets new work accepted. Calls already running
+  // finish, and the downloads of their buffer results (a second call right
+  // after each) are still served until no call has run for a moment. Then
+  // gRPC stops.
+  state_->BeginShutdown();
   // Running benchmark jobs go back to the queue (persisted) instead of holding the drain.
   if (bench_ != nullptr) bench_->Shutdown();
   if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
   if (endpoints_ != nullptr) endpoints_->SetShuttingDown();
-  // New work is refused from here; calls already running finish, and the
-  // downloads of their buffer results (a second call right after each) are
-  // still served until no call has run for a moment. Then gRPC stops.
-  const absl::Time deadline = absl::Now() + grace;
-  state_->BeginShutdown();
   if (!state_->calls().WaitQuiet(kShutdownQuiet, deadline)) {
     spdlog::warn("shutdown grace ran out with calls still in flight: cancelling them");
   }

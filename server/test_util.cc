@@ -5,6 +5,9 @@
 #include <random>
 
 #include "grpcpp/create_channel.h"
+#include "grpcpp/impl/codegen/client_unary_call.h"
+#include "grpcpp/impl/codegen/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "kernels/numerics/numerics.h"
@@ -113,6 +116,30 @@ grpc::Status Download(pb::BufferService::Stub* stub, const std::string& id, int6
   if (chunks != nullptr) *chunks = n;
   grpc::Status s = reader->Finish();
   if (s.ok() && !contiguous) return grpc::Status(grpc::StatusCode::DATA_LOSS, "chunks out of order");
+  return s;
+}
+
+grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service, std::string* reply) {
+  std::string req;
+  if (!service.empty()) {
+    req.push_back(0x0a);  // field 1, length-delimited
+    req.push_back(static_cast<char>(service.size()));
+    req += service;
+  }
+  grpc::Slice slice(req);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel,
+      grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
+      &ctx, request, &response);
+  if (s.ok() && reply != nullptr) {
+    std::vector<grpc::Slice> slices;
+    (void)response.Dump(&slices);
+    reply->clear();
+    for (auto& sl : slices) reply->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
   return s;
 }
 

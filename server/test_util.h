@@ -37,6 +37,12 @@ grpc::Status Upload(pb::BufferService::Stub* stub, const pb::Tensor& t, int64_t 
 grpc::Status Download(pb::BufferService::Stub* stub, const std::string& id, int64_t chunk_bytes,
                       std::string* bytes, int* chunks = nullptr);
 
+// grpc.health.v1.Health/Check as a raw call (the health proto is not installed
+// as headers here); `service` empty asks for the whole server. On OK, `reply`
+// gets the encoded response: "\x08\x01" is SERVING, "\x08\x02" NOT_SERVING.
+grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service = "",
+                         std::string* reply = nullptr);
+
 }  // namespace testing
 }  // namespace kernelserve
 

@@ -39,6 +39,7 @@ namespace {
 
 namespace pb = ::kernelserve::v1;
 using security::TokenFileLine;
+using testing::HealthCheck;
 
 std::string TempPath(const std::string& name) {
   return absl::StrCat(::testing::TempDir(), "/", name, "_", getpid());
@@ -227,24 +228,6 @@ class As {
   std::unique_ptr<pb::KernelService::Stub> kernels_;
   std::unique_ptr<pb::DeviceService::Stub> devices_;
 };
-
-grpc::Status HealthCheck(grpc::Channel* channel, std::string* reply = nullptr) {
-  grpc::Slice slice(std::string{});
-  grpc::ByteBuffer request(&slice, 1), response;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      channel,
-      grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
-      &ctx, request, &response);
-  if (s.ok() && reply != nullptr) {
-    std::vector<grpc::Slice> slices;
-    (void)response.Dump(&slices);
-    reply->clear();
-    for (auto& sl : slices) reply->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  }
-  return s;
-}
 
 std::unique_ptr<KernelServer> Start(ServerOptions options) {
   options.listen = "127.0.0.1:0";
@@ -474,14 +457,14 @@ TEST(SharedNodeTls, PlaintextHealthPortForProbes) {
   auto probe = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->health_port()),
                                    grpc::InsecureChannelCredentials());
   std::string reply;
-  ASSERT_TRUE(HealthCheck(probe.get(), &reply).ok());
+  ASSERT_TRUE(HealthCheck(probe.get(), "", &reply).ok());
   EXPECT_EQ(reply, std::string("\x08\x01", 2));  // SERVING
   // Nothing but health there: the kernel services are not on the probe port.
   grpc::Status other = As(probe, "tok-alice").Devices();
   EXPECT_EQ(other.error_code(), grpc::StatusCode::UNIMPLEMENTED) << other.error_message();
   // Draining flips the probe to NOT_SERVING at once.
   (*server)->Shutdown(absl::Seconds(1));
-  grpc::Status after = HealthCheck(probe.get(), &reply);
+  grpc::Status after = HealthCheck(probe.get(), "", &reply);
   if (after.ok()) {
     EXPECT_EQ(reply, std::string("\x08\x02", 2));  // NOT_SERVING
   }
