@@ -38,7 +38,9 @@ int DeviceWorker::queue_depth() const {
 
 WorkerStats DeviceWorker::stats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  WorkerStats st = stats_;
+  st.running = running_task_ ? 1 : 0;
+  return st;
 }
 
 absl::Status DeviceWorker::Run(grpc::ServerContext* ctx, std::function<absl::Status()> fn,

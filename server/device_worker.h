@@ -28,6 +28,7 @@ struct WorkerStats {
   int64_t rejected_full = 0;      // RESOURCE_EXHAUSTED at submit
   int64_t dropped_deadline = 0;   // deadline passed while queued
   int64_t dropped_cancelled = 0;  // client cancelled while queued
+  int running = 0;                // tasks running now (0 or 1)
 };
 
 class DeviceWorker {

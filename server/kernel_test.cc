@@ -379,6 +379,25 @@ class SlowCallTest : public KernelTest {
       if (absl::ToDoubleMilliseconds(absl::Now() - start) >= min_ms || s >= 16384) break;
     }
   }
+  // Polls (not a fixed sleep: a loaded machine is slow to send) until the
+  // device worker holds `depth` calls, running and queued together.
+  void WaitQueueDepth(int depth) {
+    auto devices = pb::DeviceService::NewStub(channel_);
+    pb::ListDevicesResponse list;
+    for (int i = 0; i < 1000; ++i) {
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(devices->List(&ctx, pb::ListDevicesRequest(), &list).ok());
+      if (list.devices(0).queue_depth() >= depth) return;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    FAIL() << "the device never held " << depth << " calls";
+  }
+  void WaitRunning() {
+    for (int i = 0; i < 1000 && server_->worker_stats(0).running == 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ASSERT_EQ(server_->worker_stats(0).running, 1) << "the call never started running";
+  }
   grpc::Status CallSlow() {
     grpc::ClientContext ctx;
     pb::AttentionResponse resp;
@@ -399,15 +418,7 @@ TEST_F(SlowCallTest, FullQueueIsResourceExhausted) {
   // The first call is running before the others arrive: then one of them
   // waits in the queue and the rest are refused.
   threads.emplace_back([&] { results[0] = CallSlow(); });
-  auto devices = pb::DeviceService::NewStub(channel_);
-  for (int i = 0; i < 500; ++i) {
-    grpc::ClientContext ctx;
-    pb::ListDevicesResponse list;
-    ASSERT_TRUE(devices->List(&ctx, pb::ListDevicesRequest(), &list).ok());
-    if (list.devices(0).queue_depth() >= 1) break;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  absl::SleepFor(absl::Milliseconds(30));  // popped by the worker
+  WaitRunning();  // popped by the worker
   for (int i = 1; i < kCalls; ++i) {
     threads.emplace_back([&, i] { results[i] = CallSlow(); });
   }
@@ -433,7 +444,7 @@ TEST_F(SlowCallTest, ExpiredAndCancelledCallsAreDroppedBeforeRunning) {
   PrepareSlowCall(400);
   const int64_t completed_before = server_->worker_stats(0).completed;
   std::thread blocker([&] { EXPECT_TRUE(CallSlow().ok()); });
-  absl::SleepFor(absl::Milliseconds(50));  // the slow call is running
+  WaitRunning();
 
   std::thread expiring([&] {
     grpc::ClientContext ctx;
@@ -448,7 +459,7 @@ TEST_F(SlowCallTest, ExpiredAndCancelledCallsAreDroppedBeforeRunning) {
     grpc::Status s = kernels_->Attention(&cancel_ctx, slow_, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  WaitQueueDepth(3);  // both wait behind it
   cancel_ctx.TryCancel();
   blocker.join();
   expiring.join();

@@ -140,7 +140,15 @@ TEST(MainTest, ConfigFileThenCommandLineAndSigtermDrains) {
     finished = absl::Now();
     if (running.ok()) download = Download(buffers.get(), resp.out().buffer_id(), 4 << 20, &buffer_out);
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  // SIGTERM once the call is on the device worker (queued or running), not
+  // after a fixed sleep: a loaded machine may not have sent it yet.
+  for (int i = 0; i < 500; ++i) {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(devices->List(&ctx, pb::ListDevicesRequest(), &list).ok());
+    if (list.devices(0).queue_depth() >= 1) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(list.devices(0).queue_depth(), 1) << "the long call never reached the device";
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   const absl::Time signalled = absl::Now();
   // The server handles the signal on its own thread, late on a loaded
