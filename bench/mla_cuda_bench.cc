@@ -8,7 +8,8 @@
 // contiguous; --all puts the older wgmma-QK kernel in the third column.
 //
 //   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4] [--all]
-//                  [--only=wgmma_pv|wgmma_pv_sw]   (one kernel, paged: for ncu)
+//                  [--only=wgmma_pv|wgmma_pv_sw|wgmma_pipe]   (one kernel, paged: for ncu,
+//                  and for a kernel not yet trusted to run inside the table's process)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -190,8 +191,8 @@ int Main(int argc, char** argv) {
     const double bytes = static_cast<double>(kvb) + static_cast<double>(B * Q * H) * (576 + 512) * 2;
     using K = cuda::MlaKernel;
     if (!only.empty()) {
-      const Result r = TimeOne(only == "wgmma_pv_sw" ? K::kWgmmaPvSw : K::kWgmmaPv, B, S, H, Q, true, kv, pool_bytes,
-                               q_lat, q_pe, out, idx, copies);
+      const K k = only == "wgmma_pv_sw" ? K::kWgmmaPvSw : only == "wgmma_pipe" ? K::kWgmmaPipe : K::kWgmmaPv;
+      const Result r = TimeOne(k, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
       std::printf("%s (%lld, %lld) paged: %.1f us\n", only.c_str(), static_cast<long long>(B),
                   static_cast<long long>(S), r.us);
       continue;

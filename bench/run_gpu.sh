@@ -46,6 +46,13 @@ for b in .bundle/bin/*_bench; do
   n=$(basename "$b")
   timeout ${BENCH_TIMEOUT:-90} "$b" >"$LOG/$n.txt" 2>&1
 done
+# The pipelined MLA kernel (v6, bench/NOTES.md) in its own process: a fault
+# there must not cost the main table.
+if [ -x .bundle/bin/mla_cuda_bench ]; then
+  timeout ${BENCH_TIMEOUT:-90} .bundle/bin/mla_cuda_bench --only=wgmma_pipe >"$LOG/mla_pipe.txt" 2>&1 ||
+    echo "mla_cuda_bench --only=wgmma_pipe: rc=$?" >>"$LOG/mla_pipe.txt"
+  timeout ${BENCH_TIMEOUT:-90} .bundle/bin/mla_cuda_bench --only=wgmma_pv >"$LOG/mla_pv.txt" 2>&1
+fi
 if [ $run_peers = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py >"$LOG/peers.txt" 2>&1
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers_moe_mla.py >"$LOG/peers_moe_mla.txt" 2>&1
@@ -58,5 +65,8 @@ for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_b
   [ -f "$LOG/$f.txt" ] || continue
   echo "-- $f --"
   grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40
+done
+for f in mla_pv mla_pipe; do
+  [ -f "$LOG/$f.txt" ] && { echo "-- $f --"; grep -E 'paged:|rc=|rror' "$LOG/$f.txt" | head -12; }
 done
 [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C /tmp gpu_run

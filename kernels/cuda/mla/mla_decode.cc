@@ -52,6 +52,9 @@ absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const 
     case MlaKernel::kWgmmaPvSw:
       a.variant = cuda_mla::MlaVariant::kWgmmaPvSw;
       break;
+    case MlaKernel::kWgmmaPipe:
+      a.variant = cuda_mla::MlaVariant::kWgmmaPipe;
+      break;
     case MlaKernel::kMmaSync:
       a.variant = cuda_mla::MlaVariant::kMmaSync;
       break;

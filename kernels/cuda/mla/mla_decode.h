@@ -23,9 +23,11 @@ absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, T
 
 // The kernel versions, for tests and benchmarks: kWgmmaPv runs QK^T and PV on
 // wgmma, kWgmma QK^T on wgmma and PV on mma.sync, kMmaSync everything on
-// mma.sync, kWgmmaPvSw is kWgmmaPv with 128-byte-swizzled wgmma operands.
+// mma.sync, kWgmmaPvSw is kWgmmaPv with 128-byte-swizzled wgmma operands,
+// kWgmmaPipe is kWgmmaPv (same output bits) with the fp8 unpack overlapped
+// with the tensor cores (not measured yet, so not the default).
 // RunMlaDecode uses kDefaultMlaKernel.
-enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw };
+enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe };
 extern const MlaKernel kDefaultMlaKernel;
 absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                               TensorView& out, cudaStream_t stream);

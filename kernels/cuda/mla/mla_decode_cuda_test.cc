@@ -209,7 +209,8 @@ class MlaDecodeCudaTest : public ::testing::TestWithParam<cuda::MlaKernel> {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
                          ::testing::Values(cuda::MlaKernel::kWgmmaPv, cuda::MlaKernel::kWgmmaPvSw,
-                                           cuda::MlaKernel::kWgmma, cuda::MlaKernel::kMmaSync),
+                                           cuda::MlaKernel::kWgmmaPipe, cuda::MlaKernel::kWgmma,
+                                           cuda::MlaKernel::kMmaSync),
                          [](const ::testing::TestParamInfo<cuda::MlaKernel>& i) {
                            switch (i.param) {
                              case cuda::MlaKernel::kWgmma:
@@ -218,6 +219,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
                                return std::string("WgmmaPv");
                              case cuda::MlaKernel::kWgmmaPvSw:
                                return std::string("WgmmaPvSw");
+                             case cuda::MlaKernel::kWgmmaPipe:
+                               return std::string("WgmmaPipe");
                              case cuda::MlaKernel::kMmaSync:
                                break;
                            }
@@ -357,6 +360,54 @@ TEST_P(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
   ASSERT_NO_FATAL_FAILURE(CaptureAndReplay(
       [&](cudaStream_t stream) { return cuda::RunMlaDecodeWith(g_kernel, p, d.in, ov, stream); }, 3));
   EXPECT_TRUE(SameBytes(out.ToHost(), direct));
+}
+
+// kWgmmaPipe reschedules kWgmmaPv without changing its arithmetic: the same
+// wgmma sequence, softmax expressions and split plan, so the same bits on
+// every shape (contiguous, paged with page sizes 1 and 16, ragged q_lens and
+// seq_lens, one split, several, H = 128).
+TEST(MlaDecodeCudaPipe, SameBitsAsWgmmaPv) {
+  KS_SKIP_WITHOUT_CUDA();
+  std::vector<Case> cases(6);
+  cases[0].num_splits = 1;
+  cases[1].batch = 3;
+  cases[1].seq = 1000;
+  cases[1].ragged_seq = true;
+  cases[2].batch = 2;
+  cases[2].seq = 777;
+  cases[2].num_splits = 7;
+  cases[2].q_std = 3.0;
+  cases[3].batch = 1;
+  cases[3].q_len = 8;
+  cases[3].heads = 128;
+  cases[3].seq = 200;
+  cases[3].kv_dtype = DType::kFp8E4M3Fnuz;
+  cases[4].batch = 3;
+  cases[4].seq = 500;
+  cases[4].paged = true;
+  cases[4].ragged_seq = true;
+  cases[4].ragged_q = true;
+  cases[5].batch = 4;
+  cases[5].q_len = 3;
+  cases[5].heads = 12;
+  cases[5].seq = 333;
+  cases[5].paged = true;
+  cases[5].page_size = 16;
+  cases[5].ragged_q = true;
+  cases[5].rounding = Rounding::kRtz;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    std::mt19937_64 rng(FreshSeed());
+    const HostInputs h = MakeInputs(c, rng);
+    DeviceInputs d;
+    Upload(h, c.paged, &d);
+    const MlaDecodeParams p = Validated(c, h, c.paged);
+    g_kernel = cuda::MlaKernel::kWgmmaPv;
+    const HostTensor want = RunGpu(p, d);
+    g_kernel = cuda::MlaKernel::kWgmmaPipe;
+    const HostTensor got = RunGpu(p, d);
+    EXPECT_TRUE(SameBytes(got, want)) << "case " << i;
+  }
 }
 
 }  // namespace

@@ -521,6 +521,360 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeKernel(const KParams p) 
   }  // mma.sync epilogue
 }
 
+// ------------------------------------------------------------- kWgmmaPipe
+// v4 (kVar 2) with the fp8 unpack taken off the critical path. Same CTA, same
+// 64-token tiles and the same wgmma sequence, softmax and epilogue, so the
+// output bits equal v4's; what changes is the schedule:
+// - two bf16 KV tiles (double buffer) instead of one, and no raw fp8 stage in
+//   shared memory (no room: Q + 2 tiles = 216 KB): each thread loads its 9
+//   16-byte chunks of tile i+2 straight into registers while tile i is
+//   processed, so the loads have a whole tile of time to land;
+// - the unpack of tile i+1 into the other buffer runs while QK^T(i) is in
+//   flight on the tensor cores (issue, wgmma.wait_group 1, unpack, wait 0);
+// - each warpgroup unpacks exactly the latent columns its own PV reads
+//   ([256 g, +256)) plus half of the rope columns (read by no PV), so the only
+//   reader still using that buffer is its own PV(i-1), which wait_group 1
+//   retires: no CTA barrier guards the buffer;
+// - 2 CTA barriers per tile (v4: 4): the max exchange and the P exchange of
+//   the two token halves, which also publish the unpacked tile and free sP;
+// - the rescale of the 128 PV accumulators is skipped where alpha is exactly
+//   1 (x * 1 == x, so no bit changes).
+constexpr int kPipeTile = kTok * kD * 2;  // one bf16 KV tile, core-tiled: 72 KB
+constexpr int kPipeQ = kRows * kD * 2;    // Q, core-tiled: 72 KB
+constexpr int kPipeP = kRows * kTok * 2;  // P, core-tiled: 8 KB
+constexpr int kSmemBytesPipe = kPipeQ + 2 * kPipeTile + kPipeP + kSmemStats + 2 * kSmemSlots;
+static_assert(kSmemBytesPipe <= 227 * 1024, "kWgmmaPipe must fit the sm_90 per-block limit");
+// Raw 16-byte chunks per thread per tile: 8 latent (8 rows x 1) + 1 rope.
+constexpr int kPipeChunks = kTok * (kD / 16) / kThreads;
+static_assert(kPipeChunks == 9, "chunk map below assumes 9 chunks per thread");
+
+// 16 bytes from global memory that are read once (no L1 allocation), or zeros
+// where `pred` is false (tokens past the chunk, like v4's zero-filled cp.async).
+__device__ __forceinline__ uint4 LdgStreamOrZero(const void* src, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n"
+      "mov.b32 %0, 0;\nmov.b32 %1, 0;\nmov.b32 %2, 0;\nmov.b32 %3, 0;\n"
+      "@p ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(src), "r"(static_cast<int>(pred)));
+  return v;
+}
+
+// Two e4m3fn codes (low two bytes of v) -> bf16x2 with one conversion
+// instruction instead of two: e4m3 -> f16 is exact, f16 -> f32 is exact, and
+// the f32 has only 3 mantissa bits, so its upper half is the bf16 value that
+// v4's cvt.rn.bf16x2.f32 produces, for every finite code. NaN codes stay NaN
+// (v4's becomes the canonical NaN; either way the output rounds to 0x7FFF).
+__device__ __forceinline__ uint32_t E4m3fnX2ToBf16x2Trunc(uint32_t v) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(v)));
+  float lo, hi;
+  asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}"
+      : "=f"(lo), "=f"(hi)
+      : "r"(h));
+  return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+}
+
+template <bool kFnuz>
+__device__ __forceinline__ uint32_t Fp8x2ToBf16x2Pipe(uint32_t v) {
+  return kFnuz ? E4m3fnuzX2ToBf16x2(v) : E4m3fnX2ToBf16x2Trunc(v);
+}
+
+// 16 fp8 codes of one row -> 16 bf16 at `dst` (a core-tiled 8-column pair:
+// the second 8 columns sit 128 bytes on).
+template <bool kFnuz>
+__device__ __forceinline__ void UnpackChunk(uint8_t* dst, const uint4 v) {
+  uint4 o0, o1;
+  o0.x = Fp8x2ToBf16x2Pipe<kFnuz>(v.x);
+  o0.y = Fp8x2ToBf16x2Pipe<kFnuz>(v.x >> 16);
+  o0.z = Fp8x2ToBf16x2Pipe<kFnuz>(v.y);
+  o0.w = Fp8x2ToBf16x2Pipe<kFnuz>(v.y >> 16);
+  o1.x = Fp8x2ToBf16x2Pipe<kFnuz>(v.z);
+  o1.y = Fp8x2ToBf16x2Pipe<kFnuz>(v.z >> 16);
+  o1.z = Fp8x2ToBf16x2Pipe<kFnuz>(v.w);
+  o1.w = Fp8x2ToBf16x2Pipe<kFnuz>(v.w >> 16);
+  *reinterpret_cast<uint4*>(dst) = o0;
+  *reinterpret_cast<uint4*>(dst + 128) = o1;
+}
+
+// Pins a register written by an async wgmma at this point of the program, so
+// the compiler neither reads it before the wait nor moves the wait past a use.
+__device__ __forceinline__ void FenceOperand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+template <bool kFnuz>
+__global__ void __launch_bounds__(kThreads, 1) MlaDecodePipeKernel(const KParams p) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* sQ = smem_raw;
+  uint8_t* sK0 = sQ + kPipeQ;  // KV tile buffers 0 and 1
+  uint8_t* sP = sK0 + 2 * kPipeTile;
+  float* sMax = reinterpret_cast<float*>(sP + kPipeP);  // [2][64]
+  float* sSum = sMax + 2 * kRows;                       // [2][64]
+  int64_t* sSlot = reinterpret_cast<int64_t*>(sSum + 2 * kRows);  // [2][64]: tile t's rows in [t & 1]
+
+  const int split = blockIdx.x, group = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t seq = p.seq_lens ? p.seq_lens[b] : p.kv_seq;
+  const int ql = p.q_lens ? p.q_lens[b] : p.q_len;
+  const int64_t tok_begin = static_cast<int64_t>(split) * p.chunk;
+  const int64_t tok_end = min(seq, tok_begin + p.chunk);
+  const int n_tiles = tok_end > tok_begin ? static_cast<int>((tok_end - tok_begin + kTok - 1) / kTok) : 0;
+  const int row0 = group * kRows;
+  const int nrows = min(kRows, p.rows - row0);
+  const int kv_base = p.paged ? p.kv_indptr[b] : 0;
+  const int qk_mi = warp & 3, qk_nh = warp >> 2;  // warp in its warpgroup; warpgroup
+
+  auto slot_of = [&](int64_t j) -> int64_t {
+    if (j >= tok_end) return -1;
+    if (!p.paged) return static_cast<int64_t>(b) * p.kv_seq + j;
+    if (p.page_size == 1) return p.kv_indices[kv_base + j];
+    return static_cast<int64_t>(p.kv_indices[kv_base + j / p.page_size]) * p.page_size + j % p.page_size;
+  };
+
+  // This thread's chunks of a tile. Latent: rows 8 k + (lane & 7), k = 0..7,
+  // columns [256 g + 64 w + 16 (lane >> 3), +16): a quarter-warp covers 8
+  // consecutive rows of one chunk (conflict-free core-tiled stores), a warp
+  // 64 contiguous bytes of each of 8 rows. Rope: row 16 w + (lane & 15),
+  // columns [512 + 32 g + 16 (lane >> 4), +16).
+  const int lat_row = lane & 7;
+  const int lat_col = qk_nh * 256 + qk_mi * 64 + (lane >> 3) * 16;
+  const int rope_row = qk_mi * 16 + (lane & 15);
+  const int rope_col = kDL + qk_nh * 32 + (lane >> 4) * 16;
+  const int lat_off = CoreTiled(lat_row, lat_col);  // row 8 k + lat_row: + k row groups
+  const int rope_off = CoreTiled(rope_row, rope_col);
+  constexpr int kRowGroupBytes = (kD / 8) * 128;
+  uint4 raw[kPipeChunks];
+  auto load_tile = [&](const int64_t* slots) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int64_t slot = slots[8 * k + lat_row];
+      raw[k] = LdgStreamOrZero(p.kv + (slot >= 0 ? slot : 0) * kD + lat_col, slot >= 0);
+    }
+    const int64_t slot = slots[rope_row];
+    raw[8] = LdgStreamOrZero(p.kv + (slot >= 0 ? slot : 0) * kD + rope_col, slot >= 0);
+  };
+
+  // Prologue: tile 0 unpacked into buffer 0, tile 1 in registers, the rows of
+  // tile 2 in sSlot[0] and those of tile 3 in slot_next.
+  if (tid < kTok) {
+    sSlot[tid] = slot_of(tok_begin + tid);
+    sSlot[kTok + tid] = slot_of(tok_begin + kTok + tid);
+  }
+  __syncthreads();
+  if (n_tiles > 0) load_tile(sSlot);
+  {
+    const uint16_t* qlat = p.q_lat + (static_cast<int64_t>(b) * p.rows + row0) * kDL;
+    const uint16_t* qpe = p.q_pe + (static_cast<int64_t>(b) * p.rows + row0) * kDR;
+    for (int c = tid; c < kRows * (kD / 8); c += kThreads) {
+      const int r = c / (kD / 8), col = c % (kD / 8);
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r < nrows) {
+        v = col < kDL / 8 ? reinterpret_cast<const uint4*>(qlat + static_cast<int64_t>(r) * kDL)[col]
+                          : reinterpret_cast<const uint4*>(qpe + static_cast<int64_t>(r) * kDR)[col - kDL / 8];
+      }
+      *reinterpret_cast<uint4*>(sQ + CoreTiled(r, col * 8)) = v;
+    }
+  }
+  if (n_tiles > 0) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) UnpackChunk<kFnuz>(sK0 + lat_off + k * kRowGroupBytes, raw[k]);
+    UnpackChunk<kFnuz>(sK0 + rope_off, raw[8]);
+  }
+  if (n_tiles > 1) load_tile(sSlot + kTok);
+  FenceProxyAsyncShared();
+  __syncthreads();  // sQ and tile 0 visible; sSlot read
+  int64_t slot_next = -1;
+  if (tid < kTok) {
+    sSlot[tid] = slot_of(tok_begin + 2 * kTok + tid);
+    slot_next = slot_of(tok_begin + 3 * kTok + tid);
+  }
+  __syncthreads();  // rows of tile 2 visible
+
+  int64_t lim_qk[2];  // last visible token of the QK rows; -1: row masked
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int row = qk_mi * 16 + hf * 8 + (lane >> 2);
+    const int t = (row0 + row) / p.heads;
+    lim_qk[hf] = (row < nrows && t < ql) ? seq - ql + t : -1;
+  }
+  float acc[128];  // the m64n256 PV accumulator of this warpgroup's 256 columns
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  float m2[2] = {-INFINITY, -INFINITY}, l2[2] = {0.f, 0.f};
+
+  // Descriptors of k-step 0 in buffer 0; buffer 1 is kPipeTile bytes on, each
+  // k-step moves them as in v4.
+  constexpr uint64_t kTileDesc = kPipeTile >> 4;
+  const uint64_t q_desc = WgmmaDesc(SmemAddr(sQ), 128, kRowGroupBytes);
+  const uint64_t k_desc0 = WgmmaDesc(SmemAddr(sK0 + qk_nh * 4 * kRowGroupBytes), 128, kRowGroupBytes);
+  const uint64_t p_desc = WgmmaDesc(SmemAddr(sP), 128, (kTok / 8) * 128);
+  const uint64_t v_desc0 = WgmmaDesc(SmemAddr(sK0 + qk_nh * 32 * 128), kRowGroupBytes, 128);
+
+  // Iteration i issues PV(i-1) and QK^T(i) back to back and retires both before
+  // its end: with a wgmma group still in flight across the loop's back edge,
+  // ptxas serializes every wgmma of the kernel (C7514), hence the rotation.
+  for (int it = 0; it < n_tiles; ++it) {
+    const int64_t j0 = tok_begin + static_cast<int64_t>(it) * kTok;
+    const int cur = it & 1;
+    uint8_t* k_next = sK0 + (cur ^ 1) * kPipeTile;
+
+    // O += P(i-1) V(i-1), async (tile i-1 is in the other buffer).
+    if (it > 0) {
+      WgmmaFence();
+#pragma unroll
+      for (int ks = 0; ks < kTok / 16; ++ks) {
+        WgmmaM64N256K16Bf16TransB(acc, p_desc + ks * (256 >> 4),
+                                  v_desc0 + (cur ^ 1) * kTileDesc + ks * ((2 * kRowGroupBytes) >> 4), 1);
+      }
+      WgmmaCommit();
+    }
+    // S = Q K^T(i) for this warpgroup's 32 tokens, async.
+    float d[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) d[i] = 0.f;
+    WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      WgmmaM64N32K16Bf16(d, q_desc + ks * (256 >> 4), k_desc0 + cur * kTileDesc + ks * (256 >> 4), 1);
+    }
+    WgmmaCommit();
+
+    // Under PV(i-1): the slot table and tile i+1's rope columns (last read by
+    // QK^T(i-1), done before the previous max barrier; no PV reads them).
+    if (tid < kTok) {
+      sSlot[(cur ^ 1) * kTok + tid] = slot_next;  // tile i+3, read in iteration i+1
+      slot_next = slot_of(j0 + 4 * kTok + tid);
+    }
+    const bool unpack_next = it + 1 < n_tiles;
+    if (unpack_next) UnpackChunk<kFnuz>(k_next + rope_off, raw[8]);
+    // Under QK^T(i): tile i+1's latent columns [256 g, +256), read only by
+    // this warpgroup's PV(i-1), which wait_group 1 retires.
+    WgmmaWait<1>();
+    if (unpack_next) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) UnpackChunk<kFnuz>(k_next + lat_off + k * kRowGroupBytes, raw[k]);
+      FenceProxyAsyncShared();
+    }
+    // Tile i+2's rows were published by the barriers of tile i-1.
+    if (it + 2 < n_tiles) load_tile(sSlot + cur * kTok);
+    WgmmaWait<0>();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) FenceOperand(d[i]);
+
+    // From here to the rescale: v4's softmax, expression for expression.
+    float s[4][4];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i >> 2][i & 3] = d[i];
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + qk_nh * 32 + nt * 8 + (lane & 3) * 2 + (e & 1);
+        float v = s[nt][e] * p.sl2;
+        if (j >= tok_end || j > lim_qk[e >> 1]) v = -INFINITY;
+        s[nt][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+    }
+    mx[0] = WarpMax4(mx[0]);
+    mx[1] = WarpMax4(mx[1]);
+    if ((lane & 3) == 0) {
+      sMax[qk_nh * kRows + qk_mi * 16 + (lane >> 2)] = mx[0];
+      sMax[qk_nh * kRows + qk_mi * 16 + 8 + (lane >> 2)] = mx[1];
+    }
+    // Barrier A: both halves' maxima; tile i+1 complete in k_next; both
+    // warpgroups' PV(i-1) done, so sP may be rewritten.
+    __syncthreads();
+
+    float m_qk[2] = {0.f, 0.f}, alpha2[2] = {1.f, 1.f};
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = qk_mi * 16 + hf * 8 + (lane >> 2);
+      const float mn = fmaxf(m2[hf], fmaxf(sMax[row], sMax[kRows + row]));
+      const float m_use = mn == -INFINITY ? 0.f : mn;
+      alpha2[hf] = exp2f(m2[hf] - m_use);
+      m2[hf] = mn;
+      m_qk[hf] = m_use;
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const uint32_t lo = PackBf16x2Rn(exp2f(s[nt][0] - m_qk[0]), exp2f(s[nt][1] - m_qk[0]));
+      const uint32_t hi = PackBf16x2Rn(exp2f(s[nt][2] - m_qk[1]), exp2f(s[nt][3] - m_qk[1]));
+      // The sum counts the rounded probabilities that PV multiplies.
+      sum[0] += Bf16LoToFloat(lo) + Bf16HiToFloat(lo);
+      sum[1] += Bf16LoToFloat(hi) + Bf16HiToFloat(hi);
+      const int col = qk_nh * 32 + nt * 8 + (lane & 3) * 2;
+      const int row = qk_mi * 16 + (lane >> 2);
+      uint8_t* base = sP + ((row >> 3) * (kTok / 8) + (col >> 3)) * 128 + (col & 7) * 2;
+      *reinterpret_cast<uint32_t*>(base + (row & 7) * 16) = lo;
+      *reinterpret_cast<uint32_t*>(base + (kTok / 8) * 128 + (row & 7) * 16) = hi;  // row + 8
+    }
+    FenceProxyAsyncShared();
+    sum[0] = WarpSum4(sum[0]);
+    sum[1] = WarpSum4(sum[1]);
+    if ((lane & 3) == 0) {
+      sSum[qk_nh * kRows + qk_mi * 16 + (lane >> 2)] = sum[0];
+      sSum[qk_nh * kRows + qk_mi * 16 + 8 + (lane >> 2)] = sum[1];
+    }
+    __syncthreads();  // barrier B: P and the partial sums visible
+
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = qk_mi * 16 + hf * 8 + (lane >> 2);
+      l2[hf] = l2[hf] * alpha2[hf] + (sSum[row] + sSum[kRows + row]);
+    }
+    if (alpha2[0] != 1.f || alpha2[1] != 1.f) {
+#pragma unroll
+      for (int i = 0; i < 128; ++i) acc[i] *= alpha2[(i >> 1) & 1];
+    }
+  }
+  if (n_tiles > 0) {
+    WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < kTok / 16; ++ks) {
+      WgmmaM64N256K16Bf16TransB(acc, p_desc + ks * (256 >> 4),
+                                v_desc0 + ((n_tiles - 1) & 1) * kTileDesc + ks * ((2 * kRowGroupBytes) >> 4), 1);
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+  }
+#pragma unroll
+  for (int i = 0; i < 128; ++i) FenceOperand(acc[i]);
+
+  // Epilogue: v4's.
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int row = qk_mi * 16 + hf * 8 + (lane >> 2);
+    if (row >= nrows) continue;
+    const int r = row0 + row;
+    const int col0 = qk_nh * 256 + (lane & 3) * 2;
+    if (p.splits == 1) {
+      uint16_t* o = p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + col0;
+      const bool live = r / p.heads < ql;
+      const float inv = p.out_scale / l2[hf];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const uint32_t v = live ? PackBf16x2(acc[4 * j + 2 * hf] * inv, acc[4 * j + 2 * hf + 1] * inv, p.rounding)
+                                : 0u;
+        *reinterpret_cast<uint32_t*>(o + j * 8) = v;
+      }
+    } else {
+      const int64_t pi = ((static_cast<int64_t>(b) * p.row_groups + group) * p.splits + split) * kRows + row;
+      float* o = p.part_o + pi * kDL + col0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        *reinterpret_cast<float2*>(o + j * 8) = make_float2(acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
+      }
+      if (qk_nh == 0 && (lane & 3) == 0) {
+        p.part_ml[pi * 2] = m2[hf];
+        p.part_ml[pi * 2 + 1] = l2[hf];
+      }
+    }
+  }
+}
+
 // Combines the splits of one (request, row) in split order. 128 threads x 4 columns.
 __global__ void __launch_bounds__(128) MlaMergeKernel(const KParams p) {
   const int r = blockIdx.x, b = blockIdx.y;
@@ -587,8 +941,24 @@ MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int
 
 cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   using Kernel = void (*)(const KParams);
+  cudaError_t e;
+  int dev = 0, sms = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  // kWgmmaPipe covers every shape v4 does (same CTA, tiles and split plan:
+  // paged or not, any page size, ragged q_lens, q_len 1..8, H up to 128, any
+  // split count); it falls back to v4 only on a device whose per-block shared
+  // memory is under its 226 KB (H100/H200 have 227 KB).
+  MlaVariant variant = a.variant;
+  if (variant == MlaVariant::kWgmmaPipe) {
+    int smem_optin = 0;
+    if ((e = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) {
+      return e;
+    }
+    if (smem_optin < kSmemBytesPipe) variant = MlaVariant::kWgmmaPv;
+  }
   Kernel kernel;
-  switch (a.variant) {
+  switch (variant) {
     case MlaVariant::kMmaSync:
       kernel = a.fnuz ? MlaDecodeKernel<true, 0> : MlaDecodeKernel<false, 0>;
       break;
@@ -598,16 +968,19 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
     case MlaVariant::kWgmmaPvSw:
       kernel = a.fnuz ? MlaDecodeKernel<true, 3> : MlaDecodeKernel<false, 3>;
       break;
+    case MlaVariant::kWgmmaPipe:
+      kernel = a.fnuz ? MlaDecodePipeKernel<true> : MlaDecodePipeKernel<false>;
+      break;
     default:
       kernel = a.fnuz ? MlaDecodeKernel<true, 2> : MlaDecodeKernel<false, 2>;
       break;
   }
-  const int smem_bytes = a.variant == MlaVariant::kWgmmaPvSw ? kSmemBytesSw : kSmemBytes;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (e != cudaSuccess) return e;
-  int dev = 0, sms = 0;
-  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  const int smem_bytes = variant == MlaVariant::kWgmmaPvSw   ? kSmemBytesSw
+                         : variant == MlaVariant::kWgmmaPipe ? kSmemBytesPipe
+                                                             : kSmemBytes;
+  if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes)) != cudaSuccess) {
+    return e;
+  }
 
   const MlaSplitPlan plan = PlanMlaSplits(a.batch, a.q_len, a.heads, a.max_seq, a.num_splits, sms);
   KParams p{};

@@ -11,8 +11,11 @@ namespace cuda_mla {
 
 // kWgmmaPv: QK^T and PV on wgmma; kWgmma: QK^T on wgmma, PV on mma.sync;
 // kMmaSync: everything on mma.sync (the first version); kWgmmaPvSw: kWgmmaPv
-// with its wgmma operands in the 128-byte-swizzled layout. All are tested.
-enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw };
+// with its wgmma operands in the 128-byte-swizzled layout; kWgmmaPipe:
+// kWgmmaPv's numerics (same bits) with a double-buffered bf16 KV tile whose
+// unpack runs under the async QK^T. All have tests; kWgmmaPipe has not run on
+// a GPU yet (bench/NOTES.md, v6).
+enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe };
 
 struct MlaDecodeArgs {
   const void* q_lat = nullptr;  // bf16 [B, q_len, H, 512]
