@@ -18,6 +18,7 @@ TARGETS=(
   //bench:mla_cuda_bench
   //bench:moe_cuda_bench
   //bench:fp8_attention_cuda_bench
+  //bench:loopback_bench
 )
 OPTIONAL=()
 TARGETS+=("$@")

@@ -44,7 +44,9 @@ fi
 for b in .bundle/bin/*_bench; do
   [ -x "$b" ] || continue
   n=$(basename "$b")
-  timeout ${BENCH_TIMEOUT:-90} "$b" >"$LOG/$n.txt" 2>&1
+  args=()
+  [ "$n" = loopback_bench ] && args=(--backend=cuda)  # uploads into device memory
+  timeout ${BENCH_TIMEOUT:-90} "$b" "${args[@]}" >"$LOG/$n.txt" 2>&1
 done
 # The pipelined MLA kernel (v6, bench/NOTES.md) in its own process: a fault
 # there must not cost the main table.
@@ -61,7 +63,7 @@ fi
 echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
-for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_bench peers peers_moe_mla; do
+for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_bench loopback_bench peers peers_moe_mla; do
   [ -f "$LOG/$f.txt" ] || continue
   echo "-- $f --"
   grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40

@@ -216,8 +216,8 @@ absl::StatusOr<v1::BufferInfo> DoUpload(Client::Impl& impl, const CallCtx& c, co
   int64_t off = 0;
   bool first = true;
   bool ok = true;
+  v1::UploadChunk msg;  // reused: its data string keeps its capacity
   while (ok && (first || off < t.num_bytes())) {
-    v1::UploadChunk msg;
     if (first) {
       auto* h = msg.mutable_header();
       h->set_dtype(static_cast<v1::DType>(static_cast<int>(t.dtype())));
@@ -225,9 +225,11 @@ absl::StatusOr<v1::BufferInfo> DoUpload(Client::Impl& impl, const CallCtx& c, co
       h->set_label(label);
       h->set_device(device);
       first = false;
+    } else {
+      msg.clear_header();
     }
     const int64_t n = std::min(chunk, t.num_bytes() - off);
-    if (n > 0) msg.set_data(reinterpret_cast<const char*>(t.bytes() + off), static_cast<size_t>(n));
+    msg.mutable_data()->assign(reinterpret_cast<const char*>(t.bytes() + off), static_cast<size_t>(n));
     off += n;
     ok = writer->Write(msg);
   }

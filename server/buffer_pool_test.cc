@@ -140,6 +140,39 @@ TEST_F(ServerTest, SixtyFourMegabytesThroughFourMegabyteMessages) {
   EXPECT_GT(chunks, 16);
 }
 
+// Past two of the server's 64 MiB upload batches (whose chunk strings are then
+// handed back to the parser) and its 16 MiB download staging batches: messages of mixed sizes (a recycled string
+// may be larger or smaller than the next chunk) and an odd download chunk
+// keep every byte.
+TEST_F(ServerTest, MixedChunkSizesAcrossUploadAndDownloadBatches) {
+  const int64_t total = (140 << 20) + 12345;
+  pb::Tensor t = RandomBytes(pb::UINT8, {total}, 11);
+  grpc::ClientContext ctx;
+  pb::BufferInfo info;
+  auto writer = buffers_->Upload(&ctx, &info);
+  const int64_t sizes[] = {(1 << 20) + 13, (3 << 20) - 7, 256 << 10, 2 << 20, 1};
+  int64_t off = 0;
+  for (int i = 0; off < total; ++i) {
+    const int64_t n = std::min(sizes[i % 5], total - off);
+    pb::UploadChunk c;
+    if (i == 0) {
+      c.mutable_header()->set_dtype(pb::UINT8);
+      c.mutable_header()->add_shape(total);
+    }
+    c.set_data(t.data().substr(static_cast<size_t>(off), static_cast<size_t>(n)));
+    ASSERT_TRUE(writer->Write(c));
+    off += n;
+  }
+  writer->WritesDone();
+  const grpc::Status s = writer->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::string bytes;
+  int chunks = 0;
+  ASSERT_TRUE(Download(buffers_.get(), info.id(), (3 << 20) + 5, &bytes, &chunks).ok());
+  EXPECT_EQ(bytes.size(), static_cast<size_t>(total));
+  EXPECT_TRUE(bytes == t.data()) << "the downloaded bytes differ from the uploaded ones";
+}
+
 // Streams raw upload messages and returns the status.
 grpc::Status RawUpload(pb::BufferService::Stub* stub, const std::vector<pb::UploadChunk>& msgs) {
   grpc::ClientContext ctx;

@@ -17,7 +17,9 @@ namespace {
 
 constexpr int64_t kDefaultChunkBytes = 1 << 20;
 constexpr int64_t kUploadBatchBytes = 64 << 20;
-constexpr int64_t kDownloadBatchBytes = 64 << 20;
+// Under glibc's 32 MiB mmap ceiling (TuneHostAllocator), so the staging area
+// comes from the heap and is not faulted in afresh by every download.
+constexpr int64_t kDownloadBatchBytes = 16 << 20;
 
 void FillInfo(const Buffer& b, pb::BufferInfo* info) {
   info->set_id(b.id);
@@ -62,11 +64,15 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
   // Chunks are kept as received (moved out of the messages, not copied) and
   // go to the device in batches of kUploadBatchBytes, one worker task each:
   // one copy per byte and bounded host memory, whatever the buffer's size.
+  // Flushed chunks' strings are handed back to the message before later
+  // reads, so the parser fills memory already faulted in instead of a fresh
+  // allocation per chunk. (Copying a batch on its own thread while the next
+  // is read was tried: no measurable gain, bench/NOTES.md.)
   Backend& backend = state->backend();
-  std::vector<std::string> pending;
+  std::vector<std::string> pending, spare;
   int64_t pending_bytes = 0;
-  int64_t received = 0;   // bytes read so far
-  int64_t flushed = 0;    // bytes already on the device
+  int64_t received = 0;  // bytes read so far
+  int64_t flushed = 0;   // bytes already on the device
   auto flush = [&]() -> absl::Status {
     if (pending.empty() && buffer->memory != nullptr) return absl::OkStatus();
     KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
@@ -80,9 +86,15 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
       }
       return absl::OkStatus();
     }));
+    for (std::string& p : pending) spare.push_back(std::move(p));
     pending.clear();
     pending_bytes = 0;
     return absl::OkStatus();
+  };
+  auto recycle = [&] {
+    if (spare.empty()) return;
+    chunk.mutable_data()->swap(spare.back());
+    spare.pop_back();
   };
   int64_t index = 0;
   do {
@@ -104,6 +116,7 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
     }
     chunk.Clear();
     if (pending_bytes >= kUploadBatchBytes) KS_RETURN_IF_ERROR(flush());
+    recycle();
     ++index;
   } while (reader->Read(&chunk));
   if (ctx->IsCancelled()) return absl::CancelledError("upload cancelled by the client");
@@ -133,6 +146,7 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   const int64_t batch = std::max<int64_t>(chunk, kDownloadBatchBytes / chunk * chunk);
   std::string host(static_cast<size_t>(std::min(batch, total)), '\0');
   const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
+  pb::DownloadChunk out;  // reused: its data string keeps its capacity
   for (int64_t base = 0; base < total; base += batch) {
     const int64_t m = std::min(batch, total - base);
     KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
@@ -140,11 +154,14 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
                                          static_cast<size_t>(m));
     }));
     for (int64_t off = 0; off < m; off += chunk) {
-      pb::DownloadChunk out;
-      if (base + off == 0) FillInfo(*buffer, out.mutable_info());
+      if (base + off == 0) {
+        FillInfo(*buffer, out.mutable_info());
+      } else {
+        out.clear_info();
+      }
       const int64_t n = std::min(chunk, m - off);
       out.set_offset(base + off);
-      out.set_data(host.data() + off, static_cast<size_t>(n));
+      out.mutable_data()->assign(host.data() + off, static_cast<size_t>(n));
       if (!writer->Write(out)) return absl::CancelledError("download: the client went away");
       log->AddBytesOut(n);
     }

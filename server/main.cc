@@ -93,6 +93,7 @@ bool ExpandConfig(int argc, char** argv, std::vector<std::string>* out, std::str
 }  // namespace
 
 int main(int argc, char** argv) {
+  kernelserve::TuneHostAllocator();
   absl::SetProgramUsageMessage("kernelserve: attention, MLA-decode and MoE kernels over gRPC");
   std::vector<std::string> args;
   std::string error;

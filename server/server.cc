@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <malloc.h>
+
 #include <utility>
 #include <vector>
 
@@ -35,6 +37,11 @@ const char* const kServiceNames[] = {
 };
 
 }  // namespace
+
+void TuneHostAllocator() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's ceiling for this setting
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+}
 
 absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOptions& options) {
   BackendOptions backend_options;

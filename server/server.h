@@ -45,6 +45,13 @@ struct ServerOptions {
   std::string health_listen;   // HOST:PORT of a plaintext grpc.health.v1-only port (k8s probes)
 };
 
+// Process-wide malloc settings for a process that serves (kernelserve's main
+// and the loopback benchmark): messages of up to 32 MiB come from the heap,
+// and freed heap memory is kept (up to 128 MiB at the top) instead of being
+// returned to the kernel after every chunk and faulted in again by the next;
+// page faults were most of an upload's time.
+void TuneHostAllocator();
+
 class KernelServer {
  public:
   // Creates the backend named in options.backend and starts serving.

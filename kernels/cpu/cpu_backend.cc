@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -41,10 +42,23 @@ absl::Status CheckDevice(int device) {
   return absl::OkStatus();
 }
 
+// At and above this size a buffer is its own mapping in transparent huge
+// pages: a 512 MiB upload then takes 256 page faults instead of 131072
+// (faults were most of the upload's time), and kernels miss the TLB less.
+constexpr size_t kHugePage = 2 << 20;
+
 class HostMemory : public DeviceMemory {
  public:
-  HostMemory(void* data, size_t size) : data_(data), size_(size) {}
-  ~HostMemory() override { std::free(data_); }
+  // `mapped_bytes` > 0: `data` is an mmap of that many bytes, else malloc'd.
+  HostMemory(void* data, size_t size, size_t mapped_bytes = 0)
+      : data_(data), size_(size), mapped_bytes_(mapped_bytes) {}
+  ~HostMemory() override {
+    if (mapped_bytes_ > 0) {
+      munmap(data_, mapped_bytes_);
+    } else {
+      std::free(data_);
+    }
+  }
   HostMemory(const HostMemory&) = delete;
   HostMemory& operator=(const HostMemory&) = delete;
 
@@ -55,6 +69,7 @@ class HostMemory : public DeviceMemory {
  private:
   void* data_;
   size_t size_;
+  size_t mapped_bytes_;
 };
 
 // Value of the first "key : value" line of /proc/cpuinfo with that key.
@@ -110,6 +125,15 @@ class CpuBackend : public Backend {
     const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
     if (rounded < bytes) {
       return absl::ResourceExhaustedError(absl::StrCat("cpu allocation of ", bytes, " bytes overflows"));
+    }
+    if (rounded >= kHugePage) {
+      const size_t mapped = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+      void* data = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (data == MAP_FAILED) {
+        return absl::ResourceExhaustedError(absl::StrCat("cpu allocation of ", bytes, " bytes failed"));
+      }
+      (void)madvise(data, mapped, MADV_HUGEPAGE);  // advice only: fine where THP is off
+      return std::unique_ptr<DeviceMemory>(new HostMemory(data, bytes, mapped));
     }
     void* data = std::aligned_alloc(kAlignment, rounded);
     if (data == nullptr) {
