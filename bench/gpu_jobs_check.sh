@@ -22,3 +22,6 @@ shape=(--op=attention --batch=1 --heads=16 --seq=8192 --head-dim=128 --causal --
   --variants=cuda,oracle --name=attn-vs-oracle --method=kernel --warmup=2 --iters=5
 "${KS[@]}" bench --op=mla_decode --batch=8 --heads=16 --seq=32768 --q-len=4 --variants=cuda \
   --name=mla-graph --method=graph --warmup=20 --iters=100
+# The same decode on a paged pool with shuffled slots (page size 1), as a decode server holds it.
+"${KS[@]}" bench --op=mla_decode --batch=8 --heads=16 --seq=32768 --q-len=4 --page-size=1 --variants=cuda \
+  --name=mla-paged-graph --method=graph --warmup=20 --iters=100

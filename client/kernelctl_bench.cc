@@ -124,7 +124,7 @@ struct SpecFlags {
   std::string op, name, variants, inputs = "gaussian", buffers, layout = "bhsd", round = "rtne";
   std::string format = "e4m3fn", p_mode = "exact", kv_format = "e4m3fn", method = "kernel", submitter;
   int64_t batch = 1, heads = 0, heads_kv = 0, seq = 0, seq_kv = 0, head_dim = 128, head_dim_v = 0;
-  int64_t q_len = 1, num_splits = 0, tokens = 0, experts = 0, top_k = 0, hidden = 0, inter = 0, out_dim = 0;
+  int64_t q_len = 1, num_splits = 0, page_size = 0, tokens = 0, experts = 0, top_k = 0, hidden = 0, inter = 0, out_dim = 0;
   int64_t seed = 1, warmup = 0, iters = 0, passes = 0, priority = 0, device = 0;
   bool causal = false, hadamard = false, swiglu = false, weighted_sum = false, l2_flush = false;
   std::optional<double> warmin, window, time_limit, tolerance, softmax_scale;
@@ -153,6 +153,7 @@ struct SpecFlags {
     f.Int("q-len", &q_len, "mla: draft tokens per request (default 1)");
     f.String("kv-format", &kv_format, "e4m3fn|e4m3fnuz", "mla: KV format");
     f.Int("num-splits", &num_splits, "mla: KV splits (0: backend's choice)");
+    f.Int("page-size", &page_size, "mla: 0 contiguous KV (default); N >= 1 a paged pool, pages shuffled");
     f.Int("tokens", &tokens, "moe: T");
     f.Int("experts", &experts, "moe: E");
     f.Int("top-k", &top_k, "moe: experts per token");
@@ -225,6 +226,7 @@ struct SpecFlags {
       m->set_heads(heads);
       m->set_seq_len(seq);
       m->set_num_splits(num_splits);
+      m->set_page_size(page_size);
       auto fmt = ParseEnum<pb::Fp8Format>("kv-format", kv_format, pb::Fp8Format_descriptor(), "");
       if (!fmt.ok()) return fmt.status();
       m->set_kv_format(*fmt);

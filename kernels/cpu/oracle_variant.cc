@@ -164,7 +164,19 @@ absl::StatusOr<OracleSample> SampleMla(const OpCall& c, double max_flops) {
   MlaDecodeInputs in;
   in.q_lat = ql.view();
   in.q_pe = qp.view();
-  in.kv = TensorView{TensorDesc{c.mla_in.kv.desc.dtype, {n, S, kMlaRowDim}}, c.mla_in.kv.data};
+  if (m.paged) {
+    // The first n requests' page table rows; the pool stays whole.
+    in.kv = c.mla_in.kv;
+    in.kv_indices = c.mla_in.kv_indices;
+    in.kv_indptr = TensorView{TensorDesc{DType::kInt32, {n + 1}}, c.mla_in.kv_indptr.data};
+    in.seq_lens = TensorView{TensorDesc{DType::kInt32, {n}}, c.mla_in.seq_lens.data};
+  } else {
+    in.kv = TensorView{TensorDesc{c.mla_in.kv.desc.dtype, {n, S, kMlaRowDim}}, c.mla_in.kv.data};
+    if (!c.mla_in.seq_lens.empty()) {
+      in.seq_lens = TensorView{TensorDesc{DType::kInt32, {n}}, c.mla_in.seq_lens.data};
+    }
+  }
+  if (!c.mla_in.q_lens.empty()) in.q_lens = TensorView{TensorDesc{DType::kInt32, {n}}, c.mla_in.q_lens.data};
   OracleSample out;
   KS_ASSIGN_OR_RETURN(out.reference, oracle::MlaDecode(sp, in));
   for (int64_t b = 0; b < n; ++b) {

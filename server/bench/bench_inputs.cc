@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -71,7 +72,13 @@ absl::StatusOr<AttnDims> GetAttnDims(const pb::BenchJobSpec& spec) {
 
 struct MlaDims {
   int64_t b, q_len, h, s;
+  int64_t page = 0;   // 0: contiguous
+  int64_t pages = 0;  // paged: pages per request
 };
+
+// Far more than a decode server uses, and small enough that the pool size
+// below cannot overflow.
+constexpr int64_t kMaxBenchPageSize = 1 << 20;
 
 absl::StatusOr<MlaDims> GetMlaDims(const pb::BenchJobSpec& spec) {
   if (!spec.has_mla()) return absl::InvalidArgumentError("spec.mla: required for op mla_decode");
@@ -84,7 +91,42 @@ absl::StatusOr<MlaDims> GetMlaDims(const pb::BenchJobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.mla.seq_len: expected >= q_len (", d.q_len, "), got ", d.s));
   }
+  if (m.page_size() < 0 || m.page_size() > kMaxBenchPageSize) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.mla.page_size: expected 0 (contiguous) or 1..",
+                                                   kMaxBenchPageSize, " (paged), got ", m.page_size()));
+  }
+  d.page = m.page_size();
+  if (d.page > 0) {
+    d.pages = (d.s + d.page - 1) / d.page;
+    // Slots, page numbers and lengths are int32 on the wire and in the kernels.
+    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+    if (d.s > kMax || d.pages > kMax / d.b || d.b * d.pages > kMax / d.page) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec.mla: a paged pool of batch * ceil(seq_len / page_size) pages of page_size rows must have at "
+          "most ",
+          kMax, " rows (int32 slots); got batch=", d.b, " seq_len=", d.s, " page_size=", d.page));
+    }
+  }
   return d;
+}
+
+// A paged KV layout: every request's pages drawn, shuffled, from one pool of
+// B * pages pages, so neighbouring tokens are far apart in memory.
+void PagedMlaLayout(const MlaDims& m, uint64_t seed, HostTensor* indices, HostTensor* indptr,
+                    HostTensor* seq_lens) {
+  const int64_t n = m.b * m.pages;
+  *indices = HostTensor(DType::kInt32, {n});
+  auto* idx = indices->data<int32_t>();
+  for (int64_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>(i);
+  numerics::SeededRng rng(seed);
+  for (int64_t i = n - 1; i > 0; --i) {
+    const int64_t j = std::min<int64_t>(static_cast<int64_t>(rng.Uniform() * static_cast<double>(i + 1)), i);
+    std::swap(idx[i], idx[j]);
+  }
+  *indptr = HostTensor(DType::kInt32, {m.b + 1});
+  for (int64_t b = 0; b <= m.b; ++b) indptr->data<int32_t>()[b] = static_cast<int32_t>(b * m.pages);
+  *seq_lens = HostTensor(DType::kInt32, {m.b});
+  for (int64_t b = 0; b < m.b; ++b) seq_lens->data<int32_t>()[b] = static_cast<int32_t>(m.s);
 }
 
 struct MoeDims {
@@ -139,7 +181,15 @@ absl::StatusOr<std::map<std::string, TensorDesc>> SpecDescs(const pb::BenchJobSp
       KS_ASSIGN_OR_RETURN(MlaDims m, GetMlaDims(spec));
       d["q_lat"] = TensorDesc{DType::kBf16, {m.b, m.q_len, m.h, kMlaLatentDim}};
       d["q_pe"] = TensorDesc{DType::kBf16, {m.b, m.q_len, m.h, kMlaRopeDim}};
-      d["kv"] = TensorDesc{Fp8FormatDType(ToFormat(spec.mla().kv_format())), {m.b, m.s, kMlaRowDim}};
+      const DType kv = Fp8FormatDType(ToFormat(spec.mla().kv_format()));
+      if (m.page == 0) {
+        d["kv"] = TensorDesc{kv, {m.b, m.s, kMlaRowDim}};
+      } else {
+        d["kv"] = TensorDesc{kv, {m.b * m.pages * m.page, kMlaRowDim}};
+        d["kv_indices"] = TensorDesc{DType::kInt32, {m.b * m.pages}};
+        d["kv_indptr"] = TensorDesc{DType::kInt32, {m.b + 1}};
+        d["seq_lens"] = TensorDesc{DType::kInt32, {m.b}};
+      }
       break;
     }
     case BenchOp::kMoeGateUp:
@@ -292,11 +342,20 @@ absl::Status BuildCall(const pb::BenchJobSpec& spec, PreparedJob* job) {
       p.num_splits = m.num_splits();
       p.rounding = ToRounding(m.rounding());
       p.kv_scale = m.kv_scale() > 0 ? m.kv_scale() : job->host_call.mla.kv_scale;
-      KS_RETURN_IF_ERROR(p.Validate(*desc("q_lat"), *desc("q_pe"), *desc("kv"), false, 1, nullptr,
-                                    nullptr, nullptr, nullptr));
+      const bool paged = m.page_size() > 0;
+      auto host = [&t](const char* name) -> const HostTensor* {
+        auto it = t.find(name);
+        return it == t.end() ? nullptr : &it->second;
+      };
+      KS_RETURN_IF_ERROR(p.Validate(*desc("q_lat"), *desc("q_pe"), *desc("kv"), paged,
+                                    paged ? m.page_size() : 1, host("seq_lens"), host("kv_indices"),
+                                    host("kv_indptr"), nullptr));
       c.mla_in.q_lat = view("q_lat");
       c.mla_in.q_pe = view("q_pe");
       c.mla_in.kv = view("kv");
+      c.mla_in.seq_lens = view("seq_lens");
+      c.mla_in.kv_indices = view("kv_indices");
+      c.mla_in.kv_indptr = view("kv_indptr");
       double keys = 0;  // per (b, h): draft t sees S - q_len + t + 1 rows
       for (int64_t tt = 0; tt < p.q_len; ++tt) keys += static_cast<double>(p.max_seq - p.q_len + tt + 1);
       job->flops = 2.0 * static_cast<double>(kMlaRowDim + kMlaLatentDim) * keys *
@@ -384,8 +443,10 @@ std::string ShapeDesc(const pb::BenchJobSpec& spec) {
   }
   if (spec.has_mla()) {
     const pb::MlaDecodeShape& m = spec.mla();
-    return absl::StrCat("B=", m.batch(), " q_len=", m.q_len() ? m.q_len() : 1, " H=", m.heads(),
-                        " S=", m.seq_len());
+    std::string s = absl::StrCat("B=", m.batch(), " q_len=", m.q_len() ? m.q_len() : 1, " H=", m.heads(),
+                                 " S=", m.seq_len());
+    if (m.page_size() > 0) absl::StrAppend(&s, " paged page_size=", m.page_size());
+    return s;
   }
   if (spec.has_moe()) {
     const pb::MoeShape& m = spec.moe();
@@ -433,6 +494,14 @@ absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops, double ma
     if (name == "topk_ids") {
       const MoeDims m = GetMoeDims(spec).value();
       job.tensors.emplace(name, RandomTopkIds(m.t, m.k_top, m.e, 1));
+    } else if (name == "kv_indices") {
+      HostTensor indices, indptr, seq_lens;
+      PagedMlaLayout(GetMlaDims(spec).value(), 1, &indices, &indptr, &seq_lens);
+      job.tensors.emplace("kv_indices", std::move(indices));
+      job.tensors.emplace("kv_indptr", std::move(indptr));
+      job.tensors.emplace("seq_lens", std::move(seq_lens));
+    } else if (name == "kv_indptr" || name == "seq_lens") {
+      continue;  // with kv_indices
     } else {
       job.tensors.emplace(name, HostTensor(d, {}));
     }
@@ -490,6 +559,9 @@ absl::StatusOr<std::unique_ptr<PreparedJob>> PrepareJob(const pb::BenchJobSpec& 
     float scale = 1;
     t["kv"] = GaussianFp8(descs["kv"], seed + 2, &scale);
     job->host_call.mla.kv_scale = scale;
+    if (descs.count("kv_indices")) {
+      PagedMlaLayout(GetMlaDims(spec).value(), seed + 3, &t["kv_indices"], &t["kv_indptr"], &t["seq_lens"]);
+    }
   } else {
     KS_ASSIGN_OR_RETURN(MoeDims m, GetMoeDims(spec));
     t["x"] = numerics::GaussianBf16(descs["x"].shape, seed);

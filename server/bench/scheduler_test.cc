@@ -233,6 +233,10 @@ TEST_F(SchedulerTest, EveryOpRunsWithPassesMethod) {
     m.mutable_mla()->set_heads(4);
     m.mutable_mla()->set_seq_len(40);
     specs.push_back(m);
+    for (int64_t page : {1, 16}) {  // paged pools, pages shuffled; 40 rows = 2.5 pages of 16
+      m.mutable_mla()->set_page_size(page);
+      specs.push_back(m);
+    }
   }
   for (pb::BenchOp op : {pb::OP_MOE_GATEUP, pb::OP_MOE_DOWN, pb::OP_MOE_LAYER}) {
     pb::BenchJobSpec m;
@@ -258,6 +262,10 @@ TEST_F(SchedulerTest, EveryOpRunsWithPassesMethod) {
     SCOPED_TRACE(pb::BenchOp_Name(spec.op()));
     ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
     ASSERT_EQ(j.results_size(), spec.variants_size() ? spec.variants_size() : 1);
+    if (spec.mla().page_size() > 0) {
+      EXPECT_THAT(j.shape_desc(),
+                  HasSubstr(absl::StrCat("paged page_size=", spec.mla().page_size())));
+    }
     for (const auto& r : j.results()) {
       SCOPED_TRACE(r.variant());
       EXPECT_TRUE(r.correct()) << r.gate_message() << " " << r.error_message();
@@ -311,6 +319,8 @@ TEST_F(SchedulerTest, LargeProblemsAreGatedOnAnExactSample) {
     m.mutable_mla()->set_seq_len(50);
     m.add_variants("cpu");
     m.add_variants("test.wrong");
+    specs.push_back(m);
+    m.mutable_mla()->set_page_size(8);  // the sample reads the first requests' page table
     specs.push_back(m);
   }
   for (pb::BenchOp op : {pb::OP_MOE_DOWN, pb::OP_MOE_LAYER}) {
@@ -383,6 +393,22 @@ TEST_F(SchedulerTest, RejectsBadSpecsWithClearMessages) {
   r = s->Submit(no_shape);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("spec.moe"));
+
+  pb::BenchJobSpec mla;
+  mla.set_op(pb::OP_MLA_DECODE);
+  mla.mutable_mla()->set_batch(2);
+  mla.mutable_mla()->set_heads(4);
+  mla.mutable_mla()->set_seq_len(40);
+  mla.mutable_mla()->set_page_size(-1);
+  r = s->Submit(mla);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("spec.mla.page_size: expected 0 (contiguous)"));
+  mla.mutable_mla()->set_page_size(1);
+  mla.mutable_mla()->set_batch(int64_t{1} << 20);
+  mla.mutable_mla()->set_seq_len(int64_t{1} << 20);  // 2^40 slots: not int32
+  r = s->Submit(mla);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("int32 slots"));
 }
 
 // The cpu backend's GEMM ceiling is a real ceiling: its attention kernel stays
