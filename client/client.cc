@@ -250,7 +250,7 @@ absl::StatusOr<HostTensor> DoDownload(Client::Impl& impl, const CallCtx& c, cons
     bool have_info = false;
     TensorDesc desc;
     std::vector<uint8_t> bytes;
-    int64_t expected = 0;
+    int64_t expected = 0, received = 0;
     while (reader->Read(&chunk)) {
       if (!have_info) {
         if (!chunk.has_info()) {
@@ -266,7 +266,9 @@ absl::StatusOr<HostTensor> DoDownload(Client::Impl& impl, const CallCtx& c, cons
           reader->Finish();
           return grpc::Status(grpc::StatusCode::DATA_LOSS, "download: buffer info has an invalid shape");
         }
-        bytes.resize(static_cast<size_t>(expected));
+        // Reserved, not resized: the chunks arrive in order and are
+        // appended, so each page is written once (no zero fill first).
+        bytes.reserve(static_cast<size_t>(expected));
         have_info = true;
       }
       const int64_t off = chunk.offset();
@@ -277,11 +279,22 @@ absl::StatusOr<HostTensor> DoDownload(Client::Impl& impl, const CallCtx& c, cons
         return grpc::Status(grpc::StatusCode::DATA_LOSS,
                             absl::StrCat("download: chunk at offset ", off, " of ", n, " bytes overruns ", expected));
       }
-      if (n > 0) std::memcpy(bytes.data() + off, chunk.data().data(), static_cast<size_t>(n));
+      const auto* src = reinterpret_cast<const uint8_t*>(chunk.data().data());
+      if (off == static_cast<int64_t>(bytes.size())) {
+        bytes.insert(bytes.end(), src, src + n);
+      } else {
+        if (static_cast<int64_t>(bytes.size()) < off + n) bytes.resize(static_cast<size_t>(off + n));
+        if (n > 0) std::memcpy(bytes.data() + off, src, static_cast<size_t>(n));
+      }
+      received += n;
     }
     grpc::Status s = reader->Finish();
     if (!s.ok()) return s;
     if (!have_info) return grpc::Status(grpc::StatusCode::DATA_LOSS, "download: the server sent no chunks");
+    if (received != expected || static_cast<int64_t>(bytes.size()) != expected) {
+      return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          absl::StrCat("download: received ", received, " of ", expected, " bytes"));
+    }
     result = HostTensor(std::move(desc), std::move(bytes));
     return grpc::Status::OK;
   });
