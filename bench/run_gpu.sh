@@ -68,6 +68,11 @@ if [ -x .bundle/bin/mla_cuda_bench ]; then
     echo "mla_cuda_bench --only=wgmma_pipe: rc=$?" >>"$LOG/mla_pipe.txt"
   timeout ${BENCH_TIMEOUT:-90} .bundle/bin/mla_cuda_bench --only=wgmma_pv >"$LOG/mla_pv.txt" 2>&1
 fi
+# The warp-specialized attention kernel (v4, bench/NOTES.md), likewise alone.
+if [ -x .bundle/bin/attention_cuda_bench ]; then
+  timeout ${BENCH_TIMEOUT:-90} .bundle/bin/attention_cuda_bench --kernel=ws >"$LOG/attention_ws.txt" 2>&1 ||
+    echo "attention_cuda_bench --kernel=ws: rc=$?" >>"$LOG/attention_ws.txt"
+fi
 if [ $run_peers = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py >"$LOG/peers.txt" 2>&1
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers_moe_mla.py >"$LOG/peers_moe_mla.txt" 2>&1
@@ -81,7 +86,7 @@ for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_b
   echo "-- $f --"
   grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40
 done
-for f in mla_pv mla_pipe; do
-  [ -f "$LOG/$f.txt" ] && { echo "-- $f --"; grep -E 'paged:|rc=|rror' "$LOG/$f.txt" | head -12; }
+for f in mla_pv mla_pipe attention_ws; do
+  [ -f "$LOG/$f.txt" ] && { echo "-- $f --"; grep -E '^\||paged:|rc=|rror' "$LOG/$f.txt" | grep -vE '^\| -+' | head -20; }
 done
 [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C /tmp gpu_run

@@ -107,13 +107,20 @@ absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const T
   fp.scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
   fp.rounding = static_cast<int>(p.rounding);
 
+  const bool ws = kernel == AttentionKernel::kWgmmaWs;
   const bool wgmma = kernel == AttentionKernel::kWgmma ||
                      (kernel == AttentionKernel::kAuto && d == 128 && kWgmmaDefaultAtD128);
-  if (wgmma && d != 128) {
+  if ((wgmma || ws) && d != 128) {
     return absl::UnimplementedError(
-        absl::StrCat("cuda attention: the wgmma kernel exists for head_dim 128 only, got ", d));
+        absl::StrCat("cuda attention: the wgmma kernels exist for head_dim 128 only, got ", d));
   }
   cudaError_t e;
+  if (ws) {
+    e = p.causal ? RunFlashFwdSm90WsHdim128<true>(fp, stream)
+                 : RunFlashFwdSm90WsHdim128<false>(fp, stream);
+    return GpuStatus(e, absl::StrCat("cuda attention launch (wgmma-ws d128",
+                                     p.causal ? ", causal)" : ")"));
+  }
   if (wgmma) {
     e = p.causal ? RunFlashFwdSm90Hdim128<true>(fp, stream)
                  : RunFlashFwdSm90Hdim128<false>(fp, stream);

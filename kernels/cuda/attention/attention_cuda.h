@@ -17,9 +17,11 @@ namespace cuda {
 
 // Which kernel runs. kAuto is the default choice per head dim (see
 // attention_cuda.cc: wgmma at head dim 128, mma.sync otherwise); the others
-// force one, for tests and benchmarks. The wgmma kernel exists for head dim
-// 128 only (UNIMPLEMENTED otherwise).
-enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
+// force one, for tests and benchmarks. The wgmma kernels exist for head dim
+// 128 only (UNIMPLEMENTED otherwise). kWgmmaWs is the warp-specialized
+// wgmma kernel (TMA producer, ping-ponging consumers; bench/NOTES.md v4):
+// never chosen by kAuto.
+enum class AttentionKernel { kAuto, kMmaSync, kWgmma, kWgmmaWs };
 
 // Head dims 64, 128, 256 (others: UNIMPLEMENTED). Pointers must be 16-byte
 // aligned. Launch errors come back as a status (UNAVAILABLE for sticky faults).

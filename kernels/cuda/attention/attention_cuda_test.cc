@@ -154,14 +154,53 @@ Compared Compare(const HostTensor& out, const std::vector<double>& ref, Rounding
   return c;
 }
 
+const char* KernelName(cuda::AttentionKernel kernel) {
+  switch (kernel) {
+    case cuda::AttentionKernel::kAuto:
+      return "auto";
+    case cuda::AttentionKernel::kMmaSync:
+      return "mma.sync";
+    case cuda::AttentionKernel::kWgmma:
+      return "wgmma";
+    case cuda::AttentionKernel::kWgmmaWs:
+      return "wgmma-ws";
+  }
+  return "?";
+}
+
 class AttentionCudaTest : public CudaTest {
  protected:
-  // Runs one case; inputs may be edited by `mutate` before upload.
-  void Run(const Case& cs, void (*mutate)(HostTensor&, HostTensor&, HostTensor&) = nullptr,
-           Compared* result = nullptr) {
-    const uint64_t seed = FreshSeed();
-    SCOPED_TRACE(absl::StrCat(CaseName(cs), " seed ", seed));
-    HostTensor q, k, v;
+  // The kernels every case runs: the backend's default, then at d128 each
+  // kernel explicitly (the warp-specialized one has its own suite below).
+  virtual std::vector<cuda::AttentionKernel> KernelsFor(int64_t dim) const {
+    std::vector<cuda::AttentionKernel> kernels = {cuda::AttentionKernel::kAuto};
+    if (dim == 128) {
+      kernels.push_back(cuda::AttentionKernel::kMmaSync);
+      kernels.push_back(cuda::AttentionKernel::kWgmma);
+    }
+    return kernels;
+  }
+
+  // Runs `kernel` on uploaded inputs into a poisoned output and copies it back.
+  void RunKernel(const AttentionParams& p, const TensorView& dq, const TensorView& dk,
+                 const TensorView& dv, cuda::AttentionKernel kernel, HostTensor& out) {
+    for (int64_t i = 0; i < out.num_elements(); ++i) out.data<uint16_t>()[i] = kPoison;
+    TensorView dout = Upload(out);
+    if (kernel == cuda::AttentionKernel::kAuto) {
+      ASSERT_TRUE(backend_->Attention(0, p, dq, dk, dv, dout).ok());
+      ASSERT_TRUE(backend_->Synchronize(0).ok());
+    } else {
+      // Directly on the default stream; the backend's copies are synchronous.
+      const absl::Status st = cuda::RunAttention(p, dq, dk, dv, dout, nullptr, kernel);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
+    ASSERT_TRUE(backend_->CopyToHost(0, out.bytes(), dout.data, out.num_bytes()).ok());
+  }
+
+  // Fresh random inputs for a case (Gaussian or the long-tail generator).
+  static void MakeInputs(const Case& cs, uint64_t seed, HostTensor& q, HostTensor& k,
+                         HostTensor& v) {
     if (cs.long_tail) {
       numerics::LongTailOptions lt;
       lt.batch = cs.batch;
@@ -184,6 +223,18 @@ class AttentionCudaTest : public CudaTest {
       v = numerics::GaussianBf16(AttnShape(cs.layout, cs.batch, cs.heads_kv, cs.seq_kv, cs.dim),
                                  seed + 2);
     }
+  }
+
+  // Runs one case on every kernel of KernelsFor against the fp64 oracle;
+  // inputs may be edited by `mutate` before upload.
+  void Run(const Case& cs, void (*mutate)(HostTensor&, HostTensor&, HostTensor&) = nullptr,
+           Compared* result = nullptr) {
+    const std::vector<cuda::AttentionKernel> kernels = KernelsFor(cs.dim);
+    if (kernels.empty()) return;
+    const uint64_t seed = FreshSeed();
+    SCOPED_TRACE(absl::StrCat(CaseName(cs), " seed ", seed));
+    HostTensor q, k, v;
+    MakeInputs(cs, seed, q, k, v);
     if (mutate) mutate(q, k, v);
     AttentionParams p;
     p.layout = cs.layout;
@@ -195,30 +246,12 @@ class AttentionCudaTest : public CudaTest {
     ASSERT_TRUE(ref.ok()) << ref.status();
     TensorView dq = Upload(q), dk = Upload(k), dv = Upload(v);
 
-    // The backend's default kernel, then at d128 each kernel explicitly.
-    std::vector<cuda::AttentionKernel> kernels = {cuda::AttentionKernel::kAuto};
-    if (cs.dim == 128) {
-      kernels.push_back(cuda::AttentionKernel::kMmaSync);
-      kernels.push_back(cuda::AttentionKernel::kWgmma);
-    }
     for (cuda::AttentionKernel kernel : kernels) {
-      const char* kname = kernel == cuda::AttentionKernel::kAuto      ? "auto"
-                          : kernel == cuda::AttentionKernel::kMmaSync ? "mma.sync"
-                                                                      : "wgmma";
+      const char* kname = KernelName(kernel);
       SCOPED_TRACE(kname);
       HostTensor out(DType::kBf16, p.OutputDesc().shape);
-      for (int64_t i = 0; i < out.num_elements(); ++i) out.data<uint16_t>()[i] = kPoison;
-      TensorView dout = Upload(out);
-      if (kernel == cuda::AttentionKernel::kAuto) {
-        ASSERT_TRUE(backend_->Attention(0, p, dq, dk, dv, dout).ok());
-        ASSERT_TRUE(backend_->Synchronize(0).ok());
-      } else {
-        // Directly on the default stream; the backend's copies are synchronous.
-        const absl::Status st = cuda::RunAttention(p, dq, dk, dv, dout, nullptr, kernel);
-        ASSERT_TRUE(st.ok()) << st;
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      }
-      ASSERT_TRUE(backend_->CopyToHost(0, out.bytes(), dout.data, out.num_bytes()).ok());
+      RunKernel(p, dq, dk, dv, kernel, out);
+      if (HasFatalFailure()) return;
       const Compared c = Compare(out, *ref, cs.rounding);
       std::printf("  %-70s %-8s rel_rms %.3e within1ulp %.5f max_err %.2f ulp\n",
                   CaseName(cs).c_str(), kname, c.rel_rms, c.frac_within_1ulp, c.max_err_ulps);
@@ -230,14 +263,53 @@ class AttentionCudaTest : public CudaTest {
       if (result) *result = c;
     }
   }
+
+  // Test bodies shared with the Ws suite, whose KernelsFor keeps only the
+  // d128 cases.
+  void RunHeadDim128Cases() {
+    Run({1, 2, 2, 256, 256, 128, true, Layout::kBhsd, Rounding::kRtne});
+    Run({1, 2, 2, 200, 200, 128, false, Layout::kBshd, Rounding::kRtne});
+    Run({2, 8, 2, 1024, 1024, 128, true, Layout::kBhsd, Rounding::kRtne});
+    Run({1, 3, 1, 1, 513, 128, true, Layout::kBhsd, Rounding::kRtne});
+  }
+
+  void RunRoundingModeCases() {
+    for (Rounding r : {Rounding::kRtne, Rounding::kRtna, Rounding::kRtz}) {
+      Run({1, 2, 1, 160, 333, 128, true, Layout::kBshd, r});
+      Run({1, 2, 2, 96, 96, 64, false, Layout::kBhsd, r});
+    }
+  }
+
+  void RunCrossLengthCases() {
+    Run({1, 2, 2, 333, 47, 128, true, Layout::kBhsd, Rounding::kRtne});  // Sq > Skv
+    Run({1, 2, 2, 47, 333, 128, true, Layout::kBshd, Rounding::kRtne});  // Sq < Skv
+    Run({3, 5, 5, 17, 1, 128, false, Layout::kBhsd, Rounding::kRtne});
+    Run({1, 1, 1, 1, 1, 64, true, Layout::kBhsd, Rounding::kRtne});
+  }
+
+  void RunLongTailCases() {
+    Case c{1, 2, 1, 1024, 2048, 128, true, Layout::kBhsd, Rounding::kRtne};
+    c.long_tail = true;
+    Run(c);
+  }
+
+  // NaN in Q poisons its row; NaN in K at key j poisons the rows that see j;
+  // NaN in V at key 0 poisons column d of every row (all rows see key 0 when
+  // Sq == Skv). The oracle propagates the same way.
+  void RunNaNCases() {
+    auto mutate = [](HostTensor& q, HostTensor& k, HostTensor& v) {
+      const uint16_t nan = 0x7FC0;
+      q.data<uint16_t>()[5 * 128 + 3] = nan;    // BHSD: row 5 of head 0, d 3
+      k.data<uint16_t>()[100 * 128 + 7] = nan;  // key 100 of head 0
+      v.data<uint16_t>()[0 * 128 + 11] = nan;   // key 0, d 11
+    };
+    Compared c;
+    Run({1, 2, 2, 200, 200, 128, true, Layout::kBhsd, Rounding::kRtne}, mutate, &c);
+    Run({1, 2, 2, 200, 200, 128, false, Layout::kBhsd, Rounding::kRtz}, mutate, &c);
+  }
 };
 
-TEST_F(AttentionCudaTest, HeadDim128) {
-  Run({1, 2, 2, 256, 256, 128, true, Layout::kBhsd, Rounding::kRtne});
-  Run({1, 2, 2, 200, 200, 128, false, Layout::kBshd, Rounding::kRtne});
-  Run({2, 8, 2, 1024, 1024, 128, true, Layout::kBhsd, Rounding::kRtne});
-  Run({1, 3, 1, 1, 513, 128, true, Layout::kBhsd, Rounding::kRtne});
-}
+TEST_F(AttentionCudaTest, HeadDim128) { RunHeadDim128Cases(); }
 
 TEST_F(AttentionCudaTest, HeadDim64) {
   Run({1, 4, 2, 77, 300, 64, true, Layout::kBhsd, Rounding::kRtne});
@@ -251,39 +323,92 @@ TEST_F(AttentionCudaTest, HeadDim256) {
   Run({1, 2, 1, 65, 190, 256, false, Layout::kBhsd, Rounding::kRtna});
 }
 
-TEST_F(AttentionCudaTest, RoundingModes) {
-  for (Rounding r : {Rounding::kRtne, Rounding::kRtna, Rounding::kRtz}) {
-    Run({1, 2, 1, 160, 333, 128, true, Layout::kBshd, r});
-    Run({1, 2, 2, 96, 96, 64, false, Layout::kBhsd, r});
+TEST_F(AttentionCudaTest, RoundingModes) { RunRoundingModeCases(); }
+
+TEST_F(AttentionCudaTest, CrossLengthsAndOddSizes) { RunCrossLengthCases(); }
+
+TEST_F(AttentionCudaTest, LongTailInputs) { RunLongTailCases(); }
+
+TEST_F(AttentionCudaTest, NaNInputsPropagateLikeTheOracle) { RunNaNCases(); }
+
+// The warp-specialized kernel (kWgmmaWs, bench/NOTES.md v4: TMA producer,
+// mbarrier ring, ping-ponging consumers), written without a device. Its own
+// suite, so that a GPU run can execute it alone (--gtest_filter='*Ws*') and
+// an mbarrier hang or a fault there cannot cost the other results: every
+// d128 case the wgmma kernel is tested on, against the oracle, plus shapes
+// aimed at the stage ring and the bytes of the v3 kernel.
+class AttentionCudaWsTest : public AttentionCudaTest {
+ protected:
+  std::vector<cuda::AttentionKernel> KernelsFor(int64_t dim) const override {
+    if (dim != 128) return {};
+    return {cuda::AttentionKernel::kWgmmaWs};
   }
+
+  // v4 does v3's arithmetic in v3's order (same wgmma sequence, softmax,
+  // rescale and epilogue; TMA zero-fills the rows cp.async zero-fills), so
+  // it should write v3's bytes, and the same bytes twice. A mismatch while
+  // the oracle cases pass points at a hand-off race (a stage refilled or
+  // read too early), not at the numerics.
+  void RunSameBits(const Case& cs) {
+    const uint64_t seed = FreshSeed();
+    SCOPED_TRACE(absl::StrCat(CaseName(cs), " seed ", seed));
+    HostTensor q, k, v;
+    MakeInputs(cs, seed, q, k, v);
+    AttentionParams p;
+    p.layout = cs.layout;
+    p.causal = cs.causal;
+    p.rounding = cs.rounding;
+    ASSERT_TRUE(p.Validate(q.desc(), k.desc(), v.desc()).ok());
+    TensorView dq = Upload(q), dk = Upload(k), dv = Upload(v);
+    const Shape shape = p.OutputDesc().shape;
+    HostTensor want(DType::kBf16, shape), got(DType::kBf16, shape), again(DType::kBf16, shape);
+    RunKernel(p, dq, dk, dv, cuda::AttentionKernel::kWgmma, want);
+    if (HasFatalFailure()) return;
+    RunKernel(p, dq, dk, dv, cuda::AttentionKernel::kWgmmaWs, got);
+    if (HasFatalFailure()) return;
+    RunKernel(p, dq, dk, dv, cuda::AttentionKernel::kWgmmaWs, again);
+    if (HasFatalFailure()) return;
+    int64_t diff_v3 = 0, diff_rerun = 0;
+    for (int64_t i = 0; i < want.num_elements(); ++i) {
+      const uint16_t w = want.data<uint16_t>()[i], g = got.data<uint16_t>()[i];
+      if (g != w && diff_v3++ < 5) {
+        ADD_FAILURE() << "element " << i << ": ws 0x" << std::hex << g << ", wgmma 0x" << w;
+      }
+      diff_rerun += again.data<uint16_t>()[i] != g;
+    }
+    std::printf("  %-70s wgmma-ws vs wgmma: %lld of %lld differ; rerun: %lld\n",
+                CaseName(cs).c_str(), static_cast<long long>(diff_v3),
+                static_cast<long long>(want.num_elements()), static_cast<long long>(diff_rerun));
+    EXPECT_EQ(diff_v3, 0);
+    EXPECT_EQ(diff_rerun, 0);
+  }
+};
+
+TEST_F(AttentionCudaWsTest, HeadDim128) { RunHeadDim128Cases(); }
+
+TEST_F(AttentionCudaWsTest, RoundingModes) { RunRoundingModeCases(); }
+
+TEST_F(AttentionCudaWsTest, CrossLengthsAndOddSizes) { RunCrossLengthCases(); }
+
+TEST_F(AttentionCudaWsTest, LongTailInputs) { RunLongTailCases(); }
+
+TEST_F(AttentionCudaWsTest, NaNInputsPropagateLikeTheOracle) { RunNaNCases(); }
+
+// The stage ring and the turn schedule: many key tiles (the 2-stage ring
+// wraps 16 times), one tile (no loop iteration), CTAs with no key tile next
+// to CTAs with one, GQA in both layouts.
+TEST_F(AttentionCudaWsTest, RingAndScheduleShapes) {
+  Run({1, 2, 1, 128, 4096, 128, false, Layout::kBhsd, Rounding::kRtne});
+  Run({1, 4, 2, 130, 128, 128, false, Layout::kBshd, Rounding::kRtne});
+  Run({1, 2, 2, 700, 100, 128, true, Layout::kBshd, Rounding::kRtna});
+  Run({2, 4, 1, 640, 640, 128, true, Layout::kBshd, Rounding::kRtz});
 }
 
-TEST_F(AttentionCudaTest, CrossLengthsAndOddSizes) {
-  Run({1, 2, 2, 333, 47, 128, true, Layout::kBhsd, Rounding::kRtne});   // Sq > Skv
-  Run({1, 2, 2, 47, 333, 128, true, Layout::kBshd, Rounding::kRtne});   // Sq < Skv
-  Run({3, 5, 5, 17, 1, 128, false, Layout::kBhsd, Rounding::kRtne});
-  Run({1, 1, 1, 1, 1, 64, true, Layout::kBhsd, Rounding::kRtne});
-}
-
-TEST_F(AttentionCudaTest, LongTailInputs) {
-  Case c{1, 2, 1, 1024, 2048, 128, true, Layout::kBhsd, Rounding::kRtne};
-  c.long_tail = true;
-  Run(c);
-}
-
-// NaN in Q poisons its row; NaN in K at key j poisons the rows that see j;
-// NaN in V at key 0 poisons column d of every row (all rows see key 0 when
-// Sq == Skv). The oracle propagates the same way.
-TEST_F(AttentionCudaTest, NaNInputsPropagateLikeTheOracle) {
-  auto mutate = [](HostTensor& q, HostTensor& k, HostTensor& v) {
-    const uint16_t nan = 0x7FC0;
-    q.data<uint16_t>()[5 * 128 + 3] = nan;      // BHSD: row 5 of head 0, d 3
-    k.data<uint16_t>()[100 * 128 + 7] = nan;    // key 100 of head 0
-    v.data<uint16_t>()[0 * 128 + 11] = nan;     // key 0, d 11
-  };
-  Compared c;
-  Run({1, 2, 2, 200, 200, 128, true, Layout::kBhsd, Rounding::kRtne}, mutate, &c);
-  Run({1, 2, 2, 200, 200, 128, false, Layout::kBhsd, Rounding::kRtz}, mutate, &c);
+TEST_F(AttentionCudaWsTest, SameBitsAsWgmmaAndDeterministic) {
+  RunSameBits({2, 4, 2, 1536, 1536, 128, true, Layout::kBhsd, Rounding::kRtne});
+  RunSameBits({1, 4, 1, 300, 1100, 128, false, Layout::kBshd, Rounding::kRtna});
+  RunSameBits({1, 2, 2, 1000, 129, 128, true, Layout::kBhsd, Rounding::kRtz});
+  RunSameBits({2, 3, 3, 64, 4096, 128, true, Layout::kBshd, Rounding::kRtne});
 }
 
 // The epilogue's rounding functions are bit-for-bit numerics::FloatToBf16.

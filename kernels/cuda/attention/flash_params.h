@@ -40,6 +40,11 @@ cudaError_t RunFlashFwd(const FlashFwdParams& params, cudaStream_t stream);
 template <bool kCausal>
 cudaError_t RunFlashFwdSm90Hdim128(const FlashFwdParams& params, cudaStream_t stream);
 
+// The warp-specialized sm_90a kernel (TMA producer, ping-ponging wgmma
+// consumers; sm90/flash_fwd_sm90_ws.h), head dim 128 only. Not the default.
+template <bool kCausal>
+cudaError_t RunFlashFwdSm90WsHdim128(const FlashFwdParams& params, cudaStream_t stream);
+
 // Test hook for the epilogue's rounding functions: out[i] = bf16 bits of
 // in[i] rounded in `rounding` by the same device function the kernel uses.
 cudaError_t RoundToBf16OnDevice(const float* in, uint16_t* out, int64_t n, int rounding,
