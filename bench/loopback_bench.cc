@@ -3,9 +3,15 @@
 // (kernelserve::Client) as users call it. By default it starts a server in
 // this process on 127.0.0.1:0 with the cpu backend (--backend=cuda on a GPU
 // node: uploads then land in device memory); --server=HOST:PORT measures a
-// running kernelserve instead. Prints a short markdown table.
+// running kernelserve instead. Last, DESIGN §7's "a remote attention call on
+// server-resident inputs within 2 % of the bare kernel time": the same causal
+// attention (B=1, H=16, S=16384, D=128 on a GPU; H=8, S=2048 on the cpu) timed
+// as a client call whose inputs and output stay in server buffers, and as the
+// bare backend call (a second backend instance in this process, launch +
+// synchronize); medians of 10 after 2 warm-ups. Prints a short markdown table.
 //
 //   bazel run //bench:loopback_bench -- [--backend=cpu|cuda|auto] [--server=HOST:PORT] [--mib=512]
+//                                       [--attn_seq=N] [--attn_heads=N]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +24,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "kernels/api/backend.h"
+#include "kernels/backends.h"
+#include "kernels/numerics/test_inputs.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -29,22 +38,76 @@ const char* FlagValue(const char* arg, const char* name) {
   return std::strncmp(arg, name, n) == 0 ? arg + n : nullptr;
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+constexpr int kAttnWarmup = 2, kAttnReps = 10;
+
+// Median wall time (ms) of the bare backend call: inputs already in device
+// memory, launch and synchronize, as the server's worker runs it.
+absl::StatusOr<double> BareAttentionMs(const std::string& backend_name, const AttentionParams& p,
+                                       const HostTensor& q, const HostTensor& k, const HostTensor& v) {
+  auto backend = CreateBackend(backend_name, BackendOptions());
+  if (!backend.ok()) return backend.status();
+  Backend& be = **backend;
+  std::vector<std::unique_ptr<DeviceMemory>> mem;
+  auto upload = [&](const HostTensor& t) -> absl::StatusOr<TensorView> {
+    auto m = be.Allocate(0, static_cast<size_t>(t.num_bytes()));
+    if (!m.ok()) return m.status();
+    absl::Status st = be.CopyToDevice(0, (*m)->data(), t.bytes(), static_cast<size_t>(t.num_bytes()));
+    if (!st.ok()) return st;
+    TensorView view{t.desc(), (*m)->data()};
+    mem.push_back(std::move(*m));
+    return view;
+  };
+  auto dq = upload(q), dk = upload(k), dv = upload(v);
+  if (!dq.ok()) return dq.status();
+  if (!dk.ok()) return dk.status();
+  if (!dv.ok()) return dv.status();
+  const TensorDesc od = p.OutputDesc();
+  auto om = be.Allocate(0, static_cast<size_t>(od.num_bytes()));
+  if (!om.ok()) return om.status();
+  TensorView out{od, (*om)->data()};
+  std::vector<double> ms;
+  for (int i = 0; i < kAttnWarmup + kAttnReps; ++i) {
+    const absl::Time t0 = absl::Now();
+    absl::Status st = be.Attention(0, p, *dq, *dk, *dv, out);
+    if (st.ok()) st = be.Synchronize(0);
+    if (!st.ok()) return st;
+    if (i >= kAttnWarmup) ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+  }
+  return Median(ms);
+}
+
 int Main(int argc, char** argv) {
   std::string target;
   std::string backend = "cpu";
-  int64_t mib = 512;
+  int64_t mib = 512, attn_seq = 0, attn_heads = 0;
   for (int i = 1; i < argc; ++i) {
     if (const char* v = FlagValue(argv[i], "--server=")) {
       target = v;
     } else if (const char* v = FlagValue(argv[i], "--backend=")) {
       backend = v;
+    } else if (const char* v = FlagValue(argv[i], "--attn_seq=")) {
+      if (!absl::SimpleAtoi(v, &attn_seq) || attn_seq < 1) {
+        std::fprintf(stderr, "--attn_seq: expected a positive integer, got %s\n", v);
+        return 2;
+      }
+    } else if (const char* v = FlagValue(argv[i], "--attn_heads=")) {
+      if (!absl::SimpleAtoi(v, &attn_heads) || attn_heads < 1) {
+        std::fprintf(stderr, "--attn_heads: expected a positive integer, got %s\n", v);
+        return 2;
+      }
     } else if (const char* v = FlagValue(argv[i], "--mib=")) {
       if (!absl::SimpleAtoi(v, &mib) || mib < 1) {
         std::fprintf(stderr, "--mib: expected a positive integer, got %s\n", v);
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: loopback_bench [--backend=cpu|cuda|auto] [--server=HOST:PORT] [--mib=N]\n");
+      std::fprintf(stderr, "usage: loopback_bench [--backend=cpu|cuda|auto] [--server=HOST:PORT] [--mib=N] [--attn_seq=N] "
+                   "[--attn_heads=N]\n");
       return 2;
     }
   }
@@ -130,6 +193,65 @@ int Main(int argc, char** argv) {
                 static_cast<long long>(mib), cm, up[1], up[2]);
     std::printf("| download %lld MiB, %lld MiB chunks, median / best of 3 | %.2f / %.2f GB/s |\n",
                 static_cast<long long>(mib), cm, down[1], down[2]);
+  }
+
+  // A remote attention call on server-resident inputs against the bare kernel.
+  auto devices = (*client)->Devices();
+  if (!devices.ok() || devices->devices_size() == 0) return 1;
+  const bool gpu = devices->devices(0).backend() != "cpu";
+  const int64_t S = attn_seq > 0 ? attn_seq : gpu ? 16384 : 2048;
+  const int64_t H = attn_heads > 0 ? attn_heads : gpu ? 16 : 8;
+  const Shape shape = {1, H, S, 128};
+  const HostTensor q = numerics::GaussianBf16(shape, 11), k = numerics::GaussianBf16(shape, 12),
+                   v = numerics::GaussianBf16(shape, 13);
+  AttentionArgs a;
+  std::vector<std::string> ids;
+  for (const HostTensor* t : {&q, &k, &v}) {
+    auto info = (*client)->UploadBuffer(*t, "loopback_bench attention");
+    if (!info.ok()) {
+      std::fprintf(stderr, "upload: %s\n", info.status().ToString().c_str());
+      return 1;
+    }
+    ids.push_back(info->id());
+  }
+  a.q = TensorArg::Buffer(ids[0]);
+  a.k = TensorArg::Buffer(ids[1]);
+  a.v = TensorArg::Buffer(ids[2]);
+  a.causal = true;
+  a.output.to_buffer = true;
+  std::vector<double> remote_ms, run_ms;
+  for (int i = 0; i < kAttnWarmup + kAttnReps; ++i) {
+    const absl::Time t0 = absl::Now();
+    auto r = (*client)->Attention(a);
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    if (!r.ok()) {
+      std::fprintf(stderr, "attention: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    (void)(*client)->FreeBuffer(r->out_buffer_id);
+    if (i >= kAttnWarmup) {
+      remote_ms.push_back(ms);
+      run_ms.push_back(r->info.run_ms);
+    }
+  }
+  for (const std::string& id : ids) (void)(*client)->FreeBuffer(id);
+  const double remote = Median(remote_ms), run = Median(run_ms);
+  std::printf("| causal attention B=1 H=%lld S=%lld D=128, inputs and output in server buffers: client "
+              "call / server run_ms (median of %d) | %.3f / %.3f ms |\n",
+              static_cast<long long>(H), static_cast<long long>(S), kAttnReps, remote, run);
+  if (server != nullptr) {
+    AttentionParams p;
+    p.causal = true;
+    if (!p.Validate(q.desc(), k.desc(), v.desc()).ok()) return 1;
+    auto bare = BareAttentionMs(devices->devices(0).backend(), p, q, k, v);
+    if (!bare.ok()) {
+      std::fprintf(stderr, "bare kernel: %s\n", bare.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("| the same on the bare backend (launch + synchronize, median of %d) | %.3f ms |\n", kAttnReps,
+                *bare);
+    std::printf("| remote call over the bare kernel (DESIGN §7: within 2 %%) | %+.1f %% |\n",
+                100.0 * (remote / *bare - 1.0));
   }
   return 0;
 }
