@@ -4,6 +4,10 @@
 // and the whole call on bf16 inputs (GPU quantization included), as CUDA-graph
 // replays, median of 10. TFLOP/s counts 2 * (d_qk + d_v) per visible
 // (query, key) pair. Prints a markdown table.
+//
+// --kernel=qgmma times the wgmma e4m3 kernel (bench/NOTES.md FP8 attention
+// v2) instead of the default mma.sync one; its (192, 128) rows are the
+// mma.sync fallback. Not yet run on a device: run it in its own process.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,10 +39,20 @@ double TimeUs(const bench::StreamCall& call) { return bench::TimeGraphUs({call},
 
 int Main(int argc, char** argv) {
   int64_t S = 16384, H = 16, B = 1;
+  cuda::Fp8AttentionKernel kernel = cuda::Fp8AttentionKernel::kMmaSync;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (const char* v = bench::FlagValue(a, "--seq=")) S = std::atoll(v);
     if (const char* v = bench::FlagValue(a, "--heads=")) H = std::atoll(v);
+    if (const char* v = bench::FlagValue(a, "--kernel=")) {
+      const std::string k = v;
+      if (k == "qgmma") {
+        kernel = cuda::Fp8AttentionKernel::kQgmma;
+      } else if (k != "mma") {
+        std::fprintf(stderr, "--kernel= takes mma or qgmma\n");
+        return 1;
+      }
+    }
   }
   if (!bench::HaveCudaDevice()) {
     std::printf("fp8_attention_cuda_bench: no CUDA device, nothing to time\n");
@@ -67,6 +81,9 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("\n%s; B=%lld H=%lld S=%lld, e4m3fn, BHSD, CUDA-graph timed\n\n", prop.name, static_cast<long long>(B),
               static_cast<long long>(H), static_cast<long long>(S));
+  if (kernel == cuda::Fp8AttentionKernel::kQgmma) {
+    std::printf("kernel: qgmma (wgmma e4m3); (192, 128) rows fall back to mma.sync\n\n");
+  }
   std::printf("| (d_qk, d_v) | causal | P | fp8 in: us | TFLOP/s | bf16 in (+quant): us | TFLOP/s |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
   for (int dqk : {128, 192}) {
@@ -91,8 +108,8 @@ int Main(int argc, char** argv) {
         i16.k = TensorView{qd16, kb};
         i16.v = TensorView{vd16, vb};
         TensorView ov{p8.OutputDesc(), out};
-        const double us8 = TimeUs([&](cudaStream_t s) { return cuda::RunFp8Attention(p8, i8, ov, s); });
-        const double us16 = TimeUs([&](cudaStream_t s) { return cuda::RunFp8Attention(p16, i16, ov, s); });
+        const double us8 = TimeUs([&](cudaStream_t s) { return cuda::RunFp8Attention(p8, i8, ov, s, kernel); });
+        const double us16 = TimeUs([&](cudaStream_t s) { return cuda::RunFp8Attention(p16, i16, ov, s, kernel); });
         const double pairs = causal ? static_cast<double>(S) * (S + 1) / 2 : static_cast<double>(S) * S;
         const double flops = 2.0 * B * H * pairs * (dqk + 128);
         std::printf("| (%d, 128) | %s | %s | %.0f | %.0f | %.0f | %.0f |\n", dqk, causal ? "yes" : "no",

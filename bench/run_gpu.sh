@@ -22,8 +22,9 @@ git log -1 --format='commit %h %cd' 2>/dev/null | tee "$LOG/commit.txt"
 
 summary=()
 # Kernels written without a device (bench/NOTES.md: MLA v6 "Pipe", attention
-# v4 "Ws") run in their own processes after the rest, with a shorter limit, so
-# a fault or an mbarrier hang there cannot cost the trusted kernels' results.
+# v4 "Ws", FP8 attention QGMMA "QgmmaPipe") run in their own processes after
+# the rest, so a fault or an mbarrier hang there cannot cost the trusted
+# kernels' results.
 untried='*Pipe*:*Ws*'
 if [ $run_tests = 1 ]; then
   for t in .bundle/bin/*_test; do
@@ -38,7 +39,7 @@ if [ $run_tests = 1 ]; then
     [ -x "$t" ] || continue
     n=$(basename "$t")
     "$t" --gtest_filter="$untried" --gtest_list_tests 2>/dev/null | grep -q '^  ' || continue
-    timeout ${UNTRIED_TIMEOUT:-45} "$t" --gtest_filter="$untried" >"$LOG/$n.untried.log" 2>&1
+    timeout ${UNTRIED_TIMEOUT:-90} "$t" --gtest_filter="$untried" >"$LOG/$n.untried.log" 2>&1
     rc=$?
     grep -E "Failure|^\[  (FAILED|SKIPPED) " "$LOG/$n.untried.log" | head -20
     summary+=("$n (untried kernels, $untried): $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc") ($(grep -cE '^\[       OK' "$LOG/$n.untried.log") ok)")
@@ -73,6 +74,11 @@ if [ -x .bundle/bin/attention_cuda_bench ]; then
   timeout ${BENCH_TIMEOUT:-90} .bundle/bin/attention_cuda_bench --kernel=ws >"$LOG/attention_ws.txt" 2>&1 ||
     echo "attention_cuda_bench --kernel=ws: rc=$?" >>"$LOG/attention_ws.txt"
 fi
+# The QGMMA FP8 attention kernel (bench/NOTES.md, 2026-12-01), likewise alone.
+if [ -x .bundle/bin/fp8_attention_cuda_bench ]; then
+  timeout ${BENCH_TIMEOUT:-90} .bundle/bin/fp8_attention_cuda_bench --kernel=qgmma >"$LOG/fp8_attention_qgmma.txt" 2>&1 ||
+    echo "fp8_attention_cuda_bench --kernel=qgmma: rc=$?" >>"$LOG/fp8_attention_qgmma.txt"
+fi
 if [ $run_peers = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py >"$LOG/peers.txt" 2>&1
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers_moe_mla.py >"$LOG/peers_moe_mla.txt" 2>&1
@@ -86,7 +92,7 @@ for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_b
   echo "-- $f --"
   grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40
 done
-for f in mla_pv mla_pipe attention_ws; do
+for f in mla_pv mla_pipe attention_ws fp8_attention_qgmma; do
   [ -f "$LOG/$f.txt" ] && { echo "-- $f --"; grep -E '^\||paged:|rc=|rror' "$LOG/$f.txt" | grep -vE '^\| -+' | head -20; }
 done
 [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C /tmp gpu_run

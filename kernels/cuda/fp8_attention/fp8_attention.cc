@@ -7,12 +7,13 @@ namespace kernelserve {
 namespace cuda {
 
 absl::Status RunFp8Attention(const Fp8AttentionParams& p, const Fp8AttentionInputs& in, TensorView& out,
-                             cudaStream_t stream) {
-  return RunFp8AttentionKeepQuantized(p, in, out, Fp8QuantizedOut{}, stream);
+                             cudaStream_t stream, Fp8AttentionKernel kernel) {
+  return RunFp8AttentionKeepQuantized(p, in, out, Fp8QuantizedOut{}, stream, kernel);
 }
 
 absl::Status RunFp8AttentionKeepQuantized(const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
-                                          TensorView& out, const Fp8QuantizedOut& keep, cudaStream_t stream) {
+                                          TensorView& out, const Fp8QuantizedOut& keep, cudaStream_t stream,
+                                          Fp8AttentionKernel kernel) {
   if (p.format != Fp8Format::kE4M3Fn) {
     return absl::UnimplementedError(absl::StrCat("fp8_attention: the cuda backend serves e4m3fn, not ",
                                                  Fp8FormatName(p.format)));
@@ -49,6 +50,7 @@ absl::Status RunFp8AttentionKeepQuantized(const Fp8AttentionParams& p, const Fp8
   a.d_qk = static_cast<int>(p.d_qk);
   a.d_v = static_cast<int>(p.d_v);
   a.scale = p.scale;
+  a.kernel = kernel == Fp8AttentionKernel::kQgmma ? cuda_fp8::kKernelQgmma : cuda_fp8::kKernelMmaSync;
   a.out = out.data;
   a.q_codes_out = keep.q_codes;
   a.k_codes_out = keep.k_codes;

@@ -32,6 +32,7 @@ struct Case {
   bool hadamard = false;
   DescaleMode descale = DescaleMode::kPerTensor;
   bool long_tail = false;
+  cuda::Fp8AttentionKernel kernel = cuda::Fp8AttentionKernel::kMmaSync;
 };
 
 Shape AttnShape(Layout l, int64_t b, int64_t h, int64_t s, int64_t d) {
@@ -74,7 +75,8 @@ struct Result {
   std::vector<float> descales;
 };
 
-Result RunGpu(const Fp8AttentionParams& p, const numerics::AttentionTensors& t) {
+Result RunGpu(const Fp8AttentionParams& p, const numerics::AttentionTensors& t,
+              cuda::Fp8AttentionKernel kernel) {
   DeviceTensor q(t.q), k(t.k), v(t.v);
   DeviceTensor out(p.OutputDesc());
   EXPECT_EQ(out.Fill(0xFF), cudaSuccess);
@@ -89,7 +91,7 @@ Result RunGpu(const Fp8AttentionParams& p, const numerics::AttentionTensors& t) 
   TensorView ov = out.view();
   cuda::Fp8QuantizedOut keep{static_cast<uint8_t*>(qc.data()), static_cast<uint8_t*>(kc.data()),
                              static_cast<uint8_t*>(vc.data()), static_cast<float*>(ds.data())};
-  const absl::Status st = cuda::RunFp8AttentionKeepQuantized(p, in, ov, keep, nullptr);
+  const absl::Status st = cuda::RunFp8AttentionKeepQuantized(p, in, ov, keep, nullptr, kernel);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Result r;
@@ -117,7 +119,7 @@ std::pair<double, double> Check(const Case& c, double tol = 4e-3) {
   const absl::Status vs = p.Validate(t.q.desc(), t.k.desc(), t.v.desc(), nullptr, nullptr, nullptr);
   EXPECT_TRUE(vs.ok()) << vs;
   if (!vs.ok()) return {1, 1};
-  const Result r = RunGpu(p, t);
+  const Result r = RunGpu(p, t, c.kernel);
   Fp8AttentionInputs hin;
   hin.q = t.q.view();
   hin.k = t.k.view();
@@ -142,27 +144,25 @@ std::pair<double, double> Check(const Case& c, double tol = 4e-3) {
   const double vs_oracle = RelRms(out, *ref_p);
   const double gpu_err = RelRms(out, *ref), oracle_err = RelRms(*ref_p, *ref);
   EXPECT_LT(vs_oracle, tol);
-  std::printf("mode=%s d=%lld causal=%d sq=%lld skv=%lld tail=%d: vs oracle(P) %.3g; error vs exact attention: gpu %.3g oracle %.3g\n",
-              PModeName(c.mode).c_str(), static_cast<long long>(c.dqk), c.causal, static_cast<long long>(c.sq),
+  std::printf("%s mode=%s d=%lld causal=%d sq=%lld skv=%lld tail=%d: vs oracle(P) %.3g; error vs exact attention: gpu %.3g oracle %.3g\n",
+              c.kernel == cuda::Fp8AttentionKernel::kQgmma ? "qgmma" : "mma.sync", PModeName(c.mode).c_str(),
+              static_cast<long long>(c.dqk), c.causal, static_cast<long long>(c.sq),
               static_cast<long long>(c.skv), c.long_tail, vs_oracle, gpu_err, oracle_err);
   return {gpu_err, oracle_err};
 }
 
-class Fp8AttentionCudaTest : public ::testing::Test {
- protected:
-  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
-};
-
-TEST_F(Fp8AttentionCudaTest, ExactCausalGqaD128) {
+void RunExactCausalGqaD128(cuda::Fp8AttentionKernel kernel) {
   Case c;
+  c.kernel = kernel;
   c.batch = 2;
   c.hq = 4;
   c.hkv = 2;
   Check(c);
 }
 
-TEST_F(Fp8AttentionCudaTest, LeanNonCausalCrossBshd) {
+void RunLeanNonCausalCrossBshd(cuda::Fp8AttentionKernel kernel) {
   Case c;
+  c.kernel = kernel;
   c.mode = PMode::kLean;
   c.causal = false;
   c.layout = Layout::kBshd;
@@ -171,8 +171,9 @@ TEST_F(Fp8AttentionCudaTest, LeanNonCausalCrossBshd) {
   Check(c);
 }
 
-TEST_F(Fp8AttentionCudaTest, ExactCausalD192LongerKeys) {
+void RunExactCausalD192LongerKeys(cuda::Fp8AttentionKernel kernel) {
   Case c;
+  c.kernel = kernel;
   c.dqk = 192;
   c.sq = 200;
   c.skv = 333;
@@ -181,16 +182,18 @@ TEST_F(Fp8AttentionCudaTest, ExactCausalD192LongerKeys) {
   Check(c);
 }
 
-TEST_F(Fp8AttentionCudaTest, NaiveCausal) {
+void RunNaiveCausal(cuda::Fp8AttentionKernel kernel) {
   Case c;
+  c.kernel = kernel;
   c.mode = PMode::kNaive;
   c.sq = 260;
   c.skv = 260;
   Check(c);
 }
 
-TEST_F(Fp8AttentionCudaTest, HadamardPerHeadD192AndD128) {
+void RunHadamardPerHeadD192AndD128(cuda::Fp8AttentionKernel kernel) {
   Case c;
+  c.kernel = kernel;
   c.hadamard = true;
   c.descale = DescaleMode::kPerHead;
   c.hq = 3;
@@ -202,8 +205,9 @@ TEST_F(Fp8AttentionCudaTest, HadamardPerHeadD192AndD128) {
   Check(c);
 }
 
-TEST_F(Fp8AttentionCudaTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
+void RunMoreQueriesThanKeysCausalRowsSeeNothing(cuda::Fp8AttentionKernel kernel) {
   Case c;
+  c.kernel = kernel;
   c.sq = 200;
   c.skv = 90;  // rows 0..109 see no key: zeros, as in the oracle
   Check(c);
@@ -211,8 +215,9 @@ TEST_F(Fp8AttentionCudaTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
 
 // Long context with a sink, a local window and a diffuse tail: block-scaled P
 // stays close to exact attention, naive P (no block scaling) underflows the tail.
-TEST_F(Fp8AttentionCudaTest, LongTailBlockScalingBeatsNaive) {
+void RunLongTailBlockScalingBeatsNaive(cuda::Fp8AttentionKernel kernel) {
   Case c;
+  c.kernel = kernel;
   c.long_tail = true;
   c.sq = 256;
   c.skv = 2048;
@@ -226,8 +231,9 @@ TEST_F(Fp8AttentionCudaTest, LongTailBlockScalingBeatsNaive) {
   EXPECT_LT(lean.first, 0.5 * naive.first) << "naive should be far worse on long-tail inputs";
 }
 
-TEST_F(Fp8AttentionCudaTest, Fp8InputsWithDescalesAndDeterminism) {
+void RunFp8InputsWithDescalesAndDeterminism(cuda::Fp8AttentionKernel kernel) {
   Case c;
+  c.kernel = kernel;
   c.hq = 2;
   c.hkv = 2;
   const numerics::AttentionTensors t = MakeInputs(c, FreshSeed());
@@ -256,11 +262,11 @@ TEST_F(Fp8AttentionCudaTest, Fp8InputsWithDescalesAndDeterminism) {
   in.v_descale = dv.view();
   TensorView ov = out.view();
   KS_CUDA_OK(out.Fill(0xFF));
-  ASSERT_TRUE(cuda::RunFp8Attention(p, in, ov, nullptr).ok());
+  ASSERT_TRUE(cuda::RunFp8Attention(p, in, ov, nullptr, kernel).ok());
   KS_CUDA_OK(cudaDeviceSynchronize());
   const HostTensor first = out.ToHost();
   KS_CUDA_OK(out.Fill(0xFF));
-  ASSERT_TRUE(cuda::RunFp8Attention(p, in, ov, nullptr).ok());
+  ASSERT_TRUE(cuda::RunFp8Attention(p, in, ov, nullptr, kernel).ok());
   KS_CUDA_OK(cudaDeviceSynchronize());
   EXPECT_TRUE(SameBytes(first, out.ToHost())) << "not deterministic";
 
@@ -279,8 +285,9 @@ TEST_F(Fp8AttentionCudaTest, Fp8InputsWithDescalesAndDeterminism) {
   EXPECT_LT(RelRms(o, *ref), 4e-3);
 }
 
-TEST_F(Fp8AttentionCudaTest, FnuzIsUnimplemented) {
+void RunFnuzIsUnimplemented(cuda::Fp8AttentionKernel kernel) {
   Case c;
+  c.kernel = kernel;
   const numerics::AttentionTensors t = MakeInputs(c, 1);
   Fp8AttentionParams p = Params(c);
   p.format = Fp8Format::kE4M3Fnuz;
@@ -291,9 +298,82 @@ TEST_F(Fp8AttentionCudaTest, FnuzIsUnimplemented) {
   in.k = k.view();
   in.v = v.view();
   TensorView ov = out.view();
-  const absl::Status st = cuda::RunFp8Attention(p, in, ov, nullptr);
+  const absl::Status st = cuda::RunFp8Attention(p, in, ov, nullptr, kernel);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_NE(st.message().find("e4m3fnuz"), absl::string_view::npos) << st;
+}
+
+// The cases, each run by both kernels.
+
+class Fp8AttentionCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
+};
+
+// The wgmma e4m3 kernel (bench/NOTES.md FP8 attention v2), written without a
+// device: a suite of its own ("Pipe") so that bench/run_gpu.sh runs it in an
+// isolated process until it has passed on a GPU. Its (192, 128) cases cover
+// the fallback to mma.sync.
+class Fp8AttentionCudaQgmmaPipeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
+};
+
+TEST_F(Fp8AttentionCudaTest, ExactCausalGqaD128) { RunExactCausalGqaD128(cuda::Fp8AttentionKernel::kMmaSync); }
+TEST_F(Fp8AttentionCudaTest, LeanNonCausalCrossBshd) { RunLeanNonCausalCrossBshd(cuda::Fp8AttentionKernel::kMmaSync); }
+TEST_F(Fp8AttentionCudaTest, ExactCausalD192LongerKeys) {
+  RunExactCausalD192LongerKeys(cuda::Fp8AttentionKernel::kMmaSync);
+}
+TEST_F(Fp8AttentionCudaTest, NaiveCausal) { RunNaiveCausal(cuda::Fp8AttentionKernel::kMmaSync); }
+TEST_F(Fp8AttentionCudaTest, HadamardPerHeadD192AndD128) {
+  RunHadamardPerHeadD192AndD128(cuda::Fp8AttentionKernel::kMmaSync);
+}
+TEST_F(Fp8AttentionCudaTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
+  RunMoreQueriesThanKeysCausalRowsSeeNothing(cuda::Fp8AttentionKernel::kMmaSync);
+}
+TEST_F(Fp8AttentionCudaTest, LongTailBlockScalingBeatsNaive) {
+  RunLongTailBlockScalingBeatsNaive(cuda::Fp8AttentionKernel::kMmaSync);
+}
+TEST_F(Fp8AttentionCudaTest, Fp8InputsWithDescalesAndDeterminism) {
+  RunFp8InputsWithDescalesAndDeterminism(cuda::Fp8AttentionKernel::kMmaSync);
+}
+TEST_F(Fp8AttentionCudaTest, FnuzIsUnimplemented) { RunFnuzIsUnimplemented(cuda::Fp8AttentionKernel::kMmaSync); }
+
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, ExactCausalGqaD128) { RunExactCausalGqaD128(cuda::Fp8AttentionKernel::kQgmma); }
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, LeanNonCausalCrossBshd) {
+  RunLeanNonCausalCrossBshd(cuda::Fp8AttentionKernel::kQgmma);
+}
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, ExactCausalD192LongerKeys) {
+  RunExactCausalD192LongerKeys(cuda::Fp8AttentionKernel::kQgmma);
+}
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, NaiveCausal) { RunNaiveCausal(cuda::Fp8AttentionKernel::kQgmma); }
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, HadamardPerHeadD192AndD128) {
+  RunHadamardPerHeadD192AndD128(cuda::Fp8AttentionKernel::kQgmma);
+}
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
+  RunMoreQueriesThanKeysCausalRowsSeeNothing(cuda::Fp8AttentionKernel::kQgmma);
+}
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, LongTailBlockScalingBeatsNaive) {
+  RunLongTailBlockScalingBeatsNaive(cuda::Fp8AttentionKernel::kQgmma);
+}
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, Fp8InputsWithDescalesAndDeterminism) {
+  RunFp8InputsWithDescalesAndDeterminism(cuda::Fp8AttentionKernel::kQgmma);
+}
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, FnuzIsUnimplemented) { RunFnuzIsUnimplemented(cuda::Fp8AttentionKernel::kQgmma); }
+
+// QGMMA only: more key tiles than the shared cases (9 of 128 keys), and a
+// query count that leaves a partial CTA, causal and not.
+TEST_F(Fp8AttentionCudaQgmmaPipeTest, ManyTilesBothMasks) {
+  Case c;
+  c.kernel = cuda::Fp8AttentionKernel::kQgmma;
+  c.sq = 1100;
+  c.skv = 1100;
+  c.mode = PMode::kLean;
+  Check(c);
+  c.causal = false;
+  c.mode = PMode::kExact;
+  c.layout = Layout::kBshd;
+  Check(c);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/fp8_attention/fp8_attention_launch.h"
+#include "kernels/cuda/fp8_attention/fp8_attention_qgmma.h"
 #include "kernels/cuda/fp8_attention/fp8_quantize.h"
 #include "kernels/cuda/mla/device_common.cuh"
 
@@ -451,7 +452,29 @@ cudaError_t LaunchFp8Attention(const Fp8AttentionArgs& a, cudaStream_t stream) {
     p.v_ds = dsp + bhq + bhk;
     p.q_ds_per_head = p.k_ds_per_head = p.v_ds_per_head = 1;  // expanded
   }
-  if (e == cudaSuccess) {
+  if (e == cudaSuccess && a.kernel == kKernelQgmma && QgmmaServes(a.d_qk, a.d_v)) {
+    // The QGMMA kernel has only (128, 128); other shapes take the mma.sync
+    // kernel below (same numerics, so the fallback is invisible but in time).
+    QgmmaParams qp{};
+    qp.q = p.q;
+    qp.k = p.k;
+    qp.v = p.v;
+    qp.q_ds = p.q_ds;
+    qp.k_ds = p.k_ds;
+    qp.v_ds = p.v_ds;
+    qp.q_ds_per_head = p.q_ds_per_head;
+    qp.k_ds_per_head = p.k_ds_per_head;
+    qp.v_ds_per_head = p.v_ds_per_head;
+    qp.out = p.out;
+    qp.heads_q = p.heads_q;
+    qp.heads_kv = p.heads_kv;
+    qp.seq_q = p.seq_q;
+    qp.seq_kv = p.seq_kv;
+    qp.bshd = p.bshd;
+    qp.rounding = p.rounding;
+    qp.scale_log2 = p.scale_log2;
+    e = LaunchFp8AttentionQgmma(qp, a.batch, a.causal, a.p_mode, stream);
+  } else if (e == cudaSuccess) {
     const bool c = a.causal;
     switch (a.d_qk) {
       case 192:
