@@ -1,10 +1,12 @@
-// Wall-clock timing shared by the CPU benches.
+// Wall-clock timing and flag parsing shared by the benches.
 #ifndef KERNELSERVE_BENCH_BENCH_UTIL_H_
 #define KERNELSERVE_BENCH_BENCH_UTIL_H_
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -31,6 +33,12 @@ inline absl::StatusOr<WallTimes> TimeReps(int reps, const std::function<absl::St
     total += sec;
   }
   return WallTimes{best, total / reps};
+}
+
+// The text after `prefix` when `arg` starts with it, else nullptr.
+inline const char* FlagValue(const std::string& arg, const char* prefix) {
+  const size_t n = std::strlen(prefix);
+  return arg.compare(0, n, prefix) == 0 ? arg.c_str() + n : nullptr;
 }
 
 }  // namespace bench

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/bench_util.h"
 
 #define CHECK_CUDA(x)                                                                         \
   do {                                                                                        \
@@ -103,12 +104,6 @@ inline double TimeGraphUs(const std::vector<StreamCall>& calls, int warmup, int 
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
   return ms * 1e3 / calls.size();
-}
-
-// The text after `prefix` when `arg` starts with it, else nullptr.
-inline const char* FlagValue(const std::string& arg, const char* prefix) {
-  const size_t n = std::strlen(prefix);
-  return arg.compare(0, n, prefix) == 0 ? arg.c_str() + n : nullptr;
 }
 
 // "a,b,c" -> {"a", "b", "c"}; empty text gives no items.

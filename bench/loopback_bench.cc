@@ -23,6 +23,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "client/client.h"
 #include "kernels/api/backend.h"
 #include "kernels/backends.h"
@@ -33,10 +34,7 @@
 namespace kernelserve {
 namespace {
 
-const char* FlagValue(const char* arg, const char* name) {
-  const size_t n = std::strlen(name);
-  return std::strncmp(arg, name, n) == 0 ? arg + n : nullptr;
-}
+using bench::FlagValue;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -86,21 +84,22 @@ int Main(int argc, char** argv) {
   std::string backend = "cpu";
   int64_t mib = 512, attn_seq = 0, attn_heads = 0;
   for (int i = 1; i < argc; ++i) {
-    if (const char* v = FlagValue(argv[i], "--server=")) {
+    const std::string arg = argv[i];  // FlagValue points into it
+    if (const char* v = FlagValue(arg, "--server=")) {
       target = v;
-    } else if (const char* v = FlagValue(argv[i], "--backend=")) {
+    } else if (const char* v = FlagValue(arg, "--backend=")) {
       backend = v;
-    } else if (const char* v = FlagValue(argv[i], "--attn_seq=")) {
+    } else if (const char* v = FlagValue(arg, "--attn_seq=")) {
       if (!absl::SimpleAtoi(v, &attn_seq) || attn_seq < 1) {
         std::fprintf(stderr, "--attn_seq: expected a positive integer, got %s\n", v);
         return 2;
       }
-    } else if (const char* v = FlagValue(argv[i], "--attn_heads=")) {
+    } else if (const char* v = FlagValue(arg, "--attn_heads=")) {
       if (!absl::SimpleAtoi(v, &attn_heads) || attn_heads < 1) {
         std::fprintf(stderr, "--attn_heads: expected a positive integer, got %s\n", v);
         return 2;
       }
-    } else if (const char* v = FlagValue(argv[i], "--mib=")) {
+    } else if (const char* v = FlagValue(arg, "--mib=")) {
       if (!absl::SimpleAtoi(v, &mib) || mib < 1) {
         std::fprintf(stderr, "--mib: expected a positive integer, got %s\n", v);
         return 2;

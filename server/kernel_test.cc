@@ -379,18 +379,10 @@ class SlowCallTest : public KernelTest {
       if (absl::ToDoubleMilliseconds(absl::Now() - start) >= min_ms || s >= 16384) break;
     }
   }
-  // Polls (not a fixed sleep: a loaded machine is slow to send) until the
-  // device worker holds `depth` calls, running and queued together.
   void WaitQueueDepth(int depth) {
     auto devices = pb::DeviceService::NewStub(channel_);
-    pb::ListDevicesResponse list;
-    for (int i = 0; i < 1000; ++i) {
-      grpc::ClientContext ctx;
-      ASSERT_TRUE(devices->List(&ctx, pb::ListDevicesRequest(), &list).ok());
-      if (list.devices(0).queue_depth() >= depth) return;
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    FAIL() << "the device never held " << depth << " calls";
+    ASSERT_TRUE(::kernelserve::testing::WaitQueueDepth(devices.get(), depth))
+        << "the device never held " << depth << " calls";
   }
   void WaitRunning() {
     for (int i = 0; i < 1000 && server_->worker_stats(0).running == 0; ++i) {

@@ -31,6 +31,7 @@ using ::kernelserve::testing::Download;
 using ::kernelserve::testing::HealthCheck;
 using ::kernelserve::testing::RandomBf16;
 using ::kernelserve::testing::Upload;
+using ::kernelserve::testing::WaitQueueDepth;
 
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -142,13 +143,7 @@ TEST(MainTest, ConfigFileThenCommandLineAndSigtermDrains) {
   });
   // SIGTERM once the call is on the device worker (queued or running), not
   // after a fixed sleep: a loaded machine may not have sent it yet.
-  for (int i = 0; i < 500; ++i) {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(devices->List(&ctx, pb::ListDevicesRequest(), &list).ok());
-    if (list.devices(0).queue_depth() >= 1) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  ASSERT_GE(list.devices(0).queue_depth(), 1) << "the long call never reached the device";
+  ASSERT_TRUE(WaitQueueDepth(devices.get(), 1)) << "the long call never reached the device";
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   const absl::Time signalled = absl::Now();
   // The server handles the signal on its own thread, late on a loaded

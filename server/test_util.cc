@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
@@ -117,6 +118,19 @@ grpc::Status Download(pb::BufferService::Stub* stub, const std::string& id, int6
   grpc::Status s = reader->Finish();
   if (s.ok() && !contiguous) return grpc::Status(grpc::StatusCode::DATA_LOSS, "chunks out of order");
   return s;
+}
+
+bool WaitQueueDepth(pb::DeviceService::Stub* devices, int depth) {
+  for (int i = 0; i < 1000; ++i) {
+    grpc::ClientContext ctx;
+    pb::ListDevicesResponse list;
+    if (devices->List(&ctx, pb::ListDevicesRequest(), &list).ok() && list.devices_size() > 0 &&
+        list.devices(0).queue_depth() >= depth) {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
 }
 
 grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service, std::string* reply) {

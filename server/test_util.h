@@ -11,6 +11,7 @@
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
 #include "kernels/api/tensor.h"
+#include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/tensor.grpc.pb.h"
 #include "server/server.h"
@@ -36,6 +37,11 @@ grpc::Status Upload(pb::BufferService::Stub* stub, const pb::Tensor& t, int64_t 
 // Download all bytes of a buffer (checks offsets are contiguous).
 grpc::Status Download(pb::BufferService::Stub* stub, const std::string& id, int64_t chunk_bytes,
                       std::string* bytes, int* chunks = nullptr);
+
+// Polls DeviceService.List (not a fixed sleep: a loaded machine is slow to
+// send) until device 0's worker holds at least `depth` calls, running and
+// queued together; false after ~5 s.
+bool WaitQueueDepth(pb::DeviceService::Stub* devices, int depth);
 
 // grpc.health.v1.Health/Check as a raw call (the health proto is not installed
 // as headers here); `service` empty asks for the whole server. On OK, `reply`

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -110,18 +111,22 @@ absl::StatusOr<MlaDims> GetMlaDims(const pb::BenchJobSpec& spec) {
   return d;
 }
 
-// A paged KV layout: every request's pages drawn, shuffled, from one pool of
-// B * pages pages, so neighbouring tokens are far apart in memory.
-void PagedMlaLayout(const MlaDims& m, uint64_t seed, HostTensor* indices, HostTensor* indptr,
+// A paged KV layout: every request's pages drawn, shuffled by `seed`, from
+// one pool of B * pages pages, so neighbouring tokens are far apart in
+// memory. Without a seed the pages stay in order: enough for validating a
+// spec, whose checks do not depend on the order.
+void PagedMlaLayout(const MlaDims& m, std::optional<uint64_t> seed, HostTensor* indices, HostTensor* indptr,
                     HostTensor* seq_lens) {
   const int64_t n = m.b * m.pages;
   *indices = HostTensor(DType::kInt32, {n});
   auto* idx = indices->data<int32_t>();
   for (int64_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>(i);
-  numerics::SeededRng rng(seed);
-  for (int64_t i = n - 1; i > 0; --i) {
-    const int64_t j = std::min<int64_t>(static_cast<int64_t>(rng.Uniform() * static_cast<double>(i + 1)), i);
-    std::swap(idx[i], idx[j]);
+  if (seed.has_value()) {
+    numerics::SeededRng rng(*seed);
+    for (int64_t i = n - 1; i > 0; --i) {
+      const int64_t j = std::min<int64_t>(static_cast<int64_t>(rng.Uniform() * static_cast<double>(i + 1)), i);
+      std::swap(idx[i], idx[j]);
+    }
   }
   *indptr = HostTensor(DType::kInt32, {m.b + 1});
   for (int64_t b = 0; b <= m.b; ++b) indptr->data<int32_t>()[b] = static_cast<int32_t>(b * m.pages);
@@ -496,7 +501,7 @@ absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops, double ma
       job.tensors.emplace(name, RandomTopkIds(m.t, m.k_top, m.e, 1));
     } else if (name == "kv_indices") {
       HostTensor indices, indptr, seq_lens;
-      PagedMlaLayout(GetMlaDims(spec).value(), 1, &indices, &indptr, &seq_lens);
+      PagedMlaLayout(GetMlaDims(spec).value(), std::nullopt, &indices, &indptr, &seq_lens);
       job.tensors.emplace("kv_indices", std::move(indices));
       job.tensors.emplace("kv_indptr", std::move(indptr));
       job.tensors.emplace("seq_lens", std::move(seq_lens));

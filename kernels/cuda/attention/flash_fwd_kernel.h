@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       const bool need_mask = n0 + kBlockN > p.seq_kv || n0 + kBlockN > first_masked_key;
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) {
-        if (need_mask) ML::Mask(s[mt], n0, m0 + row0 + 16 * mt, p.seq_kv, p.causal_offset, lane);
+        if (need_mask) MaskScores<Traits::kCausal>(s[mt], n0, m0 + row0 + 16 * mt, p.seq_kv, p.causal_offset, lane);
         float alpha[2];
         softmax[mt].Update(s[mt], p.scale_log2, alpha);
 #pragma unroll

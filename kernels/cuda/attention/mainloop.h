@@ -156,27 +156,6 @@ struct Mainloop {
       }
     }
   }
-
-  // Sets masked scores to -inf: keys past seq_kv, and under the causal mask
-  // keys j > i + causal_offset for query row i.
-  __device__ __forceinline__ static void Mask(float (&s)[kNTiles][4], int n0, int q_row0,
-                                              int seq_kv, int causal_offset, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = q_row0 + g + 8 * r;
-      int limit = seq_kv;  // first masked key
-      if (Traits::kCausal) limit = min(limit, row + causal_offset + 1);
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = n0 + j * 8 + 2 * t + e;
-          if (key >= limit) s[j][2 * r + e] = -INFINITY;
-        }
-      }
-    }
-  }
 };
 
 }  // namespace cuda

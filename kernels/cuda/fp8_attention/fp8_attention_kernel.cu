@@ -22,6 +22,7 @@
 #include "kernels/cuda/fp8_attention/fp8_attention_launch.h"
 #include "kernels/cuda/fp8_attention/fp8_attention_qgmma.h"
 #include "kernels/cuda/fp8_attention/fp8_quantize.h"
+#include "kernels/cuda/fp8_attention/p_block.cuh"
 #include "kernels/cuda/mla/device_common.cuh"
 
 namespace kernelserve {
@@ -37,22 +38,7 @@ constexpr int kDV = 128;
 constexpr int kVStr = kDV + 16;   // raw V rows (bytes)
 constexpr int kVtStr = kTok + 16; // transposed V rows (bytes)
 
-constexpr int kExact = 1, kLean = 2, kNaive = 3;
-
-struct KParams {
-  const uint8_t* q;
-  const uint8_t* k;
-  const uint8_t* v;
-  const float* q_ds;
-  const float* k_ds;
-  const float* v_ds;
-  int q_ds_per_head, k_ds_per_head, v_ds_per_head;
-  uint16_t* out;
-  int heads_q, heads_kv, seq_q, seq_kv;
-  int bshd;
-  int rounding;
-  float scale_log2;  // softmax scale * log2(e)
-};
+using KParams = Fp8KernelParams;
 
 template <int DQK>
 struct Smem {
@@ -232,30 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnKernel(const KParams p) {
     }
 
     float factor[2], ref[2];
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      if (kMode == kNaive) {
-        const float mn = fmaxf(m_run[hf], bmax[hf]);
-        const float mu = mn == -INFINITY ? 0.f : mn;
-        factor[hf] = exp2f(m_run[hf] - mu);
-        m_run[hf] = mn;
-        ref[hf] = mu;
-      } else if (bmax[hf] == -INFINITY) {
-        factor[hf] = 1.f;  // empty block for this row: no change of frame
-        ref[hf] = INFINITY;  // t - inf = -inf: code 0
-      } else {
-        const int rb = static_cast<int>(ceilf(bmax[hf])) - 8;
-        if (rb < r_max[hf] - 60) {
-          factor[hf] = 1.f;  // negligible block: dropped
-          ref[hf] = INFINITY;
-        } else {
-          factor[hf] = exp2f(static_cast<float>(r_last[hf] - rb));  // exact power of two (0 at the start)
-          r_last[hf] = rb;
-          r_max[hf] = max(r_max[hf], rb);
-          ref[hf] = static_cast<float>(rb);
-        }
-      }
-    }
+    UpdateBlockFrame<kMode>(bmax, m_run, r_last, r_max, factor, ref);
     // Rescale into this block's frame.
 #pragma unroll
     for (int n = 0; n < kDV / 8; ++n) {
@@ -455,25 +418,7 @@ cudaError_t LaunchFp8Attention(const Fp8AttentionArgs& a, cudaStream_t stream) {
   if (e == cudaSuccess && a.kernel == kKernelQgmma && QgmmaServes(a.d_qk, a.d_v)) {
     // The QGMMA kernel has only (128, 128); other shapes take the mma.sync
     // kernel below (same numerics, so the fallback is invisible but in time).
-    QgmmaParams qp{};
-    qp.q = p.q;
-    qp.k = p.k;
-    qp.v = p.v;
-    qp.q_ds = p.q_ds;
-    qp.k_ds = p.k_ds;
-    qp.v_ds = p.v_ds;
-    qp.q_ds_per_head = p.q_ds_per_head;
-    qp.k_ds_per_head = p.k_ds_per_head;
-    qp.v_ds_per_head = p.v_ds_per_head;
-    qp.out = p.out;
-    qp.heads_q = p.heads_q;
-    qp.heads_kv = p.heads_kv;
-    qp.seq_q = p.seq_q;
-    qp.seq_kv = p.seq_kv;
-    qp.bshd = p.bshd;
-    qp.rounding = p.rounding;
-    qp.scale_log2 = p.scale_log2;
-    e = LaunchFp8AttentionQgmma(qp, a.batch, a.causal, a.p_mode, stream);
+    e = LaunchFp8AttentionQgmma(p, a.batch, a.causal, a.p_mode, stream);
   } else if (e == cudaSuccess) {
     const bool c = a.causal;
     switch (a.d_qk) {

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/attention/sm90/wgmma.h"
 #include "kernels/cuda/fp8_attention/fp8_attention_qgmma.h"
+#include "kernels/cuda/fp8_attention/p_block.cuh"
 #include "kernels/cuda/fp8_attention/wgmma_fp8.h"
 #include "kernels/cuda/mla/device_common.cuh"
 
@@ -46,8 +47,6 @@ constexpr int kD = 128;           // d_qk = d_v
 constexpr int kVtRows = kD + 8;   // V^T rows; 128..135 are ones (row sums)
 constexpr int kVStr = kD + 16;    // raw V rows (bytes), padded for the transpose
 constexpr int kNt = kVtRows / 8;  // accumulator column tiles of O (+ L)
-
-constexpr int kExact = 1, kLean = 2, kNaive = 3;
 
 // Shared memory from a 1024-byte-aligned base (the swizzle atom is 8 rows of
 // 128 bytes): Q, 2 K stages (swizzled), 2 raw V stages, V^T (swizzled).
@@ -81,7 +80,7 @@ __device__ __forceinline__ uint32_t E4m3x2(float lo, float hi) {
 }
 
 template <bool kCausal, int kMode>
-__global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const QgmmaParams p) {
+__global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const Fp8KernelParams p) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint8_t* sQ = smem;
@@ -250,30 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const QgmmaPar
         bmax[hf] = fmaxf(bmax[hf], __shfl_xor_sync(0xffffffffu, bmax[hf], 2));
       }
       float factor[2], ref[2];
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        if (kMode == kNaive) {
-          const float mn = fmaxf(m_run[hf], bmax[hf]);
-          const float mu = mn == -INFINITY ? 0.f : mn;
-          factor[hf] = exp2f(m_run[hf] - mu);
-          m_run[hf] = mn;
-          ref[hf] = mu;
-        } else if (bmax[hf] == -INFINITY) {
-          factor[hf] = 1.f;    // empty block for this row: no change of frame
-          ref[hf] = INFINITY;  // t - inf = -inf: code 0
-        } else {
-          const int rb = static_cast<int>(ceilf(bmax[hf])) - 8;
-          if (rb < r_max[hf] - 60) {
-            factor[hf] = 1.f;  // negligible block: dropped
-            ref[hf] = INFINITY;
-          } else {
-            factor[hf] = exp2f(static_cast<float>(r_last[hf] - rb));  // exact power of two (0 at the start)
-            r_last[hf] = rb;
-            r_max[hf] = max(r_max[hf], rb);
-            ref[hf] = static_cast<float>(rb);
-          }
-        }
-      }
+      UpdateBlockFrame<kMode>(bmax, m_run, r_last, r_max, factor, ref);
       // P codes of this block as two A fragments: for keys [32 kc, 32 kc + 32)
       // of the tile, a0/a1 rows g/g+8 from n-tiles 4kc, 4kc+1; a2/a3 from
       // 4kc+2, 4kc+3 (V^T's positions are permuted to match).
@@ -361,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const QgmmaPar
 }
 
 template <bool kCausal, int kMode>
-cudaError_t LaunchKernel(const QgmmaParams& p, int batch, cudaStream_t stream) {
+cudaError_t LaunchKernel(const Fp8KernelParams& p, int batch, cudaStream_t stream) {
   const auto kernel = Fp8AttnQgmmaKernel<kCausal, kMode>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -371,7 +347,7 @@ cudaError_t LaunchKernel(const QgmmaParams& p, int batch, cudaStream_t stream) {
 }
 
 template <bool kCausal>
-cudaError_t LaunchMode(int mode, const QgmmaParams& p, int batch, cudaStream_t s) {
+cudaError_t LaunchMode(int mode, const Fp8KernelParams& p, int batch, cudaStream_t s) {
   switch (mode) {
     case kLean:
       return LaunchKernel<kCausal, kLean>(p, batch, s);
@@ -386,7 +362,7 @@ cudaError_t LaunchMode(int mode, const QgmmaParams& p, int batch, cudaStream_t s
 
 bool QgmmaServes(int d_qk, int d_v) { return d_qk == kD && d_v == kD; }
 
-cudaError_t LaunchFp8AttentionQgmma(const QgmmaParams& p, int batch, bool causal, int p_mode, cudaStream_t stream) {
+cudaError_t LaunchFp8AttentionQgmma(const Fp8KernelParams& p, int batch, bool causal, int p_mode, cudaStream_t stream) {
   return causal ? LaunchMode<true>(p_mode, p, batch, stream) : LaunchMode<false>(p_mode, p, batch, stream);
 }
 

@@ -7,29 +7,15 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/fp8_attention/fp8_kernel_params.h"
+
 namespace kernelserve {
 namespace cuda_fp8 {
-
-// e4m3fn codes in the input layout, descales per head or one per tensor.
-struct QgmmaParams {
-  const uint8_t* q;
-  const uint8_t* k;
-  const uint8_t* v;
-  const float* q_ds;
-  const float* k_ds;
-  const float* v_ds;
-  int q_ds_per_head, k_ds_per_head, v_ds_per_head;
-  uint16_t* out;
-  int heads_q, heads_kv, seq_q, seq_kv;
-  int bshd;
-  int rounding;
-  float scale_log2;  // softmax scale * log2(e)
-};
 
 // Whether the kernel has an instantiation for this head shape.
 bool QgmmaServes(int d_qk, int d_v);
 
-cudaError_t LaunchFp8AttentionQgmma(const QgmmaParams& p, int batch, bool causal, int p_mode, cudaStream_t stream);
+cudaError_t LaunchFp8AttentionQgmma(const Fp8KernelParams& p, int batch, bool causal, int p_mode, cudaStream_t stream);
 
 }  // namespace cuda_fp8
 }  // namespace kernelserve

@@ -86,14 +86,19 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-// Two e4m3fn codes (low two bytes of v) -> bf16x2, exact.
-__device__ __forceinline__ uint32_t E4m3fnX2ToBf16x2(uint32_t v) {
+// Two e4m3fn codes (low two bytes of v) -> two floats, exact (through f16).
+__device__ __forceinline__ void E4m3fnX2ToF32x2(uint32_t v, float& lo, float& hi) {
   uint32_t h;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(v)));
-  float lo, hi;
   asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}"
       : "=f"(lo), "=f"(hi)
       : "r"(h));
+}
+
+// Two e4m3fn codes (low two bytes of v) -> bf16x2, exact.
+__device__ __forceinline__ uint32_t E4m3fnX2ToBf16x2(uint32_t v) {
+  float lo, hi;
+  E4m3fnX2ToF32x2(v, lo, hi);
   return PackBf16x2Rn(lo, hi);
 }
 

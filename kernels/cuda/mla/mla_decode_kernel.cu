@@ -567,12 +567,8 @@ __device__ __forceinline__ uint4 LdgStreamOrZero(const void* src, bool pred) {
 // v4's cvt.rn.bf16x2.f32 produces, for every finite code. NaN codes stay NaN
 // (v4's becomes the canonical NaN; either way the output rounds to 0x7FFF).
 __device__ __forceinline__ uint32_t E4m3fnX2ToBf16x2Trunc(uint32_t v) {
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(v)));
   float lo, hi;
-  asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}"
-      : "=f"(lo), "=f"(hi)
-      : "r"(h));
+  E4m3fnX2ToF32x2(v, lo, hi);
   return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
 }
 

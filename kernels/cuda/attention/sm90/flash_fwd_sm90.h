@@ -166,20 +166,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks)
       FenceOperand(s);
 
       if (n0 + kBlockN > p.seq_kv || n0 + kBlockN > first_masked_key) {
-        const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = m0 + row0 + g + 8 * r;
-          int limit = p.seq_kv;
-          if (Traits::kCausal) limit = min(limit, row + p.causal_offset + 1);
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              if (n0 + j * 8 + 2 * t + e >= limit) s[j][2 * r + e] = -INFINITY;
-            }
-          }
-        }
+        MaskScores<Traits::kCausal>(s, n0, m0 + row0, p.seq_kv, p.causal_offset, lane);
       }
       float alpha[2];
       softmax.Update(s, p.scale_log2, alpha);

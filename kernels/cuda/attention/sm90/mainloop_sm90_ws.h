@@ -154,26 +154,12 @@ struct MainloopSm90Ws {
     }
   }
 
-  // v3's mask: keys at or past seq_kv, and under a causal mask keys past
-  // row + causal_offset (bottom-right aligned), become -inf. The condition is
-  // CTA-uniform.
-  __device__ static void MaskScores(float (&s)[kNTiles][4], const FlashFwdParams& p, int n0,
-                                    int first_masked_key, int row_base, int lane) {
+  // Masks (softmax.h's MaskScores) only the tiles that reach seq_kv or the
+  // causal diagonal, as v3 does; the condition is CTA-uniform.
+  __device__ static void MaskTile(float (&s)[kNTiles][4], const FlashFwdParams& p, int n0,
+                                  int first_masked_key, int row_base, int lane) {
     if (n0 + kBlockN > p.seq_kv || n0 + kBlockN > first_masked_key) {
-      const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = row_base + g + 8 * r;
-        int limit = p.seq_kv;
-        if (Traits::kCausal) limit = min(limit, row + p.causal_offset + 1);
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            if (n0 + j * 8 + 2 * t + e >= limit) s[j][2 * r + e] = -INFINITY;
-          }
-        }
-      }
+      MaskScores<Traits::kCausal>(s, n0, row_base, p.seq_kv, p.causal_offset, lane);
     }
   }
 
@@ -260,7 +246,7 @@ struct MainloopSm90Ws {
     WgmmaWait<0>();
     FenceOperand(s);
     MbarArriveIf(sm.KEmpty(0), release);
-    MaskScores(s, p, 0, first_masked_key, row_base, lane);
+    MaskTile(s, p, 0, first_masked_key, row_base, lane);
     softmax.Update(s, p.scale_log2, alpha);
     Rescale(acc, alpha);
     PackP(s, pa);
@@ -286,7 +272,7 @@ struct MainloopSm90Ws {
       WgmmaWait<1>();  // S(nb) done; PV(nb-1) may still run
       FenceOperand(s);
       MbarArriveIf(sm.KEmpty(stage), release);
-      MaskScores(s, p, nb * kBlockN, first_masked_key, row_base, lane);
+      MaskTile(s, p, nb * kBlockN, first_masked_key, row_base, lane);
       softmax.Update(s, p.scale_log2, alpha);
       PinBeforeWait(scratch, softmax);
       WgmmaWait<0>();

@@ -1,0 +1,29 @@
+// What the FP8 attention kernels (mma.sync and QGMMA) take from the launcher
+// after quantization: e4m3 codes in the input layout and their descales.
+#ifndef KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_KERNEL_PARAMS_H_
+#define KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_KERNEL_PARAMS_H_
+
+#include <cstdint>
+
+namespace kernelserve {
+namespace cuda_fp8 {
+
+struct Fp8KernelParams {
+  const uint8_t* q;
+  const uint8_t* k;
+  const uint8_t* v;
+  const float* q_ds;  // descales per head or one per tensor
+  const float* k_ds;
+  const float* v_ds;
+  int q_ds_per_head, k_ds_per_head, v_ds_per_head;
+  uint16_t* out;
+  int heads_q, heads_kv, seq_q, seq_kv;
+  int bshd;
+  int rounding;
+  float scale_log2;  // softmax scale * log2(e)
+};
+
+}  // namespace cuda_fp8
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_KERNEL_PARAMS_H_
