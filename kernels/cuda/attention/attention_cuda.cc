@@ -50,9 +50,11 @@ void Strides(Layout layout, int64_t h, int64_t s, int64_t d, int64_t* batch, int
 
 }  // namespace
 
-// kAuto takes the wgmma kernel at d128: on the H200 it passed every GPU test
-// and ran 404-439 TFLOP/s against mma.sync's 338-373 (bench/RESULTS.md).
-constexpr bool kWgmmaDefaultAtD128 = true;
+// kAuto takes the warp-specialized wgmma kernel at d128: on the H200
+// (2026-12-02) it passed every GPU test, gave the same bits as the v3 wgmma
+// kernel, and ran 570-671 TFLOP/s against v3's 403-440 and mma.sync's 340-379
+// (bench/RESULTS.md).
+constexpr bool kWsDefaultAtD128 = true;
 
 absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const TensorView& k,
                           const TensorView& v, TensorView& out, cudaStream_t stream,
@@ -107,9 +109,9 @@ absl::Status RunAttention(const AttentionParams& p, const TensorView& q, const T
   fp.scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
   fp.rounding = static_cast<int>(p.rounding);
 
-  const bool ws = kernel == AttentionKernel::kWgmmaWs;
-  const bool wgmma = kernel == AttentionKernel::kWgmma ||
-                     (kernel == AttentionKernel::kAuto && d == 128 && kWgmmaDefaultAtD128);
+  const bool ws = kernel == AttentionKernel::kWgmmaWs ||
+                  (kernel == AttentionKernel::kAuto && d == 128 && kWsDefaultAtD128);
+  const bool wgmma = kernel == AttentionKernel::kWgmma;
   if ((wgmma || ws) && d != 128) {
     return absl::UnimplementedError(
         absl::StrCat("cuda attention: the wgmma kernels exist for head_dim 128 only, got ", d));

@@ -16,11 +16,11 @@ namespace kernelserve {
 namespace cuda {
 
 // Which kernel runs. kAuto is the default choice per head dim (see
-// attention_cuda.cc: wgmma at head dim 128, mma.sync otherwise); the others
-// force one, for tests and benchmarks. The wgmma kernels exist for head dim
-// 128 only (UNIMPLEMENTED otherwise). kWgmmaWs is the warp-specialized
-// wgmma kernel (TMA producer, ping-ponging consumers; bench/NOTES.md v4):
-// never chosen by kAuto.
+// attention_cuda.cc: kWgmmaWs at head dim 128, mma.sync otherwise); the
+// others force one, for tests and benchmarks. The wgmma kernels exist for
+// head dim 128 only (UNIMPLEMENTED otherwise): kWgmma is v3 (both warpgroups
+// load and compute in lockstep), kWgmmaWs v4, warp-specialized (a TMA
+// producer warpgroup, two consumer warpgroups ping-ponging; bench/NOTES.md).
 enum class AttentionKernel { kAuto, kMmaSync, kWgmma, kWgmmaWs };
 
 // Head dims 64, 128, 256 (others: UNIMPLEMENTED). Pointers must be 16-byte

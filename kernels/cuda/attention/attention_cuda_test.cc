@@ -332,11 +332,9 @@ TEST_F(AttentionCudaTest, LongTailInputs) { RunLongTailCases(); }
 TEST_F(AttentionCudaTest, NaNInputsPropagateLikeTheOracle) { RunNaNCases(); }
 
 // The warp-specialized kernel (kWgmmaWs, bench/NOTES.md v4: TMA producer,
-// mbarrier ring, ping-ponging consumers), written without a device. Its own
-// suite, so that a GPU run can execute it alone (--gtest_filter='*Ws*') and
-// an mbarrier hang or a fault there cannot cost the other results: every
-// d128 case the wgmma kernel is tested on, against the oracle, plus shapes
-// aimed at the stage ring and the bytes of the v3 kernel.
+// mbarrier ring, ping-ponging consumers; kAuto's choice at d128), by name:
+// every d128 case the wgmma kernel is tested on, against the oracle, plus
+// shapes aimed at the stage ring and the bytes of the v3 kernel.
 class AttentionCudaWsTest : public AttentionCudaTest {
  protected:
   std::vector<cuda::AttentionKernel> KernelsFor(int64_t dim) const override {

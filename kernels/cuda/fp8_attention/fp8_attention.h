@@ -20,15 +20,15 @@
 namespace kernelserve {
 namespace cuda {
 
-// Which kernel runs. kMmaSync is the default (what the backend serves);
-// kQgmma is the wgmma e4m3 kernel (bench/NOTES.md FP8 attention v2), with the
-// same numerics, for (d_qk, d_v) = (128, 128): other shapes fall back to
-// kMmaSync.
-enum class Fp8AttentionKernel { kMmaSync, kQgmma };
+// Which kernel runs. kAuto (what the backend serves) is kQgmma, the wgmma
+// e4m3 kernel (bench/NOTES.md FP8 attention v2), at (d_qk, d_v) = (128, 128)
+// and kMmaSync at (192, 128); kQgmma asked for at (192, 128) falls back to
+// kMmaSync too. Both have the same numerics.
+enum class Fp8AttentionKernel { kAuto, kMmaSync, kQgmma };
 
 // All views are device memory; `p` has passed Fp8AttentionParams::Validate.
 absl::Status RunFp8Attention(const Fp8AttentionParams& p, const Fp8AttentionInputs& in, TensorView& out,
-                             cudaStream_t stream, Fp8AttentionKernel kernel = Fp8AttentionKernel::kMmaSync);
+                             cudaStream_t stream, Fp8AttentionKernel kernel = Fp8AttentionKernel::kAuto);
 
 // Where the GPU-quantized inputs go (device memory; bf16 inputs only), for
 // tests and the error split: codes in the input layout and the descales
@@ -41,7 +41,7 @@ struct Fp8QuantizedOut {
 };
 absl::Status RunFp8AttentionKeepQuantized(const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
                                           TensorView& out, const Fp8QuantizedOut& keep, cudaStream_t stream,
-                                          Fp8AttentionKernel kernel = Fp8AttentionKernel::kMmaSync);
+                                          Fp8AttentionKernel kernel = Fp8AttentionKernel::kAuto);
 
 }  // namespace cuda
 }  // namespace kernelserve

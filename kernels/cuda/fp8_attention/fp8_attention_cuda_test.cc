@@ -310,11 +310,9 @@ class Fp8AttentionCudaTest : public ::testing::Test {
   void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
 };
 
-// The wgmma e4m3 kernel (bench/NOTES.md FP8 attention v2), written without a
-// device: a suite of its own ("Pipe") so that bench/run_gpu.sh runs it in an
-// isolated process until it has passed on a GPU. Its (192, 128) cases cover
-// the fallback to mma.sync.
-class Fp8AttentionCudaQgmmaPipeTest : public ::testing::Test {
+// The wgmma e4m3 kernel (bench/NOTES.md FP8 attention v2; what kAuto serves
+// at (128, 128)). Its (192, 128) cases cover the fallback to mma.sync.
+class Fp8AttentionCudaQgmmaTest : public ::testing::Test {
  protected:
   void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
 };
@@ -339,31 +337,31 @@ TEST_F(Fp8AttentionCudaTest, Fp8InputsWithDescalesAndDeterminism) {
 }
 TEST_F(Fp8AttentionCudaTest, FnuzIsUnimplemented) { RunFnuzIsUnimplemented(cuda::Fp8AttentionKernel::kMmaSync); }
 
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, ExactCausalGqaD128) { RunExactCausalGqaD128(cuda::Fp8AttentionKernel::kQgmma); }
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, LeanNonCausalCrossBshd) {
+TEST_F(Fp8AttentionCudaQgmmaTest, ExactCausalGqaD128) { RunExactCausalGqaD128(cuda::Fp8AttentionKernel::kQgmma); }
+TEST_F(Fp8AttentionCudaQgmmaTest, LeanNonCausalCrossBshd) {
   RunLeanNonCausalCrossBshd(cuda::Fp8AttentionKernel::kQgmma);
 }
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, ExactCausalD192LongerKeys) {
+TEST_F(Fp8AttentionCudaQgmmaTest, ExactCausalD192LongerKeys) {
   RunExactCausalD192LongerKeys(cuda::Fp8AttentionKernel::kQgmma);
 }
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, NaiveCausal) { RunNaiveCausal(cuda::Fp8AttentionKernel::kQgmma); }
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, HadamardPerHeadD192AndD128) {
+TEST_F(Fp8AttentionCudaQgmmaTest, NaiveCausal) { RunNaiveCausal(cuda::Fp8AttentionKernel::kQgmma); }
+TEST_F(Fp8AttentionCudaQgmmaTest, HadamardPerHeadD192AndD128) {
   RunHadamardPerHeadD192AndD128(cuda::Fp8AttentionKernel::kQgmma);
 }
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
+TEST_F(Fp8AttentionCudaQgmmaTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
   RunMoreQueriesThanKeysCausalRowsSeeNothing(cuda::Fp8AttentionKernel::kQgmma);
 }
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, LongTailBlockScalingBeatsNaive) {
+TEST_F(Fp8AttentionCudaQgmmaTest, LongTailBlockScalingBeatsNaive) {
   RunLongTailBlockScalingBeatsNaive(cuda::Fp8AttentionKernel::kQgmma);
 }
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, Fp8InputsWithDescalesAndDeterminism) {
+TEST_F(Fp8AttentionCudaQgmmaTest, Fp8InputsWithDescalesAndDeterminism) {
   RunFp8InputsWithDescalesAndDeterminism(cuda::Fp8AttentionKernel::kQgmma);
 }
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, FnuzIsUnimplemented) { RunFnuzIsUnimplemented(cuda::Fp8AttentionKernel::kQgmma); }
+TEST_F(Fp8AttentionCudaQgmmaTest, FnuzIsUnimplemented) { RunFnuzIsUnimplemented(cuda::Fp8AttentionKernel::kQgmma); }
 
 // QGMMA only: more key tiles than the shared cases (9 of 128 keys), and a
 // query count that leaves a partial CTA, causal and not.
-TEST_F(Fp8AttentionCudaQgmmaPipeTest, ManyTilesBothMasks) {
+TEST_F(Fp8AttentionCudaQgmmaTest, ManyTilesBothMasks) {
   Case c;
   c.kernel = cuda::Fp8AttentionKernel::kQgmma;
   c.sq = 1100;

@@ -27,9 +27,9 @@ struct Fp8AttentionArgs {
   bool bshd = false;       // layout: [B,S,H,D] (else [B,H,S,D])
   bool causal = true;
   int p_mode = 1;          // PMode: 1 exact, 2 lean, 3 naive
-  // Which kernel: kKernelMmaSync (the default, fp8_attention_kernel.cu) or
-  // kKernelQgmma (wgmma e4m3, fp8_attention_qgmma.cu; (128, 128) only, other
-  // head shapes fall back to mma.sync).
+  // Which kernel: kKernelMmaSync (fp8_attention_kernel.cu) or kKernelQgmma
+  // (wgmma e4m3, fp8_attention_qgmma.cu, what the backend serves; (128, 128)
+  // only, other head shapes fall back to mma.sync).
   int kernel = kKernelMmaSync;
   int rounding = 1;        // Rounding of the bf16 output
   int batch = 0, heads_q = 0, heads_kv = 0, seq_q = 0, seq_kv = 0, d_qk = 0, d_v = 0;
