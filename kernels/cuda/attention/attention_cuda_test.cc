@@ -6,7 +6,8 @@
 // require
 //   rel_rms(out, oracle) < 5e-3 (bf16 output rounding alone is ~1.1e-3;
 //   measured on an H200: 1.7-2.4e-3 RTNE/RTNA, 3.3-3.6e-3 RTZ), and
-//   >= 99.5% of elements "within 1 ulp": the bf16 output and the oracle's
+//   all but 0.5% + 4 of the elements "within 1 ulp" (the + 4 for cases of a
+//   few hundred elements): the bf16 output and the oracle's
 //   result rounded by the same rule differ by at most one bf16 step, or by at
 //   most one ulp of the tensor's rms (the floor for outputs near zero, where
 //   an absolute error is many ulps of a tiny value); measured 99.68-100 %
@@ -97,6 +98,7 @@ Shape AttnShape(Layout l, int64_t b, int64_t h, int64_t s, int64_t d) {
 struct Compared {
   double rel_rms = 0;
   double frac_within_1ulp = 0;
+  int64_t beyond_1ulp = 0;    // elements more than one bf16 step from the oracle's rounding
   int64_t bad_nonfinite = 0;  // NaN/Inf where the oracle is finite (or poison left)
   int64_t nan_mismatch = 0;   // oracle NaN but output not NaN
   int64_t max_ulp = 0;
@@ -151,6 +153,7 @@ Compared Compare(const HostTensor& out, const std::vector<double>& ref, Rounding
   }
   c.rel_rms = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   c.frac_within_1ulp = n ? static_cast<double>(within) / n : 1;
+  c.beyond_1ulp = n - within;
   return c;
 }
 
@@ -258,7 +261,10 @@ class AttentionCudaTest : public CudaTest {
       EXPECT_EQ(c.bad_nonfinite, 0);
       EXPECT_EQ(c.nan_mismatch, 0);
       EXPECT_LT(c.rel_rms, 5e-3);
-      EXPECT_GE(c.frac_within_1ulp, 0.995);
+      // At most 0.5 % of the elements past one bf16 step, plus 4: a case of a
+      // few hundred elements (Sq = 1) saw 3 of 384 there by chance (P is
+      // rounded to bf16 before PV), at 1.5 ulp with rel. RMS 2.4e-3.
+      EXPECT_LE(c.beyond_1ulp, static_cast<int64_t>(0.005 * out.num_elements()) + 4);
       EXPECT_LE(c.max_err_ulps, 16.0);
       if (result) *result = c;
     }
