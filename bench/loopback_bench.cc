@@ -218,7 +218,7 @@ int Main(int argc, char** argv) {
   a.v = TensorArg::Buffer(ids[2]);
   a.causal = true;
   a.output.to_buffer = true;
-  std::vector<double> remote_ms, run_ms;
+  std::vector<double> remote_ms, queue_ms, run_ms;
   for (int i = 0; i < kAttnWarmup + kAttnReps; ++i) {
     const absl::Time t0 = absl::Now();
     auto r = (*client)->Attention(a);
@@ -230,14 +230,15 @@ int Main(int argc, char** argv) {
     (void)(*client)->FreeBuffer(r->out_buffer_id);
     if (i >= kAttnWarmup) {
       remote_ms.push_back(ms);
+      queue_ms.push_back(r->info.queue_ms);
       run_ms.push_back(r->info.run_ms);
     }
   }
   for (const std::string& id : ids) (void)(*client)->FreeBuffer(id);
-  const double remote = Median(remote_ms), run = Median(run_ms);
+  const double remote = Median(remote_ms), queue = Median(queue_ms), run = Median(run_ms);
   std::printf("| causal attention B=1 H=%lld S=%lld D=128, inputs and output in server buffers: client "
-              "call / server run_ms (median of %d) | %.3f / %.3f ms |\n",
-              static_cast<long long>(H), static_cast<long long>(S), kAttnReps, remote, run);
+              "call / server queue_ms / run_ms (median of %d) | %.3f / %.3f / %.3f ms |\n",
+              static_cast<long long>(H), static_cast<long long>(S), kAttnReps, remote, queue, run);
   if (server != nullptr) {
     AttentionParams p;
     p.causal = true;

@@ -1,7 +1,10 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,9 +28,12 @@ using cuda::GpuStatus;
 using cuda::IsStickyError;
 
 // Per-device state. Health is the only mutable part shared between threads.
+class BlockCache;
+
 struct DeviceState {
   DeviceInfo info;
   gpuStream_t stream = nullptr;
+  std::shared_ptr<BlockCache> cache;
   mutable absl::Mutex mu;
   bool healthy ABSL_GUARDED_BY(mu) = true;
   std::string reason ABSL_GUARDED_BY(mu);
@@ -72,13 +78,95 @@ struct GraphHolder {
 // Graph warm-up replays before the timed ones (uploads the graph, warms caches).
 constexpr int kGraphWarmupReplays = 3;
 
+// Device blocks that freed buffers leave behind, kept for reuse. A server
+// allocates every call's output: cudaMalloc of a large block costs ~0.1 ms
+// and cudaFree synchronizes the whole device, which made a remote 16K
+// attention call 37 % slower than the bare kernel on the H200
+// (bench/RESULTS.md, 2026-12-02). Sizes are bucketed (powers of two up to
+// 1 MiB, 2 MiB steps above) and a block only serves its own bucket; at most
+// `max_bytes` stay cached, and when cudaMalloc fails the cache is released and
+// the allocation retried, so caching never fails an allocation that plain
+// cudaMalloc would have served. Reuse is safe in stream order: all work on a
+// device runs on its one stream. Contents are not cleared, as with cudaMalloc
+// (pools are zero-filled by the server; outputs are fully written).
+class BlockCache {
+ public:
+  BlockCache(int device, size_t max_bytes) : device_(device), max_bytes_(max_bytes) {}
+  ~BlockCache() { Release(); }
+  BlockCache(const BlockCache&) = delete;
+  BlockCache& operator=(const BlockCache&) = delete;
+
+  static size_t Bucket(size_t bytes) {
+    constexpr size_t kMiB = size_t{1} << 20;
+    if (bytes > kMiB) return (bytes + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+    size_t b = 512;
+    while (b < bytes) b <<= 1;
+    return b;
+  }
+
+  // A cached block of exactly `bucket` bytes, or nullptr.
+  void* Take(size_t bucket) {
+    absl::MutexLock lock(&mu_);
+    auto it = free_.find(bucket);
+    if (it == free_.end()) return nullptr;
+    void* p = it->second;
+    free_.erase(it);
+    cached_ -= bucket;
+    ++reused_;
+    return p;
+  }
+
+  void Put(void* p, size_t bucket) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (cached_ + bucket <= max_bytes_) {
+        free_.emplace(bucket, p);
+        cached_ += bucket;
+        return;
+      }
+    }
+    FreeBlock(p);
+  }
+
+  // Frees every cached block (before retrying a failed cudaMalloc, and at exit).
+  void Release() {
+    std::multimap<size_t, void*> all;
+    {
+      absl::MutexLock lock(&mu_);
+      all.swap(free_);
+      cached_ = 0;
+    }
+    for (auto& [bucket, p] : all) FreeBlock(p);
+  }
+
+  size_t cached_bytes() const {
+    absl::MutexLock lock(&mu_);
+    return cached_;
+  }
+  int64_t reused() const {
+    absl::MutexLock lock(&mu_);
+    return reused_;
+  }
+
+ private:
+  void FreeBlock(void* p) {
+    // Freeing on a faulted context fails harmlessly; nothing to report to.
+    if (gpuSetDevice(device_) == gpuSuccess) (void)gpuFree(p);
+  }
+
+  const int device_;
+  const size_t max_bytes_;
+  mutable absl::Mutex mu_;
+  std::multimap<size_t, void*> free_ ABSL_GUARDED_BY(mu_);
+  size_t cached_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reused_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class CudaMemory : public DeviceMemory {
  public:
-  CudaMemory(void* ptr, size_t size, int device) : ptr_(ptr), size_(size), device_(device) {}
-  ~CudaMemory() override {
-    // Freeing on a faulted context fails harmlessly; nothing to report to.
-    if (gpuSetDevice(device_) == gpuSuccess) (void)gpuFree(ptr_);
-  }
+  CudaMemory(void* ptr, size_t size, size_t bucket, int device, std::shared_ptr<BlockCache> cache)
+      : ptr_(ptr), size_(size), bucket_(bucket), device_(device), cache_(std::move(cache)) {}
+  ~CudaMemory() override { cache_->Put(ptr_, bucket_); }
   void* data() const override { return ptr_; }
   size_t size() const override { return size_; }
   int device() const override { return device_; }
@@ -86,7 +174,9 @@ class CudaMemory : public DeviceMemory {
  private:
   void* ptr_;
   size_t size_;
+  size_t bucket_;
   int device_;
+  std::shared_ptr<BlockCache> cache_;  // may outlive the backend: buffers hold it
 };
 
 class CudaBackend : public Backend {
@@ -125,13 +215,21 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
     KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
     if (bytes == 0) bytes = 1;  // a valid, distinct pointer for empty tensors
-    void* ptr = nullptr;
-    const gpuError_t e = gpuMalloc(&ptr, bytes);
-    if (e != gpuSuccess) {
-      (void)gpuGetLastError();  // out-of-memory is not sticky; clear it
-      return Check(d, e, absl::StrCat("cudaMalloc(", bytes, " bytes) on device ", device));
+    const size_t bucket = BlockCache::Bucket(bytes);
+    void* ptr = d->cache->Take(bucket);
+    if (ptr == nullptr) {
+      gpuError_t e = gpuMalloc(&ptr, bucket);
+      if (e == gpuErrorMemoryAllocation) {
+        (void)gpuGetLastError();  // out-of-memory is not sticky; clear it
+        d->cache->Release();
+        e = gpuMalloc(&ptr, bucket);
+      }
+      if (e != gpuSuccess) {
+        (void)gpuGetLastError();
+        return Check(d, e, absl::StrCat("cudaMalloc(", bytes, " bytes) on device ", device));
+      }
     }
-    return std::unique_ptr<DeviceMemory>(new CudaMemory(ptr, bytes, device));
+    return std::unique_ptr<DeviceMemory>(new CudaMemory(ptr, bytes, bucket, device, d->cache));
   }
 
   absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) override {
@@ -361,6 +459,8 @@ absl::StatusOr<std::unique_ptr<DeviceState>> OpenDevice(int index, const std::st
   d->info.driver = driver;
   KS_RETURN_IF_ERROR(GpuStatus(gpuStreamCreateWithFlags(&d->stream, gpuStreamNonBlocking),
                                "cudaStreamCreate"));
+  // Up to 1/16 of the device (8 GiB on an H200) stays cached for reuse.
+  d->cache = std::make_shared<BlockCache>(index, std::min<size_t>(prop.totalGlobalMem / 16, size_t{8} << 30));
   return d;
 }
 

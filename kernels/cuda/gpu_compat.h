@@ -25,6 +25,7 @@
 #define gpuRuntimeGetVersion hipRuntimeGetVersion
 #define gpuSetDevice hipSetDevice
 #define gpuMalloc hipMalloc
+#define gpuErrorMemoryAllocation hipErrorOutOfMemory
 #define gpuFree hipFree
 #define gpuMemcpyAsync hipMemcpyAsync
 #define gpuMemcpyHostToDevice hipMemcpyHostToDevice
@@ -76,6 +77,7 @@
 #define gpuRuntimeGetVersion cudaRuntimeGetVersion
 #define gpuSetDevice cudaSetDevice
 #define gpuMalloc cudaMalloc
+#define gpuErrorMemoryAllocation cudaErrorMemoryAllocation
 #define gpuFree cudaFree
 #define gpuMemcpyAsync cudaMemcpyAsync
 #define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
