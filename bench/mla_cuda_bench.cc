@@ -3,12 +3,12 @@
 // contiguous layout for comparison). Each point is timed as CUDA-graph
 // replays; one replay holds several calls over disjoint KV copies so that the
 // KV never sits in L2 between calls. TB/s counts the KV bytes plus the Q and
-// O bytes once per call. Prints a markdown table: the default kernel (wgmma
-// QK+PV, core-matrix operands) and its 128-byte-swizzled version, paged and
-// contiguous; --all puts the older wgmma-QK kernel in the third column.
+// O bytes once per call. Prints a markdown table: the default kernel (v7,
+// warpgroups in roles) and v4 (wgmma QK+PV in lockstep) paged, v4 and the
+// default contiguous; --all puts v4's swizzled version in the third column.
 //
 //   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4] [--all]
-//                  [--only=wgmma_pv|wgmma_pv_sw|wgmma_pipe]   (one kernel, paged: for ncu,
+//                  [--only=wgmma_pv|wgmma_pv_sw|wgmma_pipe|wgmma_roles]   (one kernel, paged: for ncu,
 //                  and for a kernel not yet trusted to run inside the table's process)
 #include <cuda_runtime.h>
 
@@ -175,8 +175,8 @@ int Main(int argc, char** argv) {
 
   std::printf("\n%s, %d SMs, L2 %d MB; H = %lld, q_len = %lld, fp8 e4m3fn KV, CUDA-graph timed\n\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(H), static_cast<long long>(Q));
-  std::printf("| (B, S) | KV (MB) | wgmma QK+PV paged p1 (us) | TB/s | swizzled paged p1 (us) | TB/s | %s (us) | TB/s | wgmma QK+PV contiguous (us) | TB/s |\n",
-              all ? "wgmma QK paged p1" : "swizzled contiguous");
+  std::printf("| (B, S) | KV (MB) | default (v7 roles) paged p1 (us) | TB/s | v4 wgmma QK+PV paged p1 (us) | TB/s | %s (us) | TB/s | default contiguous (us) | TB/s |\n",
+              all ? "v4 swizzled paged p1" : "v4 contiguous");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::mt19937_64 rng(7);
   for (const auto& sh : shapes) {
@@ -191,21 +191,24 @@ int Main(int argc, char** argv) {
     const double bytes = static_cast<double>(kvb) + static_cast<double>(B * Q * H) * (576 + 512) * 2;
     using K = cuda::MlaKernel;
     if (!only.empty()) {
-      const K k = only == "wgmma_pv_sw" ? K::kWgmmaPvSw : only == "wgmma_pipe" ? K::kWgmmaPipe : K::kWgmmaPv;
+      const K k = only == "wgmma_pv_sw"   ? K::kWgmmaPvSw
+                  : only == "wgmma_pipe"  ? K::kWgmmaPipe
+                  : only == "wgmma_roles" ? K::kWgmmaRoles
+                                          : K::kWgmmaPv;
       const Result r = TimeOne(k, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
       std::printf("%s (%lld, %lld) paged: %.1f us\n", only.c_str(), static_cast<long long>(B),
                   static_cast<long long>(S), r.us);
       continue;
     }
-    const Result r2 = TimeOne(K::kWgmmaPv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    const Result rs = TimeOne(K::kWgmmaPvSw, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    // --all: the older wgmma-QK kernel in the third column, else the swizzled one on contiguous KV.
-    const Result r3 = all ? TimeOne(K::kWgmma, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies)
-                          : TimeOne(K::kWgmmaPvSw, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    const Result rc = TimeOne(K::kWgmmaPv, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result rd = TimeOne(K::kWgmmaRoles, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result r4 = TimeOne(K::kWgmmaPv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    // --all: v4's swizzled version in the third column, else v4 on contiguous KV.
+    const Result r3 = all ? TimeOne(K::kWgmmaPvSw, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies)
+                          : TimeOne(K::kWgmmaPv, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result rc = TimeOne(K::kWgmmaRoles, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
     std::printf("| (%lld, %lld) | %.0f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
-                static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6, r2.us, bytes / r2.us / 1e6, rs.us,
-                bytes / rs.us / 1e6, r3.us, bytes / r3.us / 1e6, rc.us, bytes / rc.us / 1e6);
+                static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6, rd.us, bytes / rd.us / 1e6, r4.us,
+                bytes / r4.us / 1e6, r3.us, bytes / r3.us / 1e6, rc.us, bytes / rc.us / 1e6);
     std::fflush(stdout);
   }
   return 0;

@@ -6,7 +6,9 @@
 namespace kernelserve {
 namespace cuda {
 
-const MlaKernel kDefaultMlaKernel = MlaKernel::kWgmmaPv;
+// v7: 1.20-1.21x v4 at (8, 65536) and (16, 150000) on the H200, every GPU
+// test passed (bench/RESULTS.md, 2026-12-02).
+const MlaKernel kDefaultMlaKernel = MlaKernel::kWgmmaRoles;
 
 absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
                           cudaStream_t stream) {
@@ -54,6 +56,9 @@ absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const 
       break;
     case MlaKernel::kWgmmaPipe:
       a.variant = cuda_mla::MlaVariant::kWgmmaPipe;
+      break;
+    case MlaKernel::kWgmmaRoles:
+      a.variant = cuda_mla::MlaVariant::kWgmmaRoles;
       break;
     case MlaKernel::kMmaSync:
       a.variant = cuda_mla::MlaVariant::kMmaSync;

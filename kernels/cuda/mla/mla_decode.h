@@ -24,10 +24,12 @@ absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, T
 // The kernel versions, for tests and benchmarks: kWgmmaPv runs QK^T and PV on
 // wgmma, kWgmma QK^T on wgmma and PV on mma.sync, kMmaSync everything on
 // mma.sync, kWgmmaPvSw is kWgmmaPv with 128-byte-swizzled wgmma operands,
-// kWgmmaPipe is kWgmmaPv (same output bits) with the fp8 unpack overlapped
-// with the tensor cores (not measured yet, so not the default).
-// RunMlaDecode uses kDefaultMlaKernel.
-enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe };
+// kWgmmaPipe is kWgmmaPv (same output bits) with a double-buffered tile
+// (5-7 % slower on the H200), kWgmmaRoles (v7, the default) gives the two
+// warpgroups different roles: one computes QK^T on m64n64, the softmax and
+// half of PV, the other unpacks most of the next tile and does the other
+// half of PV (bench/NOTES.md). RunMlaDecode uses kDefaultMlaKernel.
+enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe, kWgmmaRoles };
 extern const MlaKernel kDefaultMlaKernel;
 absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                               TensorView& out, cudaStream_t stream);

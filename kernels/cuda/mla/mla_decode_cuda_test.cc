@@ -209,8 +209,8 @@ class MlaDecodeCudaTest : public ::testing::TestWithParam<cuda::MlaKernel> {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
                          ::testing::Values(cuda::MlaKernel::kWgmmaPv, cuda::MlaKernel::kWgmmaPvSw,
-                                           cuda::MlaKernel::kWgmmaPipe, cuda::MlaKernel::kWgmma,
-                                           cuda::MlaKernel::kMmaSync),
+                                           cuda::MlaKernel::kWgmmaPipe, cuda::MlaKernel::kWgmmaRoles,
+                                           cuda::MlaKernel::kWgmma, cuda::MlaKernel::kMmaSync),
                          [](const ::testing::TestParamInfo<cuda::MlaKernel>& i) {
                            switch (i.param) {
                              case cuda::MlaKernel::kWgmma:
@@ -221,6 +221,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
                                return std::string("WgmmaPvSw");
                              case cuda::MlaKernel::kWgmmaPipe:
                                return std::string("WgmmaPipe");
+                             case cuda::MlaKernel::kWgmmaRoles:
+                               return std::string("WgmmaRoles");
                              case cuda::MlaKernel::kMmaSync:
                                break;
                            }
@@ -232,6 +234,7 @@ TEST(MlaDecodeCudaDefault, IsTested) {
   EXPECT_TRUE(cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmma ||
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaPv ||
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaPvSw ||
+              cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaRoles ||
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kMmaSync);
 }
 

@@ -13,9 +13,9 @@ namespace cuda_mla {
 // kMmaSync: everything on mma.sync (the first version); kWgmmaPvSw: kWgmmaPv
 // with its wgmma operands in the 128-byte-swizzled layout; kWgmmaPipe:
 // kWgmmaPv's numerics (same bits) with a double-buffered bf16 KV tile whose
-// unpack runs under the async QK^T. All have tests; kWgmmaPipe has not run on
-// a GPU yet (bench/NOTES.md, v6).
-enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe };
+// unpack runs under the async QK^T (v6); kWgmmaRoles: warpgroups in roles
+// (v7, mla_decode_kernel.cu). All have tests and have run on the H200.
+enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe, kWgmmaRoles };
 
 struct MlaDecodeArgs {
   const void* q_lat = nullptr;  // bf16 [B, q_len, H, 512]
