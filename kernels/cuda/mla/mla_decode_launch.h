@@ -14,7 +14,7 @@ namespace cuda_mla {
 // with its wgmma operands in the 128-byte-swizzled layout; kWgmmaPipe:
 // kWgmmaPv's numerics (same bits) with a double-buffered bf16 KV tile whose
 // unpack runs under the async QK^T (v6); kWgmmaRoles: warpgroups in roles
-// (v7, mla_decode_kernel.cu). All have tests and have run on the H200.
+// (v7, mla_decode_roles.cu). All have tests and have run on the H200.
 enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe, kWgmmaRoles };
 
 struct MlaDecodeArgs {
