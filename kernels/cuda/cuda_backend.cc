@@ -27,9 +27,9 @@ namespace {
 using cuda::GpuStatus;
 using cuda::IsStickyError;
 
-// Per-device state. Health is the only mutable part shared between threads.
 class BlockCache;
 
+// Per-device state. Health is the only mutable part shared between threads.
 struct DeviceState {
   DeviceInfo info;
   gpuStream_t stream = nullptr;
@@ -112,7 +112,6 @@ class BlockCache {
     void* p = it->second;
     free_.erase(it);
     cached_ -= bucket;
-    ++reused_;
     return p;
   }
 
@@ -139,15 +138,6 @@ class BlockCache {
     for (auto& [bucket, p] : all) FreeBlock(p);
   }
 
-  size_t cached_bytes() const {
-    absl::MutexLock lock(&mu_);
-    return cached_;
-  }
-  int64_t reused() const {
-    absl::MutexLock lock(&mu_);
-    return reused_;
-  }
-
  private:
   void FreeBlock(void* p) {
     // Freeing on a faulted context fails harmlessly; nothing to report to.
@@ -159,7 +149,6 @@ class BlockCache {
   mutable absl::Mutex mu_;
   std::multimap<size_t, void*> free_ ABSL_GUARDED_BY(mu_);
   size_t cached_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t reused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class CudaMemory : public DeviceMemory {

@@ -91,24 +91,19 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   int dev = 0, sms = 0;
   if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
   if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-  // kWgmmaPipe covers every shape v4 does (same CTA, tiles and split plan:
-  // paged or not, any page size, ragged q_lens, q_len 1..8, H up to 128, any
-  // split count); it falls back to v4 only on a device whose per-block shared
-  // memory is under its 226 KB (H100/H200 have 227 KB).
+  // kWgmmaPipe and kWgmmaRoles cover every shape v4 does (same CTA rows,
+  // tiles and split plan: paged or not, any page size, ragged q_lens, q_len
+  // 1..8, H up to 128, any split count); they fall back to v4 only on a device
+  // whose per-block shared memory is under theirs (226 / 231.7 KB; H100/H200
+  // have 227 KB).
   MlaVariant variant = a.variant;
-  if (variant == MlaVariant::kWgmmaPipe) {
+  if (variant == MlaVariant::kWgmmaPipe || variant == MlaVariant::kWgmmaRoles) {
     int smem_optin = 0;
     if ((e = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) {
       return e;
     }
-    if (smem_optin < kSmemBytesPipe) variant = MlaVariant::kWgmmaPv;
-  }
-  if (variant == MlaVariant::kWgmmaRoles) {
-    int smem_optin = 0;
-    if ((e = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) {
-      return e;
-    }
-    if (smem_optin < kSmemBytesRoles) variant = MlaVariant::kWgmmaPv;
+    const int need = variant == MlaVariant::kWgmmaPipe ? kSmemBytesPipe : kSmemBytesRoles;
+    if (smem_optin < need) variant = MlaVariant::kWgmmaPv;
   }
   KernelFn kernel;
   switch (variant) {
