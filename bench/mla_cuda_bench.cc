@@ -8,7 +8,7 @@
 // default contiguous; --all puts v4's swizzled version in the third column.
 //
 //   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4] [--all]
-//                  [--only=wgmma_pv|wgmma_pv_sw|wgmma_pipe|wgmma_roles]   (one kernel, paged: for ncu,
+//                  [--only=wgmma_pv|wgmma_pv_sw|wgmma_pipe|wgmma_roles|wgmma_rega]   (one kernel, paged: for ncu,
 //                  and for a kernel not yet trusted to run inside the table's process)
 #include <cuda_runtime.h>
 
@@ -194,6 +194,7 @@ int Main(int argc, char** argv) {
       const K k = only == "wgmma_pv_sw"   ? K::kWgmmaPvSw
                   : only == "wgmma_pipe"  ? K::kWgmmaPipe
                   : only == "wgmma_roles" ? K::kWgmmaRoles
+                  : only == "wgmma_rega"  ? K::kWgmmaRegA
                                           : K::kWgmmaPv;
       const Result r = TimeOne(k, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
       std::printf("%s (%lld, %lld) paged: %.1f us\n", only.c_str(), static_cast<long long>(B),

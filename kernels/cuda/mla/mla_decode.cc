@@ -63,6 +63,9 @@ absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const 
     case MlaKernel::kMmaSync:
       a.variant = cuda_mla::MlaVariant::kMmaSync;
       break;
+    case MlaKernel::kWgmmaRegA:
+      a.variant = cuda_mla::MlaVariant::kWgmmaRegA;
+      break;
   }
   const cudaError_t e = cuda_mla::LaunchMlaDecode(a, stream);
   if (e == cudaSuccess) return absl::OkStatus();

@@ -28,8 +28,10 @@ absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, T
 // (5-7 % slower on the H200), kWgmmaRoles (v7, the default) gives the two
 // warpgroups different roles: one computes QK^T on m64n64, the softmax and
 // half of PV, the other unpacks most of the next tile and does the other
-// half of PV (bench/NOTES.md). RunMlaDecode uses kDefaultMlaKernel.
-enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe, kWgmmaRoles };
+// half of PV (bench/NOTES.md); kWgmmaRegA (v8) converts the fp8 KV in
+// registers straight into the wgmma A operand (f16 tensor cores; e4m3fnuz
+// runs kWgmmaRoles). RunMlaDecode uses kDefaultMlaKernel.
+enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe, kWgmmaRoles, kWgmmaRegA };
 extern const MlaKernel kDefaultMlaKernel;
 absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                               TensorView& out, cudaStream_t stream);

@@ -210,6 +210,7 @@ class MlaDecodeCudaTest : public ::testing::TestWithParam<cuda::MlaKernel> {
 INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
                          ::testing::Values(cuda::MlaKernel::kWgmmaPv, cuda::MlaKernel::kWgmmaPvSw,
                                            cuda::MlaKernel::kWgmmaPipe, cuda::MlaKernel::kWgmmaRoles,
+                                           cuda::MlaKernel::kWgmmaRegA,
                                            cuda::MlaKernel::kWgmma, cuda::MlaKernel::kMmaSync),
                          [](const ::testing::TestParamInfo<cuda::MlaKernel>& i) {
                            switch (i.param) {
@@ -223,6 +224,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
                                return std::string("WgmmaPipe");
                              case cuda::MlaKernel::kWgmmaRoles:
                                return std::string("WgmmaRoles");
+                             case cuda::MlaKernel::kWgmmaRegA:
+                               return std::string("WgmmaRegA");
                              case cuda::MlaKernel::kMmaSync:
                                break;
                            }
@@ -235,6 +238,7 @@ TEST(MlaDecodeCudaDefault, IsTested) {
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaPv ||
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaPvSw ||
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaRoles ||
+              cuda::kDefaultMlaKernel == cuda::MlaKernel::kWgmmaRegA ||
               cuda::kDefaultMlaKernel == cuda::MlaKernel::kMmaSync);
 }
 

@@ -96,13 +96,18 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   // 1..8, H up to 128, any split count); they fall back to v4 only on a device
   // whose per-block shared memory is under theirs (226 / 231.7 KB; H100/H200
   // have 227 KB).
+  // kWgmmaRegA covers the same shapes for e4m3fn; e4m3fnuz runs kWgmmaRoles.
   MlaVariant variant = a.variant;
-  if (variant == MlaVariant::kWgmmaPipe || variant == MlaVariant::kWgmmaRoles) {
+  if (variant == MlaVariant::kWgmmaRegA && a.fnuz) variant = MlaVariant::kWgmmaRoles;
+  if (variant == MlaVariant::kWgmmaPipe || variant == MlaVariant::kWgmmaRoles ||
+      variant == MlaVariant::kWgmmaRegA) {
     int smem_optin = 0;
     if ((e = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess) {
       return e;
     }
-    const int need = variant == MlaVariant::kWgmmaPipe ? kSmemBytesPipe : kSmemBytesRoles;
+    const int need = variant == MlaVariant::kWgmmaPipe    ? kSmemBytesPipe
+                     : variant == MlaVariant::kWgmmaRoles ? kSmemBytesRoles
+                                                          : kSmemBytesRegA;
     if (smem_optin < need) variant = MlaVariant::kWgmmaPv;
   }
   KernelFn kernel;
@@ -122,6 +127,9 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
     case MlaVariant::kWgmmaRoles:
       kernel = RolesKernel(a.fnuz);
       break;
+    case MlaVariant::kWgmmaRegA:
+      kernel = RegAKernel(a.fnuz);
+      break;
     default:
       kernel = V4Kernel(a.fnuz, 2);
       break;
@@ -129,7 +137,9 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   const int smem_bytes = variant == MlaVariant::kWgmmaPvSw    ? kSmemBytesSw
                          : variant == MlaVariant::kWgmmaPipe  ? kSmemBytesPipe
                          : variant == MlaVariant::kWgmmaRoles ? kSmemBytesRoles
+                         : variant == MlaVariant::kWgmmaRegA  ? kSmemBytesRegA
                                                               : kSmemBytes;
+  const int threads = variant == MlaVariant::kWgmmaRegA ? kThreadsRegA : kThreads;
   if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes)) != cudaSuccess) {
     return e;
   }
@@ -166,7 +176,7 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
     p.part_ml = p.part_o + parts * kDL;
   }
   const dim3 grid(plan.splits, plan.row_groups, a.batch);
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
+  kernel<<<grid, threads, smem_bytes, stream>>>(p);
   e = cudaGetLastError();
   if (e == cudaSuccess && plan.splits > 1) {
     MlaMergeKernel<<<dim3(p.rows, a.batch), 128, 0, stream>>>(p);

@@ -14,8 +14,10 @@ namespace cuda_mla {
 // with its wgmma operands in the 128-byte-swizzled layout; kWgmmaPipe:
 // kWgmmaPv's numerics (same bits) with a double-buffered bf16 KV tile whose
 // unpack runs under the async QK^T (v6); kWgmmaRoles: warpgroups in roles
-// (v7, mla_decode_roles.cu). All have tests and have run on the H200.
-enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe, kWgmmaRoles };
+// (v7, mla_decode_roles.cu); kWgmmaRegA: KV converted in registers as the
+// wgmma A operand, f16 tensor cores (v8, mla_decode_rega.cu; e4m3fn only:
+// e4m3fnuz runs v7).
+enum class MlaVariant { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe, kWgmmaRoles, kWgmmaRegA };
 
 struct MlaDecodeArgs {
   const void* q_lat = nullptr;  // bf16 [B, q_len, H, 512]

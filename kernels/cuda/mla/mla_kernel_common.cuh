@@ -73,11 +73,18 @@ static_assert(kSmemBytesRoles <= 227 * 1024, "kWgmmaRoles must fit the sm_90 per
 constexpr int kRolesUnits = kTok / 8 * (kD / 16);  // 8-row x 16-byte units per tile: 288
 static_assert(kRolesUnits == 16 * 18, "16 quarter-warp slots per warpgroup, 18 units each");
 
+// kWgmmaRegA (v8, mla_decode_rega.cu): 384 threads; Q (f16) + three fp8 row
+// slots of 64 x 608 B + three P^T blocks + the per-column tables + barriers.
+constexpr int kThreadsRegA = 384;
+constexpr int kSmemBytesRegA = kPipeQ + 3 * kTok * 608 + 3 * kTok * kRows * 2 + 2 * 4 * kRows * 4 +
+                               2 * 3 * kRows * 4 + kRows * 4 + 2 * 8 * kRows * 4 + 6 * 8;
+
 using KernelFn = void (*)(const KParams);
-// The instantiations, one getter per kernel file: v4 (kVar 0..3), v6, v7.
+// The instantiations, one getter per kernel file: v4 (kVar 0..3), v6, v7, v8.
 KernelFn V4Kernel(bool fnuz, int var);
 KernelFn PipeKernel(bool fnuz);
 KernelFn RolesKernel(bool fnuz);
+KernelFn RegAKernel(bool fnuz);  // null for e4m3fnuz (not covered: v7 runs)
 
 namespace {
 

@@ -1,0 +1,649 @@
+// MLA decode v8 (kWgmmaRegA; bench/NOTES.md "v8"): the KV tile never exists
+// in shared memory as bf16. The fp8 rows land in shared memory by bulk copy
+// (one 576-byte copy per row, so any page size works), and each consumer
+// thread converts exactly the bytes its wgmma A fragments need, in registers:
+//   S^T = K Q^T   (M = 64 keys, N = 64 query rows, K = 576: K from registers,
+//                  Q from shared memory)
+//   O^T = V^T P^T (M = 512 latent columns, 256 per warpgroup, N = 64 query
+//                  rows, K = keys: V from registers, P^T from shared memory)
+// so the unpack writes nothing to shared memory and the tensor cores read one
+// 2 KB operand per m64n64k16 instead of two.
+//
+// Numerics (tests compare with the fp64 oracle): the products run on f16
+// tensor cores. e4m3fn -> f16 is exact. Q is scaled by a power of two per CTA
+// into f16's range (exact for every element within 2^31 of the CTA's largest
+// |q|; smaller ones are rounded to f16's subnormal grid, below 2^-25 of the
+// largest |q|); the factor is folded back into the score scale. V enters PV
+// through an integer conversion that gives v * 2^-8 exactly for every finite
+// code (2^8 is folded into the output scale); a NaN in a KV row already made
+// that row's score NaN through the exact QK^T conversion, so the output is
+// NaN as in the oracle. P is rounded to f16 (finer than bf16); the row sum
+// counts the unrounded probabilities. The running maximum moves only when a
+// block's maximum exceeds it by more than 2^8 (P <= 256, far inside f16), so
+// most blocks rescale nothing.
+//
+// CTA: 384 threads. Warp 0 is the producer (bulk copies into a ring of three
+// 64-row slots); warpgroups 1 and 2 are consumers that own alternate 64-key
+// blocks: the owner of block k computes S^T(k), the block's maxima and P(k);
+// both consumers then run their half of PV(k). The owner of k+1 computes its
+// S^T(k+1) on the tensor cores while the owner of k runs its softmax.
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention/sm90/pipeline_sm90.h"
+#include "kernels/cuda/mla/mla_kernel_common.cuh"
+
+namespace kernelserve {
+namespace cuda_mla {
+namespace {
+
+using ::kernelserve::cuda::sm90::FenceMbarInit;
+using ::kernelserve::cuda::sm90::MbarArriveExpectTx;
+using ::kernelserve::cuda::sm90::MbarInit;
+using ::kernelserve::cuda::sm90::MbarWait;
+using ::kernelserve::cuda::sm90::NamedBarrierArrive;
+using ::kernelserve::cuda::sm90::NamedBarrierSync;
+using ::kernelserve::cuda::sm90::SetMaxNRegDec;
+using ::kernelserve::cuda::sm90::SetMaxNRegInc;
+using ::kernelserve::cuda::sm90::WarpUniform;
+
+// Named barriers: 1..2 the P hand-over by block parity, 3..4 each consumer
+// warpgroup's maximum exchange, 5 all consumers.
+constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5;
+constexpr float kLazyMax = 8.f;  // base-2 headroom before the running max moves
+
+// Two e4m3fn codes (a 16-bit half) -> f16x2, exact; NaN stays NaN.
+__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t v16) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(v16)));
+  return h;
+}
+
+// Byte i of a and byte i of b -> f16x2 (a low, b high) of value code * 2^-8,
+// exact for every finite e4m3fn code (sign, then exponent and mantissa shifted
+// into f16's fields). One PRMT with sign replication, one AND, one shift.
+template <int kI>
+__device__ __forceinline__ uint32_t E4m3PairToF16x2Scaled(uint32_t a, uint32_t b) {
+  constexpr uint32_t kSel = kI | ((8 | kI) << 4) | ((4 + kI) << 8) | ((12 + kI) << 12);
+  uint32_t t;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(t) : "r"(a), "r"(b), "n"(kSel));
+  return (t & 0x017F017Fu) << 7;
+}
+
+// D(64x64 fp32) (+)= A(64x16 f16, registers) * B(16x64 f16, shared; kTransB:
+// MN-major).
+template <int kTransB>
+__device__ __forceinline__ void WgmmaRegA(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+      "%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(kTransB));
+}
+
+__device__ __forceinline__ void BulkCopyRow(uint32_t dst, const void* src, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "n"(kD), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// A thread's 16 columns (query rows) of an m64n64 accumulator are
+// q = 8 jj + 2 c + e (jj 0..7, e 0..1, c = lane & 3). Per-column tables in
+// shared memory are stored [c][jj][e], so a thread reads its 16 with four
+// 16-byte loads that lanes of the same c share.
+__device__ __forceinline__ int ColIndex(int q) { return ((q >> 1) & 3) * 16 + (q >> 3) * 2 + (q & 1); }
+__device__ __forceinline__ void LoadCols(const float* table, int c, float (&v)[16]) {
+  const float4* t = reinterpret_cast<const float4*>(table + c * 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 x = t[i];
+    v[4 * i] = x.x;
+    v[4 * i + 1] = x.y;
+    v[4 * i + 2] = x.z;
+    v[4 * i + 3] = x.w;
+  }
+}
+__device__ __forceinline__ void StoreCols(float* table, int c, const float (&v)[16]) {
+  float4* t = reinterpret_cast<float4*>(table + c * 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) t[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+}
+
+// One halving step of ReduceColumns: lanes whose bit `kXor` of the lane id is
+// set keep the upper half of `v`, the others the lower half, each combined
+// with the partner's copy of that half.
+template <bool kMax, int kN, int kXor>
+__device__ __forceinline__ void HalveColumns(const float (&v)[kN], int lane, float (&out)[kN / 2]) {
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    const bool hi = lane & kXor;
+    const float send = hi ? v[i] : v[kN / 2 + i];
+    const float mine = hi ? v[kN / 2 + i] : v[i];
+    const float other = __shfl_xor_sync(0xffffffffu, send, kXor);
+    out[i] = kMax ? fmaxf(mine, other) : mine + other;
+  }
+}
+
+// 16 per-column values (index jj * 2 + e) reduced over the 8 lanes of a
+// column group (lanes c, c + 4, ..., c + 28) by halving: lane (g, c) ends
+// with the two values of columns 8 g + 2 c + e.
+template <bool kMax>
+__device__ __forceinline__ void ReduceColumns(const float (&v)[16], int lane, float (&out)[2]) {
+  float a8[8], a4[4];
+  HalveColumns<kMax, 16, 16>(v, lane, a8);
+  HalveColumns<kMax, 8, 8>(a8, lane, a4);
+  HalveColumns<kMax, 4, 4>(a4, lane, out);
+}
+
+constexpr int kRegAThreads = 384;
+constexpr int kSlots = 3;
+constexpr int kRowStr = 608;  // fp8 row stride in a slot: conflict-free A-fragment loads
+constexpr int kSlotBytes = kTok * kRowStr;
+constexpr int kPBytes = kTok * kRows * 2;  // P^T of one block, f16, MN-major core matrices
+constexpr int kOffKV = kPipeQ;
+constexpr int kOffP = kOffKV + kSlots * kSlotBytes;
+constexpr int kOffMaxPart = kOffP + kSlots * kPBytes;  // [2][4 warps][64]
+constexpr int kOffM = kOffMaxPart + 2 * 4 * kRows * 4;  // [3][64]
+constexpr int kOffAlpha = kOffM + kSlots * kRows * 4;   // [3][64]
+constexpr int kOffLim = kOffAlpha + kSlots * kRows * 4;  // [64] int
+constexpr int kOffRed = kOffLim + kRows * 4;             // [8 warps][64]
+constexpr int kOffAlphaW = kOffRed + 8 * kRows * 4;     // [8 warps][64]: a warp's own alpha(k)
+constexpr int kOffBar = kOffAlphaW + 8 * kRows * 4;      // full[3], empty[3]
+constexpr int kSmemRegA = kOffBar + 2 * kSlots * 8;
+static_assert(kSmemRegA <= 227 * 1024, "kWgmmaRegA must fit the sm_90 per-block limit");
+static_assert(kSmemRegA == kSmemBytesRegA, "mla_kernel_common.cuh's size must match the plan");
+
+__global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* sQ = smem;
+  uint8_t* sKV = smem + kOffKV;
+  uint8_t* sP = smem + kOffP;
+  float* sMaxPart = reinterpret_cast<float*>(smem + kOffMaxPart);
+  float* sM = reinterpret_cast<float*>(smem + kOffM);
+  float* sAlpha = reinterpret_cast<float*>(smem + kOffAlpha);
+  int* sLim = reinterpret_cast<int*>(smem + kOffLim);
+  float* sRed = reinterpret_cast<float*>(smem + kOffRed);
+  float* sAlphaW = reinterpret_cast<float*>(smem + kOffAlphaW);
+  const uint32_t bar_full = SmemAddr(smem + kOffBar);
+  const uint32_t bar_empty = bar_full + kSlots * 8;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = WarpUniform(warp >> 2);
+  const CtaWork w = GetCtaWork(p);
+  const int nb = w.n_tiles;  // 64-key blocks of this split
+
+  if (tid == 0) {
+    for (int i = 0; i < kSlots; ++i) {
+      MbarInit(bar_full + 8 * i, 1);
+      MbarInit(bar_empty + 8 * i, 8);  // one arrival per consumer warp
+    }
+    FenceMbarInit();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------------------------------------------------- producer
+    SetMaxNRegDec<24>();
+    if (warp != 0) return;
+    const uint32_t kv_base = SmemAddr(sKV);
+    for (int k = 0; k < nb; ++k) {
+      const int slot = k % kSlots;
+      const int64_t j0 = w.tok_begin + static_cast<int64_t>(k) * kTok;
+      const int nvalid = w.tok_end - j0 < kTok ? static_cast<int>(w.tok_end - j0) : kTok;
+      int64_t rows[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = lane + 32 * r;
+        rows[r] = i < nvalid ? SlotOf(p, w, j0 + i) : -1;
+      }
+      MbarWait(bar_empty + 8 * slot, ((k / kSlots) & 1) ^ 1);
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      if (lane == 0) MbarArriveExpectTx(bar_full + 8 * slot, nvalid * kD);
+      __syncwarp();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = lane + 32 * r;
+        if (i < nvalid) {
+          BulkCopyRow(kv_base + slot * kSlotBytes + i * kRowStr, p.kv + rows[r] * kD, bar_full + 8 * slot);
+        }
+      }
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------ consumers
+  SetMaxNRegInc<240>();
+  const int cw = wg - 1;       // consumer warpgroup 0 or 1
+  const int ctid = tid - 128;  // 0..255
+  const int wq = warp & 3;     // warp in the warpgroup
+  const int g = lane >> 2, c = lane & 3;
+
+  // Q: one power-of-two scale per CTA into f16, stored permuted so that a
+  // thread's 16-byte fp8 load covers its A fragments of four k-steps: logical
+  // column 8 pp + 2 c + e of k-step ks = 4 G + t holds d = 64 G + 16 c + 4 t +
+  // 2 pp + e.
+  float sl2;
+  {
+    const uint16_t* qlat = p.q_lat + (static_cast<int64_t>(w.b) * p.rows + w.row0) * kDL;
+    const uint16_t* qpe = p.q_pe + (static_cast<int64_t>(w.b) * p.rows + w.row0) * kDR;
+    uint4 raw[9][2];
+    float amax = 0.f;
+#pragma unroll
+    for (int u = 0; u < 9; ++u) {
+      const int unit = ctid + 256 * u;  // (q, G, cc): 64 x 9 x 4
+      const int q = unit / 36, G = (unit / 4) % 9, cc = unit % 4;
+      const int d0 = 64 * G + 16 * cc;
+      uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
+      if (q < w.nrows) {
+        const uint16_t* src = d0 < kDL ? qlat + static_cast<int64_t>(q) * kDL + d0
+                                       : qpe + static_cast<int64_t>(q) * kDR + (d0 - kDL);
+        v0 = reinterpret_cast<const uint4*>(src)[0];
+        v1 = reinterpret_cast<const uint4*>(src)[1];
+      }
+      raw[u][0] = v0;
+      raw[u][1] = v1;
+      const uint32_t x[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        amax = fmaxf(amax, fabsf(Bf16LoToFloat(x[i])));
+        amax = fmaxf(amax, fabsf(Bf16HiToFloat(x[i])));
+      }
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (lane == 0) sRed[warp - 4] = amax;
+    // The causal limit of each query row, relative to the split's first token.
+    if (ctid < kRows) {
+      const int q = ctid;
+      const int t = (w.row0 + q) / p.heads;
+      const int64_t lim = (q < w.nrows && t < w.ql) ? w.seq - w.ql + t - w.tok_begin : -1;
+      sLim[ColIndex(q)] = lim < 0 ? -1 : lim > (1 << 30) ? (1 << 30) : static_cast<int>(lim);
+    }
+    NamedBarrierSync(kBarConsumers, 256);
+    amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, sRed[i]);
+    // The largest |q| into [2^14, 2^15) (0, Inf or NaN: no scaling); the
+    // factor stays a normal float.
+    int qs = (amax > 0.f && amax <= 3.0e38f) ? 14 - (static_cast<int>((__float_as_uint(amax) >> 23) & 0xFF) - 127)
+                                             : 0;
+    qs = qs > 127 ? 127 : qs;
+    const float qf = __int_as_float((qs + 127) << 23);
+#pragma unroll
+    for (int u = 0; u < 9; ++u) {
+      const int unit = ctid + 256 * u;
+      const int q = unit / 36, G = (unit / 4) % 9, cc = unit % 4;
+      const uint32_t x[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
+                             raw[u][1].x, raw[u][1].y, raw[u][1].z, raw[u][1].w};
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+#pragma unroll
+        for (int pp = 0; pp < 2; ++pp) {
+          const uint32_t v = x[2 * t + pp];
+          const __half2 h = __floats2half2_rn(Bf16LoToFloat(v) * qf, Bf16HiToFloat(v) * qf);
+          *reinterpret_cast<__half2*>(sQ + CoreTiled(q, 16 * (4 * G + t) + 8 * pp + 2 * cc)) = h;
+        }
+      }
+    }
+    FenceProxyAsyncShared();
+    sl2 = ldexpf(p.sl2, -qs);
+    NamedBarrierSync(kBarConsumers, 256);  // sQ and sLim complete; sRed read
+  }
+
+  // Blocks from kt on need masks (past the chunk, or the causal window of
+  // some query row); n_rel: the split's tokens.
+  const int n_rel = static_cast<int>(w.tok_end - w.tok_begin);
+  int kt = n_rel / kTok;
+  {
+    const int64_t x = w.seq - w.ql - w.tok_begin - (kTok - 1);
+    const int64_t k2 = x < 0 ? 0 : x / kTok + 1;
+    if (k2 < kt) kt = static_cast<int>(k2);
+  }
+  const int ql = w.ql;
+  const uint64_t q_desc = WgmmaDesc(SmemAddr(sQ), 128, (kD / 8) * 128);
+  const uint32_t p_addr = SmemAddr(sP);
+  // Owner geometry: accumulator rows g and g + 8 of warp wq are the keys
+  // 16 wq + 8 h + sigma(g) (sigma swaps bits 0 and 1, which spreads a quarter
+  // warp's 16-byte loads over all banks), stored in P^T at its PV column.
+  const int sg = (g & 4) | ((g & 1) << 1) | ((g >> 1) & 1);
+  int key_r[2], pcol[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    key_r[h] = 16 * wq + 8 * h + sg;
+    pcol[h] = (key_r[h] & ~7) | ((key_r[h] & 3) << 1) | ((key_r[h] >> 2) & 1);
+  }
+  // PV geometry: A row (g + 8 h) of M-tile j is latent column d0 + 2 j + h;
+  // A column 2 c + e + 8 pp of k-step s is key 16 s + 8 pp + 4 e + c.
+  const int d0 = 256 * cw + 64 * wq + 8 * g;
+
+  float acc[4][32];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[j][i] = 0.f;
+  }
+  float l[16];  // this thread's share of the row sums, per column
+#pragma unroll
+  for (int i = 0; i < 16; ++i) l[i] = 0.f;
+
+  auto fence_acc = [&]() {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) FenceOperand(acc[j][i]);
+    }
+  };
+  // O and l into a new frame; warp-uniform (a warp's four column lanes cover
+  // all 64 columns), hence warpgroup-uniform.
+  // The wait is unconditional on the multiplying path, or ptxas serializes
+  // every wgmma (C7514).
+  auto rescale = [&](const float (&al)[16]) {
+    bool need = false;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) need |= al[i] != 1.f;
+    if (__any_sync(0xffffffffu, need)) {
+      WgmmaWait<0>();
+      fence_acc();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) acc[j][i] *= al[(i >> 2) * 2 + (i & 1)];
+      }
+    }
+  };
+
+  auto qk = [&](int k, float (&d)[32]) {
+    const uint8_t* r0 = sKV + (k % kSlots) * kSlotBytes + key_r[0] * kRowStr + 16 * c;
+    const uint8_t* r1 = sKV + (k % kSlots) * kSlotBytes + key_r[1] * kRowStr + 16 * c;
+    // One 16-byte load per row covers four k-steps; they are converted and
+    // issued two k-steps at a time, two such groups in flight.
+    uint32_t a[2][8];
+    auto convert = [&](const uint4 x0, const uint4 x1, int half, uint32_t (&f)[8]) {
+      const uint32_t w0[4] = {x0.x, x0.y, x0.z, x0.w}, w1[4] = {x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        f[4 * t + 0] = E4m3x2ToF16x2(w0[2 * half + t]);
+        f[4 * t + 1] = E4m3x2ToF16x2(w1[2 * half + t]);
+        f[4 * t + 2] = E4m3x2ToF16x2(w0[2 * half + t] >> 16);
+        f[4 * t + 3] = E4m3x2ToF16x2(w1[2 * half + t] >> 16);
+      }
+    };
+    uint4 x0 = *reinterpret_cast<const uint4*>(r0), x1 = *reinterpret_cast<const uint4*>(r1);
+    convert(x0, x1, 0, a[0]);
+#pragma unroll
+    for (int gi = 0; gi < 18; ++gi) {  // group gi: k-steps 2 gi, 2 gi + 1
+      uint4 n0 = x0, n1 = x1;
+      if ((gi & 1) == 1 && gi < 17) {
+        n0 = *reinterpret_cast<const uint4*>(r0 + 64 * ((gi + 1) >> 1));
+        n1 = *reinterpret_cast<const uint4*>(r1 + 64 * ((gi + 1) >> 1));
+      }
+      WgmmaFence();
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const uint32_t f[4] = {a[gi & 1][4 * t], a[gi & 1][4 * t + 1], a[gi & 1][4 * t + 2], a[gi & 1][4 * t + 3]};
+        WgmmaRegA<0>(d, f, q_desc + (((2 * gi + t) * 256) >> 4), (gi | t) != 0);
+      }
+      WgmmaCommit();
+      if (gi < 17) {
+        WgmmaWait<1>();
+        if ((gi & 1) == 1) {
+          x0 = n0;
+          x1 = n1;
+        }
+        convert(x0, x1, (gi + 1) & 1, a[(gi + 1) & 1]);
+      }
+    }
+  };
+
+  auto pv = [&](int k) {
+    const uint8_t* base = sKV + (k % kSlots) * kSlotBytes + d0;
+    const uint64_t pd = WgmmaDesc(p_addr + (k % kSlots) * kPBytes, 8 * 128, 128);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint2 v[2][2];  // [pp][e]: 8 latent columns of one key
+#pragma unroll
+      for (int pp = 0; pp < 2; ++pp) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          v[pp][e] = *reinterpret_cast<const uint2*>(base + (16 * s + 8 * pp + 4 * e + c) * kRowStr);
+        }
+      }
+      // Two M-tiles per commit group, at most two groups (16 A registers)
+      // in flight.
+#pragma unroll
+      for (int jh = 0; jh < 2; ++jh) {
+        WgmmaWait<1>();
+        uint32_t a[2][4];
+#pragma unroll
+        for (int pp = 0; pp < 2; ++pp) {
+          const uint32_t x0 = jh == 0 ? v[pp][0].x : v[pp][0].y, x1 = jh == 0 ? v[pp][1].x : v[pp][1].y;
+          a[0][2 * pp + 0] = E4m3PairToF16x2Scaled<0>(x0, x1);
+          a[0][2 * pp + 1] = E4m3PairToF16x2Scaled<1>(x0, x1);
+          a[1][2 * pp + 0] = E4m3PairToF16x2Scaled<2>(x0, x1);
+          a[1][2 * pp + 1] = E4m3PairToF16x2Scaled<3>(x0, x1);
+        }
+        WgmmaFence();
+#pragma unroll
+        for (int jl = 0; jl < 2; ++jl) {
+          // Fragment order (row g, k lo), (row g+8, k lo), (row g, k hi), (row g+8, k hi).
+          const uint32_t f[4] = {a[jl][0], a[jl][1], a[jl][2], a[jl][3]};
+          WgmmaRegA<1>(acc[2 * jh + jl], f, pd + ((s * 2 * 8 * 128) >> 4), 1);
+        }
+        WgmmaCommit();
+      }
+    }
+    __syncwarp();
+    if (lane == 0) MbarArrive(bar_empty + 8 * (k % kSlots));  // this warp's reads of the slot are done
+  };
+
+  // The owner's softmax of block k: masks, the block's column maxima (over
+  // the warpgroup), the lazily moved running maxima, P(k) and the row sums.
+  // Publishes P(k), m(k) and alpha(k) and returns alpha(k).
+  auto softmax = [&](int k, float (&d)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) d[i] *= sl2;
+    if (k >= kt) {
+      float lim[16];
+      LoadCols(reinterpret_cast<const float*>(sLim), c, lim);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int key = kTok * k + key_r[(i >> 1) & 1];
+        const int li = __float_as_int(lim[(i >> 2) * 2 + (i & 1)]);
+        if (key >= n_rel || key > li) d[i] = -INFINITY;
+      }
+    }
+    float cm[16];
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) cm[jj * 2 + e] = fmaxf(d[4 * jj + e], d[4 * jj + 2 + e]);
+    }
+    float wm[2];
+    ReduceColumns<true>(cm, lane, wm);
+    float* mp = sMaxPart + ((k >> 1) & 1) * 4 * kRows;
+    *reinterpret_cast<float2*>(mp + wq * kRows + c * 16 + g * 2) = make_float2(wm[0], wm[1]);
+    NamedBarrierSync(kBarMax0 + cw, 128);
+    float m[16];
+    LoadCols(mp, c, m);
+#pragma unroll
+    for (int wv = 1; wv < 4; ++wv) {
+      float t[16];
+      LoadCols(mp + wv * kRows, c, t);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) m[i] = fmaxf(m[i], t[i]);
+    }
+    // m(k) in place of the block maxima, alpha(k) in place of m(k-1).
+    float al[16];
+    if (k >= 1) {
+      LoadCols(sM + ((k - 1) % kSlots) * kRows, c, al);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) al[i] = -INFINITY;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const float mprev = al[i];
+      const float mn = m[i] > mprev + kLazyMax ? m[i] : mprev;
+      al[i] = mn == mprev ? 1.f : exp2f(mprev - (mn == -INFINITY ? 0.f : mn));
+      m[i] = mn;
+    }
+    if (wq == 0 && g == 0) {
+      StoreCols(sM + (k % kSlots) * kRows, c, m);
+      StoreCols(sAlpha + (k % kSlots) * kRows, c, al);
+    }
+    if (g == 0) StoreCols(sAlphaW + (warp - 4) * kRows, c, al);  // read back by this warp only
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      l[i] *= al[i];
+      if (m[i] == -INFINITY) m[i] = 0.f;
+    }
+    if (k >= 1) {  // alpha(k-1), which this thread's row sums have not seen yet
+      LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) l[i] *= al[i];
+    }
+    uint8_t* pbuf = sP + (k % kSlots) * kPBytes;
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float p0 = exp2f(d[4 * jj + 2 * h] - m[jj * 2]);
+        const float p1 = exp2f(d[4 * jj + 2 * h + 1] - m[jj * 2 + 1]);
+        l[jj * 2] += p0;
+        l[jj * 2 + 1] += p1;
+        const int col = pcol[h];
+        *reinterpret_cast<__half2*>(pbuf + (col >> 3) * 1024 + jj * 128 + (col & 7) * 16 + c * 4) =
+            __floats2half2_rn(p0, p1);
+      }
+    }
+    FenceProxyAsyncShared();
+    __threadfence_block();
+    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);
+  };
+
+  for (int k = cw; k < nb; k += 2) {
+    float d[32];
+    MbarWait(bar_full + 8 * (k % kSlots), (k / kSlots) & 1);
+    qk(k, d);
+    if (k >= 1) NamedBarrierSync(kBarPReady0 + ((k - 1) & 1), 256);  // P(k-1), m(k-1), alpha(k-1)
+    WgmmaWait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
+    fence_acc();
+    softmax(k, d);
+    if (k >= 1) {  // the other warpgroup's block k-1: our half of its PV
+      float al[16];
+      LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
+      rescale(al);
+      pv(k - 1);
+    }
+    {
+      __syncwarp();
+      float al[16];
+      LoadCols(sAlphaW + (warp - 4) * kRows, c, al);
+      rescale(al);
+    }
+    pv(k);
+    // Nothing in flight across the back edge: ptxas serializes every wgmma
+    // of the loop otherwise (C7514).
+    WgmmaWait<0>();
+    fence_acc();
+  }
+  if (nb > 0 && ((nb - 1) & 1) != cw) {  // the last block is the other warpgroup's
+    const int k = nb - 1;
+    NamedBarrierSync(kBarPReady0 + (k & 1), 256);
+    float al[16];
+    LoadCols(sAlpha + (k % kSlots) * kRows, c, al);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) l[i] *= al[i];
+    rescale(al);
+    pv(k);
+  }
+  WgmmaWait<0>();
+  fence_acc();
+
+  // Row sums over all consumer threads; the final frame is m(nb-1).
+  {
+    float lr[2];
+    ReduceColumns<false>(l, lane, lr);
+    *reinterpret_cast<float2*>(sRed + (cw * 4 + wq) * kRows + c * 16 + g * 2) = make_float2(lr[0], lr[1]);
+  }
+  NamedBarrierSync(kBarConsumers, 256);
+  float lt[16], mt[16];
+  LoadCols(sRed, c, lt);
+#pragma unroll
+  for (int wv = 1; wv < 8; ++wv) {
+    float t[16];
+    LoadCols(sRed + wv * kRows, c, t);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) lt[i] += t[i];
+  }
+  if (nb > 0) {
+    LoadCols(sM + ((nb - 1) % kSlots) * kRows, c, mt);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) mt[i] = -INFINITY;
+  }
+
+  // Output: a thread holds 8 consecutive latent columns (d0 .. d0 + 7) of its
+  // 16 query rows. (The CTA's coordinates again from the grid: fewer
+  // registers live through the loop.)
+  const int b = blockIdx.z, group = blockIdx.y, split = blockIdx.x;
+  const int row0 = group * kRows, nrows = min(kRows, p.rows - row0);
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = 8 * jj + 2 * c + e;
+      if (q >= nrows) continue;
+      const int r = row0 + q;
+      const int ci = jj * 2 + e;
+      float o[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        o[2 * j] = acc[j][4 * jj + e];
+        o[2 * j + 1] = acc[j][4 * jj + 2 + e];
+      }
+      if (p.splits == 1) {
+        const bool live = r / p.heads < ql;
+        const float inv = p.out_scale * 256.f / lt[ci];
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (live) {
+          v.x = PackBf16x2(o[0] * inv, o[1] * inv, p.rounding);
+          v.y = PackBf16x2(o[2] * inv, o[3] * inv, p.rounding);
+          v.z = PackBf16x2(o[4] * inv, o[5] * inv, p.rounding);
+          v.w = PackBf16x2(o[6] * inv, o[7] * inv, p.rounding);
+        }
+        *reinterpret_cast<uint4*>(p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + d0) = v;
+      } else {
+        const int64_t pi = ((static_cast<int64_t>(b) * p.row_groups + group) * p.splits + split) * kRows + q;
+        float4* dst = reinterpret_cast<float4*>(p.part_o + pi * kDL + d0);
+        dst[0] = make_float4(o[0] * 256.f, o[1] * 256.f, o[2] * 256.f, o[3] * 256.f);
+        dst[1] = make_float4(o[4] * 256.f, o[5] * 256.f, o[6] * 256.f, o[7] * 256.f);
+        if (cw == 0 && wq == 0 && g == 0) {
+          p.part_ml[pi * 2] = mt[ci];
+          p.part_ml[pi * 2 + 1] = lt[ci];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+KernelFn RegAKernel(bool fnuz) { return fnuz ? nullptr : MlaDecodeRegAKernel; }
+
+}  // namespace cuda_mla
+}  // namespace kernelserve
