@@ -1,6 +1,6 @@
 // MLA decode v8 (kWgmmaRegA; bench/NOTES.md "v8"): the KV tile never exists
 // in shared memory as bf16. The fp8 rows land in shared memory by bulk copy
-// (one 576-byte copy per row, so any page size works), and each consumer
+// (16-byte cp.async by a producer warpgroup, so any page size works), and each consumer
 // thread converts exactly the bytes its wgmma A fragments need, in registers:
 //   S^T = K Q^T   (M = 64 keys, N = 64 query rows, K = 576: K from registers,
 //                  Q from shared memory)
@@ -22,8 +22,8 @@
 // block's maximum exceeds it by more than 2^8 (P <= 256, far inside f16), so
 // most blocks rescale nothing.
 //
-// CTA: 384 threads. Warp 0 is the producer (bulk copies into a ring of three
-// 64-row slots); warpgroups 1 and 2 are consumers that own alternate 64-key
+// CTA: 384 threads. Warpgroup 0 is the producer (cp.async into a ring of
+// three 64-row slots); warpgroups 1 and 2 are consumers that own alternate 64-key
 // blocks: the owner of block k computes S^T(k), the block's maxima and P(k);
 // both consumers then run their half of PV(k). The owner of k+1 computes its
 // S^T(k+1) on the tensor cores while the owner of k runs its softmax.
@@ -50,9 +50,18 @@ using ::kernelserve::cuda::sm90::SetMaxNRegInc;
 using ::kernelserve::cuda::sm90::WarpUniform;
 
 // Named barriers: 1..2 the P hand-over by block parity, 3..4 each consumer
-// warpgroup's maximum exchange, 5 all consumers.
-constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5;
+// warpgroup's maximum exchange, 5 all consumers, 6 the producer warpgroup.
+constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5, kBarProducer = 6;
 constexpr float kLazyMax = 8.f;  // base-2 headroom before the running max moves
+
+// 2^x by the SFU alone (exp2f adds a denormal-range fix-up around it):
+// -Inf -> 0, NaN -> NaN; results below 2^-126 flush to zero, far under f16's
+// smallest P anyway.
+__device__ __forceinline__ float Exp2Ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // Two e4m3fn codes (a 16-bit half) -> f16x2, exact; NaN stays NaN.
 __device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t v16) {
@@ -86,13 +95,6 @@ __device__ __forceinline__ void WgmmaRegA(float (&d)[32], const uint32_t (&a)[4]
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(kTransB));
-}
-
-__device__ __forceinline__ void BulkCopyRow(uint32_t dst, const void* src, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "n"(kD), "r"(bar)
-      : "memory");
 }
 
 __device__ __forceinline__ void MbarArrive(uint32_t bar) {
@@ -160,7 +162,8 @@ constexpr int kOffAlpha = kOffM + kSlots * kRows * 4;   // [3][64]
 constexpr int kOffLim = kOffAlpha + kSlots * kRows * 4;  // [64] int
 constexpr int kOffRed = kOffLim + kRows * 4;             // [8 warps][64]
 constexpr int kOffAlphaW = kOffRed + 8 * kRows * 4;     // [8 warps][64]: a warp's own alpha(k)
-constexpr int kOffBar = kOffAlphaW + 8 * kRows * 4;      // full[3], empty[3]
+constexpr int kOffTab = kOffAlphaW + 8 * kRows * 4;      // [2][64] int64: slot rows of blocks k, k+1
+constexpr int kOffBar = kOffTab + 2 * kTok * 8;          // full[3], empty[3]
 constexpr int kSmemRegA = kOffBar + 2 * kSlots * 8;
 static_assert(kSmemRegA <= 227 * 1024, "kWgmmaRegA must fit the sm_90 per-block limit");
 static_assert(kSmemRegA == kSmemBytesRegA, "mla_kernel_common.cuh's size must match the plan");
@@ -176,6 +179,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   int* sLim = reinterpret_cast<int*>(smem + kOffLim);
   float* sRed = reinterpret_cast<float*>(smem + kOffRed);
   float* sAlphaW = reinterpret_cast<float*>(smem + kOffAlphaW);
+  uint8_t* sTab = smem + kOffTab;
   const uint32_t bar_full = SmemAddr(smem + kOffBar);
   const uint32_t bar_empty = bar_full + kSlots * 8;
 
@@ -186,7 +190,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 
   if (tid == 0) {
     for (int i = 0; i < kSlots; ++i) {
-      MbarInit(bar_full + 8 * i, 1);
+      MbarInit(bar_full + 8 * i, 128);  // one arrival per producer thread
       MbarInit(bar_empty + 8 * i, 8);  // one arrival per consumer warp
     }
     FenceMbarInit();
@@ -195,30 +199,36 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 
   if (wg == 0) {
     // ---------------------------------------------------------- producer
+    // The whole warpgroup copies with 16-byte cp.async (a bulk copy per
+    // 576-byte row serializes on one lane per warp): chunk q = 128 i + tid of
+    // a block is row q / 36, 16-byte column q % 36; each thread's copies
+    // complete one arrival on the slot's full barrier. The slot rows of block
+    // k come from a table written one block ahead, loaded two ahead.
     SetMaxNRegDec<24>();
-    if (warp != 0) return;
+    int64_t* tab = reinterpret_cast<int64_t*>(sTab);
+    auto rows_of = [&](int k) {  // this thread's row of block k (tid < 64), -1 past the chunk
+      const int64_t j = w.tok_begin + static_cast<int64_t>(k) * kTok + tid;
+      return tid < kTok && k < nb ? SlotOf(p, w, j) : -1;
+    };
+    if (tid < kTok) tab[tid] = rows_of(0);
+    int64_t next = rows_of(1);
+    NamedBarrierSync(kBarProducer, 128);
     const uint32_t kv_base = SmemAddr(sKV);
     for (int k = 0; k < nb; ++k) {
       const int slot = k % kSlots;
-      const int64_t j0 = w.tok_begin + static_cast<int64_t>(k) * kTok;
-      const int nvalid = w.tok_end - j0 < kTok ? static_cast<int>(w.tok_end - j0) : kTok;
-      int64_t rows[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = lane + 32 * r;
-        rows[r] = i < nvalid ? SlotOf(p, w, j0 + i) : -1;
-      }
       MbarWait(bar_empty + 8 * slot, ((k / kSlots) & 1) ^ 1);
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      if (lane == 0) MbarArriveExpectTx(bar_full + 8 * slot, nvalid * kD);
-      __syncwarp();
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = lane + 32 * r;
-        if (i < nvalid) {
-          BulkCopyRow(kv_base + slot * kSlotBytes + i * kRowStr, p.kv + rows[r] * kD, bar_full + 8 * slot);
-        }
+      const int64_t* t = tab + (k & 1) * kTok;
+#pragma unroll 6
+      for (int i = 0; i < 18; ++i) {
+        const int q = 128 * i + tid, row = q / 36, col = q - row * 36;
+        const int64_t r = t[row];
+        CpAsync16(kv_base + slot * kSlotBytes + row * kRowStr + col * 16, p.kv + (r >= 0 ? r : 0) * kD + col * 16,
+                  r >= 0 ? 16 : 0);
       }
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar_full + 8 * slot) : "memory");
+      if (tid < kTok) tab[((k + 1) & 1) * kTok + tid] = next;
+      next = rows_of(k + 2);
+      NamedBarrierSync(kBarProducer, 128);
     }
     return;
   }
@@ -334,9 +344,16 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[j][i] = 0.f;
   }
-  float l[16];  // this thread's share of the row sums, per column
+  // Row sums: this warp's share (its 16 keys of every owned block), reduced
+  // over the warp each block, so a lane keeps the two of columns 8 g + 2 c + e.
+  float l2[2] = {0.f, 0.f};
+  // v[g * 2 + e] without local memory.
+  auto pick = [&](const float (&v)[16], int e) {
+    float r = v[e];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) l[i] = 0.f;
+    for (int jj = 1; jj < 8; ++jj) r = g == jj ? v[jj * 2 + e] : r;
+    return r;
+  };
 
   auto fence_acc = [&]() {
 #pragma unroll
@@ -496,7 +513,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     for (int i = 0; i < 16; ++i) {
       const float mprev = al[i];
       const float mn = m[i] > mprev + kLazyMax ? m[i] : mprev;
-      al[i] = mn == mprev ? 1.f : exp2f(mprev - (mn == -INFINITY ? 0.f : mn));
+      al[i] = mn == mprev ? 1.f : Exp2Ftz(mprev - (mn == -INFINITY ? 0.f : mn));
       m[i] = mn;
     }
     if (wq == 0 && g == 0) {
@@ -505,24 +522,26 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     }
     if (g == 0) StoreCols(sAlphaW + (warp - 4) * kRows, c, al);  // read back by this warp only
 #pragma unroll
+    for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
+#pragma unroll
     for (int i = 0; i < 16; ++i) {
-      l[i] *= al[i];
       if (m[i] == -INFINITY) m[i] = 0.f;
     }
-    if (k >= 1) {  // alpha(k-1), which this thread's row sums have not seen yet
+    if (k >= 1) {  // alpha(k-1), which this warp's row sums have not seen yet
       LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) l[i] *= al[i];
+      for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
     }
+    float sum[16];
     uint8_t* pbuf = sP + (k % kSlots) * kPBytes;
 #pragma unroll
     for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float p0 = exp2f(d[4 * jj + 2 * h] - m[jj * 2]);
-        const float p1 = exp2f(d[4 * jj + 2 * h + 1] - m[jj * 2 + 1]);
-        l[jj * 2] += p0;
-        l[jj * 2 + 1] += p1;
+        const float p0 = Exp2Ftz(d[4 * jj + 2 * h] - m[jj * 2]);
+        const float p1 = Exp2Ftz(d[4 * jj + 2 * h + 1] - m[jj * 2 + 1]);
+        sum[jj * 2] = h == 0 ? p0 : sum[jj * 2] + p0;
+        sum[jj * 2 + 1] = h == 0 ? p1 : sum[jj * 2 + 1] + p1;
         const int col = pcol[h];
         *reinterpret_cast<__half2*>(pbuf + (col >> 3) * 1024 + jj * 128 + (col & 7) * 16 + c * 4) =
             __floats2half2_rn(p0, p1);
@@ -531,24 +550,31 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     FenceProxyAsyncShared();
     __threadfence_block();
     NamedBarrierArrive(kBarPReady0 + (k & 1), 256);
+    float s2[2];
+    ReduceColumns<false>(sum, lane, s2);
+    l2[0] += s2[0];
+    l2[1] += s2[1];
   };
 
   for (int k = cw; k < nb; k += 2) {
     float d[32];
     MbarWait(bar_full + 8 * (k % kSlots), (k / kSlots) & 1);
     qk(k, d);
-    if (k >= 1) NamedBarrierSync(kBarPReady0 + ((k - 1) & 1), 256);  // P(k-1), m(k-1), alpha(k-1)
-    WgmmaWait<0>();
-#pragma unroll
-    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
-    fence_acc();
-    softmax(k, d);
-    if (k >= 1) {  // the other warpgroup's block k-1: our half of its PV
+    if (k >= 1) {
+      // The other warpgroup's block k-1, our half of its PV, before our
+      // softmax(k), so that its slot is released as early as possible.
+      NamedBarrierSync(kBarPReady0 + ((k - 1) & 1), 256);  // P(k-1), m(k-1), alpha(k-1)
       float al[16];
       LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
       rescale(al);
       pv(k - 1);
     }
+    // S^T(k) and our PV(k-1) retired: a wait<8> that lets PV(k-1) run on
+    // under the softmax makes ptxas serialize every wgmma (C7512).
+    WgmmaWait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
+    softmax(k, d);
     {
       __syncwarp();
       float al[16];
@@ -567,7 +593,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     float al[16];
     LoadCols(sAlpha + (k % kSlots) * kRows, c, al);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) l[i] *= al[i];
+    for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
     rescale(al);
     pv(k);
   }
@@ -575,11 +601,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   fence_acc();
 
   // Row sums over all consumer threads; the final frame is m(nb-1).
-  {
-    float lr[2];
-    ReduceColumns<false>(l, lane, lr);
-    *reinterpret_cast<float2*>(sRed + (cw * 4 + wq) * kRows + c * 16 + g * 2) = make_float2(lr[0], lr[1]);
-  }
+  *reinterpret_cast<float2*>(sRed + (cw * 4 + wq) * kRows + c * 16 + g * 2) = make_float2(l2[0], l2[1]);
   NamedBarrierSync(kBarConsumers, 256);
   float lt[16], mt[16];
   LoadCols(sRed, c, lt);
