@@ -1,6 +1,6 @@
 // MLA decode v8 (kWgmmaRegA; bench/NOTES.md "v8"): the KV tile never exists
 // in shared memory as bf16. The fp8 rows land in shared memory by bulk copy
-// (16-byte cp.async by a producer warpgroup, so any page size works), and each consumer
+// (one bulk copy per row from a producer warpgroup, so any page size works), and each consumer
 // thread converts exactly the bytes its wgmma A fragments need, in registers:
 //   S^T = K Q^T   (M = 64 keys, N = 64 query rows, K = 576: K from registers,
 //                  Q from shared memory)
@@ -22,8 +22,8 @@
 // block's maximum exceeds it by more than 2^8 (P <= 256, far inside f16), so
 // most blocks rescale nothing.
 //
-// CTA: 384 threads. Warpgroup 0 is the producer (cp.async into a ring of
-// three 64-row slots); warpgroups 1 and 2 are consumers that own alternate 64-key
+// CTA: 384 threads. Warpgroup 0 is the producer (bulk copies into a ring
+// of three 64-row slots); warpgroups 1 and 2 are consumers that own alternate 64-key
 // blocks: the owner of block k computes S^T(k), the block's maxima and P(k);
 // both consumers then run their half of PV(k). The owner of k+1 computes its
 // S^T(k+1) on the tensor cores while the owner of k runs its softmax.
@@ -31,6 +31,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/attention/sm90/pipeline_sm90.h"
 #include "kernels/cuda/mla/mla_kernel_common.cuh"
@@ -50,8 +51,8 @@ using ::kernelserve::cuda::sm90::SetMaxNRegInc;
 using ::kernelserve::cuda::sm90::WarpUniform;
 
 // Named barriers: 1..2 the P hand-over by block parity, 3..4 each consumer
-// warpgroup's maximum exchange, 5 all consumers, 6 the producer warpgroup.
-constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5, kBarProducer = 6;
+// warpgroup's maximum exchange, 5 all consumers.
+constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5;
 constexpr float kLazyMax = 8.f;  // base-2 headroom before the running max moves
 
 // 2^x by the SFU alone (exp2f adds a denormal-range fix-up around it):
@@ -61,6 +62,17 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// A barrier of `count` threads that returns whether any of them passed true.
+__device__ __forceinline__ bool BarRedOr(int id, int count, bool pred) {
+  int r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.s32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<int>(pred)), "r"(id), "r"(count)
+      : "memory");
+  return r != 0;
 }
 
 // Two e4m3fn codes (a 16-bit half) -> f16x2, exact; NaN stays NaN.
@@ -95,6 +107,13 @@ __device__ __forceinline__ void WgmmaRegA(float (&d)[32], const uint32_t (&a)[4]
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(kTransB));
+}
+
+__device__ __forceinline__ void BulkCopyRow(uint32_t dst, const void* src, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "n"(kD), "r"(bar)
+      : "memory");
 }
 
 __device__ __forceinline__ void MbarArrive(uint32_t bar) {
@@ -162,8 +181,7 @@ constexpr int kOffAlpha = kOffM + kSlots * kRows * 4;   // [3][64]
 constexpr int kOffLim = kOffAlpha + kSlots * kRows * 4;  // [64] int
 constexpr int kOffRed = kOffLim + kRows * 4;             // [8 warps][64]
 constexpr int kOffAlphaW = kOffRed + 8 * kRows * 4;     // [8 warps][64]: a warp's own alpha(k)
-constexpr int kOffTab = kOffAlphaW + 8 * kRows * 4;      // [2][64] int64: slot rows of blocks k, k+1
-constexpr int kOffBar = kOffTab + 2 * kTok * 8;          // full[3], empty[3]
+constexpr int kOffBar = kOffAlphaW + 8 * kRows * 4;      // full[3], empty[3]
 constexpr int kSmemRegA = kOffBar + 2 * kSlots * 8;
 static_assert(kSmemRegA <= 227 * 1024, "kWgmmaRegA must fit the sm_90 per-block limit");
 static_assert(kSmemRegA == kSmemBytesRegA, "mla_kernel_common.cuh's size must match the plan");
@@ -179,7 +197,6 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   int* sLim = reinterpret_cast<int*>(smem + kOffLim);
   float* sRed = reinterpret_cast<float*>(smem + kOffRed);
   float* sAlphaW = reinterpret_cast<float*>(smem + kOffAlphaW);
-  uint8_t* sTab = smem + kOffTab;
   const uint32_t bar_full = SmemAddr(smem + kOffBar);
   const uint32_t bar_empty = bar_full + kSlots * 8;
 
@@ -190,7 +207,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 
   if (tid == 0) {
     for (int i = 0; i < kSlots; ++i) {
-      MbarInit(bar_full + 8 * i, 128);  // one arrival per producer thread
+      MbarInit(bar_full + 8 * i, 4);  // one arrival per producer warp
       MbarInit(bar_empty + 8 * i, 8);  // one arrival per consumer warp
     }
     FenceMbarInit();
@@ -199,36 +216,30 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 
   if (wg == 0) {
     // ---------------------------------------------------------- producer
-    // The whole warpgroup copies with 16-byte cp.async (a bulk copy per
-    // 576-byte row serializes on one lane per warp): chunk q = 128 i + tid of
-    // a block is row q / 36, 16-byte column q % 36; each thread's copies
-    // complete one arrival on the slot's full barrier. The slot rows of block
-    // k come from a table written one block ahead, loaded two ahead.
+    // One 576-byte bulk copy per row, issued by lane i < 16 of producer warp
+    // w for row 16 w + i (a bulk copy is a warp-uniform instruction: the
+    // lanes of a warp issue one after another, so the rows are spread over
+    // four warps). Each warp's arrival on the slot's full barrier expects
+    // its own rows' bytes. The next block's slot rows are loaded before the
+    // wait, which hides their latency.
     SetMaxNRegDec<24>();
-    int64_t* tab = reinterpret_cast<int64_t*>(sTab);
-    auto rows_of = [&](int k) {  // this thread's row of block k (tid < 64), -1 past the chunk
-      const int64_t j = w.tok_begin + static_cast<int64_t>(k) * kTok + tid;
-      return tid < kTok && k < nb ? SlotOf(p, w, j) : -1;
+    const int i = warp * 16 + lane;
+    auto row_of = [&](int k) -> int64_t {
+      const int64_t j = w.tok_begin + static_cast<int64_t>(k) * kTok + i;
+      return lane < 16 && k < nb && j < w.tok_end ? SlotOf(p, w, j) : -1;
     };
-    if (tid < kTok) tab[tid] = rows_of(0);
-    int64_t next = rows_of(1);
-    NamedBarrierSync(kBarProducer, 128);
-    const uint32_t kv_base = SmemAddr(sKV);
+    const uint32_t dst0 = SmemAddr(sKV) + i * kRowStr;
+    int64_t r = row_of(0);
     for (int k = 0; k < nb; ++k) {
       const int slot = k % kSlots;
+      const int64_t rn = row_of(k + 1);
       MbarWait(bar_empty + 8 * slot, ((k / kSlots) & 1) ^ 1);
-      const int64_t* t = tab + (k & 1) * kTok;
-#pragma unroll 6
-      for (int i = 0; i < 18; ++i) {
-        const int q = 128 * i + tid, row = q / 36, col = q - row * 36;
-        const int64_t r = t[row];
-        CpAsync16(kv_base + slot * kSlotBytes + row * kRowStr + col * 16, p.kv + (r >= 0 ? r : 0) * kD + col * 16,
-                  r >= 0 ? 16 : 0);
-      }
-      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar_full + 8 * slot) : "memory");
-      if (tid < kTok) tab[((k + 1) & 1) * kTok + tid] = next;
-      next = rows_of(k + 2);
-      NamedBarrierSync(kBarProducer, 128);
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      const int nv = __popc(__ballot_sync(0xffffffffu, r >= 0));
+      if (lane == 0) MbarArriveExpectTx(bar_full + 8 * slot, nv * kD);
+      __syncwarp();
+      if (r >= 0) BulkCopyRow(dst0 + slot * kSlotBytes, p.kv + r * kD, bar_full + 8 * slot);
+      r = rn;
     }
     return;
   }
@@ -386,7 +397,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     const uint8_t* r1 = sKV + (k % kSlots) * kSlotBytes + key_r[1] * kRowStr + 16 * c;
     // One 16-byte load per row covers four k-steps; they are converted and
     // issued two k-steps at a time, two such groups in flight.
-    uint32_t a[2][8];
+    uint32_t a[3][8];
     auto convert = [&](const uint4 x0, const uint4 x1, int half, uint32_t (&f)[8]) {
       const uint32_t w0[4] = {x0.x, x0.y, x0.z, x0.w}, w1[4] = {x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
@@ -409,22 +420,24 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       WgmmaFence();
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
-        const uint32_t f[4] = {a[gi & 1][4 * t], a[gi & 1][4 * t + 1], a[gi & 1][4 * t + 2], a[gi & 1][4 * t + 3]};
+        const uint32_t f[4] = {a[gi % 3][4 * t], a[gi % 3][4 * t + 1], a[gi % 3][4 * t + 2], a[gi % 3][4 * t + 3]};
         WgmmaRegA<0>(d, f, q_desc + (((2 * gi + t) * 256) >> 4), (gi | t) != 0);
       }
       WgmmaCommit();
       if (gi < 17) {
-        WgmmaWait<1>();
+        WgmmaWait<2>();
         if ((gi & 1) == 1) {
           x0 = n0;
           x1 = n1;
         }
-        convert(x0, x1, (gi + 1) & 1, a[(gi + 1) & 1]);
+        convert(x0, x1, (gi + 1) & 1, a[(gi + 1) % 3]);
       }
     }
   };
 
-  auto pv = [&](int k) {
+  // kDeep: three commit groups in flight instead of two (not while S^T's
+  // accumulators are live: the registers run out).
+  auto pv = [&](int k, auto deep) {
     const uint8_t* base = sKV + (k % kSlots) * kSlotBytes + d0;
     const uint64_t pd = WgmmaDesc(p_addr + (k % kSlots) * kPBytes, 8 * 128, 128);
 #pragma unroll
@@ -437,11 +450,11 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
           v[pp][e] = *reinterpret_cast<const uint2*>(base + (16 * s + 8 * pp + 4 * e + c) * kRowStr);
         }
       }
-      // Two M-tiles per commit group, at most two groups (16 A registers)
-      // in flight.
+      // Two M-tiles per commit group, at most two or three groups (16 or 24
+      // A registers) in flight.
 #pragma unroll
       for (int jh = 0; jh < 2; ++jh) {
-        WgmmaWait<1>();
+        WgmmaWait<decltype(deep)::value ? 2 : 1>();
         uint32_t a[2][4];
 #pragma unroll
         for (int pp = 0; pp < 2; ++pp) {
@@ -468,7 +481,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   // The owner's softmax of block k: masks, the block's column maxima (over
   // the warpgroup), the lazily moved running maxima, P(k) and the row sums.
   // Publishes P(k), m(k) and alpha(k) and returns alpha(k).
-  auto softmax = [&](int k, float (&d)[32]) {
+  auto softmax = [&](int k, float (&d)[32]) -> bool {
 #pragma unroll
     for (int i = 0; i < 32; ++i) d[i] *= sl2;
     if (k >= kt) {
@@ -481,53 +494,66 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
         if (key >= n_rel || key > li) d[i] = -INFINITY;
       }
     }
-    float cm[16];
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) cm[jj * 2 + e] = fmaxf(d[4 * jj + e], d[4 * jj + 2 + e]);
-    }
-    float wm[2];
-    ReduceColumns<true>(cm, lane, wm);
-    float* mp = sMaxPart + ((k >> 1) & 1) * 4 * kRows;
-    *reinterpret_cast<float2*>(mp + wq * kRows + c * 16 + g * 2) = make_float2(wm[0], wm[1]);
-    NamedBarrierSync(kBarMax0 + cw, 128);
+    // The frame m(k-1) stays unless a score exceeds it by more than
+    // kLazyMax: one barrier with an OR decides that for the warpgroup, and
+    // only then are the block's column maxima exchanged.
     float m[16];
-    LoadCols(mp, c, m);
-#pragma unroll
-    for (int wv = 1; wv < 4; ++wv) {
-      float t[16];
-      LoadCols(mp + wv * kRows, c, t);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) m[i] = fmaxf(m[i], t[i]);
-    }
-    // m(k) in place of the block maxima, alpha(k) in place of m(k-1).
-    float al[16];
     if (k >= 1) {
-      LoadCols(sM + ((k - 1) % kSlots) * kRows, c, al);
+      LoadCols(sM + ((k - 1) % kSlots) * kRows, c, m);
     } else {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) al[i] = -INFINITY;
+      for (int i = 0; i < 16; ++i) m[i] = -INFINITY;
     }
+    bool exceed = false;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const float mprev = al[i];
-      const float mn = m[i] > mprev + kLazyMax ? m[i] : mprev;
-      al[i] = mn == mprev ? 1.f : Exp2Ftz(mprev - (mn == -INFINITY ? 0.f : mn));
-      m[i] = mn;
-    }
-    if (wq == 0 && g == 0) {
-      StoreCols(sM + (k % kSlots) * kRows, c, m);
-      StoreCols(sAlpha + (k % kSlots) * kRows, c, al);
-    }
-    if (g == 0) StoreCols(sAlphaW + (warp - 4) * kRows, c, al);  // read back by this warp only
+    for (int i = 0; i < 32; ++i) exceed |= d[i] > m[(i >> 2) * 2 + (i & 1)] + kLazyMax;
+    const bool moved = BarRedOr(kBarMax0 + cw, 128, exceed);
+    if (moved) {
+      float cm[16];
 #pragma unroll
-    for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
+      for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) cm[jj * 2 + e] = fmaxf(d[4 * jj + e], d[4 * jj + 2 + e]);
+      }
+      float wm[2];
+      ReduceColumns<true>(cm, lane, wm);
+      float* mp = sMaxPart + ((k >> 1) & 1) * 4 * kRows;
+      *reinterpret_cast<float2*>(mp + wq * kRows + c * 16 + g * 2) = make_float2(wm[0], wm[1]);
+      NamedBarrierSync(kBarMax0 + cw, 128);
+      float bm[16];
+      LoadCols(mp, c, bm);
+#pragma unroll
+      for (int wv = 1; wv < 4; ++wv) {
+        float t[16];
+        LoadCols(mp + wv * kRows, c, t);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) bm[i] = fmaxf(bm[i], t[i]);
+      }
+      // m(k) in place of m(k-1), alpha(k) in place of the block maxima.
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float mprev = m[i];
+        const float mn = bm[i] > mprev + kLazyMax ? bm[i] : mprev;
+        bm[i] = mn == mprev ? 1.f : Exp2Ftz(mprev - (mn == -INFINITY ? 0.f : mn));
+        m[i] = mn;
+      }
+      if (wq == 0 && g == 0) StoreCols(sAlpha + (k % kSlots) * kRows, c, bm);
+      if (g == 0) StoreCols(sAlphaW + (warp - 4) * kRows, c, bm);  // read back by this warp only
+#pragma unroll
+      for (int e = 0; e < 2; ++e) l2[e] *= pick(bm, e);
+    } else if (wq == 0 && g == 0) {
+      float one[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) one[i] = 1.f;
+      StoreCols(sAlpha + (k % kSlots) * kRows, c, one);
+    }
+    if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       if (m[i] == -INFINITY) m[i] = 0.f;
     }
     if (k >= 1) {  // alpha(k-1), which this warp's row sums have not seen yet
+      float al[16];
       LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
 #pragma unroll
       for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
@@ -554,6 +580,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     ReduceColumns<false>(sum, lane, s2);
     l2[0] += s2[0];
     l2[1] += s2[1];
+    return moved;
   };
 
   for (int k = cw; k < nb; k += 2) {
@@ -567,21 +594,20 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       float al[16];
       LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
       rescale(al);
-      pv(k - 1);
+      pv(k - 1, std::false_type{});
     }
     // S^T(k) and our PV(k-1) retired: a wait<8> that lets PV(k-1) run on
     // under the softmax makes ptxas serialize every wgmma (C7512).
     WgmmaWait<0>();
 #pragma unroll
     for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
-    softmax(k, d);
-    {
+    if (softmax(k, d)) {
       __syncwarp();
       float al[16];
       LoadCols(sAlphaW + (warp - 4) * kRows, c, al);
       rescale(al);
     }
-    pv(k);
+    pv(k, std::false_type{});
     // Nothing in flight across the back edge: ptxas serializes every wgmma
     // of the loop otherwise (C7514).
     WgmmaWait<0>();
@@ -595,7 +621,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 #pragma unroll
     for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
     rescale(al);
-    pv(k);
+    pv(k, std::false_type{});
   }
   WgmmaWait<0>();
   fence_acc();

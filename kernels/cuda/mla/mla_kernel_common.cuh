@@ -77,7 +77,7 @@ static_assert(kRolesUnits == 16 * 18, "16 quarter-warp slots per warpgroup, 18 u
 // slots of 64 x 608 B + three P^T blocks + the per-column tables + barriers.
 constexpr int kThreadsRegA = 384;
 constexpr int kSmemBytesRegA = kPipeQ + 3 * kTok * 608 + 3 * kTok * kRows * 2 + 2 * 4 * kRows * 4 +
-                               2 * 3 * kRows * 4 + kRows * 4 + 2 * 8 * kRows * 4 + 2 * kTok * 8 + 6 * 8;
+                               2 * 3 * kRows * 4 + kRows * 4 + 2 * 8 * kRows * 4 + 6 * 8;
 
 using KernelFn = void (*)(const KParams);
 // The instantiations, one getter per kernel file: v4 (kVar 0..3), v6, v7, v8.
