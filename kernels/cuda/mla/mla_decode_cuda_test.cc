@@ -348,6 +348,31 @@ TEST_P(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
   }
 }
 
+// A NaN code in one KV row (in a latent byte of either half of a 4-byte
+// word, or in the rope part) makes every output of the rows that attend that
+// token NaN, as in the oracle; the other request stays finite.
+TEST_P(MlaDecodeCudaTest, NanInKvRowMakesItsReadersNan) {
+  for (const int64_t d : {4, 6, 300, 541}) {
+    Case c;
+    c.batch = 2;
+    c.seq = 300;
+    std::mt19937_64 rng(FreshSeed());
+    HostInputs h = MakeInputs(c, rng);
+    h.kv.data<uint8_t>()[(0 * c.seq + 200) * kMlaRowDim + d] = 0x7F;  // e4m3fn NaN
+    DeviceInputs dv;
+    Upload(h, false, &dv);
+    const MlaDecodeParams p = Validated(c, h, false);
+    const HostTensor got = RunGpu(p, dv);
+    const std::vector<double> out = numerics::ToDoubles(got.view());
+    const size_t per_request = out.size() / 2;
+    int64_t finite0 = 0, nan1 = 0;
+    for (size_t i = 0; i < per_request; ++i) finite0 += std::isfinite(out[i]) ? 1 : 0;
+    for (size_t i = per_request; i < out.size(); ++i) nan1 += std::isnan(out[i]) ? 1 : 0;
+    EXPECT_EQ(finite0, 0) << "d " << d << ": request 0 attends the NaN row everywhere";
+    EXPECT_EQ(nan1, 0) << "d " << d << ": request 1 does not read it";
+  }
+}
+
 TEST_P(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
   Case c;
   c.batch = 4;

@@ -597,7 +597,8 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       pv(k - 1, std::false_type{});
     }
     // S^T(k) and our PV(k-1) retired: a wait<8> that lets PV(k-1) run on
-    // under the softmax makes ptxas serialize every wgmma (C7512).
+    // under the softmax makes ptxas serialize every wgmma (C7512); a wait<2>
+    // (S^T is done by then) still does (C7515).
     WgmmaWait<0>();
 #pragma unroll
     for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
