@@ -3,9 +3,10 @@
 // contiguous layout for comparison). Each point is timed as CUDA-graph
 // replays; one replay holds several calls over disjoint KV copies so that the
 // KV never sits in L2 between calls. TB/s counts the KV bytes plus the Q and
-// O bytes once per call. Prints a markdown table: the default kernel (v7,
-// warpgroups in roles) and v4 (wgmma QK+PV in lockstep) paged, v4 and the
-// default contiguous; --all puts v4's swizzled version in the third column.
+// O bytes once per call. Prints a markdown table: the default kernel (v8,
+// fp8 KV converted in registers into the wgmma A operand), v7 (warpgroups in
+// roles) and v4 (wgmma QK+PV in lockstep) paged, and the default contiguous;
+// --all puts v4's swizzled version in the third column.
 //
 //   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4] [--all]
 //                  [--only=wgmma_pv|wgmma_pv_sw|wgmma_pipe|wgmma_roles|wgmma_rega]   (one kernel, paged: for ncu,
@@ -175,8 +176,8 @@ int Main(int argc, char** argv) {
 
   std::printf("\n%s, %d SMs, L2 %d MB; H = %lld, q_len = %lld, fp8 e4m3fn KV, CUDA-graph timed\n\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(H), static_cast<long long>(Q));
-  std::printf("| (B, S) | KV (MB) | default (v7 roles) paged p1 (us) | TB/s | v4 wgmma QK+PV paged p1 (us) | TB/s | %s (us) | TB/s | default contiguous (us) | TB/s |\n",
-              all ? "v4 swizzled paged p1" : "v4 contiguous");
+  std::printf("| (B, S) | KV (MB) | default (v8 KV in registers) paged p1 (us) | TB/s | v7 roles paged p1 (us) | TB/s | %s (us) | TB/s | default contiguous (us) | TB/s |\n",
+              all ? "v4 swizzled paged p1" : "v4 wgmma QK+PV paged p1");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::mt19937_64 rng(7);
   for (const auto& sh : shapes) {
@@ -201,12 +202,12 @@ int Main(int argc, char** argv) {
                   static_cast<long long>(S), r.us);
       continue;
     }
-    const Result rd = TimeOne(K::kWgmmaRoles, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    const Result r4 = TimeOne(K::kWgmmaPv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    // --all: v4's swizzled version in the third column, else v4 on contiguous KV.
-    const Result r3 = all ? TimeOne(K::kWgmmaPvSw, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies)
-                          : TimeOne(K::kWgmmaPv, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    const Result rc = TimeOne(K::kWgmmaRoles, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result rd = TimeOne(K::kWgmmaRegA, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    const Result r4 = TimeOne(K::kWgmmaRoles, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+    // --all: v4's swizzled version in the third column, else v4.
+    const Result r3 = TimeOne(all ? K::kWgmmaPvSw : K::kWgmmaPv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out,
+                              idx, copies);
+    const Result rc = TimeOne(K::kWgmmaRegA, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
     std::printf("| (%lld, %lld) | %.0f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
                 static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6, rd.us, bytes / rd.us / 1e6, r4.us,
                 bytes / r4.us / 1e6, r3.us, bytes / r3.us / 1e6, rc.us, bytes / rc.us / 1e6);

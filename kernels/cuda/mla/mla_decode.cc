@@ -6,9 +6,10 @@
 namespace kernelserve {
 namespace cuda {
 
-// v7: 1.20-1.21x v4 at (8, 65536) and (16, 150000) on the H200, every GPU
-// test passed (bench/RESULTS.md, 2026-12-02).
-const MlaKernel kDefaultMlaKernel = MlaKernel::kWgmmaRoles;
+// v8 (KV converted in registers into the wgmma A operand): 1.4-1.6x v7 on
+// the H200, every GPU test passed (bench/RESULTS.md, 2026-12-02). e4m3fnuz
+// KV runs v7 (the launcher's fallback).
+const MlaKernel kDefaultMlaKernel = MlaKernel::kWgmmaRegA;
 
 absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
                           cudaStream_t stream) {

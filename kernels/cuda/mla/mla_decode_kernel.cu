@@ -3,17 +3,19 @@
 //
 // One CTA = (KV split, group of 64 query rows, request). The 64 rows are the
 // flattened (draft position, head) pairs of one request, so every head of a
-// group shares each KV tile, read from memory once per group. Per 64-token
-// tile: cp.async of the raw fp8 rows, one unpack to bf16 in shared memory,
-// QK^T and PV on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate),
-// and an online softmax in base 2. With several splits, the unnormalized
-// partial outputs and their (max, sum) go to a workspace and a merge kernel
-// combines them in split order: the result does not depend on scheduling.
-// This file: the split plan, the merge kernel and the launcher; the kernels
-// are in mla_decode_v4.cu, mla_decode_pipe.cu and mla_decode_roles.cu.
+// group shares each KV tile, read from memory once per group. With several
+// splits, the partial outputs and their (max, sum) go to a workspace and a
+// merge kernel combines them in split order: the result does not depend on
+// scheduling. This file: the split plan, the merge kernel and the launcher;
+// the kernels are in mla_decode_rega.cu (v8, the default: KV converted in
+// registers as the wgmma A operand), mla_decode_roles.cu (v7),
+// mla_decode_pipe.cu (v6) and mla_decode_v4.cu (v1..v5: mma.sync and
+// lockstep wgmma).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+
+#include <cuda_fp16.h>
 
 #include "kernels/cuda/mla/mla_decode_launch.h"
 #include "kernels/cuda/mla/mla_kernel_common.cuh"
@@ -22,7 +24,11 @@ namespace kernelserve {
 namespace cuda_mla {
 namespace {
 
-// Combines the splits of one (request, row) in split order. 128 threads x 4 columns.
+// Combines the splits of one (request, row) in split order. 128 threads x 4
+// columns. fp32 partials (v4..v7): unnormalized O, empty splits skipped. f16
+// partials (v8): O / l, weighted by each split's row sum; every split wrote
+// its partial (zeros and m = -Inf when empty), so the loads need no branch
+// and four splits' loads are in flight at once.
 __global__ void __launch_bounds__(128) MlaMergeKernel(const KParams p) {
   const int r = blockIdx.x, b = blockIdx.y;
   const int group = r / kRows, row = r % kRows;
@@ -38,17 +44,35 @@ __global__ void __launch_bounds__(128) MlaMergeKernel(const KParams p) {
   for (int s = 0; s < p.splits; ++s) m_max = fmaxf(m_max, p.part_ml[(base + s * kRows) * 2]);
   float l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s = 0; s < p.splits; ++s) {
-    const int64_t pi = base + s * kRows;
-    const float m = p.part_ml[pi * 2];
-    if (m == -INFINITY) continue;
-    const float w = exp2f(m - m_max);
-    l += w * p.part_ml[pi * 2 + 1];
-    const float4 v = *reinterpret_cast<const float4*>(p.part_o + pi * kDL + col);
-    acc.x += w * v.x;
-    acc.y += w * v.y;
-    acc.z += w * v.z;
-    acc.w += w * v.w;
+  if (p.part_half) {
+    const __half* part = reinterpret_cast<const __half*>(p.part_o);
+#pragma unroll 4
+    for (int s = 0; s < p.splits; ++s) {
+      const int64_t pi = base + s * kRows;
+      const float m = p.part_ml[pi * 2];
+      const float wl = m == -INFINITY ? 0.f : exp2f(m - m_max) * p.part_ml[pi * 2 + 1];
+      const uint2 h = *reinterpret_cast<const uint2*>(part + pi * kDL + col);
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
+      const float2 c = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
+      acc.x += wl * a.x;
+      acc.y += wl * a.y;
+      acc.z += wl * c.x;
+      acc.w += wl * c.y;
+      l += wl;
+    }
+  } else {
+    for (int s = 0; s < p.splits; ++s) {
+      const int64_t pi = base + s * kRows;
+      const float m = p.part_ml[pi * 2];
+      if (m == -INFINITY) continue;
+      const float w = exp2f(m - m_max);
+      l += w * p.part_ml[pi * 2 + 1];
+      const float4 v = *reinterpret_cast<const float4*>(p.part_o + pi * kDL + col);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
   }
   const float inv = p.out_scale / l;
   *reinterpret_cast<uint2*>(o) =
@@ -166,6 +190,7 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   p.kv_seq = a.kv_seq;
   p.sl2 = static_cast<float>(a.scale * a.kv_scale * 1.4426950408889634);
   p.out_scale = static_cast<float>(a.kv_scale);
+  p.part_half = variant == MlaVariant::kWgmmaRegA ? 1 : 0;
 
   void* ws = nullptr;
   if (plan.splits > 1) {

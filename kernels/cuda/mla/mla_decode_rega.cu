@@ -51,8 +51,8 @@ using ::kernelserve::cuda::sm90::SetMaxNRegInc;
 using ::kernelserve::cuda::sm90::WarpUniform;
 
 // Named barriers: 1..2 the P hand-over by block parity, 3..4 each consumer
-// warpgroup's maximum exchange, 5 all consumers.
-constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5;
+// warpgroup's maximum exchange, 5 all consumers, 6 Q loaded (all threads).
+constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5, kBarQLoaded = 6;
 constexpr float kLazyMax = 8.f;  // base-2 headroom before the running max moves
 
 // 2^x by the SFU alone (exp2f adds a denormal-range fix-up around it):
@@ -62,6 +62,11 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 // A barrier of `count` threads that returns whether any of them passed true.
@@ -79,6 +84,14 @@ __device__ __forceinline__ bool BarRedOr(int id, int count, bool pred) {
 __device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t v16) {
   uint32_t h;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(v16)));
+  return h;
+}
+
+// The same for the upper two bytes, taken as a 16-bit half of the register
+// (no shift instruction).
+__device__ __forceinline__ uint32_t E4m3x2HiToF16x2(uint32_t v) {
+  uint32_t h;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(h) : "r"(v));
   return h;
 }
 
@@ -181,7 +194,8 @@ constexpr int kOffAlpha = kOffM + kSlots * kRows * 4;   // [3][64]
 constexpr int kOffLim = kOffAlpha + kSlots * kRows * 4;  // [64] int
 constexpr int kOffRed = kOffLim + kRows * 4;             // [8 warps][64]
 constexpr int kOffAlphaW = kOffRed + 8 * kRows * 4;     // [8 warps][64]: a warp's own alpha(k)
-constexpr int kOffBar = kOffAlphaW + 8 * kRows * 4;      // full[3], empty[3]
+constexpr int kOffMoved = kOffAlphaW + 8 * kRows * 4;    // [3] int: block k moved the frame
+constexpr int kOffBar = kOffMoved + 16;                  // full[3], empty[3]
 constexpr int kSmemRegA = kOffBar + 2 * kSlots * 8;
 static_assert(kSmemRegA <= 227 * 1024, "kWgmmaRegA must fit the sm_90 per-block limit");
 static_assert(kSmemRegA == kSmemBytesRegA, "mla_kernel_common.cuh's size must match the plan");
@@ -197,6 +211,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   int* sLim = reinterpret_cast<int*>(smem + kOffLim);
   float* sRed = reinterpret_cast<float*>(smem + kOffRed);
   float* sAlphaW = reinterpret_cast<float*>(smem + kOffAlphaW);
+  int* sMoved = reinterpret_cast<int*>(smem + kOffMoved);
   const uint32_t bar_full = SmemAddr(smem + kOffBar);
   const uint32_t bar_empty = bar_full + kSlots * 8;
 
@@ -230,6 +245,9 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     };
     const uint32_t dst0 = SmemAddr(sKV) + i * kRowStr;
     int64_t r = row_of(0);
+    // Q first: issued at the same time as the KV stream of every CTA, its
+    // loads queue behind it for microseconds.
+    NamedBarrierSync(kBarQLoaded, kRegAThreads);
     for (int k = 0; k < nb; ++k) {
       const int slot = k % kSlots;
       const int64_t rn = row_of(k + 1);
@@ -255,7 +273,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   // thread's 16-byte fp8 load covers its A fragments of four k-steps: logical
   // column 8 pp + 2 c + e of k-step ks = 4 G + t holds d = 64 G + 16 c + 4 t +
   // 2 pp + e.
-  float sl2;
+  float sl2, inv_sl2;
   {
     const uint16_t* qlat = p.q_lat + (static_cast<int64_t>(w.b) * p.rows + w.row0) * kDL;
     const uint16_t* qpe = p.q_pe + (static_cast<int64_t>(w.b) * p.rows + w.row0) * kDR;
@@ -263,8 +281,9 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     float amax = 0.f;
 #pragma unroll
     for (int u = 0; u < 9; ++u) {
-      const int unit = ctid + 256 * u;  // (q, G, cc): 64 x 9 x 4
-      const int q = unit / 36, G = (unit / 4) % 9, cc = unit % 4;
+      // Unit (G = u, q, cc): a warp's stores cover 8 rows x 16 bytes of one
+      // core matrix (no bank conflicts).
+      const int q = ctid >> 2, G = u, cc = ctid & 3;
       const int d0 = 64 * G + 16 * cc;
       uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
       if (q < w.nrows) {
@@ -285,6 +304,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 #pragma unroll
     for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     if (lane == 0) sRed[warp - 4] = amax;
+    NamedBarrierArrive(kBarQLoaded, kRegAThreads);  // Q is in: the producer may start
     // The causal limit of each query row, relative to the split's first token.
     if (ctid < kRows) {
       const int q = ctid;
@@ -304,8 +324,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     const float qf = __int_as_float((qs + 127) << 23);
 #pragma unroll
     for (int u = 0; u < 9; ++u) {
-      const int unit = ctid + 256 * u;
-      const int q = unit / 36, G = (unit / 4) % 9, cc = unit % 4;
+      const int q = ctid >> 2, G = u, cc = ctid & 3;
       const uint32_t x[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
                              raw[u][1].x, raw[u][1].y, raw[u][1].z, raw[u][1].w};
 #pragma unroll
@@ -320,6 +339,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     }
     FenceProxyAsyncShared();
     sl2 = ldexpf(p.sl2, -qs);
+    inv_sl2 = 1.f / sl2;
     NamedBarrierSync(kBarConsumers, 256);  // sQ and sLim complete; sRed read
   }
 
@@ -404,8 +424,8 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       for (int t = 0; t < 2; ++t) {
         f[4 * t + 0] = E4m3x2ToF16x2(w0[2 * half + t]);
         f[4 * t + 1] = E4m3x2ToF16x2(w1[2 * half + t]);
-        f[4 * t + 2] = E4m3x2ToF16x2(w0[2 * half + t] >> 16);
-        f[4 * t + 3] = E4m3x2ToF16x2(w1[2 * half + t] >> 16);
+        f[4 * t + 2] = E4m3x2HiToF16x2(w0[2 * half + t]);
+        f[4 * t + 3] = E4m3x2HiToF16x2(w1[2 * half + t]);
       }
     };
     uint4 x0 = *reinterpret_cast<const uint4*>(r0), x1 = *reinterpret_cast<const uint4*>(r1);
@@ -481,9 +501,9 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   // The owner's softmax of block k: masks, the block's column maxima (over
   // the warpgroup), the lazily moved running maxima, P(k) and the row sums.
   // Publishes P(k), m(k) and alpha(k) and returns alpha(k).
+  // S^T stays unscaled: the comparisons use thresholds divided by the
+  // scale and P = 2^(s * sl2 - m) is one FMA.
   auto softmax = [&](int k, float (&d)[32]) -> bool {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) d[i] *= sl2;
     if (k >= kt) {
       float lim[16];
       LoadCols(reinterpret_cast<const float*>(sLim), c, lim);
@@ -505,15 +525,20 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       for (int i = 0; i < 16; ++i) m[i] = -INFINITY;
     }
     bool exceed = false;
+    {
+      float thr[16];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) exceed |= d[i] > m[(i >> 2) * 2 + (i & 1)] + kLazyMax;
+      for (int i = 0; i < 16; ++i) thr[i] = (m[i] + kLazyMax) * inv_sl2;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) exceed |= d[i] > thr[(i >> 2) * 2 + (i & 1)];
+    }
     const bool moved = BarRedOr(kBarMax0 + cw, 128, exceed);
     if (moved) {
       float cm[16];
 #pragma unroll
       for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) cm[jj * 2 + e] = fmaxf(d[4 * jj + e], d[4 * jj + 2 + e]);
+        for (int e = 0; e < 2; ++e) cm[jj * 2 + e] = fmaxf(d[4 * jj + e], d[4 * jj + 2 + e]) * sl2;
       }
       float wm[2];
       ReduceColumns<true>(cm, lane, wm);
@@ -538,21 +563,19 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
         m[i] = mn;
       }
       if (wq == 0 && g == 0) StoreCols(sAlpha + (k % kSlots) * kRows, c, bm);
+      if (wq == 0 && lane == 0) sMoved[k % kSlots] = 1;
       if (g == 0) StoreCols(sAlphaW + (warp - 4) * kRows, c, bm);  // read back by this warp only
 #pragma unroll
       for (int e = 0; e < 2; ++e) l2[e] *= pick(bm, e);
-    } else if (wq == 0 && g == 0) {
-      float one[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) one[i] = 1.f;
-      StoreCols(sAlpha + (k % kSlots) * kRows, c, one);
+    } else if (wq == 0 && lane == 0) {
+      sMoved[k % kSlots] = 0;  // alpha(k) = 1: sAlpha(k) is not read
     }
     if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       if (m[i] == -INFINITY) m[i] = 0.f;
     }
-    if (k >= 1) {  // alpha(k-1), which this warp's row sums have not seen yet
+    if (k >= 1 && sMoved[(k - 1) % kSlots]) {  // alpha(k-1), not yet applied to our row sums
       float al[16];
       LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
 #pragma unroll
@@ -564,8 +587,8 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float p0 = Exp2Ftz(d[4 * jj + 2 * h] - m[jj * 2]);
-        const float p1 = Exp2Ftz(d[4 * jj + 2 * h + 1] - m[jj * 2 + 1]);
+        const float p0 = Exp2Ftz(fmaf(d[4 * jj + 2 * h], sl2, -m[jj * 2]));
+        const float p1 = Exp2Ftz(fmaf(d[4 * jj + 2 * h + 1], sl2, -m[jj * 2 + 1]));
         sum[jj * 2] = h == 0 ? p0 : sum[jj * 2] + p0;
         sum[jj * 2 + 1] = h == 0 ? p1 : sum[jj * 2 + 1] + p1;
         const int col = pcol[h];
@@ -591,9 +614,11 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       // The other warpgroup's block k-1, our half of its PV, before our
       // softmax(k), so that its slot is released as early as possible.
       NamedBarrierSync(kBarPReady0 + ((k - 1) & 1), 256);  // P(k-1), m(k-1), alpha(k-1)
-      float al[16];
-      LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
-      rescale(al);
+      if (sMoved[(k - 1) % kSlots]) {
+        float al[16];
+        LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
+        rescale(al);
+      }
       pv(k - 1, std::false_type{});
     }
     // S^T(k) and our PV(k-1) retired: a wait<8> that lets PV(k-1) run on
@@ -617,11 +642,13 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   if (nb > 0 && ((nb - 1) & 1) != cw) {  // the last block is the other warpgroup's
     const int k = nb - 1;
     NamedBarrierSync(kBarPReady0 + (k & 1), 256);
-    float al[16];
-    LoadCols(sAlpha + (k % kSlots) * kRows, c, al);
+    if (sMoved[k % kSlots]) {
+      float al[16];
+      LoadCols(sAlpha + (k % kSlots) * kRows, c, al);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
-    rescale(al);
+      for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
+      rescale(al);
+    }
     pv(k, std::false_type{});
   }
   WgmmaWait<0>();
@@ -677,10 +704,16 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
         }
         *reinterpret_cast<uint4*>(p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + d0) = v;
       } else {
+        // O / l in f16 (|O / l| <= 448, 11 bits: finer than the bf16
+        // output), half the bytes of fp32 partials; zeros for an empty split.
         const int64_t pi = ((static_cast<int64_t>(b) * p.row_groups + group) * p.splits + split) * kRows + q;
-        float4* dst = reinterpret_cast<float4*>(p.part_o + pi * kDL + d0);
-        dst[0] = make_float4(o[0] * 256.f, o[1] * 256.f, o[2] * 256.f, o[3] * 256.f);
-        dst[1] = make_float4(o[4] * 256.f, o[5] * 256.f, o[6] * 256.f, o[7] * 256.f);
+        const float inv = lt[ci] > 0.f ? 256.f / lt[ci] : 0.f;
+        uint4 v;
+        v.x = PackHalf2(o[0] * inv, o[1] * inv);
+        v.y = PackHalf2(o[2] * inv, o[3] * inv);
+        v.z = PackHalf2(o[4] * inv, o[5] * inv);
+        v.w = PackHalf2(o[6] * inv, o[7] * inv);
+        *reinterpret_cast<uint4*>(reinterpret_cast<__half*>(p.part_o) + pi * kDL + d0) = v;
         if (cw == 0 && wq == 0 && g == 0) {
           p.part_ml[pi * 2] = mt[ci];
           p.part_ml[pi * 2 + 1] = lt[ci];

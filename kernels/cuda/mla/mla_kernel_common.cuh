@@ -41,7 +41,7 @@ struct KParams {
   const uint16_t* q_pe;
   const uint8_t* kv;
   uint16_t* out;
-  float* part_o;   // [B][G][splits][64][512]
+  float* part_o;   // [B][G][splits][64][512] (f16 when part_half)
   float* part_ml;  // [B][G][splits][64][2]
   const int32_t* seq_lens;
   const int32_t* kv_indices;
@@ -51,6 +51,7 @@ struct KParams {
   int64_t chunk, kv_seq;
   float sl2;        // softmax scale * kv_scale * log2(e)
   float out_scale;  // kv_scale
+  int part_half;    // partials: 0 unnormalized fp32 O; 1 (v8) O / l as f16
 };
 
 constexpr int kPipeTile = kTok * kD * 2;  // one bf16 KV tile, core-tiled: 72 KB
@@ -77,7 +78,7 @@ static_assert(kRolesUnits == 16 * 18, "16 quarter-warp slots per warpgroup, 18 u
 // slots of 64 x 608 B + three P^T blocks + the per-column tables + barriers.
 constexpr int kThreadsRegA = 384;
 constexpr int kSmemBytesRegA = kPipeQ + 3 * kTok * 608 + 3 * kTok * kRows * 2 + 2 * 4 * kRows * 4 +
-                               2 * 3 * kRows * 4 + kRows * 4 + 2 * 8 * kRows * 4 + 6 * 8;
+                               2 * 3 * kRows * 4 + kRows * 4 + 2 * 8 * kRows * 4 + 16 + 6 * 8;
 
 using KernelFn = void (*)(const KParams);
 // The instantiations, one getter per kernel file: v4 (kVar 0..3), v6, v7, v8.
