@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (after bench/run_gpu.sh unpacked .bundle/): Nsight Compute
 # on one launch of each wgmma kernel whose speed is in question (MoE gate/up
-# 128x256, MLA decode v7 (the default) and v4 QK+PV; each in its core-matrix
-# and its 128-byte-swizzled operand layout), and the HGMMA count of their SASS. Clocks are left as they
+# 128x256, MLA decode v8 (the default), v7 and v4 QK+PV; MoE and v4 each in
+# its core-matrix and its 128-byte-swizzled operand layout), and the HGMMA count of their SASS. Clocks are left as they
 # are (--clock-control none). Full reports are packed as $OUT/ncu.tgz; the
 # lines printed are durations, pipe utilizations and stall reasons.
 set -uo pipefail
@@ -53,6 +53,7 @@ profile moe_wgmma_128x256 'MoeGateUpWgmmaKernelILi2ELi256ELi0ELb0E' \
   $B/moe_cuda_bench --tokens=8192 --projections=gate/up '--variants=wgmma 128x256'
 profile moe_wgmma_128x256_sw 'MoeGateUpWgmmaKernelILi2ELi256ELi0ELb1E' \
   $B/moe_cuda_bench --tokens=8192 --projections=gate/up '--variants=wgmma 128x256 swizzled'
+profile mla_rega 'MlaDecodeRegAKernel' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_rega
 profile mla_roles 'MlaDecodeRolesKernelILb0ELi6E' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_roles
 profile mla_wgmma_pv 'MlaDecodeKernelILb0ELi2E' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_pv
 profile mla_wgmma_pv_sw 'MlaDecodeKernelILb0ELi3E' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_pv_sw
