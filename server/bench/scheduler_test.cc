@@ -569,6 +569,12 @@ TEST_F(SchedulerTest, CancelAndTimeLimitStopALongKernelBatch) {
   EXPECT_EQ(c->state(), pb::JOB_CANCELLED);
   EXPECT_LT(took, 1.0);
 
+  // The cancelled run's launches already queued on the backend still drain
+  // (on a loaded 2-core CI machine that took > 10 s once): a small job that
+  // runs after them, before the time limit is timed on an idle device.
+  auto drain = s->Submit(AttentionSpec({"cpu"}));
+  ASSERT_TRUE(drain.ok()) << drain.status();
+  WaitFinal(*s, drain->id(), 120);
   spec.set_time_limit_s(0.5);
   auto limited = s->Submit(spec);
   ASSERT_TRUE(limited.ok()) << limited.status();
