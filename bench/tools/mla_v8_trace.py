@@ -19,6 +19,22 @@ import sys
 HEAD_OLD = "namespace kernelserve {\nnamespace cuda_mla {\nnamespace {\n"
 
 
+GETTER = "KernelFn RegAKernel(bool fnuz) { return fnuz ? nullptr : MlaDecodeRegAKernel; }"
+
+
+def getter(dump):
+    """The kernel getter, registering `dump` to print the trace at exit when KS_MLA_TRACE is set."""
+    return f"""
+KernelFn RegAKernel(bool fnuz) {{
+  static bool registered = false;
+  if (!registered && getenv("KS_MLA_TRACE")) {{
+    registered = true;
+    atexit({dump});
+  }}
+  return fnuz ? nullptr : MlaDecodeRegAKernel;
+}}"""
+
+
 def rep(s, old, new):
     if old not in s:
         sys.exit(f"mla_v8_trace: anchor not found (the kernel changed?):\n{old}")
@@ -49,7 +65,7 @@ namespace {
     s = rep(s, "  // Row sums over all consumer threads;", "  OT(3);\n  // Row sums over all consumer threads;")
     i = s.index("\n}\n\n}  // namespace\n")
     s = s[:i] + "\n  OT(4);" + s[i:]
-    return rep(s, "KernelFn RegAKernel(bool fnuz) { return fnuz ? nullptr : MlaDecodeRegAKernel; }", r"""static void DumpOt() {
+    return rep(s, GETTER, r"""static void DumpOt() {
   static unsigned long long t[512][2][5];
   cudaDeviceSynchronize();
   cudaMemcpyFromSymbol(t, g_ot, sizeof(t));
@@ -70,14 +86,7 @@ namespace {
     fprintf(stderr, "\n");
   }
 }
-KernelFn RegAKernel(bool fnuz) {
-  static bool registered = false;
-  if (!registered && getenv("KS_MLA_TRACE")) {
-    registered = true;
-    atexit(DumpOt);
-  }
-  return fnuz ? nullptr : MlaDecodeRegAKernel;
-}""")
+""" + getter("DumpOt"))
 
 
 def phases(s):
@@ -111,7 +120,7 @@ namespace {
     body = rep(body, "    pv(k, std::false_type{});\n", "    pv(k, std::false_type{});\n    TR(7);\n")
     body = rep(body, "    WgmmaWait<0>();\n    fence_acc();\n  }", "    WgmmaWait<0>();\n    fence_acc();\n    TR(8);\n  }")
     s = s[:i] + body + s[j:]
-    return rep(s, "KernelFn RegAKernel(bool fnuz) { return fnuz ? nullptr : MlaDecodeRegAKernel; }", r"""static void DumpTrace() {
+    return rep(s, GETTER, r"""static void DumpTrace() {
   static unsigned long long t[2][64][9], pt[128][2];
   cudaDeviceSynchronize();
   cudaMemcpyFromSymbol(t, g_trace, sizeof(t));
@@ -128,14 +137,7 @@ namespace {
   for (int k = 0; k < 128; ++k)
     if (pt[k][0]) fprintf(stderr, "PTRACE k=%3d %7lld %7lld\n", k, (long long)(pt[k][0] - t0), (long long)(pt[k][1] - t0));
 }
-KernelFn RegAKernel(bool fnuz) {
-  static bool registered = false;
-  if (!registered && getenv("KS_MLA_TRACE")) {
-    registered = true;
-    atexit(DumpTrace);
-  }
-  return fnuz ? nullptr : MlaDecodeRegAKernel;
-}""")
+""" + getter("DumpTrace"))
 
 
 def main():
