@@ -6,7 +6,9 @@
 // group shares each KV tile, read from memory once per group. With several
 // splits, the partial outputs and their (max, sum) go to a workspace and a
 // merge kernel combines them in split order: the result does not depend on
-// scheduling. This file: the split plan, the merge kernel and the launcher;
+// scheduling (v8 runs the same merge code inside the decode kernel when its
+// grid fits the device at once: no second launch). This file: the split
+// plan, the merge kernels and the launcher;
 // the kernels are in mla_decode_rega.cu (v8, the default: KV converted in
 // registers as the wgmma A operand), mla_decode_roles.cu (v7),
 // mla_decode_pipe.cu (v6) and mla_decode_v4.cu (v1..v5: mma.sync and
@@ -24,11 +26,8 @@ namespace kernelserve {
 namespace cuda_mla {
 namespace {
 
-// Combines the splits of one (request, row) in split order. 128 threads x 4
-// columns. fp32 partials (v4..v7): unnormalized O, empty splits skipped. f16
-// partials (v8): O / l, weighted by each split's row sum; every split wrote
-// its partial (zeros and m = -Inf when empty), so the loads need no branch
-// and four splits' loads are in flight at once.
+// Combines the fp32 partials (v4..v7: unnormalized O) of one (request, row)
+// in split order, empty splits skipped. 128 threads x 4 columns.
 __global__ void __launch_bounds__(128) MlaMergeKernel(const KParams p) {
   const int r = blockIdx.x, b = blockIdx.y;
   const int group = r / kRows, row = r % kRows;
@@ -44,39 +43,28 @@ __global__ void __launch_bounds__(128) MlaMergeKernel(const KParams p) {
   for (int s = 0; s < p.splits; ++s) m_max = fmaxf(m_max, p.part_ml[(base + s * kRows) * 2]);
   float l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (p.part_half) {
-    const __half* part = reinterpret_cast<const __half*>(p.part_o);
-#pragma unroll 4
-    for (int s = 0; s < p.splits; ++s) {
-      const int64_t pi = base + s * kRows;
-      const float m = p.part_ml[pi * 2];
-      const float wl = m == -INFINITY ? 0.f : exp2f(m - m_max) * p.part_ml[pi * 2 + 1];
-      const uint2 h = *reinterpret_cast<const uint2*>(part + pi * kDL + col);
-      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
-      const float2 c = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
-      acc.x += wl * a.x;
-      acc.y += wl * a.y;
-      acc.z += wl * c.x;
-      acc.w += wl * c.y;
-      l += wl;
-    }
-  } else {
-    for (int s = 0; s < p.splits; ++s) {
-      const int64_t pi = base + s * kRows;
-      const float m = p.part_ml[pi * 2];
-      if (m == -INFINITY) continue;
-      const float w = exp2f(m - m_max);
-      l += w * p.part_ml[pi * 2 + 1];
-      const float4 v = *reinterpret_cast<const float4*>(p.part_o + pi * kDL + col);
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
-    }
+  for (int s = 0; s < p.splits; ++s) {
+    const int64_t pi = base + s * kRows;
+    const float m = p.part_ml[pi * 2];
+    if (m == -INFINITY) continue;
+    const float w = exp2f(m - m_max);
+    l += w * p.part_ml[pi * 2 + 1];
+    const float4 v = *reinterpret_cast<const float4*>(p.part_o + pi * kDL + col);
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
   }
   const float inv = p.out_scale / l;
   *reinterpret_cast<uint2*>(o) =
       make_uint2(PackBf16x2(acc.x * inv, acc.y * inv, p.rounding), PackBf16x2(acc.z * inv, acc.w * inv, p.rounding));
+}
+
+// v8's merge (f16 partials O / l): 64 threads per (request, row), 8 columns
+// each (MergeHalfRow).
+__global__ void __launch_bounds__(128) MlaMergeHalfKernel(const KParams p) {
+  const int r = blockIdx.x * 2 + (threadIdx.x >> 6);
+  if (r < p.rows) MergeHalfRow<16>(p, blockIdx.y, r, (threadIdx.x & 63) * 8);
 }
 
 }  // namespace
@@ -192,19 +180,60 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   p.out_scale = static_cast<float>(a.kv_scale);
   p.part_half = variant == MlaVariant::kWgmmaRegA ? 1 : 0;
 
+  const dim3 grid(plan.splits, plan.row_groups, a.batch);
+  // v8 merges the splits inside the decode kernel when the whole grid can be
+  // resident at once (a cooperative launch guarantees it, or fails).
+  bool fused = false;
+  if (variant == MlaVariant::kWgmmaRegA && plan.splits > 1 && a.fuse_merge) {
+    int coop = 0, per_sm = 0;
+    if ((e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev)) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes)) != cudaSuccess) {
+      return e;
+    }
+    fused = coop != 0 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= static_cast<int64_t>(per_sm) * sms;
+  }
   void* ws = nullptr;
   if (plan.splits > 1) {
     const int64_t parts = static_cast<int64_t>(a.batch) * plan.row_groups * plan.splits * kRows;
     const size_t bytes = static_cast<size_t>(parts) * (kDL + 2) * sizeof(float);
-    if ((e = cudaMallocAsync(&ws, bytes, stream)) != cudaSuccess) return e;
+    const size_t count_bytes = static_cast<size_t>(a.batch) * plan.row_groups * sizeof(int);
+    if ((e = cudaMallocAsync(&ws, bytes + (fused ? count_bytes : 0), stream)) != cudaSuccess) return e;
     p.part_o = static_cast<float*>(ws);
     p.part_ml = p.part_o + parts * kDL;
+    if (fused) {
+      p.merge_count = reinterpret_cast<int*>(static_cast<char*>(ws) + bytes);
+      e = cudaMemsetAsync(p.merge_count, 0, count_bytes, stream);
+    }
   }
-  const dim3 grid(plan.splits, plan.row_groups, a.batch);
-  kernel<<<grid, threads, smem_bytes, stream>>>(p);
-  e = cudaGetLastError();
-  if (e == cudaSuccess && plan.splits > 1) {
-    MlaMergeKernel<<<dim3(p.rows, a.batch), 128, 0, stream>>>(p);
+  if (e == cudaSuccess && fused) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem_bytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, kernel, p);
+    if (e == cudaErrorCooperativeLaunchTooLarge) {  // fewer SMs than the device reports (MPS): merge kernel
+      (void)cudaGetLastError();
+      fused = false;
+      p.merge_count = nullptr;
+      e = cudaSuccess;
+    }
+  }
+  if (e == cudaSuccess && !fused) {
+    kernel<<<grid, threads, smem_bytes, stream>>>(p);
+    e = cudaGetLastError();
+  }
+  if (e == cudaSuccess && plan.splits > 1 && !fused) {
+    if (p.part_half) {
+      MlaMergeHalfKernel<<<dim3((p.rows + 1) / 2, a.batch), 128, 0, stream>>>(p);
+    } else {
+      MlaMergeKernel<<<dim3(p.rows, a.batch), 128, 0, stream>>>(p);
+    }
     e = cudaGetLastError();
   }
   if (ws != nullptr) {

@@ -181,6 +181,38 @@ __device__ __forceinline__ void ReduceColumns(const float (&v)[16], int lane, fl
   HalveColumns<kMax, 4, 4>(a4, lane, out);
 }
 
+// Out of line: a trap inside the kernel body costs ptxas's register
+// allocation of the main loop (C7512, 1.5 KB of spills).
+__device__ __noinline__ void MergeWaitTimedOut() { __trap(); }
+
+// The fused merge (cooperative launch: every CTA is resident, so waiting for
+// the other splits of the row group cannot deadlock). Each split's CTA
+// publishes its partial, waits until all splits of its (request, row group)
+// have, then combines its share of the group's rows from L2 with the merge
+// kernel's code: same bits, no second launch. The wait traps after ~2^35
+// cycles (seconds) rather than hang the device if an arrival never comes.
+__device__ __forceinline__ void FusedMerge(const KParams& p, int b, int group, int split, int nrows, int ctid) {
+  __threadfence();  // this thread's partial stores, before the arrival
+  NamedBarrierSync(kBarConsumers, 256);
+  int* count = p.merge_count + b * p.row_groups + group;
+  if (ctid == 0) {
+    __threadfence();  // cumulative: the whole CTA's partials, seen through the barrier
+    atomicAdd(count, 1);
+    const long long t0 = clock64();
+    for (;;) {
+      int n;
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(n) : "l"(count) : "memory");
+      if (n >= p.splits) break;
+      if (clock64() - t0 > (1ll << 35)) MergeWaitTimedOut();
+      __nanosleep(128);
+    }
+  }
+  NamedBarrierSync(kBarConsumers, 256);
+  const int per = (kRows + p.splits - 1) / p.splits;  // rows of the group merged here
+  const int q_end = min(nrows, (split + 1) * per);
+  for (int q = split * per + (ctid >> 6); q < q_end; q += 4) MergeHalfRow<16>(p, b, group * kRows + q, (ctid & 63) * 8);
+}
+
 constexpr int kRegAThreads = 384;
 constexpr int kSlots = 3;
 constexpr int kRowStr = 608;  // fp8 row stride in a slot: conflict-free A-fragment loads
@@ -721,6 +753,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       }
     }
   }
+  if (p.splits > 1 && p.merge_count != nullptr) FusedMerge(p, b, group, split, nrows, ctid);
 }
 
 }  // namespace
