@@ -7,11 +7,14 @@ trace build that is never committed (bench/NOTES.md "v8" used both modes).
   python3 bench/tools/mla_v8_trace.py --mode=phases [FILE]   # clock64 per loop phase of CTA 0
       (full wait, S^T, P(k-1) barrier, PV(k-1), wait, softmax, PV(k), wait) and the producer's
       per-block empty-wait / issue-done times
+  python3 bench/tools/mla_v8_trace.py --mode=softmax [FILE]  # clock64 inside the softmax of each
+      block of CTA 0 (running-max load, exceed test, bar.red.or, frame, alpha(k-1), exp + P stores,
+      fences, P-ready arrival, row-sum reduction)
 
 FILE defaults to the kernel source, edited in place: run it on a scratch tree or restore the file
 with git afterwards. Then `bash bench/bundle.sh`, and on the GPU machine
 `KS_MLA_TRACE=1 .bundle/bin/mla_cuda_bench --only=wgmma_rega --shapes=8:65536`: the kernel records
-every launch, the last launch's trace is printed (stderr, lines OT/TRACE/PTRACE) at exit.
+every launch, the last launch's trace is printed (stderr, lines OT/TRACE/PTRACE/SMTRACE) at exit.
 """
 import argparse
 import sys
@@ -140,13 +143,50 @@ namespace {
 """ + getter("DumpTrace"))
 
 
+def softmax(s):
+    s = rep(s, HEAD_OLD, """#include <cstdio>
+#include <cstdlib>
+namespace kernelserve {
+namespace cuda_mla {
+__device__ unsigned long long g_sm[128][10];
+namespace {
+#define SM(e) do { if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && (tid & 127) == 0 && k < 128) \\
+  g_sm[k][e] = clock64(); } while (0)
+""")
+    s = rep(s, "  auto softmax = [&](int k, float (&d)[32]) -> bool {\n",
+            "  auto softmax = [&](int k, float (&d)[32]) -> bool {\n    SM(0);\n")
+    s = rep(s, "    bool exceed = false;\n", "    SM(1);\n    bool exceed = false;\n")
+    s = rep(s, "    const bool moved = BarRedOr(kBarMax0 + cw, 128, exceed);\n",
+            "    SM(2);\n    const bool moved = BarRedOr(kBarMax0 + cw, 128, exceed);\n    SM(3);\n")
+    s = rep(s, "    if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);\n",
+            "    SM(4);\n    if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);\n")
+    s = rep(s, "    float sum[16];\n    uint8_t* pbuf", "    SM(5);\n    float sum[16];\n    uint8_t* pbuf")
+    s = rep(s, "    FenceProxyAsyncShared();\n    __threadfence_block();\n    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n",
+            "    SM(6);\n    FenceProxyAsyncShared();\n    __threadfence_block();\n    SM(7);\n"
+            "    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n    SM(8);\n")
+    s = rep(s, "    l2[1] += s2[1];\n    return moved;\n", "    l2[1] += s2[1];\n    SM(9);\n    return moved;\n")
+    return rep(s, GETTER, r"""static void DumpSm() {
+  static unsigned long long t[128][10];
+  cudaDeviceSynchronize();
+  cudaMemcpyFromSymbol(t, g_sm, sizeof(t));
+  fprintf(stderr, "SMTRACE cycles from the softmax's entry: loadm exceed bar.red moved-branch alpha(k-1) exp+P fences arrive reduce\n");
+  for (int k = 0; k < 128; ++k) {
+    if (!t[k][0]) continue;
+    fprintf(stderr, "SMTRACE k=%3d:", k);
+    for (int e = 1; e < 10; ++e) fprintf(stderr, " %6lld", (long long)(t[k][e] - t[k][0]));
+    fprintf(stderr, "\n");
+  }
+}
+""" + getter("DumpSm"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["ctas", "phases"], required=True)
+    ap.add_argument("--mode", choices=["ctas", "phases", "softmax"], required=True)
     ap.add_argument("file", nargs="?", default="kernels/cuda/mla/mla_decode_rega.cu")
     a = ap.parse_args()
     s = open(a.file).read()
-    s = ctas(s) if a.mode == "ctas" else phases(s)
+    s = {"ctas": ctas, "phases": phases, "softmax": softmax}[a.mode](s)
     open(a.file, "w").write(s)
     print(f"mla_v8_trace: {a.file} instrumented ({a.mode}); do not commit it")
 
