@@ -11,7 +11,6 @@
 //   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4] [--all]
 //                  [--only=wgmma_pv|wgmma_pv_sw|wgmma_pipe|wgmma_roles|wgmma_rega]   (one kernel, paged: for ncu,
 //                  and for a kernel not yet trusted to run inside the table's process)
-//                  [--merge=kernel]   (v8 combines its splits with the merge kernel, not inside the decode kernel)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,8 +28,6 @@
 
 namespace kernelserve {
 namespace {
-
-cuda::MlaMerge g_merge = cuda::MlaMerge::kAuto;
 
 struct Shape2 {
   int64_t b, s;
@@ -108,7 +105,7 @@ Result TimeOne(cuda::MlaKernel kernel, int64_t B, int64_t S, int64_t H, int64_t 
     } else {
       in.kv = TensorView{TensorDesc{DType::kFp8E4M3Fn, {B, S, kMlaRowDim}}, kv_pool + c * rows_per_copy * kMlaRowDim};
     }
-    const absl::Status rs = cuda::RunMlaDecodeWith(kernel, p, in, ov, stream, g_merge);
+    const absl::Status rs = cuda::RunMlaDecodeWith(kernel, p, in, ov, stream);
     if (!rs.ok()) {
       std::fprintf(stderr, "run: %s\n", rs.ToString().c_str());
       std::exit(1);
@@ -137,13 +134,6 @@ int Main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--all") all = true;
     if (const char* v = bench::FlagValue(a, "--only=")) only = v;
-    if (const char* v = bench::FlagValue(a, "--merge=")) {
-      if (std::string(v) != "kernel") {
-        std::fprintf(stderr, "--merge: expected 'kernel', got '%s'\n", v);
-        return 2;
-      }
-      g_merge = cuda::MlaMerge::kKernel;
-    }
     if (const char* v = bench::FlagValue(a, "--heads=")) H = std::atoll(v);
     if (const char* v = bench::FlagValue(a, "--q_len=")) Q = std::atoll(v);
     if (const char* v = bench::FlagValue(a, "--shapes=")) {

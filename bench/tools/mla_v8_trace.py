@@ -153,8 +153,9 @@ namespace {
 #define SM(e) do { if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && (tid & 127) == 0 && k < 128) \\
   g_sm[k][e] = clock64(); } while (0)
 """)
-    s = rep(s, "  auto softmax = [&](int k, float (&d)[32]) -> bool {\n",
-            "  auto softmax = [&](int k, float (&d)[32]) -> bool {\n    SM(0);\n")
+    i = s.index("  auto softmax = [&](int k, float (&d)[32]")
+    j = s.index("\n", i)
+    s = s[:j + 1] + "    SM(0);\n" + s[j + 1:]
     s = rep(s, "    bool exceed = false;\n", "    SM(1);\n    bool exceed = false;\n")
     s = rep(s, "    const bool moved = BarRedOr(kBarMax0 + cw, 128, exceed);\n",
             "    SM(2);\n    const bool moved = BarRedOr(kBarMax0 + cw, 128, exceed);\n    SM(3);\n")

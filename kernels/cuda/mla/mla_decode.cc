@@ -17,7 +17,7 @@ absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, T
 }
 
 absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
-                              TensorView& out, cudaStream_t stream, MlaMerge merge) {
+                              TensorView& out, cudaStream_t stream) {
   if (out.desc.dtype != DType::kBf16 || out.desc.num_elements() != p.batch * p.q_len * p.heads * kMlaLatentDim) {
     return absl::InvalidArgumentError(
         absl::StrCat("mla_decode: out must be bf16[", p.batch, ",", p.q_len, ",", p.heads, ",512], got ",
@@ -45,7 +45,6 @@ absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const 
   a.kv_scale = p.kv_scale;
   a.rounding = static_cast<int>(p.rounding);
   a.num_splits = static_cast<int>(p.num_splits);
-  a.fuse_merge = merge == MlaMerge::kAuto;
   switch (kernel) {
     case MlaKernel::kWgmma:
       a.variant = cuda_mla::MlaVariant::kWgmma;

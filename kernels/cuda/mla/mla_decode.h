@@ -5,11 +5,7 @@
 // into f16 (exact within 2^31 of the CTA's largest |q|), P rounded to f16,
 // the row sum over the unrounded P. The bf16 kernels (v4..v7) round P to
 // bf16 and count the rounded values. Tests: rel. RMS < 6e-3 against the fp64
-// oracle (measured 1.7e-3, bf16 output rounding). With several KV splits, v8
-// merges them inside the decode kernel (a cooperative launch: each CTA waits
-// for the other splits of its row group, then merges a share of its rows)
-// when the grid fits the device at once, else with a second kernel; both give
-// the same bits.
+// oracle (measured 1.7e-3, bf16 output rounding).
 #ifndef KERNELSERVE_KERNELS_CUDA_MLA_MLA_DECODE_H_
 #define KERNELSERVE_KERNELS_CUDA_MLA_MLA_DECODE_H_
 
@@ -41,13 +37,8 @@ absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, T
 // runs kWgmmaRoles). RunMlaDecode uses kDefaultMlaKernel.
 enum class MlaKernel { kWgmma, kMmaSync, kWgmmaPv, kWgmmaPvSw, kWgmmaPipe, kWgmmaRoles, kWgmmaRegA };
 extern const MlaKernel kDefaultMlaKernel;
-// How kWgmmaRegA combines several KV splits: kAuto inside the decode kernel
-// (one cooperative launch) when its grid fits the device at once, else with
-// the merge kernel; kKernel always with the merge kernel (the same bits; for
-// tests and benchmarks). The other kernels always use the merge kernel.
-enum class MlaMerge { kAuto, kKernel };
 absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
-                              TensorView& out, cudaStream_t stream, MlaMerge merge = MlaMerge::kAuto);
+                              TensorView& out, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace kernelserve

@@ -149,13 +149,12 @@ MlaDecodeParams Validated(const Case& c, const HostInputs& h, bool paged) {
 }
 
 cuda::MlaKernel g_kernel = cuda::MlaKernel::kWgmma;
-cuda::MlaMerge g_merge = cuda::MlaMerge::kAuto;
 
 HostTensor RunGpu(const MlaDecodeParams& p, const DeviceInputs& d) {
   DeviceTensor out(p.OutputDesc());
   EXPECT_EQ(out.Fill(0xFF), cudaSuccess);  // poison: NaN everywhere
   TensorView ov = out.view();
-  const absl::Status st = cuda::RunMlaDecodeWith(g_kernel, p, d.in, ov, nullptr, g_merge);
+  const absl::Status st = cuda::RunMlaDecodeWith(g_kernel, p, d.in, ov, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return out.ToHost();
@@ -452,44 +451,6 @@ TEST(MlaDecodeCudaPipe, SameBitsAsWgmmaPv) {
   ExpectSameBits(cases, [](bool second) {
     g_kernel = second ? cuda::MlaKernel::kWgmmaPipe : cuda::MlaKernel::kWgmmaPv;
   });
-}
-
-// v8 merges its splits inside the decode kernel when the grid fits the
-// device (every case here but the last); the merge kernel gives the same
-// bits: empty splits (ragged seq_lens), rows past q_lens, more splits than
-// one merge batch (20, 64), 16 row groups, paged and contiguous. The oracle
-// checks of the fused path are the parameterized WgmmaRegA tests above.
-TEST(MlaDecodeCudaRegA, FusedMergeSameBitsAsMergeKernel) {
-  KS_SKIP_WITHOUT_CUDA();
-  std::vector<Case> cases(6);
-  cases[0].batch = 3;
-  cases[0].seq = 1000;
-  cases[0].ragged_seq = true;
-  cases[1].seq = 777;
-  cases[1].num_splits = 7;
-  cases[1].q_std = 3.0;
-  cases[2].seq = 3000;
-  cases[2].num_splits = 20;
-  cases[2].ragged_q = true;
-  cases[3].batch = 1;
-  cases[3].q_len = 8;
-  cases[3].heads = 128;
-  cases[3].seq = 2000;
-  cases[3].num_splits = 5;
-  cases[4].batch = 4;
-  cases[4].seq = 1500;
-  cases[4].paged = true;
-  cases[4].ragged_seq = true;
-  cases[4].ragged_q = true;
-  cases[4].rounding = Rounding::kRtz;
-  cases[5].batch = 4;
-  cases[5].seq = 4100;
-  cases[5].paged = true;
-  cases[5].page_size = 16;
-  cases[5].num_splits = 64;  // 256 CTAs: more than one wave, so the merge kernel either way
-  g_kernel = cuda::MlaKernel::kWgmmaRegA;
-  ExpectSameBits(cases, [](bool second) { g_merge = second ? cuda::MlaMerge::kAuto : cuda::MlaMerge::kKernel; });
-  g_merge = cuda::MlaMerge::kAuto;
 }
 
 }  // namespace

@@ -6,9 +6,7 @@
 // group shares each KV tile, read from memory once per group. With several
 // splits, the partial outputs and their (max, sum) go to a workspace and a
 // merge kernel combines them in split order: the result does not depend on
-// scheduling (v8 runs the same merge code inside the decode kernel when its
-// grid fits the device at once: no second launch). This file: the split
-// plan, the merge kernels and the launcher;
+// scheduling. This file: the split plan, the merge kernels and the launcher;
 // the kernels are in mla_decode_rega.cu (v8, the default: KV converted in
 // registers as the wgmma A operand), mla_decode_roles.cu (v7),
 // mla_decode_pipe.cu (v6) and mla_decode_v4.cu (v1..v5: mma.sync and
@@ -180,55 +178,18 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   p.out_scale = static_cast<float>(a.kv_scale);
   p.part_half = variant == MlaVariant::kWgmmaRegA ? 1 : 0;
 
-  const dim3 grid(plan.splits, plan.row_groups, a.batch);
-  // v8 merges the splits inside the decode kernel when the whole grid can be
-  // resident at once (a cooperative launch guarantees it, or fails).
-  bool fused = false;
-  if (variant == MlaVariant::kWgmmaRegA && plan.splits > 1 && a.fuse_merge) {
-    int coop = 0, per_sm = 0;
-    if ((e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev)) != cudaSuccess) return e;
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes)) != cudaSuccess) {
-      return e;
-    }
-    fused = coop != 0 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= static_cast<int64_t>(per_sm) * sms;
-  }
   void* ws = nullptr;
   if (plan.splits > 1) {
     const int64_t parts = static_cast<int64_t>(a.batch) * plan.row_groups * plan.splits * kRows;
     const size_t bytes = static_cast<size_t>(parts) * (kDL + 2) * sizeof(float);
-    const size_t count_bytes = static_cast<size_t>(a.batch) * plan.row_groups * sizeof(int);
-    if ((e = cudaMallocAsync(&ws, bytes + (fused ? count_bytes : 0), stream)) != cudaSuccess) return e;
+    if ((e = cudaMallocAsync(&ws, bytes, stream)) != cudaSuccess) return e;
     p.part_o = static_cast<float*>(ws);
     p.part_ml = p.part_o + parts * kDL;
-    if (fused) {
-      p.merge_count = reinterpret_cast<int*>(static_cast<char*>(ws) + bytes);
-      e = cudaMemsetAsync(p.merge_count, 0, count_bytes, stream);
-    }
   }
-  if (e == cudaSuccess && fused) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem_bytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, kernel, p);
-    if (e == cudaErrorCooperativeLaunchTooLarge) {  // fewer SMs than the device reports (MPS): merge kernel
-      (void)cudaGetLastError();
-      fused = false;
-      p.merge_count = nullptr;
-      e = cudaSuccess;
-    }
-  }
-  if (e == cudaSuccess && !fused) {
-    kernel<<<grid, threads, smem_bytes, stream>>>(p);
-    e = cudaGetLastError();
-  }
-  if (e == cudaSuccess && plan.splits > 1 && !fused) {
+  const dim3 grid(plan.splits, plan.row_groups, a.batch);
+  kernel<<<grid, threads, smem_bytes, stream>>>(p);
+  e = cudaGetLastError();
+  if (e == cudaSuccess && plan.splits > 1) {
     if (p.part_half) {
       MlaMergeHalfKernel<<<dim3((p.rows + 1) / 2, a.batch), 128, 0, stream>>>(p);
     } else {

@@ -38,10 +38,6 @@ struct MlaDecodeArgs {
   double kv_scale = 1;  // per-tensor dequantization scale
   int rounding = 1;     // Rounding enum value
   int num_splits = 0;   // 0: planned from the shape and the SM count
-  // v8 with several splits: merge them inside the decode kernel (one
-  // cooperative launch) when the grid fits the device at once; false: always
-  // the separate merge kernel (same output bits).
-  bool fuse_merge = true;
   MlaVariant variant = MlaVariant::kMmaSync;
 };
 

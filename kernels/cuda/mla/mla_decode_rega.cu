@@ -181,38 +181,6 @@ __device__ __forceinline__ void ReduceColumns(const float (&v)[16], int lane, fl
   HalveColumns<kMax, 4, 4>(a4, lane, out);
 }
 
-// Out of line: a trap inside the kernel body costs ptxas's register
-// allocation of the main loop (C7512, 1.5 KB of spills).
-__device__ __noinline__ void MergeWaitTimedOut() { __trap(); }
-
-// The fused merge (cooperative launch: every CTA is resident, so waiting for
-// the other splits of the row group cannot deadlock). Each split's CTA
-// publishes its partial, waits until all splits of its (request, row group)
-// have, then combines its share of the group's rows from L2 with the merge
-// kernel's code: same bits, no second launch. The wait traps after ~2^35
-// cycles (seconds) rather than hang the device if an arrival never comes.
-__device__ __forceinline__ void FusedMerge(const KParams& p, int b, int group, int split, int nrows, int ctid) {
-  __threadfence();  // this thread's partial stores, before the arrival
-  NamedBarrierSync(kBarConsumers, 256);
-  int* count = p.merge_count + b * p.row_groups + group;
-  if (ctid == 0) {
-    __threadfence();  // cumulative: the whole CTA's partials, seen through the barrier
-    atomicAdd(count, 1);
-    const long long t0 = clock64();
-    for (;;) {
-      int n;
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(n) : "l"(count) : "memory");
-      if (n >= p.splits) break;
-      if (clock64() - t0 > (1ll << 35)) MergeWaitTimedOut();
-      __nanosleep(128);
-    }
-  }
-  NamedBarrierSync(kBarConsumers, 256);
-  const int per = (kRows + p.splits - 1) / p.splits;  // rows of the group merged here
-  const int q_end = min(nrows, (split + 1) * per);
-  for (int q = split * per + (ctid >> 6); q < q_end; q += 4) MergeHalfRow<16>(p, b, group * kRows + q, (ctid & 63) * 8);
-}
-
 constexpr int kRegAThreads = 384;
 constexpr int kSlots = 3;
 constexpr int kRowStr = 608;  // fp8 row stride in a slot: conflict-free A-fragment loads
@@ -535,7 +503,11 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   // Publishes P(k), m(k) and alpha(k) and returns alpha(k).
   // S^T stays unscaled: the comparisons use thresholds divided by the
   // scale and P = 2^(s * sl2 - m) is one FMA.
-  auto softmax = [&](int k, float (&d)[32]) -> bool {
+  // moved_prev and m_prev: block k-1's frame flag and maxima, read by the
+  // caller right after the P(k-1) barrier (k >= 1; -Inf for k = 0), so that
+  // their shared-memory latency (~250-350 cycles under the other
+  // warpgroup's wgmma traffic) is off the block-to-block chain.
+  auto softmax = [&](int k, float (&d)[32], bool moved_prev, const float (&m_prev)[16]) -> bool {
     if (k >= kt) {
       float lim[16];
       LoadCols(reinterpret_cast<const float*>(sLim), c, lim);
@@ -550,12 +522,8 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     // kLazyMax: one barrier with an OR decides that for the warpgroup, and
     // only then are the block's column maxima exchanged.
     float m[16];
-    if (k >= 1) {
-      LoadCols(sM + ((k - 1) % kSlots) * kRows, c, m);
-    } else {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) m[i] = -INFINITY;
-    }
+    for (int i = 0; i < 16; ++i) m[i] = m_prev[i];
     bool exceed = false;
     {
       float thr[16];
@@ -607,7 +575,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     for (int i = 0; i < 16; ++i) {
       if (m[i] == -INFINITY) m[i] = 0.f;
     }
-    if (k >= 1 && sMoved[(k - 1) % kSlots]) {  // alpha(k-1), not yet applied to our row sums
+    if (moved_prev) {  // alpha(k-1), not yet applied to our row sums
       float al[16];
       LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
 #pragma unroll
@@ -642,11 +610,17 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     float d[32];
     MbarWait(bar_full + 8 * (k % kSlots), (k / kSlots) & 1);
     qk(k, d);
+    bool moved_prev = false;
+    float m_prev[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m_prev[i] = -INFINITY;
     if (k >= 1) {
       // The other warpgroup's block k-1, our half of its PV, before our
       // softmax(k), so that its slot is released as early as possible.
       NamedBarrierSync(kBarPReady0 + ((k - 1) & 1), 256);  // P(k-1), m(k-1), alpha(k-1)
-      if (sMoved[(k - 1) % kSlots]) {
+      moved_prev = sMoved[(k - 1) % kSlots] != 0;
+      LoadCols(sM + ((k - 1) % kSlots) * kRows, c, m_prev);
+      if (moved_prev) {
         float al[16];
         LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
         rescale(al);
@@ -659,7 +633,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     WgmmaWait<0>();
 #pragma unroll
     for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
-    if (softmax(k, d)) {
+    if (softmax(k, d, moved_prev, m_prev)) {
       __syncwarp();
       float al[16];
       LoadCols(sAlphaW + (warp - 4) * kRows, c, al);
@@ -753,7 +727,6 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       }
     }
   }
-  if (p.splits > 1 && p.merge_count != nullptr) FusedMerge(p, b, group, split, nrows, ctid);
 }
 
 }  // namespace

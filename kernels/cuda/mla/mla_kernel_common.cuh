@@ -54,10 +54,6 @@ struct KParams {
   float sl2;        // softmax scale * kv_scale * log2(e)
   float out_scale;  // kv_scale
   int part_half;    // partials: 0 unnormalized fp32 O; 1 (v8) O / l as f16
-  // v8's fused merge: arrivals per (request, row group), zeroed before the
-  // launch, which is cooperative (all CTAs resident); null: the merge kernel
-  // follows the decode kernel.
-  int* merge_count;
 };
 
 
@@ -283,9 +279,7 @@ __device__ __forceinline__ void FenceOperand(float& r) { asm volatile("" : "+f"(
 // col..col+7, in split order: every split's (m, l) and partial are loaded
 // before any is used (kMergeBatch splits at once), so this waits for one
 // memory round trip, not one per split. Every split wrote its partial (zeros
-// and m = -Inf when empty). Loads bypass L1: in the fused merge the partials
-// are other CTAs' fresh writes. The merge kernel and v8's fused merge both
-// call this, so their outputs have the same bits.
+// and m = -Inf when empty).
 template <int kMergeBatch>
 __device__ __forceinline__ void MergeHalfRow(const KParams& p, int b, int r, int col) {
   uint16_t* o = p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + col;
