@@ -9,7 +9,7 @@ trace build that is never committed (bench/NOTES.md "v8" used both modes).
       per-block empty-wait / issue-done times
   python3 bench/tools/mla_v8_trace.py --mode=softmax [FILE]  # clock64 inside the softmax of each
       block of CTA 0 (running-max load, exceed test, bar.red.or, frame, alpha(k-1), exp + P stores,
-      fences, P-ready arrival, row-sum reduction)
+      fence, P-ready arrival)
 
 FILE defaults to the kernel source, edited in place: run it on a scratch tree or restore the file
 with git afterwards. Then `bash bench/bundle.sh`, and on the GPU machine
@@ -116,7 +116,9 @@ namespace {
     s = rep(s, "      pv(k - 1, std::false_type{});\n", "      pv(k - 1, std::false_type{});\n      TR(4);\n")
     s = rep(s, "    WgmmaWait<0>();\n#pragma unroll\n    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);\n",
             "    WgmmaWait<0>();\n    TR(5);\n#pragma unroll\n    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);\n")
-    s = rep(s, "    if (softmax(k, d)) {", "    const bool moved_k = softmax(k, d);\n    TR(6);\n    if (moved_k) {")
+    i = s.index("    if (softmax(k, d")
+    j = s.index(") {\n", i)
+    s = s[:i] + "    const bool moved_k = " + s[i + len("    if ("):j] + ";\n    TR(6);\n    if (moved_k) {\n" + s[j + 4:]
     i = s.index("  for (int k = cw; k < nb; k += 2) {")
     j = s.index("  if (nb > 0 && ((nb - 1) & 1) != cw) {")
     body = s[i:j]
@@ -161,20 +163,21 @@ namespace {
             "    SM(2);\n    const bool moved = BarRedOr(kBarMax0 + cw, 128, exceed);\n    SM(3);\n")
     s = rep(s, "    if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);\n",
             "    SM(4);\n    if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);\n")
-    s = rep(s, "    float sum[16];\n    uint8_t* pbuf", "    SM(5);\n    float sum[16];\n    uint8_t* pbuf")
-    s = rep(s, "    FenceProxyAsyncShared();\n    __threadfence_block();\n    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n",
-            "    SM(6);\n    FenceProxyAsyncShared();\n    __threadfence_block();\n    SM(7);\n"
+    s = rep(s, "    uint8_t* pbuf = sP", "    SM(5);\n    uint8_t* pbuf = sP")
+    s = rep(s, "    FenceProxyAsyncShared();\n    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n",
+            "    SM(6);\n    FenceProxyAsyncShared();\n    SM(7);\n"
             "    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n    SM(8);\n")
-    s = rep(s, "    l2[1] += s2[1];\n    return moved;\n", "    l2[1] += s2[1];\n    SM(9);\n    return moved;\n")
+    s = rep(s, "    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n    SM(8);\n    return moved;\n",
+            "    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n    SM(8);\n    return moved;\n")
     return rep(s, GETTER, r"""static void DumpSm() {
   static unsigned long long t[128][10];
   cudaDeviceSynchronize();
   cudaMemcpyFromSymbol(t, g_sm, sizeof(t));
-  fprintf(stderr, "SMTRACE cycles from the softmax's entry: loadm exceed bar.red moved-branch alpha(k-1) exp+P fences arrive reduce\n");
+  fprintf(stderr, "SMTRACE cycles from the softmax's entry: loadm exceed bar.red moved-branch alpha(k-1) exp+P fence arrive (end)\n");
   for (int k = 0; k < 128; ++k) {
     if (!t[k][0]) continue;
     fprintf(stderr, "SMTRACE k=%3d:", k);
-    for (int e = 1; e < 10; ++e) fprintf(stderr, " %6lld", (long long)(t[k][e] - t[k][0]));
+    for (int e = 1; e < 9; ++e) fprintf(stderr, " %6lld", (long long)(t[k][e] - t[k][0]));
     fprintf(stderr, "\n");
   }
 }

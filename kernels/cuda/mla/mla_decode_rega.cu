@@ -499,15 +499,17 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   };
 
   // The owner's softmax of block k: masks, the block's column maxima (over
-  // the warpgroup), the lazily moved running maxima, P(k) and the row sums.
-  // Publishes P(k), m(k) and alpha(k) and returns alpha(k).
+  // the warpgroup), the lazily moved running maxima and P(k). Publishes
+  // P(k), m(k) and alpha(k), returns whether the frame moved, and leaves this
+  // thread's share of the row sums in `sum` (the caller reduces it over the
+  // warp under PV(k): off the chain to the next block).
   // S^T stays unscaled: the comparisons use thresholds divided by the
   // scale and P = 2^(s * sl2 - m) is one FMA.
   // moved_prev and m_prev: block k-1's frame flag and maxima, read by the
   // caller right after the P(k-1) barrier (k >= 1; -Inf for k = 0), so that
   // their shared-memory latency (~250-350 cycles under the other
   // warpgroup's wgmma traffic) is off the block-to-block chain.
-  auto softmax = [&](int k, float (&d)[32], bool moved_prev, const float (&m_prev)[16]) -> bool {
+  auto softmax = [&](int k, float (&d)[32], bool moved_prev, const float (&m_prev)[16], float (&sum)[16]) -> bool {
     if (k >= kt) {
       float lim[16];
       LoadCols(reinterpret_cast<const float*>(sLim), c, lim);
@@ -581,7 +583,6 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 #pragma unroll
       for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
     }
-    float sum[16];
     uint8_t* pbuf = sP + (k % kSlots) * kPBytes;
 #pragma unroll
     for (int jj = 0; jj < 8; ++jj) {
@@ -597,12 +598,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       }
     }
     FenceProxyAsyncShared();
-    __threadfence_block();
     NamedBarrierArrive(kBarPReady0 + (k & 1), 256);
-    float s2[2];
-    ReduceColumns<false>(sum, lane, s2);
-    l2[0] += s2[0];
-    l2[1] += s2[1];
     return moved;
   };
 
@@ -633,13 +629,20 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     WgmmaWait<0>();
 #pragma unroll
     for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
-    if (softmax(k, d, moved_prev, m_prev)) {
+    float sum[16];  // this thread's row sums of block k, reduced under PV(k)
+    if (softmax(k, d, moved_prev, m_prev, sum)) {
       __syncwarp();
       float al[16];
       LoadCols(sAlphaW + (warp - 4) * kRows, c, al);
       rescale(al);
     }
     pv(k, std::false_type{});
+    {
+      float s2[2];
+      ReduceColumns<false>(sum, lane, s2);
+      l2[0] += s2[0];
+      l2[1] += s2[1];
+    }
     // Nothing in flight across the back edge: ptxas serializes every wgmma
     // of the loop otherwise (C7514).
     WgmmaWait<0>();
