@@ -38,6 +38,13 @@ KernelFn RegAKernel(bool fnuz) {{
 }}"""
 
 
+def head(s, decls, macros):
+    """The trace's device arrays (`decls`, outside the anonymous namespace, so the dump can read them)
+    and its macros (inside it), in front of the kernel's code."""
+    return rep(s, HEAD_OLD, "#include <cstdio>\n#include <cstdlib>\nnamespace kernelserve {\nnamespace cuda_mla {\n"
+               + decls + "namespace {\n" + macros)
+
+
 def rep(s, old, new):
     if old not in s:
         sys.exit(f"mla_v8_trace: anchor not found (the kernel changed?):\n{old}")
@@ -45,18 +52,13 @@ def rep(s, old, new):
 
 
 def ctas(s):
-    s = rep(s, HEAD_OLD, """#include <cstdio>
-#include <cstdlib>
-namespace kernelserve {
-namespace cuda_mla {
-__device__ unsigned long long g_ot[512][2][5];
+    s = head(s, """__device__ unsigned long long g_ot[512][2][5];
 __device__ __forceinline__ unsigned long long Gt() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-namespace {
-#define OT(e) do { const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); \\
+""", """#define OT(e) do { const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); \\
   if (cta < 512 && (tid & 127) == 0) g_ot[cta][cw][e] = Gt(); } while (0)
 """)
     i = s.index("  const int cw = wg - 1;")
@@ -93,14 +95,9 @@ namespace {
 
 
 def phases(s):
-    s = rep(s, HEAD_OLD, """#include <cstdio>
-#include <cstdlib>
-namespace kernelserve {
-namespace cuda_mla {
-__device__ unsigned long long g_trace[2][64][9];
+    s = head(s, """__device__ unsigned long long g_trace[2][64][9];
 __device__ unsigned long long g_ptrace[128][2];
-namespace {
-#define CTA0 (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
+""", """#define CTA0 (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
 #define TR(e) do { if (CTA0 && (tid & 127) == 0 && (k >> 1) < 64) g_trace[cw][k >> 1][e] = clock64(); } while (0)
 """)
     s = rep(s, "      MbarWait(bar_empty + 8 * slot, ((k / kSlots) & 1) ^ 1);\n",
@@ -146,13 +143,7 @@ namespace {
 
 
 def softmax(s):
-    s = rep(s, HEAD_OLD, """#include <cstdio>
-#include <cstdlib>
-namespace kernelserve {
-namespace cuda_mla {
-__device__ unsigned long long g_sm[128][10];
-namespace {
-#define SM(e) do { if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && (tid & 127) == 0 && k < 128) \\
+    s = head(s, "__device__ unsigned long long g_sm[128][9];\n", """#define SM(e) do { if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && (tid & 127) == 0 && k < 128) \\
   g_sm[k][e] = clock64(); } while (0)
 """)
     i = s.index("  auto softmax = [&](int k, float (&d)[32]")
@@ -167,10 +158,8 @@ namespace {
     s = rep(s, "    FenceProxyAsyncShared();\n    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n",
             "    SM(6);\n    FenceProxyAsyncShared();\n    SM(7);\n"
             "    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n    SM(8);\n")
-    s = rep(s, "    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n    SM(8);\n    return moved;\n",
-            "    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n    SM(8);\n    return moved;\n")
     return rep(s, GETTER, r"""static void DumpSm() {
-  static unsigned long long t[128][10];
+  static unsigned long long t[128][9];
   cudaDeviceSynchronize();
   cudaMemcpyFromSymbol(t, g_sm, sizeof(t));
   fprintf(stderr, "SMTRACE cycles from the softmax's entry: loadm exceed bar.red moved-branch alpha(k-1) exp+P fence arrive (end)\n");

@@ -58,11 +58,72 @@ __global__ void __launch_bounds__(128) MlaMergeKernel(const KParams p) {
       make_uint2(PackBf16x2(acc.x * inv, acc.y * inv, p.rounding), PackBf16x2(acc.z * inv, acc.w * inv, p.rounding));
 }
 
-// v8's merge (f16 partials O / l): 64 threads per (request, row), 8 columns
-// each (MergeHalfRow).
+// v8's merge: combines the f16 partials (O / l) of one (request, row) in
+// split order, 64 threads per row, 8 columns each. Every split's (m, l) and
+// partial are loaded before any is used (kMergeBatch splits at once), so this
+// waits for one memory round trip, not one per split. Every split wrote its
+// partial (zeros and m = -Inf when empty). The partials are read once: loads
+// skip L1.
+constexpr int kMergeBatch = 16;
 __global__ void __launch_bounds__(128) MlaMergeHalfKernel(const KParams p) {
-  const int r = blockIdx.x * 2 + (threadIdx.x >> 6);
-  if (r < p.rows) MergeHalfRow<16>(p, blockIdx.y, r, (threadIdx.x & 63) * 8);
+  const int r = blockIdx.x * 2 + (threadIdx.x >> 6), b = blockIdx.y;
+  if (r >= p.rows) return;
+  const int col = (threadIdx.x & 63) * 8;
+  uint16_t* o = p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + col;
+  const int ql = p.q_lens ? p.q_lens[b] : p.q_len;
+  if (r / p.heads >= ql) {
+    *reinterpret_cast<uint4*>(o) = make_uint4(0u, 0u, 0u, 0u);
+    return;
+  }
+  const int group = r / kRows, row = r % kRows;
+  const int64_t base = (static_cast<int64_t>(b) * p.row_groups + group) * p.splits * kRows + row;
+  const __half* part = reinterpret_cast<const __half*>(p.part_o);
+  const float2* ml_all = reinterpret_cast<const float2*>(p.part_ml);
+  float m_max = -INFINITY, l = 0.f;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int s0 = 0; s0 < p.splits; s0 += kMergeBatch) {
+    float2 ml[kMergeBatch];
+    uint4 h[kMergeBatch];
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i) {
+      ml[i] = make_float2(-INFINITY, 0.f);
+      h[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (s0 + i < p.splits) {
+        const int64_t pi = base + static_cast<int64_t>(s0 + i) * kRows;
+        ml[i] = __ldcg(ml_all + pi);
+        h[i] = __ldcg(reinterpret_cast<const uint4*>(part + pi * kDL + col));
+      }
+    }
+    float bm = m_max;
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i) bm = fmaxf(bm, ml[i].x);
+    if (m_max != -INFINITY && bm != m_max) {  // only past kMergeBatch splits
+      const float sc = exp2f(m_max - bm);
+      l *= sc;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] *= sc;
+    }
+    m_max = bm;
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i) {
+      const float wl = ml[i].x == -INFINITY ? 0.f : exp2f(ml[i].x - m_max) * ml[i].y;
+      const uint32_t w[4] = {h[i].x, h[i].y, h[i].z, h[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
+        acc[2 * j] += wl * v.x;
+        acc[2 * j + 1] += wl * v.y;
+      }
+      l += wl;
+    }
+  }
+  const float inv = p.out_scale / l;
+  uint4 v;
+  v.x = PackBf16x2(acc[0] * inv, acc[1] * inv, p.rounding);
+  v.y = PackBf16x2(acc[2] * inv, acc[3] * inv, p.rounding);
+  v.z = PackBf16x2(acc[4] * inv, acc[5] * inv, p.rounding);
+  v.w = PackBf16x2(acc[6] * inv, acc[7] * inv, p.rounding);
+  *reinterpret_cast<uint4*>(o) = v;
 }
 
 }  // namespace

@@ -5,8 +5,6 @@
 #ifndef KERNELSERVE_KERNELS_CUDA_MLA_MLA_KERNEL_COMMON_CUH_
 #define KERNELSERVE_KERNELS_CUDA_MLA_MLA_KERNEL_COMMON_CUH_
 
-#include <cuda_fp16.h>
-
 #include <cmath>
 #include <cstdint>
 
@@ -275,69 +273,6 @@ __device__ __forceinline__ void UnpackChunk(uint8_t* dst, const uint4 v) {
 // the compiler neither reads it before the wait nor moves the wait past a use.
 __device__ __forceinline__ void FenceOperand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// Combines the f16 partials (O / l, v8) of query row r of request b, columns
-// col..col+7, in split order: every split's (m, l) and partial are loaded
-// before any is used (kMergeBatch splits at once), so this waits for one
-// memory round trip, not one per split. Every split wrote its partial (zeros
-// and m = -Inf when empty).
-template <int kMergeBatch>
-__device__ __forceinline__ void MergeHalfRow(const KParams& p, int b, int r, int col) {
-  uint16_t* o = p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + col;
-  const int ql = p.q_lens ? p.q_lens[b] : p.q_len;
-  if (r / p.heads >= ql) {
-    *reinterpret_cast<uint4*>(o) = make_uint4(0u, 0u, 0u, 0u);
-    return;
-  }
-  const int group = r / kRows, row = r % kRows;
-  const int64_t base = (static_cast<int64_t>(b) * p.row_groups + group) * p.splits * kRows + row;
-  const __half* part = reinterpret_cast<const __half*>(p.part_o);
-  const float2* ml_all = reinterpret_cast<const float2*>(p.part_ml);
-  float m_max = -INFINITY, l = 0.f;
-  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  for (int s0 = 0; s0 < p.splits; s0 += kMergeBatch) {
-    float2 ml[kMergeBatch];
-    uint4 h[kMergeBatch];
-#pragma unroll
-    for (int i = 0; i < kMergeBatch; ++i) {
-      ml[i] = make_float2(-INFINITY, 0.f);
-      h[i] = make_uint4(0u, 0u, 0u, 0u);
-      if (s0 + i < p.splits) {
-        const int64_t pi = base + static_cast<int64_t>(s0 + i) * kRows;
-        ml[i] = __ldcg(ml_all + pi);
-        h[i] = __ldcg(reinterpret_cast<const uint4*>(part + pi * kDL + col));
-      }
-    }
-    float bm = m_max;
-#pragma unroll
-    for (int i = 0; i < kMergeBatch; ++i) bm = fmaxf(bm, ml[i].x);
-    if (m_max != -INFINITY && bm != m_max) {  // only past kMergeBatch splits
-      const float sc = exp2f(m_max - bm);
-      l *= sc;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] *= sc;
-    }
-    m_max = bm;
-#pragma unroll
-    for (int i = 0; i < kMergeBatch; ++i) {
-      const float wl = ml[i].x == -INFINITY ? 0.f : exp2f(ml[i].x - m_max) * ml[i].y;
-      const uint32_t w[4] = {h[i].x, h[i].y, h[i].z, h[i].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
-        acc[2 * j] += wl * v.x;
-        acc[2 * j + 1] += wl * v.y;
-      }
-      l += wl;
-    }
-  }
-  const float inv = p.out_scale / l;
-  uint4 v;
-  v.x = PackBf16x2(acc[0] * inv, acc[1] * inv, p.rounding);
-  v.y = PackBf16x2(acc[2] * inv, acc[3] * inv, p.rounding);
-  v.z = PackBf16x2(acc[4] * inv, acc[5] * inv, p.rounding);
-  v.w = PackBf16x2(acc[6] * inv, acc[7] * inv, p.rounding);
-  *reinterpret_cast<uint4*>(o) = v;
-}
 
 }  // namespace
 }  // namespace cuda_mla
