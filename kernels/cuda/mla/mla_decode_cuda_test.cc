@@ -265,6 +265,23 @@ TEST_P(MlaDecodeCudaTest, ManySplitsSharpScores) {
   CheckCase(c);
 }
 
+// Every block count of a split from 1 to 7, with and without a partial last
+// block (one split, so that the count is exact), and sharp scores that move
+// the running maximum often: each consumer warpgroup's first, middle and last
+// block, the hand-over of the last block between them, and the producer's
+// stream when it ends before or right after Q's arrival.
+TEST_P(MlaDecodeCudaTest, EveryBlockCountOfOneSplit) {
+  for (int64_t seq : {4, 64, 65, 128, 150, 192, 256, 300, 383, 448}) {
+    SCOPED_TRACE(seq);
+    Case c;
+    c.batch = 1;
+    c.seq = seq;
+    c.num_splits = 1;
+    c.q_std = 3.0;
+    CheckCase(c);
+  }
+}
+
 TEST_P(MlaDecodeCudaTest, SingleQuerySingleHeadTinySeq) {
   Case c;
   c.batch = 3;

@@ -245,10 +245,11 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     };
     const uint32_t dst0 = SmemAddr(sKV) + i * kRowStr;
     int64_t r = row_of(0);
-    // Q first: issued at the same time as the KV stream of every CTA, its
-    // loads queue behind it for microseconds.
-    NamedBarrierSync(kBarQLoaded, kRegAThreads);
+    // Block 0, then Q: the rest of the stream waits until Q's loads have
+    // landed (issued at the same time as every CTA's KV stream, they queue
+    // behind it for microseconds); block 0's rows are in flight meanwhile.
     for (int k = 0; k < nb; ++k) {
+      if (k == 1) NamedBarrierSync(kBarQLoaded, kRegAThreads);
       const int slot = k % kSlots;
       const int64_t rn = row_of(k + 1);
       MbarWait(bar_empty + 8 * slot, ((k / kSlots) & 1) ^ 1);
@@ -259,6 +260,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       if (r >= 0) BulkCopyRow(dst0 + slot * kSlotBytes, p.kv + r * kD, bar_full + 8 * slot);
       r = rn;
     }
+    if (nb <= 1) NamedBarrierSync(kBarQLoaded, kRegAThreads);
     return;
   }
 
@@ -455,21 +457,29 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     }
   };
 
-  // kDeep: three commit groups in flight instead of two (not while S^T's
-  // accumulators are live: the registers run out).
-  auto pv = [&](int k, auto deep) {
+  // deep: three commit groups in flight instead of two (not while S^T's
+  // accumulators are live: the registers run out). pf: k-step s+1's loads
+  // are issued before k-step s's conversions, 8 registers more (our own
+  // PV(k) only, where S^T is dead; under the peer's PV ptxas spills).
+  auto pv = [&](int k, auto deep, auto pf) {
     const uint8_t* base = sKV + (k % kSlots) * kSlotBytes + d0;
     const uint64_t pd = WgmmaDesc(p_addr + (k % kSlots) * kPBytes, 8 * 128, 128);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint2 v[2][2];  // [pp][e]: 8 latent columns of one key
+    uint2 v[2][2];  // [pp][e]: 8 latent columns of one key
+    auto load_v = [&](int s, uint2 (&x)[2][2]) {
 #pragma unroll
       for (int pp = 0; pp < 2; ++pp) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          v[pp][e] = *reinterpret_cast<const uint2*>(base + (16 * s + 8 * pp + 4 * e + c) * kRowStr);
+          x[pp][e] = *reinterpret_cast<const uint2*>(base + (16 * s + 8 * pp + 4 * e + c) * kRowStr);
         }
       }
+    };
+    load_v(0, v);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint2 vn[2][2];
+      if (decltype(pf)::value && s < 3) load_v(s + 1, vn);
+      if (!decltype(pf)::value && s > 0) load_v(s, v);
       // Two M-tiles per commit group, at most two or three groups (16 or 24
       // A registers) in flight.
 #pragma unroll
@@ -492,6 +502,13 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
           WgmmaRegA<1>(acc[2 * jh + jl], f, pd + ((s * 2 * 8 * 128) >> 4), 1);
         }
         WgmmaCommit();
+      }
+      if (decltype(pf)::value && s < 3) {
+#pragma unroll
+        for (int pp = 0; pp < 2; ++pp) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) v[pp][e] = vn[pp][e];
+        }
       }
     }
     __syncwarp();
@@ -621,7 +638,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
         LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
         rescale(al);
       }
-      pv(k - 1, std::false_type{});
+      pv(k - 1, std::false_type{}, std::false_type{});
     }
     // S^T(k) and our PV(k-1) retired: a wait<8> that lets PV(k-1) run on
     // under the softmax makes ptxas serialize every wgmma (C7512); a wait<2>
@@ -636,7 +653,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       LoadCols(sAlphaW + (warp - 4) * kRows, c, al);
       rescale(al);
     }
-    pv(k, std::false_type{});
+    pv(k, std::false_type{}, std::true_type{});
     {
       float s2[2];
       ReduceColumns<false>(sum, lane, s2);
@@ -658,7 +675,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
       rescale(al);
     }
-    pv(k, std::false_type{});
+    pv(k, std::false_type{}, std::false_type{});
   }
   WgmmaWait<0>();
   fence_acc();
@@ -666,69 +683,72 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   // Row sums over all consumer threads; the final frame is m(nb-1).
   *reinterpret_cast<float2*>(sRed + (cw * 4 + wq) * kRows + c * 16 + g * 2) = make_float2(l2[0], l2[1]);
   NamedBarrierSync(kBarConsumers, 256);
-  float lt[16], mt[16];
-  LoadCols(sRed, c, lt);
-#pragma unroll
-  for (int wv = 1; wv < 8; ++wv) {
-    float t[16];
-    LoadCols(sRed + wv * kRows, c, t);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) lt[i] += t[i];
-  }
-  if (nb > 0) {
-    LoadCols(sM + ((nb - 1) % kSlots) * kRows, c, mt);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) mt[i] = -INFINITY;
-  }
-
-  // Output: a thread holds 8 consecutive latent columns (d0 .. d0 + 7) of its
-  // 16 query rows. (The CTA's coordinates again from the grid: fewer
-  // registers live through the loop.)
+  // Each of 64 threads sums one column (query row) over the 8 warps and turns
+  // it into the row's output factor; with splits it also stores the row's
+  // (m, l). (The epilogue runs once per CTA from a cold instruction cache:
+  // its length is its time.) The CTA's coordinates again from the grid:
+  // fewer registers live through the loop.
   const int b = blockIdx.z, group = blockIdx.y, split = blockIdx.x;
   const int row0 = group * kRows, nrows = min(kRows, p.rows - row0);
+  const int64_t pi0 = ((static_cast<int64_t>(b) * p.row_groups + group) * p.splits + split) * kRows;
+  if (ctid < kRows) {
+    float t = sRed[ctid];
 #pragma unroll
-  for (int jj = 0; jj < 8; ++jj) {
+    for (int wv = 1; wv < 8; ++wv) t += sRed[wv * kRows + ctid];
+    // Table position c * 16 + jj * 2 + e (ColIndex) holds row 8 jj + 2 c + e.
+    const int q = ((ctid & 15) >> 1) * 8 + (ctid >> 4) * 2 + (ctid & 1);
+    float f;
+    if (p.splits == 1) {
+      f = p.out_scale * 256.f / t;
+    } else {
+      // O / l in f16 (|O / l| <= 448, 11 bits: finer than the bf16
+      // output), half the bytes of fp32 partials; zeros for an empty split.
+      f = t > 0.f ? 256.f / t : 0.f;
+      const float m = nb > 0 ? sM[((nb - 1) % kSlots) * kRows + ctid] : -INFINITY;  // the final frame
+      if (q < nrows) *reinterpret_cast<float2*>(p.part_ml + (pi0 + q) * 2) = make_float2(m, t);
+    }
+    sAlphaW[ctid] = f;
+  }
+  NamedBarrierSync(kBarConsumers, 256);
+  float f[16];
+  LoadCols(sAlphaW, c, f);
+
+  // Output: a thread holds 8 consecutive latent columns (d0 .. d0 + 7) of its
+  // 16 query rows.
+  auto out_cols = [&](int jj, int e, uint32_t (&h)[4], bool bf16) {
+    const float inv = f[jj * 2 + e];
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int q = 8 * jj + 2 * c + e;
-      if (q >= nrows) continue;
-      const int r = row0 + q;
-      const int ci = jj * 2 + e;
-      float o[8];
+    for (int j = 0; j < 4; ++j) {
+      const float x0 = acc[j][4 * jj + e] * inv, x1 = acc[j][4 * jj + 2 + e] * inv;
+      h[j] = bf16 ? PackBf16x2(x0, x1, p.rounding) : PackHalf2(x0, x1);
+    }
+  };
+  auto for_rows = [&](auto&& row) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        o[2 * j] = acc[j][4 * jj + e];
-        o[2 * j + 1] = acc[j][4 * jj + 2 + e];
-      }
-      if (p.splits == 1) {
-        const bool live = r / p.heads < ql;
-        const float inv = p.out_scale * 256.f / lt[ci];
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (live) {
-          v.x = PackBf16x2(o[0] * inv, o[1] * inv, p.rounding);
-          v.y = PackBf16x2(o[2] * inv, o[3] * inv, p.rounding);
-          v.z = PackBf16x2(o[4] * inv, o[5] * inv, p.rounding);
-          v.w = PackBf16x2(o[6] * inv, o[7] * inv, p.rounding);
-        }
-        *reinterpret_cast<uint4*>(p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + d0) = v;
-      } else {
-        // O / l in f16 (|O / l| <= 448, 11 bits: finer than the bf16
-        // output), half the bytes of fp32 partials; zeros for an empty split.
-        const int64_t pi = ((static_cast<int64_t>(b) * p.row_groups + group) * p.splits + split) * kRows + q;
-        const float inv = lt[ci] > 0.f ? 256.f / lt[ci] : 0.f;
-        uint4 v;
-        v.x = PackHalf2(o[0] * inv, o[1] * inv);
-        v.y = PackHalf2(o[2] * inv, o[3] * inv);
-        v.z = PackHalf2(o[4] * inv, o[5] * inv);
-        v.w = PackHalf2(o[6] * inv, o[7] * inv);
-        *reinterpret_cast<uint4*>(reinterpret_cast<__half*>(p.part_o) + pi * kDL + d0) = v;
-        if (cw == 0 && wq == 0 && g == 0) {
-          p.part_ml[pi * 2] = mt[ci];
-          p.part_ml[pi * 2 + 1] = lt[ci];
-        }
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = 8 * jj + 2 * c + e;
+        if (q < nrows) row(jj, e, q);
       }
     }
+  };
+  // The two stores apart, not one branch per row: the executed code is
+  // what the cold instruction cache fetches.
+  if (p.splits == 1) {
+    uint16_t* out = p.out + (static_cast<int64_t>(b) * p.rows + row0) * kDL + d0;
+    for_rows([&](int jj, int e, int q) {
+      uint32_t h[4] = {0u, 0u, 0u, 0u};
+      if ((row0 + q) / p.heads < ql) out_cols(jj, e, h, true);
+      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(q) * kDL) = make_uint4(h[0], h[1], h[2], h[3]);
+    });
+  } else {
+    __half* po = reinterpret_cast<__half*>(p.part_o) + pi0 * kDL + d0;
+    for_rows([&](int jj, int e, int q) {
+      uint32_t h[4];
+      out_cols(jj, e, h, false);
+      *reinterpret_cast<uint4*>(po + q * kDL) = make_uint4(h[0], h[1], h[2], h[3]);
+    });
   }
 }
 
