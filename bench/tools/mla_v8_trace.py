@@ -110,7 +110,8 @@ __device__ unsigned long long g_ptrace[128][2];
             "    TR(0);\n    MbarWait(bar_full + 8 * (k % kSlots), (k / kSlots) & 1);\n    TR(1);\n    qk(k, d);\n    TR(2);\n")
     s = rep(s, "      NamedBarrierSync(kBarPReady0 + ((k - 1) & 1), 256);  // P(k-1), m(k-1), alpha(k-1)\n",
             "      NamedBarrierSync(kBarPReady0 + ((k - 1) & 1), 256);  // P(k-1), m(k-1), alpha(k-1)\n      TR(3);\n")
-    s = rep(s, "      pv(k - 1, std::false_type{});\n", "      pv(k - 1, std::false_type{});\n      TR(4);\n")
+    s = rep(s, "      pv(k - 1, std::false_type{}, std::false_type{});\n",
+            "      pv(k - 1, std::false_type{}, std::false_type{});\n      TR(4);\n")
     s = rep(s, "    WgmmaWait<0>();\n#pragma unroll\n    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);\n",
             "    WgmmaWait<0>();\n    TR(5);\n#pragma unroll\n    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);\n")
     i = s.index("    if (softmax(k, d")
@@ -119,7 +120,8 @@ __device__ unsigned long long g_ptrace[128][2];
     i = s.index("  for (int k = cw; k < nb; k += 2) {")
     j = s.index("  if (nb > 0 && ((nb - 1) & 1) != cw) {")
     body = s[i:j]
-    body = rep(body, "    pv(k, std::false_type{});\n", "    pv(k, std::false_type{});\n    TR(7);\n")
+    body = rep(body, "    pv(k, std::false_type{}, std::true_type{});\n",
+               "    pv(k, std::false_type{}, std::true_type{});\n    TR(7);\n")
     body = rep(body, "    WgmmaWait<0>();\n    fence_acc();\n  }", "    WgmmaWait<0>();\n    fence_acc();\n    TR(8);\n  }")
     s = s[:i] + body + s[j:]
     return rep(s, GETTER, r"""static void DumpTrace() {
