@@ -27,6 +27,9 @@
 // blocks: the owner of block k computes S^T(k), the block's maxima and P(k);
 // both consumers then run their half of PV(k). The owner of k+1 computes its
 // S^T(k+1) on the tensor cores while the owner of k runs its softmax.
+// Per CTA once (bench/NOTES.md "session 4"): block 0's rows are in flight
+// while the consumers load and convert Q; the epilogue is kept short (it runs
+// from a cold instruction cache, so its instruction count is its time).
 #include <cuda_fp16.h>
 
 #include <cmath>
