@@ -24,19 +24,25 @@ namespace kernelserve {
 namespace cuda_mla {
 namespace {
 
+// The first partial of (request b, row r) (split s at + s * kRows), or -1 for
+// a row past the request's q_len (the merge writes it as zeros).
+__device__ __forceinline__ int64_t MergeRowBase(const KParams& p, int b, int r) {
+  const int ql = p.q_lens ? p.q_lens[b] : p.q_len;
+  if (r / p.heads >= ql) return -1;
+  return (static_cast<int64_t>(b) * p.row_groups + r / kRows) * p.splits * kRows + r % kRows;
+}
+
 // Combines the fp32 partials (v4..v7: unnormalized O) of one (request, row)
 // in split order, empty splits skipped. 128 threads x 4 columns.
 __global__ void __launch_bounds__(128) MlaMergeKernel(const KParams p) {
   const int r = blockIdx.x, b = blockIdx.y;
-  const int group = r / kRows, row = r % kRows;
-  const int ql = p.q_lens ? p.q_lens[b] : p.q_len;
   const int col = threadIdx.x * 4;
   uint16_t* o = p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + col;
-  if (r / p.heads >= ql) {
+  const int64_t base = MergeRowBase(p, b, r);
+  if (base < 0) {
     *reinterpret_cast<uint2*>(o) = make_uint2(0u, 0u);
     return;
   }
-  const int64_t base = (static_cast<int64_t>(b) * p.row_groups + group) * p.splits * kRows + row;
   float m_max = -INFINITY;
   for (int s = 0; s < p.splits; ++s) m_max = fmaxf(m_max, p.part_ml[(base + s * kRows) * 2]);
   float l = 0.f;
@@ -70,13 +76,11 @@ __global__ void __launch_bounds__(128) MlaMergeHalfKernel(const KParams p) {
   if (r >= p.rows) return;
   const int col = (threadIdx.x & 63) * 8;
   uint16_t* o = p.out + (static_cast<int64_t>(b) * p.rows + r) * kDL + col;
-  const int ql = p.q_lens ? p.q_lens[b] : p.q_len;
-  if (r / p.heads >= ql) {
+  const int64_t base = MergeRowBase(p, b, r);
+  if (base < 0) {
     *reinterpret_cast<uint4*>(o) = make_uint4(0u, 0u, 0u, 0u);
     return;
   }
-  const int group = r / kRows, row = r % kRows;
-  const int64_t base = (static_cast<int64_t>(b) * p.row_groups + group) * p.splits * kRows + row;
   const __half* part = reinterpret_cast<const __half*>(p.part_o);
   const float2* ml_all = reinterpret_cast<const float2*>(p.part_ml);
   float m_max = -INFINITY, l = 0.f;
@@ -237,7 +241,6 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   p.kv_seq = a.kv_seq;
   p.sl2 = static_cast<float>(a.scale * a.kv_scale * 1.4426950408889634);
   p.out_scale = static_cast<float>(a.kv_scale);
-  p.part_half = variant == MlaVariant::kWgmmaRegA ? 1 : 0;
 
   void* ws = nullptr;
   if (plan.splits > 1) {
@@ -251,7 +254,7 @@ cudaError_t LaunchMlaDecode(const MlaDecodeArgs& a, cudaStream_t stream) {
   kernel<<<grid, threads, smem_bytes, stream>>>(p);
   e = cudaGetLastError();
   if (e == cudaSuccess && plan.splits > 1) {
-    if (p.part_half) {
+    if (variant == MlaVariant::kWgmmaRegA) {  // f16 O / l partials
       MlaMergeHalfKernel<<<dim3((p.rows + 1) / 2, a.batch), 128, 0, stream>>>(p);
     } else {
       MlaMergeKernel<<<dim3(p.rows, a.batch), 128, 0, stream>>>(p);

@@ -467,22 +467,27 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   auto pv = [&](int k, auto deep, auto pf) {
     const uint8_t* base = sKV + (k % kSlots) * kSlotBytes + d0;
     const uint64_t pd = WgmmaDesc(p_addr + (k % kSlots) * kPBytes, 8 * 128, 128);
-    uint2 v[2][2];  // [pp][e]: 8 latent columns of one key
-    auto load_v = [&](int s, uint2 (&x)[2][2]) {
+    struct KeyCols {
+      uint2 v[2][2];  // [pp][e]: 8 latent columns of one key
+    };
+    auto load = [&](int s) {
+      KeyCols x;
 #pragma unroll
       for (int pp = 0; pp < 2; ++pp) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          x[pp][e] = *reinterpret_cast<const uint2*>(base + (16 * s + 8 * pp + 4 * e + c) * kRowStr);
+          x.v[pp][e] = *reinterpret_cast<const uint2*>(base + (16 * s + 8 * pp + 4 * e + c) * kRowStr);
         }
       }
+      return x;
     };
-    load_v(0, v);
+    KeyCols cur = load(0);
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      uint2 vn[2][2];
-      if (decltype(pf)::value && s < 3) load_v(s + 1, vn);
-      if (!decltype(pf)::value && s > 0) load_v(s, v);
+      KeyCols next;
+      if (decltype(pf)::value && s < 3) next = load(s + 1);
+      if (!decltype(pf)::value && s > 0) cur = load(s);
+      const auto& v = cur.v;
       // Two M-tiles per commit group, at most two or three groups (16 or 24
       // A registers) in flight.
 #pragma unroll
@@ -506,13 +511,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
         }
         WgmmaCommit();
       }
-      if (decltype(pf)::value && s < 3) {
-#pragma unroll
-        for (int pp = 0; pp < 2; ++pp) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) v[pp][e] = vn[pp][e];
-        }
-      }
+      if (decltype(pf)::value && s < 3) cur = next;
     }
     __syncwarp();
     if (lane == 0) MbarArrive(bar_empty + 8 * (k % kSlots));  // this warp's reads of the slot are done

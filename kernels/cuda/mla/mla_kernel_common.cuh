@@ -41,7 +41,7 @@ struct KParams {
   const uint16_t* q_pe;
   const uint8_t* kv;
   uint16_t* out;
-  float* part_o;   // [B][G][splits][64][512] (f16 when part_half)
+  float* part_o;   // [B][G][splits][64][512] (v8: f16 O / l; v4..v7: fp32 O)
   float* part_ml;  // [B][G][splits][64][2]
   const int32_t* seq_lens;
   const int32_t* kv_indices;
@@ -51,9 +51,7 @@ struct KParams {
   int64_t chunk, kv_seq;
   float sl2;        // softmax scale * kv_scale * log2(e)
   float out_scale;  // kv_scale
-  int part_half;    // partials: 0 unnormalized fp32 O; 1 (v8) O / l as f16
 };
-
 
 constexpr int kPipeTile = kTok * kD * 2;  // one bf16 KV tile, core-tiled: 72 KB
 constexpr int kPipeQ = kRows * kD * 2;    // Q, core-tiled: 72 KB
@@ -272,7 +270,6 @@ __device__ __forceinline__ void UnpackChunk(uint8_t* dst, const uint4 v) {
 // Pins a register written by an async wgmma at this point of the program, so
 // the compiler neither reads it before the wait nor moves the wait past a use.
 __device__ __forceinline__ void FenceOperand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-
 
 }  // namespace
 }  // namespace cuda_mla
