@@ -1,29 +1,51 @@
 """CUDA build rule: nvcc through a genrule, objects wrapped in a cc_library.
 
 Bazel 4.2.3 has no CUDA toolchain of its own and nothing may be downloaded, so
-each .cu file becomes one object file compiled by /usr/local/cuda/bin/nvcc for
+each .cu file becomes one object file compiled by the nvcc that
+@local_config_cuda found at configure time (bazel/gpu_configure.bzl), for
 sm_90a only (one architecture keeps CI compile time down). The ptxas resource
 report (registers, spills, shared memory) of each file is kept beside its
 object as <name>_<file>.ptxas.txt. The CUDA runtime is linked statically, so a
 binary runs on machines with and without a GPU.
+
+Without a toolkit, every target these macros make is incompatible with the
+build: `bazel build //...` skips it and `bazel test //...` reports it SKIPPED,
+and so is every target that depends on one (Bazel propagates it).
 """
 
-NVCC = "/usr/local/cuda/bin/nvcc"
+load("@local_config_cuda//:defs.bzl", "CUDA_COMPATIBLE", "NVCC")
+load("//bazel:kernelserve.bzl", "ks_cc_binary", "ks_cc_library", "ks_cc_test")
 
-CUDA_INCLUDE = "/usr/local/cuda/include"
+# The static CUDA runtime: its symbols have hidden visibility, so code that
+# calls the runtime must be linked into the executable itself, never into a
+# shared object: every library that calls CUDA sets linkstatic = 1 (tests link
+# dynamically by default).
+CUDA_RUNTIME_TARGET = "@local_config_cuda//:cuda_runtime"
 
-# The static CUDA runtime is //kernels/cuda:cuda_runtime (an import of
-# libcudart_static.a). Its symbols have hidden visibility, so code that calls
-# the runtime must be linked into the executable itself, never into a shared
-# object: every library that calls CUDA sets linkstatic = 1 (tests link
-# dynamically by default). Its other link flags:
-CUDA_RUNTIME_TARGET = "//kernels/cuda:cuda_runtime"
+# Host code that includes the CUDA runtime headers gets them by this flag, not
+# by an `includes` attribute, which would reach every dependent's command line
+# (the server's included) and make a build with CUDA and one without share
+# nothing above the backend.
+CUDA_HOST_COPTS = ["-isystem", "external/local_config_cuda/include"]
 
-CUDA_RUNTIME_LINKOPTS = [
-    "-ldl",
-    "-lrt",
-    "-lpthread",
-]
+def _host_kwargs(copts, kwargs):
+    kwargs["copts"] = CUDA_HOST_COPTS + copts
+    kwargs["target_compatible_with"] = CUDA_COMPATIBLE
+    return kwargs
+
+def ks_cuda_cc_library(name, copts = [], **kwargs):
+    """Host C++ that calls the CUDA runtime; linked into the executable (linkstatic)."""
+    ks_cc_library(name = name, linkstatic = 1, **_host_kwargs(copts, kwargs))
+
+def ks_cuda_cc_test(name, copts = [], **kwargs):
+    """A test that calls the CUDA runtime: static, so the binary carries the runtime.
+
+    Without a GPU its cases skip, saying so; without a toolkit it is SKIPPED.
+    """
+    ks_cc_test(name = name, linkstatic = True, **_host_kwargs(copts, kwargs))
+
+def ks_cuda_cc_binary(name, copts = [], **kwargs):
+    ks_cc_binary(name = name, linkstatic = True, **_host_kwargs(copts, kwargs))
 
 NVCC_FLAGS = [
     "-std=c++17",
@@ -60,8 +82,6 @@ def ks_cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], data_hdrs
             cmd = " ".join([NVCC] + NVCC_FLAGS + copts + [
                 "-I.",
                 "-I$(GENDIR)",
-                "-isystem",
-                CUDA_INCLUDE,
                 "-c",
                 "$(location %s)" % src,
                 "-o",
@@ -69,6 +89,7 @@ def ks_cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], data_hdrs
                 "> $(location %s) 2>&1 || { cat $(location %s); exit 1; }" % (log, log),
             ]),
             message = "nvcc " + src,
+            target_compatible_with = CUDA_COMPATIBLE,
         )
         objs.append(obj)
     native.cc_library(
@@ -77,51 +98,6 @@ def ks_cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], data_hdrs
         hdrs = hdrs,
         deps = deps + ([] if CUDA_RUNTIME_TARGET in deps else [CUDA_RUNTIME_TARGET]),
         linkstatic = 1,
+        target_compatible_with = CUDA_COMPATIBLE,
         **kwargs
-    )
-
-# The CUDA runtime API headers that host code (compiled by gcc) includes.
-# Bazel refuses include paths outside the execution root, so they are copied
-# into the package's generated files and exported from there.
-CUDA_RUNTIME_API_HEADERS = [
-    "builtin_types.h",
-    "crt/host_defines.h",
-    "cuda_device_runtime_api.h",
-    "cuda_runtime_api.h",
-    "device_types.h",
-    "driver_types.h",
-    "surface_types.h",
-    "texture_types.h",
-    "vector_types.h",
-]
-
-def ks_cuda_runtime(name):
-    """cc_library: CUDA runtime API headers (<cuda_runtime_api.h>) + static cudart."""
-    outs = ["cuda_include/" + h for h in CUDA_RUNTIME_API_HEADERS]
-    native.genrule(
-        name = name + "_archive",
-        outs = ["cuda_lib/libcudart_static.a"],
-        cmd = "cp /usr/local/cuda/lib64/libcudart_static.a $@",
-        message = "copying the static CUDA runtime",
-    )
-    native.cc_import(
-        name = name + "_static",
-        static_library = "cuda_lib/libcudart_static.a",
-    )
-    native.genrule(
-        name = name + "_headers",
-        outs = outs,
-        cmd = " && ".join([
-            "mkdir -p $$(dirname $(location cuda_include/%s)) && cp %s/%s $(location cuda_include/%s)" %
-            (h, CUDA_INCLUDE, h, h)
-            for h in CUDA_RUNTIME_API_HEADERS
-        ]),
-        message = "copying CUDA runtime API headers",
-    )
-    native.cc_library(
-        name = name,
-        hdrs = outs,
-        includes = ["cuda_include"],
-        linkopts = CUDA_RUNTIME_LINKOPTS,
-        deps = [":" + name + "_static"],
     )

@@ -5,6 +5,11 @@
 #   bench/bundle.sh [extra bazel targets...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bazel query @local_config_cuda//:cuda_runtime >/dev/null 2>&1 || true  # configures the toolchains
+if ! grep -q '^CUDA_FOUND = True' "$(bazel info output_base)/external/local_config_cuda/defs.bzl"; then
+  echo "bundle.sh: this build found no CUDA toolkit ($(grep '^CUDA_REASON' "$(bazel info output_base)/external/local_config_cuda/defs.bzl")); set CUDA_PATH" >&2
+  exit 1
+fi
 
 TARGETS=(
   //server:kernelserve

@@ -160,7 +160,10 @@ void PrintUsage(const std::string& synopsis, const std::string& about, const Fla
 int CmdDevices(Env& env, const std::vector<std::string>& args) {
   FlagSet f("devices");
   if (env.help) {
-    PrintUsage("kernelctl devices", "Lists the server's devices, their state, memory and queues.", f);
+    PrintUsage("kernelctl devices",
+               "Lists the backends in the server binary (and why any is missing), then the devices, their "
+               "state, memory and queues.",
+               f);
     return 0;
   }
   if (auto rc = ParseOrFail(f, args)) return *rc;
@@ -169,6 +172,10 @@ int CmdDevices(Env& env, const std::vector<std::string>& args) {
   auto resp = (*client)->Devices();
   if (!resp.ok()) return Fail(resp.status(), 1);
   std::cout << "server_version: " << resp->server_version() << "\n";
+  if (!resp->backend_selection().empty()) std::cout << "backend: " << resp->backend_selection() << "\n";
+  for (const v1::BackendBuild& b : resp->backends()) {
+    absl::PrintF("  %-5s %-9s %s\n", b.name(), b.active() ? "running" : b.built() ? "built" : "not built", b.note());
+  }
   absl::PrintF("%-5s %-7s %-10s %-28s %14s %14s %6s %8s\n", "index", "backend", "state", "name", "mem_used_MiB",
                "mem_limit_MiB", "units", "queue");
   for (const v1::Device& d : resp->devices()) {

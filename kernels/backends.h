@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -17,9 +18,14 @@ struct BackendOptions {
   int cpu_threads = 0;  // 0: all hardware threads
 };
 
-// name: "auto", "cpu", "cuda" or "hip". "auto" takes a GPU backend when a
-// device answers and the CPU backend otherwise; `note` (if not null) receives
-// a line saying what was chosen and why.
+// Every backend name and whether this binary has it: cpu, cuda, hip (`auto`
+// tries the GPU ones in this order and falls back to cpu).
+std::vector<BackendBuild> BuiltBackends();
+
+// name: "auto", "cpu", "cuda" or "hip". "auto" takes a GPU backend when one
+// is built in and a device answers, and the CPU backend otherwise; `note`
+// (if not null) receives a line saying what was chosen and why. A GPU
+// backend that this binary lacks is UNIMPLEMENTED with the reason.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view name,
                                                        const BackendOptions& options,
                                                        std::string* note = nullptr);

@@ -43,6 +43,14 @@ grpc::Status DeviceServiceImpl::List(grpc::ServerContext* ctx, const pb::ListDev
   if (!admission.ok()) return log.Done(admission.status());
   for (int d = 0; d < state_->device_count(); ++d) FillDevice(state_, d, resp->add_devices());
   resp->set_server_version(kServerVersion);
+  for (const BackendBuild& b : state_->backend_builds()) {
+    pb::BackendBuild* out = resp->add_backends();
+    out->set_name(b.name);
+    out->set_built(b.built);
+    out->set_active(b.name == state_->backend().Name());
+    out->set_note(b.note);
+  }
+  resp->set_backend_selection(state_->backend_selection());
   return log.Done(absl::OkStatus());
 }
 

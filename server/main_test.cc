@@ -1,6 +1,7 @@
 // The kernelserve binary as a subprocess: --config applied before the command
-// line, and SIGTERM drains a running call (its buffer result still
-// downloadable, new work refused) and exits 0.
+// line, SIGTERM drains a running call (its buffer result still downloadable,
+// new work refused) and exits 0, and the backends it was built with are
+// reported (a missing GPU backend fails to start, saying why).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -8,18 +9,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "grpcpp/client_context.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/tensor.grpc.pb.h"
+#include "local_config_cuda/config.h"
 #include "server/test_util.h"
 
 namespace kernelserve {
@@ -46,9 +53,14 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-pid_t Spawn(const std::vector<std::string>& args) {
+// `stderr_path`: where the child's stderr goes (empty: inherited).
+pid_t Spawn(const std::vector<std::string>& args, const std::string& stderr_path = "") {
   pid_t pid = fork();
   if (pid == 0) {
+    if (!stderr_path.empty()) {
+      const int fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) dup2(fd, 2);
+    }
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -168,6 +180,60 @@ TEST(MainTest, ConfigFileThenCommandLineAndSigtermDrains) {
   EXPECT_GT(finished, signalled);
   EXPECT_TRUE(download.ok()) << download.error_message();
   EXPECT_TRUE(buffer_out == inline_out) << "the buffer result differs from the inline one";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(MainTest, ListNamesTheBackendsOfThisBinaryAndWhyAutoChoseOne) {
+  const int port = FreePort();
+  const pid_t pid = Spawn({kBinary, "--listen=127.0.0.1:" + std::to_string(port), "--backend=auto"});
+  ASSERT_GT(pid, 0);
+  auto devices = pb::DeviceService::NewStub(Connect(port));
+  pb::ListDevicesResponse list;
+  ASSERT_TRUE(WaitReady(devices.get(), &list));
+  ASSERT_EQ(list.backends_size(), 3);
+  EXPECT_EQ(list.backends(0).name(), "cpu");
+  EXPECT_TRUE(list.backends(0).built());
+  EXPECT_EQ(list.backends(1).name(), "cuda");
+  EXPECT_EQ(list.backends(1).built(), KERNELSERVE_HAVE_CUDA == 1) << list.backends(1).note();
+  EXPECT_EQ(list.backends(2).name(), "hip");
+  EXPECT_FALSE(list.backends(2).built());
+  int active = 0;
+  for (const auto& b : list.backends()) {
+    EXPECT_FALSE(b.note().empty()) << b.name();
+    if (b.active()) {
+      ++active;
+      EXPECT_EQ(b.name(), list.devices(0).backend());
+    }
+  }
+  EXPECT_EQ(active, 1);
+  EXPECT_THAT(list.backend_selection(), ::testing::StartsWith("backend auto: using "));
+  if (list.devices(0).backend() == "cpu") {
+    EXPECT_THAT(list.backend_selection(), ::testing::HasSubstr(KERNELSERVE_HAVE_CUDA
+                                                                    ? "cuda: no CUDA device"
+                                                                    : "cuda: this build has no CUDA backend"));
+  }
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(pid), 0);
+}
+
+TEST(MainTest, AGpuBackendTheBinaryLacksFailsToStartSayingWhy) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string err = std::string(dir ? dir : "/tmp") + "/backend_stderr.txt";
+  const std::string listen = "--listen=127.0.0.1:" + std::to_string(FreePort());
+  EXPECT_EQ(WaitExit(Spawn({kBinary, listen, "--backend=hip"}, err)), 1);
+  EXPECT_THAT(ReadFile(err), ::testing::HasSubstr("--backend=hip: this build has no HIP (AMD) backend"));
+  if (!KERNELSERVE_HAVE_CUDA) {
+    EXPECT_EQ(WaitExit(Spawn({kBinary, listen, "--backend=cuda"}, err)), 1);
+    EXPECT_THAT(ReadFile(err),
+                ::testing::HasSubstr("--backend=cuda: this build has no CUDA backend (built without nvcc; set "
+                                     "CUDA_PATH and rebuild)"));
+  }
 }
 
 TEST(MainTest, BadConfigLineExitsWithUsageError) {

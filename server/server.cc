@@ -53,13 +53,12 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
                         absl::StrCat("--backend=", options.backend, ": ", backend.status().message()));
   }
   if (!note.empty()) spdlog::info("{}", note);
-  auto server = Start(options, std::move(*backend));
-  if (server.ok()) (*server)->backend_note_ = note;
-  return server;
+  return Start(options, std::move(*backend), note);
 }
 
 absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOptions& options,
-                                                                  std::unique_ptr<Backend> backend) {
+                                                                  std::unique_ptr<Backend> backend,
+                                                                  std::string backend_note) {
   if (backend == nullptr) return absl::InvalidArgumentError("backend: null");
   if (options.max_message_mb < 1 || options.max_message_mb > 2047) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -88,6 +87,10 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   state_options.queue_capacity = options.queue_capacity;
   state_options.max_message_bytes = static_cast<int64_t>(options.max_message_mb) << 20;
   state_options.gate = node->gate;
+  state_options.backend_builds = BuiltBackends();
+  state_options.backend_selection =
+      backend_note.empty() ? absl::StrCat("backend ", server->backend_->Name(), " (given to the server)")
+                           : std::move(backend_note);
   for (int d = 0; d < devices; ++d) {
     int64_t limit = options.memory_limit_mb << 20;
     if (options.memory_limit_mb == 0) {

@@ -56,9 +56,11 @@ class KernelServer {
  public:
   // Creates the backend named in options.backend and starts serving.
   static absl::StatusOr<std::unique_ptr<KernelServer>> Start(const ServerOptions& options);
-  // Serves an existing backend (the server owns it).
+  // Serves an existing backend (the server owns it); `backend_note` says how
+  // it was chosen (DeviceService.List and the start-up log show it).
   static absl::StatusOr<std::unique_ptr<KernelServer>> Start(const ServerOptions& options,
-                                                             std::unique_ptr<Backend> backend);
+                                                             std::unique_ptr<Backend> backend,
+                                                             std::string backend_note = "");
   ~KernelServer();  // Shutdown(zero grace) if still running
 
   int port() const { return port_; }  // the bound port
@@ -71,8 +73,6 @@ class KernelServer {
   Backend& backend() { return *backend_; }
   // Device worker counters (tests: dropped and rejected calls).
   WorkerStats worker_stats(int device) const;
-  // The one line describing how the backend was chosen (auto fallback).
-  const std::string& backend_note() const { return backend_note_; }
 
  private:
   KernelServer() = default;
@@ -80,7 +80,6 @@ class KernelServer {
   absl::Status StartBench(const ServerOptions& options);
 
   std::unique_ptr<Backend> backend_;
-  std::string backend_note_;
   std::unique_ptr<ServerState> state_;
   std::unique_ptr<BufferServiceImpl> buffer_service_;
   std::unique_ptr<PoolServiceImpl> pool_service_;

@@ -31,6 +31,10 @@ struct StateOptions {
   int64_t max_message_bytes = 64 << 20;
   std::vector<int64_t> memory_limits;  // per device, bytes
   std::shared_ptr<security::CallGate> gate;  // auth and tenant limits; null: open
+  // Which backends the binary has (DeviceService.List reports them) and the
+  // line saying how --backend chose the one running.
+  std::vector<BackendBuild> backend_builds;
+  std::string backend_selection;
 };
 
 class ServerState {
@@ -44,6 +48,8 @@ class ServerState {
   DeviceWorker& worker(int device) { return *workers_[device]; }
   int device_count() const { return static_cast<int>(workers_.size()); }
   int64_t max_message_bytes() const { return options_.max_message_bytes; }
+  const std::vector<BackendBuild>& backend_builds() const { return options_.backend_builds; }
+  const std::string& backend_selection() const { return options_.backend_selection; }
   // Largest payload that fits in one message.
   int64_t max_payload_bytes() const;
 

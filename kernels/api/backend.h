@@ -34,6 +34,17 @@ struct DeviceInfo {
   std::string health_reason;  // why not healthy
 };
 
+// One backend a binary may carry. A GPU backend is compiled in only when its
+// toolchain was found when the build was configured (bazel/gpu_configure.bzl),
+// so the same source tree builds on any machine; kernels/backends.h lists them.
+struct BackendBuild {
+  std::string name;  // "cpu", "cuda", "hip"
+  bool built = false;
+  // The toolchain it was built with, or why it is not in this binary and how
+  // to get it.
+  std::string note;
+};
+
 // Memory on one device, freed on destruction.
 class DeviceMemory {
  public:

@@ -2,8 +2,10 @@
 # Builds tests/fuzz/request_fuzzer.cc as a real libFuzzer binary with clang
 # (-fsanitize=fuzzer,address; the server and kernels are instrumented too),
 # outside Bazel, whose toolchain here is gcc. The source list comes from
-# `bazel query` on //tests/fuzz:request_fuzzer, so it follows the tree; the
-# CUDA backend is replaced by cuda_backend_stub.cc (no .cu code under clang).
+# `bazel query` on //tests/fuzz:request_fuzzer, so it follows the tree. It is
+# configured as a build without GPU toolchains (no .cu code under clang): its
+# own local_config_*/config.h say so, and --backend=auto falls back to the CPU
+# backend exactly as in a build on a machine without nvcc.
 #
 #   tests/fuzz/build_libfuzzer.sh [OUT_DIR]        default /tmp/ks_libfuzzer
 #   OUT_DIR/request_fuzzer OUT_DIR/corpus -max_total_time=60 -rss_limit_mb=4096
@@ -23,18 +25,25 @@ bazel build //tests/fuzz:request_fuzzer //tests/fuzz:fuzz_requests_test >/dev/nu
 srcs=$(bazel query 'kind("source file", deps(//tests/fuzz:request_fuzzer))' 2>/dev/null |
   grep -v '^@' | grep -E '\.cc$' | grep -v '^//kernels/cuda' | sed -e 's|^//||' -e 's|:|/|')
 gen=$(ls bazel-bin/proto/kernelserve/v1/*.pb.cc)
-flags=(-std=c++17 -O1 -g -fopenmp -march=x86-64-v2 -fsanitize=fuzzer-no-link,address
-       -I. -Ibazel-bin -Iproto -Ibazel-bin/proto -w)
+mkdir -p "$out/inc/local_config_cuda" "$out/inc/local_config_hip"
+printf '%s\n' '#define KERNELSERVE_HAVE_CUDA 0' \
+  '#define KERNELSERVE_CUDA_BUILD_NOTE "the libFuzzer build compiles no CUDA code"' \
+  >"$out/inc/local_config_cuda/config.h"
+printf '%s\n' '#define KERNELSERVE_HIP_TOOLCHAIN 0' \
+  '#define KERNELSERVE_HIP_BUILD_NOTE "the libFuzzer build compiles no HIP code"' \
+  >"$out/inc/local_config_hip/config.h"
+inc=(-I. -I"$out/inc" -Ibazel-bin -Iproto -Ibazel-bin/proto)
+flags=(-std=c++17 -O1 -g -fopenmp -march=x86-64-v2 -fsanitize=fuzzer-no-link,address "${inc[@]}" -w)
 # A file clang-14 cannot compile (gcc-only extensions, e.g. lambdas capturing
 # structured bindings) is built by g++ uninstrumented instead, and listed.
 compile() {
   "$cxx" "${flags[@]}" -c "$1" -o "$2" 2>"$2.log" ||
-    { g++ -std=c++17 -O1 -g -fopenmp -march=x86-64-v2 -I. -Ibazel-bin -Iproto -Ibazel-bin/proto -w \
+    { g++ -std=c++17 -O1 -g -fopenmp -march=x86-64-v2 "${inc[@]}" -w \
         -c "$1" -o "$2" && echo "  (g++, not instrumented: $1)"; }
 }
 objs=()
 n=0
-for src in $srcs $gen tests/fuzz/cuda_backend_stub.cc; do
+for src in $srcs $gen; do
   obj="$out/obj/$(echo "$src" | tr '/' '_').o"
   objs+=("$obj")
   compile "$src" "$obj" &

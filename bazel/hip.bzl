@@ -1,0 +1,60 @@
+"""AMD device code through the clang that @local_config_hip found (bazel/gpu_configure.bzl).
+
+No ROCm is installed here, only Debian's clang-19, lld-19 and HIP headers, so
+device code is compiled on its own (--cuda-device-only, -nogpulib: no ROCm
+device libraries, so kernels use clang's __builtin_amdgcn_* directly) into
+one code object and one assembly listing per architecture. The host side
+loads code objects at run time; nothing here links against the HIP runtime.
+
+Without the compiler these targets are incompatible with the build: skipped
+by `bazel build //...`, SKIPPED by `bazel test //...`.
+"""
+
+load("@local_config_hip//:defs.bzl", "HIP_ARCHS", "HIP_CAN_LINK", "HIP_CLANG", "HIP_COMPATIBLE", "HIP_INCLUDE")
+
+HIP_FLAGS = [
+    "-x",
+    "hip",
+    "-std=c++17",
+    "-O3",
+    "-nogpulib",
+    "--cuda-device-only",
+    "-DNDEBUG",
+]
+
+def _include_flags():
+    # /usr/include is on the default path already; naming it again with
+    # -isystem moves it ahead of libstdc++'s wrappers and breaks #include_next.
+    return [] if HIP_INCLUDE in ["", "/usr/include"] else ["-isystem", HIP_INCLUDE]
+
+def ks_hip_device_code(name, src, hdrs = [], archs = None, copts = [], **kwargs):
+    """`src` for each arch: <name>_<arch>.s (the listing) and <name>_<arch>.hsaco (the code object).
+
+    archs defaults to every architecture the found compiler can target.
+    """
+    outs = []
+    for arch in (archs if archs != None else HIP_ARCHS):
+        asm = "%s_%s.s" % (name, arch)
+        obj = "%s_%s.hsaco" % (name, arch)
+        common = [HIP_CLANG] + HIP_FLAGS + copts + [
+            "--offload-arch=" + arch,
+            "-I.",
+            "-I$(GENDIR)",
+        ] + _include_flags() + [
+            "$(location %s)" % src,
+        ]
+        cmds = [" ".join(common + ["-S", "-o", "$(location %s)" % asm])]
+        if HIP_CAN_LINK:
+            cmds.append(" ".join(common + ["--no-gpu-bundle-output", "-c", "-o", "$(location %s)" % obj]))
+        else:
+            cmds.append("echo 'no ld.lld beside %s: no code object' >&2 && exit 1" % HIP_CLANG)
+        native.genrule(
+            name = "%s_%s" % (name, arch),
+            srcs = [src] + hdrs,
+            outs = [asm, obj],
+            cmd = " && ".join(cmds),
+            message = "clang --offload-arch=%s %s" % (arch, src),
+            target_compatible_with = HIP_COMPATIBLE,
+        )
+        outs += [asm, obj]
+    native.filegroup(name = name, srcs = outs, **kwargs)
