@@ -19,7 +19,7 @@
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
-#include "kernels/cuda/attention/attention_cuda.h"
+#include "kernels/gpu/attention/attention_cuda.h"
 
 namespace kernelserve {
 namespace {
@@ -94,19 +94,19 @@ int Main(int argc, char** argv) {
 
   struct KernelChoice {
     const char* name;
-    cuda::AttentionKernel kernel;
+    gpu::AttentionKernel kernel;
   };
   std::vector<KernelChoice> kernels;
   if (which == "all" || which == "mma") {
-    kernels.push_back({"mma.sync", cuda::AttentionKernel::kMmaSync});
+    kernels.push_back({"mma.sync", gpu::AttentionKernel::kMmaSync});
   }
   if ((which == "all" && dim == 128) || which == "wgmma") {
-    kernels.push_back({"wgmma", cuda::AttentionKernel::kWgmma});
+    kernels.push_back({"wgmma", gpu::AttentionKernel::kWgmma});
   }
   if ((which == "all" && dim == 128) || which == "ws") {
-    kernels.push_back({"wgmma-ws", cuda::AttentionKernel::kWgmmaWs});
+    kernels.push_back({"wgmma-ws", gpu::AttentionKernel::kWgmmaWs});
   }
-  if (which == "auto") kernels.push_back({"auto", cuda::AttentionKernel::kAuto});
+  if (which == "auto") kernels.push_back({"auto", gpu::AttentionKernel::kAuto});
   std::printf(
       "\n| kernel | (B, H, S) | d | causal | ms (median) | TFLOP/s |\n"
       "| --- | --- | --- | --- | --- | --- |\n");
@@ -122,7 +122,7 @@ int Main(int argc, char** argv) {
         std::vector<float> ms;
         for (int it = 0; it < warmup + iters; ++it) {
           CHECK_CUDA(cudaEventRecord(ev0, stream));
-          const absl::Status st = cuda::RunAttention(p, tq, tk, tv, to, stream, kc.kernel);
+          const absl::Status st = gpu::RunAttention(p, tq, tk, tv, to, stream, kc.kernel);
           if (!st.ok()) {
             std::fprintf(stderr, "attention (%s) failed: %s\n", kc.name, st.ToString().c_str());
             return 1;

@@ -14,11 +14,11 @@ fi
 TARGETS=(
   //server:kernelserve
   //client:kernelctl
-  //kernels/cuda:cuda_backend_test
-  //kernels/cuda/attention:attention_cuda_test
-  //kernels/cuda/mla:mla_decode_cuda_test
-  //kernels/cuda/moe:moe_cuda_test
-  //kernels/cuda/fp8_attention:fp8_attention_cuda_test
+  //kernels/gpu:gpu_backend_test
+  //kernels/gpu/attention:attention_cuda_test
+  //kernels/gpu/mla:mla_decode_cuda_test
+  //kernels/gpu/moe:moe_cuda_test
+  //kernels/gpu/fp8_attention:fp8_attention_cuda_test
   //bench:attention_cuda_bench
   //bench:mla_cuda_bench
   //bench:moe_cuda_bench

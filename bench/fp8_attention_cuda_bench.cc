@@ -20,7 +20,7 @@
 
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
-#include "kernels/cuda/fp8_attention/fp8_attention.h"
+#include "kernels/gpu/fp8_attention/fp8_attention.h"
 
 namespace kernelserve {
 namespace {
@@ -39,7 +39,7 @@ double TimeUs(const bench::StreamCall& call) { return bench::TimeGraphUs({call},
 
 int Main(int argc, char** argv) {
   int64_t S = 16384, H = 16, B = 1;
-  cuda::Fp8AttentionKernel kernel = cuda::Fp8AttentionKernel::kAuto;
+  gpu::Fp8AttentionKernel kernel = gpu::Fp8AttentionKernel::kAuto;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (const char* v = bench::FlagValue(a, "--seq=")) S = std::atoll(v);
@@ -47,9 +47,9 @@ int Main(int argc, char** argv) {
     if (const char* v = bench::FlagValue(a, "--kernel=")) {
       const std::string k = v;
       if (k == "qgmma") {
-        kernel = cuda::Fp8AttentionKernel::kQgmma;
+        kernel = gpu::Fp8AttentionKernel::kQgmma;
       } else if (k == "mma") {
-        kernel = cuda::Fp8AttentionKernel::kMmaSync;
+        kernel = gpu::Fp8AttentionKernel::kMmaSync;
       } else if (k != "auto") {
         std::fprintf(stderr, "--kernel= takes auto, mma or qgmma\n");
         return 1;
@@ -83,11 +83,11 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("\n%s; B=%lld H=%lld S=%lld, e4m3fn, BHSD, CUDA-graph timed\n\n", prop.name, static_cast<long long>(B),
               static_cast<long long>(H), static_cast<long long>(S));
-  if (kernel == cuda::Fp8AttentionKernel::kMmaSync) {
+  if (kernel == gpu::Fp8AttentionKernel::kMmaSync) {
     std::printf("kernel: mma.sync e4m3\n\n");
   } else {
     std::printf("kernel: %s: qgmma (wgmma e4m3) at (128, 128), mma.sync at (192, 128)\n\n",
-                kernel == cuda::Fp8AttentionKernel::kAuto ? "auto (the backend's)" : "qgmma");
+                kernel == gpu::Fp8AttentionKernel::kAuto ? "auto (the backend's)" : "qgmma");
   }
   std::printf("| (d_qk, d_v) | causal | P | fp8 in: us | TFLOP/s | bf16 in (+quant): us | TFLOP/s |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
@@ -113,8 +113,8 @@ int Main(int argc, char** argv) {
         i16.k = TensorView{qd16, kb};
         i16.v = TensorView{vd16, vb};
         TensorView ov{p8.OutputDesc(), out};
-        const double us8 = TimeUs([&](cudaStream_t s) { return cuda::RunFp8Attention(p8, i8, ov, s, kernel); });
-        const double us16 = TimeUs([&](cudaStream_t s) { return cuda::RunFp8Attention(p16, i16, ov, s, kernel); });
+        const double us8 = TimeUs([&](cudaStream_t s) { return gpu::RunFp8Attention(p8, i8, ov, s, kernel); });
+        const double us16 = TimeUs([&](cudaStream_t s) { return gpu::RunFp8Attention(p16, i16, ov, s, kernel); });
         const double pairs = causal ? static_cast<double>(S) * (S + 1) / 2 : static_cast<double>(S) * S;
         const double flops = 2.0 * B * H * pairs * (dqk + 128);
         std::printf("| (%d, 128) | %s | %s | %.0f | %.0f | %.0f | %.0f |\n", dqk, causal ? "yes" : "no",

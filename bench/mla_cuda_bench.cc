@@ -24,7 +24,7 @@
 
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
-#include "kernels/cuda/mla/mla_decode.h"
+#include "kernels/gpu/mla/mla_decode.h"
 
 namespace kernelserve {
 namespace {
@@ -50,7 +50,7 @@ struct Result {
   int splits = 0;
 };
 
-Result TimeOne(cuda::MlaKernel kernel, int64_t B, int64_t S, int64_t H, int64_t Q, bool paged, uint8_t* kv_pool, size_t pool_bytes,
+Result TimeOne(gpu::MlaKernel kernel, int64_t B, int64_t S, int64_t H, int64_t Q, bool paged, uint8_t* kv_pool, size_t pool_bytes,
                void* q_lat, void* q_pe, void* out, int32_t* d_idx_all, int64_t copies) {
   // Host-side validated params, as the server would build them.
   MlaDecodeParams p;
@@ -105,7 +105,7 @@ Result TimeOne(cuda::MlaKernel kernel, int64_t B, int64_t S, int64_t H, int64_t 
     } else {
       in.kv = TensorView{TensorDesc{DType::kFp8E4M3Fn, {B, S, kMlaRowDim}}, kv_pool + c * rows_per_copy * kMlaRowDim};
     }
-    const absl::Status rs = cuda::RunMlaDecodeWith(kernel, p, in, ov, stream);
+    const absl::Status rs = gpu::RunMlaDecodeWith(kernel, p, in, ov, stream);
     if (!rs.ok()) {
       std::fprintf(stderr, "run: %s\n", rs.ToString().c_str());
       std::exit(1);
@@ -190,7 +190,7 @@ int Main(int argc, char** argv) {
     for (int64_t c = 0; c < copies; ++c) std::shuffle(h.begin() + c * B * S, h.begin() + (c + 1) * B * S, rng);
     CHECK_CUDA(cudaMemcpy(idx, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
     const double bytes = static_cast<double>(kvb) + static_cast<double>(B * Q * H) * (576 + 512) * 2;
-    using K = cuda::MlaKernel;
+    using K = gpu::MlaKernel;
     if (!only.empty()) {
       const K k = only == "wgmma_pv_sw"   ? K::kWgmmaPvSw
                   : only == "wgmma_pipe"  ? K::kWgmmaPipe

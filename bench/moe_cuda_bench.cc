@@ -23,7 +23,7 @@
 
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
-#include "kernels/cuda/moe/moe.h"
+#include "kernels/gpu/moe/moe.h"
 
 namespace kernelserve {
 namespace {
@@ -165,16 +165,16 @@ int Main(int argc, char** argv) {
       in.w2_scales = TensorView{w2sd, w2s};
       struct Variant {
         const char* name;
-        cuda::MoeGemm gemm;
+        gpu::MoeGemm gemm;
       };
-      std::vector<Variant> variants = {{"default", cuda::MoeGemm::kAuto}};
+      std::vector<Variant> variants = {{"default", gpu::MoeGemm::kAuto}};
       if (compare && gu) {
-        variants.push_back({"mma.sync", cuda::MoeGemm::kMmaSync});
-        variants.push_back({"wgmma 128x256", cuda::MoeGemm::kWgmma});
-        variants.push_back({"wgmma 256x128", cuda::MoeGemm::kWgmmaTall});
-        variants.push_back({"wgmma 128x256 swizzled", cuda::MoeGemm::kWgmmaSw});
-        variants.push_back({"wgmma 192x192", cuda::MoeGemm::kWgmmaWide});
-        variants.push_back({"wgmma 192x192 swizzled", cuda::MoeGemm::kWgmmaWideSw});
+        variants.push_back({"mma.sync", gpu::MoeGemm::kMmaSync});
+        variants.push_back({"wgmma 128x256", gpu::MoeGemm::kWgmma});
+        variants.push_back({"wgmma 256x128", gpu::MoeGemm::kWgmmaTall});
+        variants.push_back({"wgmma 128x256 swizzled", gpu::MoeGemm::kWgmmaSw});
+        variants.push_back({"wgmma 192x192", gpu::MoeGemm::kWgmmaWide});
+        variants.push_back({"wgmma 192x192 swizzled", gpu::MoeGemm::kWgmmaWideSw});
       }
       for (const Variant& v : variants) {
         if (!kept(only_var, v.name)) continue;
@@ -182,7 +182,7 @@ int Main(int argc, char** argv) {
         for (int r = 0; r < reps; ++r) {
           calls.push_back([p, in, pr, tile, v](cudaStream_t s) {
             TensorView ov{p.OutputDesc(), pr.out};
-            return cuda::RunMoeWithGemm(v.gemm, tile, p, in, ov, s);
+            return gpu::RunMoeWithGemm(v.gemm, tile, p, in, ov, s);
           });
         }
         const double us = TimeGraph(calls);

@@ -5,7 +5,7 @@
 #include "local_config_cuda/config.h"
 #include "local_config_hip/config.h"
 #if KERNELSERVE_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/gpu/gpu_backend.h"
 #endif
 
 namespace kernelserve {

@@ -178,7 +178,7 @@ def softmax(s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=["ctas", "phases", "softmax"], required=True)
-    ap.add_argument("file", nargs="?", default="kernels/cuda/mla/mla_decode_rega.cu")
+    ap.add_argument("file", nargs="?", default="kernels/gpu/mla/mla_decode_rega.cu")
     a = ap.parse_args()
     s = open(a.file).read()
     s = {"ctas": ctas, "phases": phases, "softmax": softmax}[a.mode](s)

@@ -23,7 +23,7 @@ mkdir -p "$out/obj"
 
 bazel build //tests/fuzz:request_fuzzer //tests/fuzz:fuzz_requests_test >/dev/null
 srcs=$(bazel query 'kind("source file", deps(//tests/fuzz:request_fuzzer))' 2>/dev/null |
-  grep -v '^@' | grep -E '\.cc$' | grep -v '^//kernels/cuda' | sed -e 's|^//||' -e 's|:|/|')
+  grep -v '^@' | grep -E '\.cc$' | grep -v '^//kernels/gpu' | sed -e 's|^//||' -e 's|:|/|')
 gen=$(ls bazel-bin/proto/kernelserve/v1/*.pb.cc)
 mkdir -p "$out/inc/local_config_cuda" "$out/inc/local_config_hip"
 printf '%s\n' '#define KERNELSERVE_HAVE_CUDA 0' \

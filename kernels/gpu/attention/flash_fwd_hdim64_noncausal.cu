@@ -1,0 +1,10 @@
+// Explicit instantiation: head dim 64, noncausal.
+#include "kernels/gpu/attention/flash_fwd_launch.h"
+
+namespace kernelserve {
+namespace gpu {
+
+template cudaError_t RunFlashFwd<64, false>(const FlashFwdParams&, cudaStream_t);
+
+}  // namespace gpu
+}  // namespace kernelserve

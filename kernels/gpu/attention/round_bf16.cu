@@ -1,0 +1,36 @@
+// Test hook: the epilogue's rounding functions applied elementwise.
+#include <cstdint>
+
+#include "kernels/gpu/attention/epilogue.h"
+#include "kernels/gpu/attention/flash_params.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace {
+
+__global__ void RoundKernel(const float* in, uint16_t* out, int64_t n, int rounding) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = in[i];
+  uint32_t r;
+  switch (rounding) {
+    case kFlashRtna: r = RoundBf16Rtna(x); break;
+    case kFlashRtz: r = RoundBf16Rtz(x); break;
+    default: r = RoundBf16Rtne(x); break;
+  }
+  out[i] = static_cast<uint16_t>(r);
+}
+
+}  // namespace
+
+cudaError_t RoundToBf16OnDevice(const float* in, uint16_t* out, int64_t n, int rounding,
+                                cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const int threads = 256;
+  const int64_t blocks = (n + threads - 1) / threads;
+  RoundKernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(in, out, n, rounding);
+  return cudaGetLastError();
+}
+
+}  // namespace gpu
+}  // namespace kernelserve

@@ -1,0 +1,14 @@
+// The one header through which GPU code reaches the vendor: CUDA by default,
+// HIP when compiling for AMD (vendors/cuda.h, vendors/hip.h). Code written
+// against it uses the CUDA runtime's names, and gpu::kWarpSize, gpu::ShflXor,
+// gpu::Exp2Approx and gpu::LoadOnce where the vendors differ.
+#ifndef KERNELSERVE_KERNELS_GPU_COMMON_GPU_H_
+#define KERNELSERVE_KERNELS_GPU_COMMON_GPU_H_
+
+#if defined(__HIP__) || defined(__HIP_PLATFORM_AMD__)
+#include "kernels/gpu/common/vendors/hip.h"  // IWYU pragma: export
+#else
+#include "kernels/gpu/common/vendors/cuda.h"  // IWYU pragma: export
+#endif
+
+#endif  // KERNELSERVE_KERNELS_GPU_COMMON_GPU_H_

@@ -1,0 +1,134 @@
+#include "kernels/gpu/fp8_attention/fp8_quantize.h"
+
+#include <cstdint>
+
+namespace kernelserve {
+namespace cuda_fp8 {
+namespace {
+
+__device__ __forceinline__ float Bf16(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+__device__ __forceinline__ int HeadOf(const QuantizeArgs& a, int64_t row) {
+  if (!a.per_head) return 0;
+  if (a.bshd) {  // row = (b*S + s)*H + h
+    const int64_t h = row % a.heads, b = row / (static_cast<int64_t>(a.seq) * a.heads);
+    return static_cast<int>(b * a.heads + h);
+  }
+  return static_cast<int>(row / a.seq);  // row = (b*H + h)*S + s
+}
+
+// Normalized Walsh-Hadamard of n (power of two, <= 128) values spread over a
+// warp, `per` consecutive values per lane, in fp64 (exact sums of bf16
+// inputs), scaled by 1/sqrt(n) once.
+template <int kPer>
+__device__ __forceinline__ void WarpHadamard(double (&x)[kPer], int n, int lane) {
+  for (int len = 1; len < kPer; len <<= 1) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if ((i & len) == 0) {
+        const double a = x[i], b = x[i + len];
+        x[i] = a + b;
+        x[i + len] = a - b;
+      }
+    }
+  }
+  for (int len = kPer; len < n; len <<= 1) {
+    const int lane_bit = len / kPer;
+    const bool upper = (lane & lane_bit) != 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const double other = __shfl_xor_sync(0xffffffffu, x[i], lane_bit);
+      x[i] = upper ? other - x[i] : x[i] + other;
+    }
+  }
+  const double s = 1.0 / sqrt(static_cast<double>(n));
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) x[i] *= s;
+}
+
+// One warp per row: optional rotation, amax.
+__global__ void AmaxKernel(const QuantizeArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < a.rows;
+       row += warps) {
+    const uint16_t* x = a.x + row * a.dim;
+    float m = 0.f;
+    if (a.hadamard) {
+      float* out = a.rotated + row * a.dim;
+      // First 128 (or 64) values: 4 (or 2) per lane.
+      const int n1 = a.dim >= 128 ? 128 : a.dim;
+      if (n1 == 128) {
+        double v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = Bf16(x[lane * 4 + i]);
+        WarpHadamard<4>(v, 128, lane);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float f = static_cast<float>(v[i]);
+          out[lane * 4 + i] = f;
+          m = fmaxf(m, fabsf(f));
+        }
+      }
+      if (a.dim == 64 || a.dim == 192) {
+        const int off = a.dim == 192 ? 128 : 0;
+        double v[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) v[i] = Bf16(x[off + lane * 2 + i]);
+        WarpHadamard<2>(v, 64, lane);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float f = static_cast<float>(v[i]);
+          out[off + lane * 2 + i] = f;
+          m = fmaxf(m, fabsf(f));
+        }
+      }
+    } else {
+      for (int i = lane; i < a.dim; i += 32) m = fmaxf(m, fabsf(Bf16(x[i])));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    // Non-negative floats order like their bits: an integer max is exact and
+    // independent of the order of the atomics. NaN never wins (as in numerics).
+    if (lane == 0 && m > 0.f) atomicMax(a.amax + HeadOf(a, row), __float_as_uint(m));
+  }
+}
+
+__global__ void QuantizeKernel(const QuantizeArgs a) {
+  const int64_t n = a.rows * a.dim;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / a.dim;
+    const float amax = __uint_as_float(a.amax[HeadOf(a, row)]);
+    const float descale = amax == 0.f ? 1.f : __fdiv_rn(amax, 448.f);
+    const float x = a.hadamard ? a.rotated[i] : Bf16(a.x[i]);
+    const float y = __fdiv_rn(x, descale);
+    uint16_t c;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c) : "f"(0.f), "f"(y));
+    a.codes[i] = static_cast<uint8_t>(c & 0xFF);
+  }
+}
+
+__global__ void DescaleKernel(const QuantizeArgs a) {
+  const int n = a.batch * a.heads;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float amax = __uint_as_float(a.amax[a.per_head ? i : 0]);
+    a.descale[i] = amax == 0.f ? 1.f : __fdiv_rn(amax, 448.f);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchQuantize(const QuantizeArgs& a, cudaStream_t stream) {
+  const int64_t warps_needed = a.rows;
+  const int blocks = static_cast<int>(std::min<int64_t>((warps_needed + 7) / 8, 132 * 16));
+  AmaxKernel<<<blocks, 256, 0, stream>>>(a);
+  const int64_t n = a.rows * a.dim;
+  const int qblocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 132 * 32));
+  QuantizeKernel<<<qblocks, 256, 0, stream>>>(a);
+  DescaleKernel<<<(a.batch * a.heads + 255) / 256, 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda_fp8
+}  // namespace kernelserve

@@ -1,0 +1,728 @@
+// MLA decode v8 (kWgmmaRegA; bench/NOTES.md "v8"): the KV tile never exists
+// in shared memory as bf16. The fp8 rows land in shared memory by bulk copy
+// (one bulk copy per row from a producer warpgroup, so any page size works), and each consumer
+// thread converts exactly the bytes its wgmma A fragments need, in registers:
+//   S^T = K Q^T   (M = 64 keys, N = 64 query rows, K = 576: K from registers,
+//                  Q from shared memory)
+//   O^T = V^T P^T (M = 512 latent columns, 256 per warpgroup, N = 64 query
+//                  rows, K = keys: V from registers, P^T from shared memory)
+// so the unpack writes nothing to shared memory and the tensor cores read one
+// 2 KB operand per m64n64k16 instead of two.
+//
+// Numerics (tests compare with the fp64 oracle): the products run on f16
+// tensor cores. e4m3fn -> f16 is exact. Q is scaled by a power of two per CTA
+// into f16's range (exact for every element within 2^31 of the CTA's largest
+// |q|; smaller ones are rounded to f16's subnormal grid, below 2^-25 of the
+// largest |q|); the factor is folded back into the score scale. V enters PV
+// through an integer conversion that gives v * 2^-8 exactly for every finite
+// code (2^8 is folded into the output scale); a NaN in a KV row already made
+// that row's score NaN through the exact QK^T conversion, so the output is
+// NaN as in the oracle. P is rounded to f16 (finer than bf16); the row sum
+// counts the unrounded probabilities. The running maximum moves only when a
+// block's maximum exceeds it by more than 2^8 (P <= 256, far inside f16), so
+// most blocks rescale nothing.
+//
+// CTA: 384 threads. Warpgroup 0 is the producer (bulk copies into a ring
+// of three 64-row slots); warpgroups 1 and 2 are consumers that own alternate 64-key
+// blocks: the owner of block k computes S^T(k), the block's maxima and P(k);
+// both consumers then run their half of PV(k). The owner of k+1 computes its
+// S^T(k+1) on the tensor cores while the owner of k runs its softmax.
+// Per CTA once (bench/NOTES.md "session 4"): block 0's rows are in flight
+// while the consumers load and convert Q; the epilogue is kept short (it runs
+// from a cold instruction cache, so its instruction count is its time).
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/gpu/arch/sm90/pipeline.cuh"
+#include "kernels/gpu/mla/mla_kernel_common.cuh"
+
+namespace kernelserve {
+namespace cuda_mla {
+namespace {
+
+using ::kernelserve::gpu::sm90::BulkCopyG2S;
+using ::kernelserve::gpu::sm90::FenceMbarInit;
+using ::kernelserve::gpu::sm90::MbarArrive;
+using ::kernelserve::gpu::sm90::MbarArriveExpectTx;
+using ::kernelserve::gpu::sm90::MbarInit;
+using ::kernelserve::gpu::sm90::MbarWait;
+using ::kernelserve::gpu::sm90::NamedBarrierArrive;
+using ::kernelserve::gpu::sm90::NamedBarrierSync;
+using ::kernelserve::gpu::sm90::SetMaxNRegDec;
+using ::kernelserve::gpu::sm90::SetMaxNRegInc;
+using ::kernelserve::gpu::sm90::WarpUniform;
+
+// Named barriers: 1..2 the P hand-over by block parity, 3..4 each consumer
+// warpgroup's maximum exchange, 5 all consumers, 6 Q loaded (all threads).
+constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5, kBarQLoaded = 6;
+constexpr float kLazyMax = 8.f;  // base-2 headroom before the running max moves
+
+__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// A barrier of `count` threads that returns whether any of them passed true.
+__device__ __forceinline__ bool BarRedOr(int id, int count, bool pred) {
+  int r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.s32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<int>(pred)), "r"(id), "r"(count)
+      : "memory");
+  return r != 0;
+}
+
+// Two e4m3fn codes (a 16-bit half) -> f16x2, exact; NaN stays NaN.
+__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t v16) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(v16)));
+  return h;
+}
+
+// The same for the upper two bytes, taken as a 16-bit half of the register
+// (no shift instruction).
+__device__ __forceinline__ uint32_t E4m3x2HiToF16x2(uint32_t v) {
+  uint32_t h;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(h) : "r"(v));
+  return h;
+}
+
+// Byte i of a and byte i of b -> f16x2 (a low, b high) of value code * 2^-8,
+// exact for every finite e4m3fn code (sign, then exponent and mantissa shifted
+// into f16's fields). One PRMT with sign replication, one AND, one shift.
+template <int kI>
+__device__ __forceinline__ uint32_t E4m3PairToF16x2Scaled(uint32_t a, uint32_t b) {
+  constexpr uint32_t kSel = kI | ((8 | kI) << 4) | ((4 + kI) << 8) | ((12 + kI) << 12);
+  uint32_t t;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(t) : "r"(a), "r"(b), "n"(kSel));
+  return (t & 0x017F017Fu) << 7;
+}
+
+// A thread's 16 columns (query rows) of an m64n64 accumulator are
+// q = 8 jj + 2 c + e (jj 0..7, e 0..1, c = lane & 3). Per-column tables in
+// shared memory are stored [c][jj][e], so a thread reads its 16 with four
+// 16-byte loads that lanes of the same c share.
+__device__ __forceinline__ int ColIndex(int q) { return ((q >> 1) & 3) * 16 + (q >> 3) * 2 + (q & 1); }
+__device__ __forceinline__ void LoadCols(const float* table, int c, float (&v)[16]) {
+  const float4* t = reinterpret_cast<const float4*>(table + c * 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 x = t[i];
+    v[4 * i] = x.x;
+    v[4 * i + 1] = x.y;
+    v[4 * i + 2] = x.z;
+    v[4 * i + 3] = x.w;
+  }
+}
+__device__ __forceinline__ void StoreCols(float* table, int c, const float (&v)[16]) {
+  float4* t = reinterpret_cast<float4*>(table + c * 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) t[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+}
+
+// One halving step of ReduceColumns: lanes whose bit `kXor` of the lane id is
+// set keep the upper half of `v`, the others the lower half, each combined
+// with the partner's copy of that half.
+template <bool kMax, int kN, int kXor>
+__device__ __forceinline__ void HalveColumns(const float (&v)[kN], int lane, float (&out)[kN / 2]) {
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    const bool hi = lane & kXor;
+    const float send = hi ? v[i] : v[kN / 2 + i];
+    const float mine = hi ? v[kN / 2 + i] : v[i];
+    const float other = __shfl_xor_sync(0xffffffffu, send, kXor);
+    out[i] = kMax ? fmaxf(mine, other) : mine + other;
+  }
+}
+
+// 16 per-column values (index jj * 2 + e) reduced over the 8 lanes of a
+// column group (lanes c, c + 4, ..., c + 28) by halving: lane (g, c) ends
+// with the two values of columns 8 g + 2 c + e.
+template <bool kMax>
+__device__ __forceinline__ void ReduceColumns(const float (&v)[16], int lane, float (&out)[2]) {
+  float a8[8], a4[4];
+  HalveColumns<kMax, 16, 16>(v, lane, a8);
+  HalveColumns<kMax, 8, 8>(a8, lane, a4);
+  HalveColumns<kMax, 4, 4>(a4, lane, out);
+}
+
+constexpr int kRegAThreads = 384;
+constexpr int kSlots = 3;
+constexpr int kRowStr = 608;  // fp8 row stride in a slot: conflict-free A-fragment loads
+constexpr int kSlotBytes = kTok * kRowStr;
+constexpr int kPBytes = kTok * kRows * 2;  // P^T of one block, f16, MN-major core matrices
+constexpr int kOffKV = kPipeQ;
+constexpr int kOffP = kOffKV + kSlots * kSlotBytes;
+constexpr int kOffMaxPart = kOffP + kSlots * kPBytes;  // [2][4 warps][64]
+constexpr int kOffM = kOffMaxPart + 2 * 4 * kRows * 4;  // [3][64]
+constexpr int kOffAlpha = kOffM + kSlots * kRows * 4;   // [3][64]
+constexpr int kOffLim = kOffAlpha + kSlots * kRows * 4;  // [64] int
+constexpr int kOffRed = kOffLim + kRows * 4;             // [8 warps][64]
+constexpr int kOffAlphaW = kOffRed + 8 * kRows * 4;     // [8 warps][64]: a warp's own alpha(k)
+constexpr int kOffMoved = kOffAlphaW + 8 * kRows * 4;    // [3] int: block k moved the frame
+constexpr int kOffBar = kOffMoved + 16;                  // full[3], empty[3]
+constexpr int kSmemRegA = kOffBar + 2 * kSlots * 8;
+static_assert(kSmemRegA <= 227 * 1024, "kWgmmaRegA must fit the sm_90 per-block limit");
+static_assert(kSmemRegA == kSmemBytesRegA, "mla_kernel_common.cuh's size must match the plan");
+
+__global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* sQ = smem;
+  uint8_t* sKV = smem + kOffKV;
+  uint8_t* sP = smem + kOffP;
+  float* sMaxPart = reinterpret_cast<float*>(smem + kOffMaxPart);
+  float* sM = reinterpret_cast<float*>(smem + kOffM);
+  float* sAlpha = reinterpret_cast<float*>(smem + kOffAlpha);
+  int* sLim = reinterpret_cast<int*>(smem + kOffLim);
+  float* sRed = reinterpret_cast<float*>(smem + kOffRed);
+  float* sAlphaW = reinterpret_cast<float*>(smem + kOffAlphaW);
+  int* sMoved = reinterpret_cast<int*>(smem + kOffMoved);
+  const uint32_t bar_full = SmemAddr(smem + kOffBar);
+  const uint32_t bar_empty = bar_full + kSlots * 8;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = WarpUniform(warp >> 2);
+  const CtaWork w = GetCtaWork(p);
+  const int nb = w.n_tiles;  // 64-key blocks of this split
+
+  if (tid == 0) {
+    for (int i = 0; i < kSlots; ++i) {
+      MbarInit(bar_full + 8 * i, 4);  // one arrival per producer warp
+      MbarInit(bar_empty + 8 * i, 8);  // one arrival per consumer warp
+    }
+    FenceMbarInit();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------------------------------------------------- producer
+    // One 576-byte bulk copy per row, issued by lane i < 16 of producer warp
+    // w for row 16 w + i (a bulk copy is a warp-uniform instruction: the
+    // lanes of a warp issue one after another, so the rows are spread over
+    // four warps). Each warp's arrival on the slot's full barrier expects
+    // its own rows' bytes. The next block's slot rows are loaded before the
+    // wait, which hides their latency.
+    SetMaxNRegDec<24>();
+    const int i = warp * 16 + lane;
+    auto row_of = [&](int k) -> int64_t {
+      const int64_t j = w.tok_begin + static_cast<int64_t>(k) * kTok + i;
+      return lane < 16 && k < nb && j < w.tok_end ? SlotOf(p, w, j) : -1;
+    };
+    const uint32_t dst0 = SmemAddr(sKV) + i * kRowStr;
+    int64_t r = row_of(0);
+    // Block 0, then Q: the rest of the stream waits until Q's loads have
+    // landed (issued at the same time as every CTA's KV stream, they queue
+    // behind it for microseconds); block 0's rows are in flight meanwhile.
+    for (int k = 0; k < nb; ++k) {
+      if (k == 1) NamedBarrierSync(kBarQLoaded, kRegAThreads);
+      const int slot = k % kSlots;
+      const int64_t rn = row_of(k + 1);
+      MbarWait(bar_empty + 8 * slot, ((k / kSlots) & 1) ^ 1);
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      const int nv = __popc(__ballot_sync(0xffffffffu, r >= 0));
+      if (lane == 0) MbarArriveExpectTx(bar_full + 8 * slot, nv * kD);
+      __syncwarp();
+      if (r >= 0) BulkCopyG2S<kD>(dst0 + slot * kSlotBytes, p.kv + r * kD, bar_full + 8 * slot);
+      r = rn;
+    }
+    if (nb <= 1) NamedBarrierSync(kBarQLoaded, kRegAThreads);
+    return;
+  }
+
+  // ------------------------------------------------------------ consumers
+  SetMaxNRegInc<240>();
+  const int cw = wg - 1;       // consumer warpgroup 0 or 1
+  const int ctid = tid - 128;  // 0..255
+  const int wq = warp & 3;     // warp in the warpgroup
+  const int g = lane >> 2, c = lane & 3;
+
+  // Q: one power-of-two scale per CTA into f16, stored permuted so that a
+  // thread's 16-byte fp8 load covers its A fragments of four k-steps: logical
+  // column 8 pp + 2 c + e of k-step ks = 4 G + t holds d = 64 G + 16 c + 4 t +
+  // 2 pp + e.
+  float sl2, inv_sl2;
+  {
+    const uint16_t* qlat = p.q_lat + (static_cast<int64_t>(w.b) * p.rows + w.row0) * kDL;
+    const uint16_t* qpe = p.q_pe + (static_cast<int64_t>(w.b) * p.rows + w.row0) * kDR;
+    uint4 raw[9][2];
+    float amax = 0.f;
+#pragma unroll
+    for (int u = 0; u < 9; ++u) {
+      // Unit (G = u, q, cc): a warp's stores cover 8 rows x 16 bytes of one
+      // core matrix (no bank conflicts).
+      const int q = ctid >> 2, G = u, cc = ctid & 3;
+      const int d0 = 64 * G + 16 * cc;
+      uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
+      if (q < w.nrows) {
+        const uint16_t* src = d0 < kDL ? qlat + static_cast<int64_t>(q) * kDL + d0
+                                       : qpe + static_cast<int64_t>(q) * kDR + (d0 - kDL);
+        v0 = reinterpret_cast<const uint4*>(src)[0];
+        v1 = reinterpret_cast<const uint4*>(src)[1];
+      }
+      raw[u][0] = v0;
+      raw[u][1] = v1;
+      const uint32_t x[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        amax = fmaxf(amax, fabsf(Bf16LoToFloat(x[i])));
+        amax = fmaxf(amax, fabsf(Bf16HiToFloat(x[i])));
+      }
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (lane == 0) sRed[warp - 4] = amax;
+    NamedBarrierArrive(kBarQLoaded, kRegAThreads);  // Q is in: the producer may start
+    // The causal limit of each query row, relative to the split's first token.
+    if (ctid < kRows) {
+      const int q = ctid;
+      const int t = (w.row0 + q) / p.heads;
+      const int64_t lim = (q < w.nrows && t < w.ql) ? w.seq - w.ql + t - w.tok_begin : -1;
+      sLim[ColIndex(q)] = lim < 0 ? -1 : lim > (1 << 30) ? (1 << 30) : static_cast<int>(lim);
+    }
+    NamedBarrierSync(kBarConsumers, 256);
+    amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, sRed[i]);
+    // The largest |q| into [2^14, 2^15) (0, Inf or NaN: no scaling); the
+    // factor stays a normal float.
+    int qs = (amax > 0.f && amax <= 3.0e38f) ? 14 - (static_cast<int>((__float_as_uint(amax) >> 23) & 0xFF) - 127)
+                                             : 0;
+    qs = qs > 127 ? 127 : qs;
+    const float qf = __int_as_float((qs + 127) << 23);
+#pragma unroll
+    for (int u = 0; u < 9; ++u) {
+      const int q = ctid >> 2, G = u, cc = ctid & 3;
+      const uint32_t x[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
+                             raw[u][1].x, raw[u][1].y, raw[u][1].z, raw[u][1].w};
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+#pragma unroll
+        for (int pp = 0; pp < 2; ++pp) {
+          const uint32_t v = x[2 * t + pp];
+          const __half2 h = __floats2half2_rn(Bf16LoToFloat(v) * qf, Bf16HiToFloat(v) * qf);
+          *reinterpret_cast<__half2*>(sQ + CoreTiled(q, 16 * (4 * G + t) + 8 * pp + 2 * cc)) = h;
+        }
+      }
+    }
+    FenceProxyAsync();
+    sl2 = ldexpf(p.sl2, -qs);
+    inv_sl2 = 1.f / sl2;
+    NamedBarrierSync(kBarConsumers, 256);  // sQ and sLim complete; sRed read
+  }
+
+  // Blocks from kt on need masks (past the chunk, or the causal window of
+  // some query row); n_rel: the split's tokens.
+  const int n_rel = static_cast<int>(w.tok_end - w.tok_begin);
+  int kt = n_rel / kTok;
+  {
+    const int64_t x = w.seq - w.ql - w.tok_begin - (kTok - 1);
+    const int64_t k2 = x < 0 ? 0 : x / kTok + 1;
+    if (k2 < kt) kt = static_cast<int>(k2);
+  }
+  const int ql = w.ql;
+  const uint64_t q_desc = MakeSmemDescInterleave(SmemAddr(sQ), 128, (kD / 8) * 128);
+  const uint32_t p_addr = SmemAddr(sP);
+  // Owner geometry: accumulator rows g and g + 8 of warp wq are the keys
+  // 16 wq + 8 h + sigma(g) (sigma swaps bits 0 and 1, which spreads a quarter
+  // warp's 16-byte loads over all banks), stored in P^T at its PV column.
+  const int sg = (g & 4) | ((g & 1) << 1) | ((g >> 1) & 1);
+  int key_r[2], pcol[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    key_r[h] = 16 * wq + 8 * h + sg;
+    pcol[h] = (key_r[h] & ~7) | ((key_r[h] & 3) << 1) | ((key_r[h] >> 2) & 1);
+  }
+  // PV geometry: A row (g + 8 h) of M-tile j is latent column d0 + 2 j + h;
+  // A column 2 c + e + 8 pp of k-step s is key 16 s + 8 pp + 4 e + c.
+  const int d0 = 256 * cw + 64 * wq + 8 * g;
+
+  float acc[4][32];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[j][i] = 0.f;
+  }
+  // Row sums: this warp's share (its 16 keys of every owned block), reduced
+  // over the warp each block, so a lane keeps the two of columns 8 g + 2 c + e.
+  float l2[2] = {0.f, 0.f};
+  // v[g * 2 + e] without local memory.
+  auto pick = [&](const float (&v)[16], int e) {
+    float r = v[e];
+#pragma unroll
+    for (int jj = 1; jj < 8; ++jj) r = g == jj ? v[jj * 2 + e] : r;
+    return r;
+  };
+
+  auto fence_acc = [&]() {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) FenceOperand(acc[j][i]);
+    }
+  };
+  // O and l into a new frame; warp-uniform (a warp's four column lanes cover
+  // all 64 columns), hence warpgroup-uniform.
+  // The wait is unconditional on the multiplying path, or ptxas serializes
+  // every wgmma (C7514).
+  auto rescale = [&](const float (&al)[16]) {
+    bool need = false;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) need |= al[i] != 1.f;
+    if (__any_sync(0xffffffffu, need)) {
+      WgmmaWait<0>();
+      fence_acc();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) acc[j][i] *= al[(i >> 2) * 2 + (i & 1)];
+      }
+    }
+  };
+
+  auto qk = [&](int k, float (&d)[32]) {
+    const uint8_t* r0 = sKV + (k % kSlots) * kSlotBytes + key_r[0] * kRowStr + 16 * c;
+    const uint8_t* r1 = sKV + (k % kSlots) * kSlotBytes + key_r[1] * kRowStr + 16 * c;
+    // One 16-byte load per row covers four k-steps; they are converted and
+    // issued two k-steps at a time, two such groups in flight.
+    uint32_t a[3][8];
+    auto convert = [&](const uint4 x0, const uint4 x1, int half, uint32_t (&f)[8]) {
+      const uint32_t w0[4] = {x0.x, x0.y, x0.z, x0.w}, w1[4] = {x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        f[4 * t + 0] = E4m3x2ToF16x2(w0[2 * half + t]);
+        f[4 * t + 1] = E4m3x2ToF16x2(w1[2 * half + t]);
+        f[4 * t + 2] = E4m3x2HiToF16x2(w0[2 * half + t]);
+        f[4 * t + 3] = E4m3x2HiToF16x2(w1[2 * half + t]);
+      }
+    };
+    uint4 x0 = *reinterpret_cast<const uint4*>(r0), x1 = *reinterpret_cast<const uint4*>(r1);
+    convert(x0, x1, 0, a[0]);
+#pragma unroll
+    for (int gi = 0; gi < 18; ++gi) {  // group gi: k-steps 2 gi, 2 gi + 1
+      uint4 n0 = x0, n1 = x1;
+      if ((gi & 1) == 1 && gi < 17) {
+        n0 = *reinterpret_cast<const uint4*>(r0 + 64 * ((gi + 1) >> 1));
+        n1 = *reinterpret_cast<const uint4*>(r1 + 64 * ((gi + 1) >> 1));
+      }
+      WgmmaFence();
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const uint32_t f[4] = {a[gi % 3][4 * t], a[gi % 3][4 * t + 1], a[gi % 3][4 * t + 2], a[gi % 3][4 * t + 3]};
+        WgmmaRS<64, F16, false>(d, f, q_desc + (((2 * gi + t) * 256) >> 4), (gi | t) != 0);
+      }
+      WgmmaCommit();
+      if (gi < 17) {
+        WgmmaWait<2>();
+        if ((gi & 1) == 1) {
+          x0 = n0;
+          x1 = n1;
+        }
+        convert(x0, x1, (gi + 1) & 1, a[(gi + 1) % 3]);
+      }
+    }
+  };
+
+  // deep: three commit groups in flight instead of two (not while S^T's
+  // accumulators are live: the registers run out). pf: k-step s+1's loads
+  // are issued before k-step s's conversions, 8 registers more (our own
+  // PV(k) only, where S^T is dead; under the peer's PV ptxas spills).
+  auto pv = [&](int k, auto deep, auto pf) {
+    const uint8_t* base = sKV + (k % kSlots) * kSlotBytes + d0;
+    const uint64_t pd = MakeSmemDescInterleave(p_addr + (k % kSlots) * kPBytes, 8 * 128, 128);
+    struct KeyCols {
+      uint2 v[2][2];  // [pp][e]: 8 latent columns of one key
+    };
+    auto load = [&](int s) {
+      KeyCols x;
+#pragma unroll
+      for (int pp = 0; pp < 2; ++pp) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          x.v[pp][e] = *reinterpret_cast<const uint2*>(base + (16 * s + 8 * pp + 4 * e + c) * kRowStr);
+        }
+      }
+      return x;
+    };
+    KeyCols cur = load(0);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      KeyCols next;
+      if (decltype(pf)::value && s < 3) next = load(s + 1);
+      if (!decltype(pf)::value && s > 0) cur = load(s);
+      const auto& v = cur.v;
+      // Two M-tiles per commit group, at most two or three groups (16 or 24
+      // A registers) in flight.
+#pragma unroll
+      for (int jh = 0; jh < 2; ++jh) {
+        WgmmaWait<decltype(deep)::value ? 2 : 1>();
+        uint32_t a[2][4];
+#pragma unroll
+        for (int pp = 0; pp < 2; ++pp) {
+          const uint32_t x0 = jh == 0 ? v[pp][0].x : v[pp][0].y, x1 = jh == 0 ? v[pp][1].x : v[pp][1].y;
+          a[0][2 * pp + 0] = E4m3PairToF16x2Scaled<0>(x0, x1);
+          a[0][2 * pp + 1] = E4m3PairToF16x2Scaled<1>(x0, x1);
+          a[1][2 * pp + 0] = E4m3PairToF16x2Scaled<2>(x0, x1);
+          a[1][2 * pp + 1] = E4m3PairToF16x2Scaled<3>(x0, x1);
+        }
+        WgmmaFence();
+#pragma unroll
+        for (int jl = 0; jl < 2; ++jl) {
+          // Fragment order (row g, k lo), (row g+8, k lo), (row g, k hi), (row g+8, k hi).
+          const uint32_t f[4] = {a[jl][0], a[jl][1], a[jl][2], a[jl][3]};
+          WgmmaRS<64, F16, true>(acc[2 * jh + jl], f, pd + ((s * 2 * 8 * 128) >> 4), 1);
+        }
+        WgmmaCommit();
+      }
+      if (decltype(pf)::value && s < 3) cur = next;
+    }
+    __syncwarp();
+    if (lane == 0) MbarArrive(bar_empty + 8 * (k % kSlots));  // this warp's reads of the slot are done
+  };
+
+  // The owner's softmax of block k: masks, the block's column maxima (over
+  // the warpgroup), the lazily moved running maxima and P(k). Publishes
+  // P(k), m(k) and alpha(k), returns whether the frame moved, and leaves this
+  // thread's share of the row sums in `sum` (the caller reduces it over the
+  // warp under PV(k): off the chain to the next block).
+  // S^T stays unscaled: the comparisons use thresholds divided by the
+  // scale and P = 2^(s * sl2 - m) is one FMA.
+  // moved_prev and m_prev: block k-1's frame flag and maxima, read by the
+  // caller right after the P(k-1) barrier (k >= 1; -Inf for k = 0), so that
+  // their shared-memory latency (~250-350 cycles under the other
+  // warpgroup's wgmma traffic) is off the block-to-block chain.
+  auto softmax = [&](int k, float (&d)[32], bool moved_prev, const float (&m_prev)[16], float (&sum)[16]) -> bool {
+    if (k >= kt) {
+      float lim[16];
+      LoadCols(reinterpret_cast<const float*>(sLim), c, lim);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int key = kTok * k + key_r[(i >> 1) & 1];
+        const int li = __float_as_int(lim[(i >> 2) * 2 + (i & 1)]);
+        if (key >= n_rel || key > li) d[i] = -INFINITY;
+      }
+    }
+    // The frame m(k-1) stays unless a score exceeds it by more than
+    // kLazyMax: one barrier with an OR decides that for the warpgroup, and
+    // only then are the block's column maxima exchanged.
+    float m[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m[i] = m_prev[i];
+    bool exceed = false;
+    {
+      float thr[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) thr[i] = (m[i] + kLazyMax) * inv_sl2;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) exceed |= d[i] > thr[(i >> 2) * 2 + (i & 1)];
+    }
+    const bool moved = BarRedOr(kBarMax0 + cw, 128, exceed);
+    if (moved) {
+      float cm[16];
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) cm[jj * 2 + e] = fmaxf(d[4 * jj + e], d[4 * jj + 2 + e]) * sl2;
+      }
+      float wm[2];
+      ReduceColumns<true>(cm, lane, wm);
+      float* mp = sMaxPart + ((k >> 1) & 1) * 4 * kRows;
+      *reinterpret_cast<float2*>(mp + wq * kRows + c * 16 + g * 2) = make_float2(wm[0], wm[1]);
+      NamedBarrierSync(kBarMax0 + cw, 128);
+      float bm[16];
+      LoadCols(mp, c, bm);
+#pragma unroll
+      for (int wv = 1; wv < 4; ++wv) {
+        float t[16];
+        LoadCols(mp + wv * kRows, c, t);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) bm[i] = fmaxf(bm[i], t[i]);
+      }
+      // m(k) in place of m(k-1), alpha(k) in place of the block maxima.
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float mprev = m[i];
+        const float mn = bm[i] > mprev + kLazyMax ? bm[i] : mprev;
+        bm[i] = mn == mprev ? 1.f : Exp2Approx(mprev - (mn == -INFINITY ? 0.f : mn));
+        m[i] = mn;
+      }
+      if (wq == 0 && g == 0) StoreCols(sAlpha + (k % kSlots) * kRows, c, bm);
+      if (wq == 0 && lane == 0) sMoved[k % kSlots] = 1;
+      if (g == 0) StoreCols(sAlphaW + (warp - 4) * kRows, c, bm);  // read back by this warp only
+#pragma unroll
+      for (int e = 0; e < 2; ++e) l2[e] *= pick(bm, e);
+    } else if (wq == 0 && lane == 0) {
+      sMoved[k % kSlots] = 0;  // alpha(k) = 1: sAlpha(k) is not read
+    }
+    if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      if (m[i] == -INFINITY) m[i] = 0.f;
+    }
+    if (moved_prev) {  // alpha(k-1), not yet applied to our row sums
+      float al[16];
+      LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
+    }
+    uint8_t* pbuf = sP + (k % kSlots) * kPBytes;
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float p0 = Exp2Approx(fmaf(d[4 * jj + 2 * h], sl2, -m[jj * 2]));
+        const float p1 = Exp2Approx(fmaf(d[4 * jj + 2 * h + 1], sl2, -m[jj * 2 + 1]));
+        sum[jj * 2] = h == 0 ? p0 : sum[jj * 2] + p0;
+        sum[jj * 2 + 1] = h == 0 ? p1 : sum[jj * 2 + 1] + p1;
+        const int col = pcol[h];
+        *reinterpret_cast<__half2*>(pbuf + (col >> 3) * 1024 + jj * 128 + (col & 7) * 16 + c * 4) =
+            __floats2half2_rn(p0, p1);
+      }
+    }
+    FenceProxyAsync();
+    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);
+    return moved;
+  };
+
+  for (int k = cw; k < nb; k += 2) {
+    float d[32];
+    MbarWait(bar_full + 8 * (k % kSlots), (k / kSlots) & 1);
+    qk(k, d);
+    bool moved_prev = false;
+    float m_prev[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m_prev[i] = -INFINITY;
+    if (k >= 1) {
+      // The other warpgroup's block k-1, our half of its PV, before our
+      // softmax(k), so that its slot is released as early as possible.
+      NamedBarrierSync(kBarPReady0 + ((k - 1) & 1), 256);  // P(k-1), m(k-1), alpha(k-1)
+      moved_prev = sMoved[(k - 1) % kSlots] != 0;
+      LoadCols(sM + ((k - 1) % kSlots) * kRows, c, m_prev);
+      if (moved_prev) {
+        float al[16];
+        LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
+        rescale(al);
+      }
+      pv(k - 1, std::false_type{}, std::false_type{});
+    }
+    // S^T(k) and our PV(k-1) retired: a wait<8> that lets PV(k-1) run on
+    // under the softmax makes ptxas serialize every wgmma (C7512); a wait<2>
+    // (S^T is done by then) still does (C7515).
+    WgmmaWait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
+    float sum[16];  // this thread's row sums of block k, reduced under PV(k)
+    if (softmax(k, d, moved_prev, m_prev, sum)) {
+      __syncwarp();
+      float al[16];
+      LoadCols(sAlphaW + (warp - 4) * kRows, c, al);
+      rescale(al);
+    }
+    pv(k, std::false_type{}, std::true_type{});
+    {
+      float s2[2];
+      ReduceColumns<false>(sum, lane, s2);
+      l2[0] += s2[0];
+      l2[1] += s2[1];
+    }
+    // Nothing in flight across the back edge: ptxas serializes every wgmma
+    // of the loop otherwise (C7514).
+    WgmmaWait<0>();
+    fence_acc();
+  }
+  if (nb > 0 && ((nb - 1) & 1) != cw) {  // the last block is the other warpgroup's
+    const int k = nb - 1;
+    NamedBarrierSync(kBarPReady0 + (k & 1), 256);
+    if (sMoved[k % kSlots]) {
+      float al[16];
+      LoadCols(sAlpha + (k % kSlots) * kRows, c, al);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
+      rescale(al);
+    }
+    pv(k, std::false_type{}, std::false_type{});
+  }
+  WgmmaWait<0>();
+  fence_acc();
+
+  // Row sums over all consumer threads; the final frame is m(nb-1).
+  *reinterpret_cast<float2*>(sRed + (cw * 4 + wq) * kRows + c * 16 + g * 2) = make_float2(l2[0], l2[1]);
+  NamedBarrierSync(kBarConsumers, 256);
+  // Each of 64 threads sums one column (query row) over the 8 warps and turns
+  // it into the row's output factor; with splits it also stores the row's
+  // (m, l). (The epilogue runs once per CTA from a cold instruction cache:
+  // its length is its time.) The CTA's coordinates again from the grid:
+  // fewer registers live through the loop.
+  const int b = blockIdx.z, group = blockIdx.y, split = blockIdx.x;
+  const int row0 = group * kRows, nrows = min(kRows, p.rows - row0);
+  const int64_t pi0 = ((static_cast<int64_t>(b) * p.row_groups + group) * p.splits + split) * kRows;
+  if (ctid < kRows) {
+    float t = sRed[ctid];
+#pragma unroll
+    for (int wv = 1; wv < 8; ++wv) t += sRed[wv * kRows + ctid];
+    // Table position c * 16 + jj * 2 + e (ColIndex) holds row 8 jj + 2 c + e.
+    const int q = ((ctid & 15) >> 1) * 8 + (ctid >> 4) * 2 + (ctid & 1);
+    float f;
+    if (p.splits == 1) {
+      f = p.out_scale * 256.f / t;
+    } else {
+      // O / l in f16 (|O / l| <= 448, 11 bits: finer than the bf16
+      // output), half the bytes of fp32 partials; zeros for an empty split.
+      f = t > 0.f ? 256.f / t : 0.f;
+      const float m = nb > 0 ? sM[((nb - 1) % kSlots) * kRows + ctid] : -INFINITY;  // the final frame
+      if (q < nrows) *reinterpret_cast<float2*>(p.part_ml + (pi0 + q) * 2) = make_float2(m, t);
+    }
+    sAlphaW[ctid] = f;
+  }
+  NamedBarrierSync(kBarConsumers, 256);
+  float f[16];
+  LoadCols(sAlphaW, c, f);
+
+  // Output: a thread holds 8 consecutive latent columns (d0 .. d0 + 7) of its
+  // 16 query rows.
+  auto out_cols = [&](int jj, int e, uint32_t (&h)[4], bool bf16) {
+    const float inv = f[jj * 2 + e];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float x0 = acc[j][4 * jj + e] * inv, x1 = acc[j][4 * jj + 2 + e] * inv;
+      h[j] = bf16 ? PackBf16x2(x0, x1, p.rounding) : PackHalf2(x0, x1);
+    }
+  };
+  auto for_rows = [&](auto&& row) {
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = 8 * jj + 2 * c + e;
+        if (q < nrows) row(jj, e, q);
+      }
+    }
+  };
+  // The two stores apart, not one branch per row: the executed code is
+  // what the cold instruction cache fetches.
+  if (p.splits == 1) {
+    uint16_t* out = p.out + (static_cast<int64_t>(b) * p.rows + row0) * kDL + d0;
+    for_rows([&](int jj, int e, int q) {
+      uint32_t h[4] = {0u, 0u, 0u, 0u};
+      if ((row0 + q) / p.heads < ql) out_cols(jj, e, h, true);
+      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(q) * kDL) = make_uint4(h[0], h[1], h[2], h[3]);
+    });
+  } else {
+    __half* po = reinterpret_cast<__half*>(p.part_o) + pi0 * kDL + d0;
+    for_rows([&](int jj, int e, int q) {
+      uint32_t h[4];
+      out_cols(jj, e, h, false);
+      *reinterpret_cast<uint4*>(po + q * kDL) = make_uint4(h[0], h[1], h[2], h[3]);
+    });
+  }
+}
+
+}  // namespace
+
+KernelFn RegAKernel(bool fnuz) { return fnuz ? nullptr : MlaDecodeRegAKernel; }
+
+}  // namespace cuda_mla
+}  // namespace kernelserve
