@@ -16,6 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/api/op_call.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
 
@@ -45,6 +47,25 @@ struct BackendBuild {
   std::string note;
 };
 
+// One entry of a backend's variant table for an op (for the GPU backend,
+// kernels/gpu/<op>/<op>_variants.cc): a kernel the backend's own dispatch
+// selects for some shapes, runnable by name for tests, benchmarks and
+// benchmark jobs ("<backend>.<name>").
+struct KernelVariantInfo {
+  BenchOp op = BenchOp::kAttention;  // the MoE entries serve every MoE stage they name in `serves`
+  std::string name;                  // stable within the op, e.g. "wgmma_ws"
+  std::string description;           // one line
+  std::string serves;                // the devices and shapes it serves
+};
+
+// What the server may rely on, asked for instead of comparing backend names.
+struct BackendCapabilities {
+  bool device_timer = false;   // TimeLaunches measures with device events
+  bool graph_replay = false;   // TimeGraphReplays captures and replays device graphs
+  int64_t cache_bytes = 0;     // the last-level cache an L2 flush must cover (0: none to flush)
+  std::string timer;           // how launches are timed, for job results
+};
+
 // Memory on one device, freed on destruction.
 class DeviceMemory {
  public:
@@ -60,6 +81,7 @@ class Backend {
 
   virtual std::string Name() const = 0;  // "cpu", "cuda", "hip"
   virtual int DeviceCount() const = 0;
+  virtual BackendCapabilities Capabilities() const { return {}; }
   virtual DeviceInfo GetDeviceInfo(int device) const = 0;
 
   // Memory. Views handed to ops point into memory from Allocate.
@@ -79,6 +101,19 @@ class Backend {
   virtual absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                                  TensorView& out) = 0;
   virtual absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) = 0;
+
+  // The backend's variant tables, every op (empty: the backend has one
+  // kernel per op, run by the op methods above).
+  virtual std::vector<KernelVariantInfo> KernelVariants() const { return {}; }
+  // Runs the entry `name` of the variant table of call.op on `call` (views on
+  // `device`). NOT_FOUND for a name the table lacks; UNIMPLEMENTED saying
+  // why when the entry does not serve the call.
+  virtual absl::Status RunKernelVariant(int device, absl::string_view name, const OpCall& call, TensorView& out) {
+    (void)device;
+    (void)call;
+    (void)out;
+    return absl::NotFoundError(absl::StrCat("backend ", Name(), " has no kernel variant \"", name, "\""));
+  }
 
   // Optional device-side timing (benchmark jobs, DESIGN §6). `launch` queues
   // one op call on `device` through this backend (and nothing on the host

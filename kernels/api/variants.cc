@@ -43,50 +43,6 @@ absl::Status EditOutput(Backend& backend, int device, TensorView& out,
 
 }  // namespace
 
-std::string BenchOpName(BenchOp op) {
-  switch (op) {
-    case BenchOp::kAttention:
-      return "attention";
-    case BenchOp::kFp8Attention:
-      return "fp8_attention";
-    case BenchOp::kMlaDecode:
-      return "mla_decode";
-    case BenchOp::kMoeGateUp:
-      return "moe_gateup";
-    case BenchOp::kMoeDown:
-      return "moe_down";
-    case BenchOp::kMoeLayer:
-      return "moe_layer";
-  }
-  return absl::StrCat("op", static_cast<int>(op));
-}
-
-absl::StatusOr<BenchOp> ParseBenchOp(absl::string_view name) {
-  std::vector<std::string> names;
-  for (BenchOp op : kAllBenchOps) {
-    if (BenchOpName(op) == name) return op;
-    names.push_back(BenchOpName(op));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown op \"", name, "\"; expected one of ", absl::StrJoin(names, ", ")));
-}
-
-TensorDesc OpCall::OutputDesc() const {
-  switch (op) {
-    case BenchOp::kAttention:
-      return attention.OutputDesc();
-    case BenchOp::kFp8Attention:
-      return fp8.OutputDesc();
-    case BenchOp::kMlaDecode:
-      return mla.OutputDesc();
-    case BenchOp::kMoeGateUp:
-    case BenchOp::kMoeDown:
-    case BenchOp::kMoeLayer:
-      return moe.OutputDesc();
-  }
-  return TensorDesc{};
-}
-
 absl::Status RunOnBackend(Backend& backend, int device, const OpCall& call, TensorView& out) {
   switch (call.op) {
     case BenchOp::kAttention:
@@ -157,6 +113,18 @@ absl::Status RegisterBackendVariants(const Backend& backend, const VariantOption
     v.description = absl::StrCat(b, " backend's ", BenchOpName(op), " kernel");
     v.is_default = true;
     v.run = RunOnBackend;
+    KS_RETURN_IF_ERROR(registry->Register(std::move(v)));
+  }
+  for (const KernelVariantInfo& k : backend.KernelVariants()) {
+    Variant v;
+    v.op = k.op;
+    v.name = absl::StrCat(b, ".", k.name);
+    v.backend = b;
+    v.description = absl::StrCat(k.description, " (serves ", k.serves, ")");
+    const std::string kernel = k.name;
+    v.run = [kernel](Backend& be, int device, const OpCall& call, TensorView& out) {
+      return be.RunKernelVariant(device, kernel, call, out);
+    };
     KS_RETURN_IF_ERROR(registry->Register(std::move(v)));
   }
   const std::pair<const char*, PMode> modes[] = {

@@ -3,6 +3,8 @@
 // side by side:
 //
 //   "<backend>"            the backend's kernel with the job's options ("cpu", "cuda")
+//   "<backend>.<kernel>"   one entry of the backend's variant table for the op
+//                          (Backend::KernelVariants), e.g. "cuda.wgmma_ws"
 //   "<backend>.exact"      FP8 attention with exact / lean / naive P
 //   "<backend>.lean"
 //   "<backend>.naive"
@@ -25,43 +27,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/api/backend.h"
+#include "kernels/api/op_call.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
 
 namespace kernelserve {
-
-// Values match proto kernelserve.v1.BenchOp.
-enum class BenchOp : int {
-  kAttention = 1,
-  kFp8Attention = 2,
-  kMlaDecode = 3,
-  kMoeGateUp = 4,
-  kMoeDown = 5,
-  kMoeLayer = 6,
-};
-constexpr BenchOp kAllBenchOps[] = {BenchOp::kAttention, BenchOp::kFp8Attention,
-                                    BenchOp::kMlaDecode, BenchOp::kMoeGateUp,
-                                    BenchOp::kMoeDown,   BenchOp::kMoeLayer};
-
-// "attention", "fp8_attention", "mla_decode", "moe_gateup", "moe_down", "moe_layer".
-std::string BenchOpName(BenchOp op);
-absl::StatusOr<BenchOp> ParseBenchOp(absl::string_view name);
-
-// One validated call of an op. The views point into the memory the variant
-// runs on: device memory for device variants, host memory for host variants.
-struct OpCall {
-  BenchOp op = BenchOp::kAttention;
-  AttentionParams attention;
-  Fp8AttentionParams fp8;
-  MlaDecodeParams mla;
-  MoeParams moe;  // stage matches op for the MoE ops
-  TensorView q, k, v;  // attention
-  Fp8AttentionInputs fp8_in;
-  MlaDecodeInputs mla_in;
-  MoeInputs moe_in;
-
-  TensorDesc OutputDesc() const;
-};
 
 // Runs the op through the backend's own entry point (params as given).
 absl::Status RunOnBackend(Backend& backend, int device, const OpCall& call, TensorView& out);

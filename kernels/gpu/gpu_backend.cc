@@ -13,13 +13,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/api/status_macros.h"
-#include "kernels/gpu/attention/attention_cuda.h"
+#include "kernels/gpu/attention/attention_variants.h"
 #include "kernels/gpu/common/gpu.h"
 #include "kernels/gpu/common/gpu_status.h"
-#include "kernels/gpu/fp8_attention/fp8_attention.h"
+#include "kernels/gpu/common/kernel_variant.h"
+#include "kernels/gpu/fp8_attention/fp8_attention_variants.h"
 #include "kernels/gpu/gemm_ceiling.h"
-#include "kernels/gpu/mla/mla_decode.h"
-#include "kernels/gpu/moe/moe.h"
+#include "kernels/gpu/mla/mla_decode_variants.h"
+#include "kernels/gpu/moe/moe_variants.h"
 
 namespace kernelserve {
 namespace {
@@ -32,6 +33,8 @@ class BlockCache;
 // Per-device state. Health is the only mutable part shared between threads.
 struct DeviceState {
   DeviceInfo info;
+  gpu::DeviceCaps caps;  // what the variant tables' predicates read
+  int64_t l2_bytes = 0;
   cudaStream_t stream = nullptr;
   std::shared_ptr<BlockCache> cache;
   mutable absl::Mutex mu;
@@ -239,27 +242,72 @@ class GpuBackend : public Backend {
     return Check(d, cudaStreamSynchronize(d->stream), "stream synchronize");
   }
 
+  // Every op goes through its variant table: the first kernel that serves
+  // the call and that the dispatcher does not pass over runs it.
   absl::Status Attention(int device, const AttentionParams& p, const TensorView& q,
                          const TensorView& k, const TensorView& v, TensorView& out) override {
-    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
-    return AfterLaunch(d, gpu::RunAttention(p, q, k, v, out, d->stream));
+    OpCall call;
+    call.op = BenchOp::kAttention;
+    call.attention = p;
+    call.q = q;
+    call.k = k;
+    call.v = v;
+    return Dispatch(device, call, out);
   }
 
   absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
                             TensorView& out) override {
-    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
-    return AfterLaunch(d, gpu::RunFp8Attention(p, in, out, d->stream));
+    OpCall call;
+    call.op = BenchOp::kFp8Attention;
+    call.fp8 = p;
+    call.fp8_in = in;
+    return Dispatch(device, call, out);
   }
 
   absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                          TensorView& out) override {
-    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
-    return AfterLaunch(d, gpu::RunMlaDecode(p, in, out, d->stream));
+    OpCall call;
+    call.op = BenchOp::kMlaDecode;
+    call.mla = p;
+    call.mla_in = in;
+    return Dispatch(device, call, out);
   }
 
   absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
+    OpCall call;
+    call.op = p.stage == MoeStage::kGateUp ? BenchOp::kMoeGateUp
+              : p.stage == MoeStage::kDown ? BenchOp::kMoeDown
+                                           : BenchOp::kMoeLayer;
+    call.moe = p;
+    call.moe_in = in;
+    return Dispatch(device, call, out);
+  }
+
+  BackendCapabilities Capabilities() const override {
+    BackendCapabilities c;
+    c.device_timer = true;
+    c.graph_replay = true;
+    c.timer = KS_GPU_VENDOR " events around the launches";
+    for (const auto& d : devices_) c.cache_bytes = std::max<int64_t>(c.cache_bytes, d->l2_bytes);
+    return c;
+  }
+
+  std::vector<KernelVariantInfo> KernelVariants() const override {
+    std::vector<KernelVariantInfo> out;
+    for (BenchOp op : kAllBenchOps) {
+      if (op == BenchOp::kMoeDown || op == BenchOp::kMoeLayer) continue;  // one MoE table for every stage
+      for (const gpu::KernelVariant& v : Table(op)) {
+        out.push_back({op, v.name, v.description, v.serves});
+      }
+    }
+    return out;
+  }
+
+  absl::Status RunKernelVariant(int device, absl::string_view name, const OpCall& call, TensorView& out) override {
     KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
-    return AfterLaunch(d, gpu::RunMoe(p, in, out, d->stream));
+    KS_ASSIGN_OR_RETURN(const gpu::KernelVariant* v,
+                        gpu::FindVariant(Table(call.op), BenchOpName(call.op), name, d->caps, call));
+    return AfterLaunch(d, v->run(call, out, d->stream));
   }
 
   absl::StatusOr<double> TimeLaunches(int device, const std::function<absl::Status()>& launch,
@@ -352,6 +400,27 @@ class GpuBackend : public Backend {
   }
 
  private:
+  static const gpu::VariantTable& Table(BenchOp op) {
+    switch (op) {
+      case BenchOp::kAttention:
+        return gpu::AttentionVariants();
+      case BenchOp::kFp8Attention:
+        return gpu::Fp8AttentionVariants();
+      case BenchOp::kMlaDecode:
+        return gpu::MlaDecodeVariants();
+      case BenchOp::kMoeGateUp:
+      case BenchOp::kMoeDown:
+      case BenchOp::kMoeLayer:
+        break;
+    }
+    return gpu::MoeVariants();
+  }
+
+  absl::Status Dispatch(int device, const OpCall& call, TensorView& out) {
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    return AfterLaunch(d, gpu::RunSelected(Table(call.op), BenchOpName(call.op), d->caps, call, out, d->stream));
+  }
+
   // Checks the index and health, and makes the device current.
   absl::StatusOr<DeviceState*> Enter(int device) {
     if (device < 0 || device >= DeviceCount()) {
@@ -446,6 +515,8 @@ absl::StatusOr<std::unique_ptr<DeviceState>> OpenDevice(int index, const std::st
   d->info.clock_mhz = clock_khz / 1000;
   d->info.memory_clock_mhz = mem_clock_khz / 1000;
   d->info.driver = driver;
+  KS_ASSIGN_OR_RETURN(d->caps, gpu::QueryDeviceCaps(index));
+  d->l2_bytes = prop.l2CacheSize;
   KS_RETURN_IF_ERROR(GpuStatus(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
                                "cudaStreamCreate"));
   // Up to 1/16 of the device (8 GiB on an H200) stays cached for reuse.

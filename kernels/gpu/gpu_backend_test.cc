@@ -9,6 +9,8 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -18,7 +20,7 @@
 namespace kernelserve {
 namespace {
 
-TEST(CudaBackendTest, CreatesOrFailsCleanly) {
+TEST(GpuBackendTest, CreatesOrFailsCleanly) {
   auto b = CreateCudaBackend();
   if (!b.ok()) {
     EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable) << b.status();
@@ -43,7 +45,7 @@ TEST(CudaBackendTest, CreatesOrFailsCleanly) {
   EXPECT_FALSE(be.GetDeviceInfo(be.DeviceCount()).healthy);
 }
 
-TEST(CudaBackendTest, MemoryCopiesAndErrors) {
+TEST(GpuBackendTest, MemoryCopiesAndErrors) {
   auto b = CreateCudaBackend();
   if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
   Backend& be = **b;
@@ -88,7 +90,7 @@ TEST(CudaBackendTest, MemoryCopiesAndErrors) {
 // device-wide synchronization of cudaFree cost a remote call 37 %): a block of
 // the same size bucket comes back, with its copies working; and a cache full
 // of freed blocks never makes an allocation fail that would fit without it.
-TEST(CudaBackendTest, FreedBlocksAreReusedAndNeverCauseOutOfMemory) {
+TEST(GpuBackendTest, FreedBlocksAreReusedAndNeverCauseOutOfMemory) {
   auto b = CreateCudaBackend();
   if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
   Backend& be = **b;
@@ -146,7 +148,7 @@ float Bf16ToFloat(uint16_t b) {
 // attention call whose replays must write exactly the output of a plain
 // launch. A launch that cannot be captured (a copy to the host inside it)
 // comes back FAILED_PRECONDITION and leaves the device healthy and usable.
-TEST(CudaBackendTest, GraphReplaysMatchPlainLaunchesAndCaptureFailsCleanly) {
+TEST(GpuBackendTest, GraphReplaysMatchPlainLaunchesAndCaptureFailsCleanly) {
   auto b = CreateCudaBackend();
   if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
   Backend& be = **b;
@@ -236,7 +238,7 @@ TEST(CudaBackendTest, GraphReplaysMatchPlainLaunchesAndCaptureFailsCleanly) {
 
 // The bf16 GEMM ceiling through cuBLAS loaded at run time: a rate a Hopper
 // card can reach, or UNAVAILABLE naming the library where it is missing.
-TEST(CudaBackendTest, GemmCeilingThroughCublasOrUnavailable) {
+TEST(GpuBackendTest, GemmCeilingThroughCublasOrUnavailable) {
   auto b = CreateCudaBackend();
   if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
   Backend& be = **b;
@@ -255,7 +257,7 @@ TEST(CudaBackendTest, GemmCeilingThroughCublasOrUnavailable) {
 }
 
 // Last: a kernel reading an unmapped address faults the context for good.
-TEST(CudaBackendTest, StickyFaultMarksDeviceUnhealthy) {
+TEST(GpuBackendTest, StickyFaultMarksDeviceUnhealthy) {
   auto b = CreateCudaBackend();
   if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
   Backend& be = **b;
@@ -276,6 +278,46 @@ TEST(CudaBackendTest, StickyFaultMarksDeviceUnhealthy) {
   // Later calls answer UNAVAILABLE without touching the device.
   EXPECT_EQ(be.Allocate(0, 16).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(be.Synchronize(0).code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace kernelserve
+
+namespace kernelserve {
+namespace {
+
+// The variant tables are what the backend lists and runs by name; an entry
+// that does not serve a call declines it before touching anything.
+TEST(GpuBackendTest, VariantTablesAreListedAndRunByName) {
+  auto b = CreateCudaBackend();
+  if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
+  Backend& be = **b;
+  const std::vector<KernelVariantInfo> all = be.KernelVariants();
+  std::set<std::string> names;
+  for (const KernelVariantInfo& v : all) {
+    EXPECT_FALSE(v.description.empty()) << v.name;
+    EXPECT_FALSE(v.serves.empty()) << v.name;
+    EXPECT_TRUE(names.insert(BenchOpName(v.op) + "." + v.name).second) << "listed twice: " << v.name;
+  }
+  for (const char* want : {"attention.wgmma_ws", "attention.mma_sync", "fp8_attention.qgmma", "mla_decode.wgmma_rega",
+                           "moe_gateup.mma_sync"}) {
+    EXPECT_TRUE(names.count(want)) << want;
+  }
+  OpCall call;
+  call.op = BenchOp::kAttention;
+  call.attention.head_dim = 64;
+  TensorView out;
+  const absl::Status wrong_shape = be.RunKernelVariant(0, "wgmma_ws", call, out);
+  EXPECT_EQ(wrong_shape.code(), absl::StatusCode::kUnimplemented) << wrong_shape;
+  EXPECT_NE(wrong_shape.message().find("head_dim 64"), std::string::npos) << wrong_shape;
+  const absl::Status unknown = be.RunKernelVariant(0, "no_such_kernel", call, out);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
+  EXPECT_NE(unknown.message().find("wgmma_ws"), std::string::npos) << unknown;  // lists the table
+  EXPECT_TRUE(be.GetDeviceInfo(0).healthy);
+  const BackendCapabilities caps = be.Capabilities();
+  EXPECT_TRUE(caps.device_timer);
+  EXPECT_TRUE(caps.graph_replay);
+  EXPECT_GT(caps.cache_bytes, 0);
 }
 
 }  // namespace

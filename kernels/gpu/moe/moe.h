@@ -42,6 +42,8 @@ enum class MoeGemm {
   kWgmmaWide = 5,
   kWgmmaWideSw = 6,
 };
+// What kAuto runs for the shape: kMmaSync, kWgmmaSw or kWgmmaWideSw.
+MoeGemm AutoMoeGemm(const MoeParams& p);
 absl::Status RunMoeWithGemm(MoeGemm gemm, int tile_rows, const MoeParams& p, const MoeInputs& in,
                             TensorView& out, cudaStream_t stream);
 

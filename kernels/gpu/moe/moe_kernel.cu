@@ -691,6 +691,13 @@ int ChooseTile(const MoeArgs& a) {
 
 }  // namespace
 
+Gemm AutoGemm(const MoeArgs& a) {
+  MoeArgs as_auto = a;
+  as_auto.gemm = Gemm::kAuto;
+  const int rows = WgmmaRows(as_auto);
+  return rows == 192 ? Gemm::kWgmmaWideSw : rows == 128 ? Gemm::kWgmmaSw : Gemm::kMmaSync;
+}
+
 const char* MoeUnsupported(const MoeArgs& a) {
   // A layer's down half runs on the mma.sync kernel, which has no 192- or 256-row tile.
   if (a.gemm == Gemm::kWgmmaTall && a.stage != Stage::kGateUp) {

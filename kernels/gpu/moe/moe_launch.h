@@ -46,6 +46,9 @@ struct MoeArgs {
   Gemm gemm = Gemm::kAuto;
 };
 
+// The kernel kAuto runs for the shape (kMmaSync, kWgmmaSw or kWgmmaWideSw).
+Gemm AutoGemm(const MoeArgs& a);
+
 // Empty when the shape is served, else why not (-> UNIMPLEMENTED).
 const char* MoeUnsupported(const MoeArgs& a);
 

@@ -18,6 +18,8 @@
 
 // Runtime API.
 #define cudaDevAttrClockRate hipDeviceAttributeClockRate
+#define cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
+#define cudaDevAttrComputeCapabilityMinor hipDeviceAttributeComputeCapabilityMinor
 #define cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeSharedMemPerBlockOptin
 #define cudaDevAttrMemoryClockRate hipDeviceAttributeMemoryClockRate
 #define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount

@@ -1,0 +1,15 @@
+// The variant table of the MXFP4 MoE stages (kernels/gpu/common/kernel_variant.h).
+#ifndef KERNELSERVE_KERNELS_GPU_MOE_MOE_VARIANTS_H_
+#define KERNELSERVE_KERNELS_GPU_MOE_MOE_VARIANTS_H_
+
+#include "kernels/gpu/common/kernel_variant.h"
+
+namespace kernelserve {
+namespace gpu {
+
+const VariantTable& MoeVariants();
+
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_MOE_MOE_VARIANTS_H_
