@@ -20,6 +20,9 @@ HIP_FLAGS = [
     "-nogpulib",
     "--cuda-device-only",
     "-DNDEBUG",
+    # kernels/gpu/common/vendors/hip.h then defines the device-library entry
+    # points HIP's headers call for thread and block ids.
+    "-DKS_HIP_NO_DEVICE_LIBS",
 ]
 
 def _include_flags():
