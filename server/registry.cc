@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/input_checks.h"
 
 namespace kernelserve {
 
@@ -23,6 +24,17 @@ void Reservation::Release() {
   if (owner_ != nullptr) owner_->Release(device_, tenant_, bytes_);
   owner_ = nullptr;
   bytes_ = 0;
+}
+
+void Reservation::Merge(Reservation&& more) {
+  if (more.owner_ == nullptr) return;
+  if (owner_ == nullptr) {
+    *this = std::move(more);
+    return;
+  }
+  bytes_ += more.bytes_;
+  more.owner_ = nullptr;
+  more.bytes_ = 0;
 }
 
 MemoryAccountant::MemoryAccountant(std::vector<int64_t> limits)
@@ -103,7 +115,7 @@ absl::StatusOr<std::shared_ptr<T>> Find(const std::map<std::string, std::shared_
   if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": required"));
   auto it = m.find(id);
   if (it == m.end() || it->second->owner != tenant) {
-    return absl::NotFoundError(absl::StrCat(field, ": no ", kind, " \"", id, "\""));
+    return absl::NotFoundError(absl::StrCat(field, ": no ", kind, " ", QuoteClientText(id)));
   }
   return it->second;
 }

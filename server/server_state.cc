@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/input_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace kernelserve {
@@ -65,8 +66,12 @@ void ServerState::BeginShutdown() {
 }
 
 void ServerState::SetDraining(int device, const std::string& reason) {
+  // The reason is an admin's free text that every refused call quotes.
+  std::string kept = reason.size() <= kMaxKeptStringBytes
+                         ? reason
+                         : absl::StrCat(reason.substr(0, kMaxKeptStringBytes), "...");
   absl::MutexLock lock(&mu_);
-  if (device >= 0 && device < static_cast<int>(draining_reason_.size())) draining_reason_[device] = reason;
+  if (device >= 0 && device < static_cast<int>(draining_reason_.size())) draining_reason_[device] = std::move(kept);
 }
 
 std::string ServerState::draining_reason(int device) const {
@@ -101,6 +106,14 @@ absl::Status ServerState::Allocate(int device, const std::string& tenant, int64_
   if (!m.ok()) return m.status();
   *reservation = std::move(*r);
   *memory = std::move(*m);
+  return absl::OkStatus();
+}
+
+absl::Status ServerState::ChargeHost(int device, const std::string& tenant, int64_t bytes,
+                                     absl::string_view what, Reservation* held) {
+  auto r = accountant_.Reserve(device, tenant, bytes, what);
+  if (!r.ok()) return r.status();
+  held->Merge(std::move(*r));
   return absl::OkStatus();
 }
 

@@ -31,6 +31,7 @@ struct StateOptions {
   int64_t max_message_bytes = 64 << 20;
   std::vector<int64_t> memory_limits;  // per device, bytes
   std::shared_ptr<security::CallGate> gate;  // auth and tenant limits; null: open
+  bool reject_nonfinite = false;  // --reject_nonfinite: NaN/Inf inputs are INVALID_ARGUMENT
 };
 
 class ServerState {
@@ -52,6 +53,17 @@ class ServerState {
   absl::StatusOr<security::CallGate::Admission> Admit(grpc::ServerContext* ctx, bool stream = false) {
     return gate_->Admit(*ctx, stream);
   }
+  // The frame of a handler: one CallLog line, admission (Admit), then
+  // body(&log) under CallLog::Run.
+  template <typename Body>
+  grpc::Status Serve(absl::string_view method, grpc::ServerContext* ctx, bool stream, Body&& body) {
+    CallLog log(method, ctx, &calls_);
+    return log.Run([&]() -> absl::Status {
+      auto admission = Admit(ctx, stream);  // held for the call: the stream slot
+      if (!admission.ok()) return admission.status();
+      return body(&log);
+    });
+  }
   // Tenant of a call ("" with authentication off); owner of what it creates.
   std::string TenantOf(grpc::ServerContext* ctx) const { return gate_->TenantOf(*ctx); }
   security::CallGate& gate() { return *gate_; }
@@ -69,6 +81,13 @@ class ServerState {
   // Device memory for bytes already reserved; call from a device task only.
   absl::StatusOr<std::unique_ptr<DeviceMemory>> AllocateReserved(int device, int64_t bytes,
                                                                  absl::string_view what);
+  // Host memory a call keeps beyond the message in hand (staging, host
+  // copies, the oracle's working set) counts like device memory: against the
+  // device's limit and the tenant's quota, added to *held. RESOURCE_EXHAUSTED
+  // naming `what` and the numbers when it does not fit; *held is unchanged then.
+  absl::Status ChargeHost(int device, const std::string& tenant, int64_t bytes, absl::string_view what,
+                          Reservation* held);
+  bool reject_nonfinite() const { return options_.reject_nonfinite; }
 
   bool healthy(int device) const;
   std::string health_reason(int device) const;

@@ -2,6 +2,10 @@
 #ifndef KERNELSERVE_SERVER_SERVICES_H_
 #define KERNELSERVE_SERVER_SERVICES_H_
 
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
@@ -11,6 +15,27 @@
 namespace kernelserve {
 
 namespace pb = ::kernelserve::v1;
+
+// Lists `objects` into `resp` through fill(object, entry), as many as fit in
+// one response of `max_bytes`; the rest are left out and `truncated` is set.
+// The response is bounded before it is built, however many objects exist.
+template <typename Resp, typename Obj, typename Entry>
+void ListInto(const std::vector<std::shared_ptr<Obj>>& objects, int64_t max_bytes, Resp* resp,
+              Entry* (Resp::*add)(), void (*fill)(const Obj&, Entry*)) {
+  constexpr int64_t kEntryFraming = 16;  // field tag and length prefix, generously
+  int64_t size = 0;
+  for (const auto& object : objects) {
+    Entry entry;
+    fill(*object, &entry);
+    const int64_t n = static_cast<int64_t>(entry.ByteSizeLong()) + kEntryFraming;
+    if (size + n > max_bytes) {
+      resp->set_truncated(true);
+      return;
+    }
+    size += n;
+    (resp->*add)()->Swap(&entry);
+  }
+}
 
 class BufferServiceImpl final : public pb::BufferService::Service {
  public:
