@@ -33,11 +33,11 @@ void FillInfo(const Buffer& b, pb::BufferInfo* info) {
   info->set_created_unix_ms(b.created_unix_ms);
 }
 
-absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
-                      grpc::ServerReader<pb::UploadChunk>* reader, pb::BufferInfo* info,
-                      CallLog* log) {
+absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
+                      pb::BufferInfo* info, CallLog* log) {
   pb::UploadChunk chunk;
   if (!reader->Read(&chunk)) {
+    KS_RETURN_IF_ERROR(reader->status());
     return absl::InvalidArgumentError("header: the stream was empty; the first message must carry the header");
   }
   if (!chunk.has_header()) {
@@ -145,6 +145,7 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
     recycle();
     ++index;
   } while (reader->Read(&chunk));
+  KS_RETURN_IF_ERROR(reader->status());
   if (ctx->IsCancelled()) return absl::CancelledError("upload cancelled by the client");
   if (received != total) {
     return absl::InvalidArgumentError(absl::StrCat("data: ", ByteCountMismatch(desc, received)));
@@ -203,8 +204,12 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
 
 }  // namespace
 
-grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx,
-                                       grpc::ServerReader<pb::UploadChunk>* reader,
+BufferServiceImpl::BufferServiceImpl(ServerState* state) : state_(state) {
+  constexpr int kUploadMethod = 0;  // its position in tensor.proto's BufferService
+  MarkMethodStreamed(kUploadMethod, DecodingHandler(this, &BufferServiceImpl::Upload));
+}
+
+grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
                                        pb::BufferInfo* info) {
   return state_->Serve("BufferService.Upload", ctx, /*stream=*/true,
                        [&](CallLog* log) { return DoUpload(state_, ctx, reader, info, log); });

@@ -44,6 +44,8 @@ ABSL_FLAG(int64_t, memory_limit_mb, 0,
 ABSL_FLAG(std::string, log_level, "info", "debug|info|warn (debug logs one line per call)");
 ABSL_FLAG(std::string, data_dir, "",
           "directory for persistent state (bench.db, the benchmark jobs); empty: jobs live in memory only");
+ABSL_FLAG(bool, reject_nonfinite, false,
+          "refuse NaN/Inf in op inputs and pool writes (INVALID_ARGUMENT naming the tensor and element)");
 ABSL_FLAG(std::string, config, "", "file of flag=value lines applied before the command line");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long running calls may take to finish");
@@ -134,6 +136,7 @@ int main(int argc, char** argv) {
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.memory_limit_mb = absl::GetFlag(FLAGS_memory_limit_mb);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.reject_nonfinite = absl::GetFlag(FLAGS_reject_nonfinite);
   kernelserve::bench::ApplyBenchFlags(&options.bench);
   kernelserve::ApplyNodeFlags(&options);
 

@@ -216,9 +216,8 @@ struct StagedRows {
 // The stream is staged whole (charged to the device's memory limit) and
 // written in one device task at its end: a bad message anywhere, a client
 // that goes away or a memory refusal leaves the pool as it was.
-absl::Status DoWrite(ServerState* state, grpc::ServerContext* ctx,
-                     grpc::ServerReader<pb::WritePoolChunk>* reader, pb::WritePoolResponse* resp,
-                     CallLog* log) {
+absl::Status DoWrite(ServerState* state, grpc::ServerContext* ctx, DecodingReader<pb::WritePoolChunk>* reader,
+                     pb::WritePoolResponse* resp, CallLog* log) {
   const std::string tenant = state->TenantOf(ctx);
   std::shared_ptr<Pool> pool;
   pb::WritePoolChunk chunk;
@@ -272,6 +271,9 @@ absl::Status DoWrite(ServerState* state, grpc::ServerContext* ctx,
     written += n;
     chunk.Clear();
     ++index;
+  }
+  if (!reader->status().ok()) {
+    return absl::Status(reader->status().code(), absl::StrCat(reader->status().message(), "; nothing was written"));
   }
   if (index == 0) return absl::InvalidArgumentError("pool_id: the stream was empty");
   if (ctx->IsCancelled()) return absl::CancelledError("pool write cancelled by the client; nothing was written");
@@ -371,8 +373,12 @@ grpc::Status PoolServiceImpl::Create(grpc::ServerContext* ctx, const pb::CreateP
                        [&](CallLog*) { return DoCreate(state_, ctx, *req, info); });
 }
 
-grpc::Status PoolServiceImpl::Write(grpc::ServerContext* ctx,
-                                    grpc::ServerReader<pb::WritePoolChunk>* reader,
+PoolServiceImpl::PoolServiceImpl(ServerState* state) : state_(state) {
+  constexpr int kWriteMethod = 1;  // its position in pool.proto's PoolService
+  MarkMethodStreamed(kWriteMethod, DecodingHandler(this, &PoolServiceImpl::Write));
+}
+
+grpc::Status PoolServiceImpl::Write(grpc::ServerContext* ctx, DecodingReader<pb::WritePoolChunk>* reader,
                                     pb::WritePoolResponse* resp) {
   return state_->Serve("PoolService.Write", ctx, /*stream=*/true,
                        [&](CallLog* log) { return DoWrite(state_, ctx, reader, resp, log); });

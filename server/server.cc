@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   state_options.queue_capacity = options.queue_capacity;
   state_options.max_message_bytes = static_cast<int64_t>(options.max_message_mb) << 20;
   state_options.gate = node->gate;
+  state_options.reject_nonfinite = options.reject_nonfinite;
   for (int d = 0; d < devices; ++d) {
     int64_t limit = options.memory_limit_mb << 20;
     if (options.memory_limit_mb == 0) {
@@ -184,6 +185,12 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
     if (!r.ok()) return r.status();
     return std::shared_ptr<void>(std::make_shared<Reservation>(std::move(*r)));
   };
+  bench_options.describe_buffer = [state](const std::string& id,
+                                          const std::string& tenant) -> absl::StatusOr<TensorDesc> {
+    auto buffer = state->registry().GetBuffer("buffer_id", id, tenant);
+    if (!buffer.ok()) return buffer.status();
+    return (*buffer)->desc;
+  };
   auto runner = [state](int device, std::function<absl::Status()> fn) {
     return state->RunOnDevice(device, nullptr, std::move(fn));
   };
@@ -217,7 +224,7 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
     *hold = std::make_shared<security::CallGate::Admission>(std::move(*admission));
     return absl::OkStatus();
   };
-  bench_service_ = std::make_unique<bench::BenchServiceImpl>(bench_.get(), admit);
+  bench_service_ = std::make_unique<bench::BenchServiceImpl>(bench_.get(), admit, state->max_payload_bytes());
   return absl::OkStatus();
 }
 

@@ -38,6 +38,9 @@ struct ServerOptions {
   int cpu_threads = 0;                     // CPU backend threads; 0: all hardware threads
   int64_t memory_limit_mb = 0;             // per device; 0: 90% of device memory
   std::string data_dir;                    // holds bench.db, the benchmark jobs database
+  // NaN/Inf in an op's float inputs or a pool write's rows: INVALID_ARGUMENT
+  // naming the tensor and the first such element.
+  bool reject_nonfinite = false;
   bench::BenchOptions bench;               // benchmark jobs (flags: server/bench/bench_flags.cc)
   // Shared nodes: TLS, tokens, per-tenant limits (server/node_flags.cc has the flags).
   security::NodeSecurityOptions security;

@@ -10,6 +10,7 @@
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
 #include "kernelserve/v1/tensor.grpc.pb.h"
+#include "server/decoding_reader.h"
 #include "server/server_state.h"
 
 namespace kernelserve {
@@ -39,9 +40,9 @@ void ListInto(const std::vector<std::shared_ptr<Obj>>& objects, int64_t max_byte
 
 class BufferServiceImpl final : public pb::BufferService::Service {
  public:
-  explicit BufferServiceImpl(ServerState* state) : state_(state) {}
-  grpc::Status Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb::UploadChunk>* reader,
-                      pb::BufferInfo* info) override;
+  explicit BufferServiceImpl(ServerState* state);
+  // Upload decodes its messages itself (decoding_reader.h).
+  grpc::Status Upload(grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader, pb::BufferInfo* info);
   grpc::Status Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
                         grpc::ServerWriter<pb::DownloadChunk>* writer) override;
   grpc::Status Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,
@@ -55,11 +56,12 @@ class BufferServiceImpl final : public pb::BufferService::Service {
 
 class PoolServiceImpl final : public pb::PoolService::Service {
  public:
-  explicit PoolServiceImpl(ServerState* state) : state_(state) {}
+  explicit PoolServiceImpl(ServerState* state);
   grpc::Status Create(grpc::ServerContext* ctx, const pb::CreatePoolRequest* req,
                       pb::PoolInfo* info) override;
-  grpc::Status Write(grpc::ServerContext* ctx, grpc::ServerReader<pb::WritePoolChunk>* reader,
-                     pb::WritePoolResponse* resp) override;
+  // Write decodes its messages itself (decoding_reader.h).
+  grpc::Status Write(grpc::ServerContext* ctx, DecodingReader<pb::WritePoolChunk>* reader,
+                     pb::WritePoolResponse* resp);
   grpc::Status Read(grpc::ServerContext* ctx, const pb::ReadPoolRequest* req,
                     grpc::ServerWriter<pb::ReadPoolChunk>* writer) override;
   grpc::Status Stats(grpc::ServerContext* ctx, const pb::PoolStatsRequest* req,

@@ -900,16 +900,20 @@ TEST(SharedNodeJobs, AdminJobsReadTheAdminsOwnBuffers) {
   // alice cannot see the admin's job, nor read the admin's buffers in hers.
   EXPECT_EQ(alice.Get(ops_job, &job).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(alice.List().empty());
-  ASSERT_TRUE(alice.Submit(spec, &job).ok());
-  const std::string alice_job = job.id();
-  job = alice.WaitFinal(alice_job);
-  EXPECT_EQ(job.state(), pb::JOB_FAILED);
-  EXPECT_EQ(job.error_code(), static_cast<int>(absl::StatusCode::kNotFound)) << job.error();
+  // Her submission answers exactly as for buffers that never existed, and
+  // leaves no job.
+  grpc::Status refused = alice.Submit(spec, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::NOT_FOUND) << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "spec.inputs.buffers[\"k\"]")) << refused.error_message();
+  EXPECT_TRUE(alice.List().empty());
   // The admin still sees and reads every tenant's jobs.
+  ASSERT_TRUE(alice.Submit(SmallAttention(64), &job).ok());
+  const std::string alice_job = job.id();
   const std::vector<std::string> all = ops.List();
   EXPECT_EQ(all.size(), 2u);
   ASSERT_TRUE(ops.Get(alice_job, &job).ok());
   EXPECT_EQ(job.tenant(), "alice");
+  alice.WaitFinal(alice_job);
 }
 
 }  // namespace

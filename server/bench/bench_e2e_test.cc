@@ -266,22 +266,20 @@ TEST_F(BenchE2eTest, UploadedBuffersAsInputs) {
   ASSERT_EQ(done->state(), pb::JOB_DONE) << done->error();
   EXPECT_TRUE(done->results(0).correct()) << done->results(0).gate_message();
 
-  // A buffer of the wrong shape is reported by name.
+  // A buffer of the wrong shape, and a missing one, are refused at Submit
+  // by name, and no job is left behind.
+  const size_t jobs_before = client_->List(pb::ListBenchRequest())->size();
   (*s.mutable_inputs()->mutable_buffers())["k"] = q->id();
   s.mutable_attention()->set_seq_kv(64);
   job = client_->Submit(s);
-  ASSERT_TRUE(job.ok());
-  done = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
-  ASSERT_TRUE(done.ok());
-  EXPECT_EQ(done->state(), pb::JOB_FAILED);
-  EXPECT_THAT(done->error(), HasSubstr("buffers[\"k\"]"));
-  // A missing buffer too.
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("buffers[\"k\"]"));
   s.mutable_attention()->set_seq_kv(0);
   (*s.mutable_inputs()->mutable_buffers())["k"] = "buf-00000000000000000000000000000000";
   job = client_->Submit(s);
-  done = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
-  EXPECT_EQ(done->state(), pb::JOB_FAILED);
-  EXPECT_EQ(done->error_code(), static_cast<int>(absl::StatusCode::kNotFound)) << done->error();
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound) << job.status();
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("spec.inputs.buffers[\"k\"]"));
+  EXPECT_EQ(client_->List(pb::ListBenchRequest())->size(), jobs_before);
 }
 
 // One server per data dir: a second one fails to start naming the lock (and
