@@ -25,35 +25,14 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 const std::string kLongId(64 << 10, 'x');  // over any metadata limit if echoed whole
 const std::string kLongText(1024, 'y');    // over the kept-string limit
 
-pb::Tensor Tensor(pb::DType dtype, std::vector<int64_t> shape, std::string data) {
-  pb::Tensor t;
-  t.set_dtype(dtype);
-  for (int64_t d : shape) t.add_shape(d);
-  t.set_data(std::move(data));
-  return t;
-}
-
-// Finite bf16 values in [-2, 2).
-std::string Bf16(int64_t n) {
-  std::string out(static_cast<size_t>(2 * n), '\0');
-  uint32_t seed = 12345;
-  for (int64_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    const uint16_t v = static_cast<uint16_t>(0x3C00 | (seed >> 16 & 0x83FF));
-    std::memcpy(&out[static_cast<size_t>(2 * i)], &v, 2);
-  }
-  return out;
-}
-
 pb::Tensor Bf16Tensor(std::vector<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  return Tensor(pb::BF16, shape, Bf16(n));
+  return Tensor(pb::BF16, shape, Bf16Bytes(n));
 }
 
 pb::Tensor Int32s(const std::vector<int32_t>& v) {
-  return Tensor(pb::INT32, {static_cast<int64_t>(v.size())},
-                std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size()));
+  return Tensor(pb::INT32, {static_cast<int64_t>(v.size())}, Int32Bytes(v));
 }
 
 pb::TensorRef Ref(pb::Tensor t) {
@@ -523,6 +502,12 @@ void PoolCases(const CorpusIds& ids, Builder* b) {
     *r->mutable_slots() = Int32s(slots);
   }, Code::CANCELLED, "");
   b->last().read_then_cancel = 4;
+  read("2^20 slots of the MLA pool", [&](Q* r) {
+    r->clear_start();
+    r->clear_count();
+    *r->mutable_slots() = Int32s(std::vector<int32_t>(1 << 20, 7));
+  }, Code::CANCELLED, "");
+  b->last().read_then_cancel = 2;
   read("2^20 slots, 127-row chunks", [&](Q* r) {
     r->clear_start();
     r->clear_count();
@@ -562,30 +547,12 @@ void DeviceCases(Builder* b) {
   b->last().auth = Auth::kAdmin;
 }
 
-// A small job every backend runs in milliseconds.
-pb::BenchJobSpec SmallJob() {
-  pb::BenchJobSpec s;
-  s.set_name("corpus");
-  s.set_op(pb::OP_ATTENTION);
-  pb::AttentionShape* a = s.mutable_attention();
-  a->set_batch(1);
-  a->set_heads_q(2);
-  a->set_heads_kv(1);
-  a->set_seq_q(4);
-  a->set_seq_kv(70);
-  a->set_head_dim(128);
-  a->set_causal(true);
-  s.mutable_method()->set_warmup(1);
-  s.mutable_method()->set_iters(2);
-  return s;
-}
-
 void BenchCases(const CorpusIds& ids, Builder* b) {
   using S = pb::BenchJobSpec;
   auto submit = [&](const std::string& name, const std::function<void(S*)>& edit, Code code,
                     const std::string& substr) {
     pb::SubmitBenchRequest r;
-    *r.mutable_spec() = SmallJob();
+    *r.mutable_spec() = SmallJob(pb::OP_ATTENTION);
     edit(r.mutable_spec());
     b->Add("Submit: " + name, kSubmit, r, code, substr);
   };
@@ -753,6 +720,72 @@ void WireCases(Builder* b) {
 }
 
 }  // namespace
+
+pb::Tensor Tensor(pb::DType dtype, std::vector<int64_t> shape, std::string data) {
+  pb::Tensor t;
+  t.set_dtype(dtype);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(std::move(data));
+  return t;
+}
+
+std::string Bf16Bytes(int64_t n, uint32_t seed) {
+  std::string out(static_cast<size_t>(2 * n), '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    const uint16_t v = static_cast<uint16_t>(0x3C00 | (seed >> 16 & 0x83FF));
+    std::memcpy(&out[static_cast<size_t>(2 * i)], &v, 2);
+  }
+  return out;
+}
+
+std::string Int32Bytes(const std::vector<int32_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size());
+}
+
+pb::BenchJobSpec SmallJob(pb::BenchOp op) {
+  pb::BenchJobSpec s;
+  s.set_name(absl::StrCat("small/", pb::BenchOp_Name(op)));
+  s.set_op(op);
+  switch (op) {
+    case pb::OP_ATTENTION:
+    case pb::OP_FP8_ATTENTION: {
+      pb::AttentionShape* a = s.mutable_attention();
+      a->set_batch(1);
+      a->set_heads_q(2);
+      a->set_heads_kv(1);
+      a->set_seq_q(4);
+      a->set_seq_kv(70);
+      a->set_head_dim(128);
+      a->set_causal(true);
+      break;
+    }
+    case pb::OP_MLA_DECODE: {
+      pb::MlaDecodeShape* m = s.mutable_mla();
+      m->set_batch(1);
+      m->set_q_len(2);
+      m->set_heads(2);
+      m->set_seq_len(8);
+      m->set_num_splits(2);
+      break;
+    }
+    default: {
+      pb::MoeShape* m = s.mutable_moe();
+      m->set_tokens(2);
+      m->set_experts(4);
+      m->set_top_k(2);
+      m->set_hidden(64);
+      m->set_inter(32);
+      m->set_swiglu(op == pb::OP_MOE_GATEUP);
+      m->set_weighted_sum(op == pb::OP_MOE_DOWN);
+      break;
+    }
+  }
+  s.mutable_method()->set_method(pb::METHOD_KERNEL);
+  s.mutable_method()->set_warmup(1);
+  s.mutable_method()->set_iters(2);
+  return s;
+}
 
 std::vector<std::string> AllMethods() {
   return {kAttention, kFp8,     kMla,     kMoe,      kUpload, kDownload, kFree,      kListBuffers,

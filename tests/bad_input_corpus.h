@@ -9,10 +9,13 @@
 #ifndef KERNELSERVE_TESTS_BAD_INPUT_CORPUS_H_
 #define KERNELSERVE_TESTS_BAD_INPUT_CORPUS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "grpcpp/support/status.h"
+#include "kernelserve/v1/bench.pb.h"
+#include "kernelserve/v1/tensor.pb.h"
 
 namespace kernelserve {
 namespace corpus {
@@ -48,6 +51,14 @@ struct BadInput {
 };
 
 std::vector<BadInput> BadInputs(const CorpusIds& ids);
+
+// Request-building helpers the corpus and the fuzz seeds share.
+::kernelserve::v1::Tensor Tensor(::kernelserve::v1::DType dtype, std::vector<int64_t> shape, std::string data);
+// `n` bf16 values in [-2, 2): bit patterns with a small exponent, never NaN/Inf.
+std::string Bf16Bytes(int64_t n, uint32_t seed = 12345);
+std::string Int32Bytes(const std::vector<int32_t>& v);
+// A benchmark job of `op` every method can run in milliseconds on the CPU backend.
+::kernelserve::v1::BenchJobSpec SmallJob(::kernelserve::v1::BenchOp op);
 
 // Every method of the kernelserve.v1 services, as "/package.Service/Method".
 std::vector<std::string> AllMethods();
