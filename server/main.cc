@@ -12,7 +12,8 @@
 // travel as buffers in chunks (BufferService.Upload / Download).
 //
 // SIGTERM / SIGINT: stop accepting calls, let running calls finish for up to
-// --shutdown_grace, then exit 0.
+// --shutdown_grace, then exit 0. SIGHUP: re-read the TLS certificate, key and
+// client CA and the tokens file (new connections and calls use them).
 #include <signal.h>
 
 #include <cstdio>
@@ -126,6 +127,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   kernelserve::ServerOptions options;
@@ -146,7 +148,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    spdlog::info("received SIGHUP: reloading the TLS certificates and the tokens file");
+    absl::Status reloaded = (*server)->ReloadCredentials();
+    if (!reloaded.ok()) spdlog::error("reload: {}", reloaded.ToString());
+  }
   spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   (*server)->Wait();

@@ -120,6 +120,8 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  server->credentials_ = node->credentials;
+  server->tls_ = node->tls;
   builder.AddListeningPort(options.listen, node->credentials, &server->port_);
   // No SO_REUSEPORT: a second server on a port in use must fail to start, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -236,6 +238,14 @@ void KernelServer::UpdateHealth() {
   const bool serving = state_->AnyHealthy();
   health->SetServingStatus("", serving);
   for (const char* name : kServiceNames) health->SetServingStatus(name, serving);
+}
+
+absl::Status KernelServer::ReloadCredentials() {
+  absl::Status tls = tls_ != nullptr ? tls_->Reload() : absl::OkStatus();
+  absl::Status tokens = state_->gate().ReloadTokens();
+  if (!tokens.ok()) spdlog::error("tokens reload failed; keeping the previous tokens: {}", tokens.ToString());
+  if (!tls.ok()) return tls;
+  return tokens;
 }
 
 int KernelServer::metrics_port() const { return endpoints_ ? endpoints_->metrics_port() : 0; }

@@ -13,9 +13,11 @@
 #include "server/bench/scheduler.h"
 #include "server/device_worker.h"
 #include "server/security/call_gate.h"
+#include "server/security/tls.h"
 
 namespace grpc {
 class Server;
+class ServerCredentials;
 }  // namespace grpc
 
 namespace kernelserve {
@@ -76,6 +78,10 @@ class KernelServer {
   WorkerStats worker_stats(int device) const;
   // The one line describing how the backend was chosen (auto fallback).
   const std::string& backend_note() const { return backend_note_; }
+  // SIGHUP: reads the TLS certificate, key and client CA, and the tokens
+  // file, now (both also reload by themselves when their files change). Not
+  // OK names what did not load; what was in use stays.
+  absl::Status ReloadCredentials();
 
  private:
   KernelServer() = default;
@@ -91,6 +97,9 @@ class KernelServer {
   std::unique_ptr<DeviceServiceImpl> device_service_;
   std::unique_ptr<bench::BenchScheduler> bench_;  // uses state_'s workers
   std::unique_ptr<bench::BenchServiceImpl> bench_service_;
+  // Before server_: its listener uses them until it is gone.
+  std::shared_ptr<grpc::ServerCredentials> credentials_;
+  std::shared_ptr<security::ServerTls> tls_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;
