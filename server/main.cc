@@ -41,7 +41,8 @@ ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message, both directions, in Mi
 ABSL_FLAG(int, queue_capacity, 64, "calls that may wait per device; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads; 0: all hardware threads");
 ABSL_FLAG(int64_t, memory_limit_mb, 0,
-          "accounted buffer and pool memory per device in MiB; 0: 90% of device memory");
+          "accounted memory per device in MiB: buffers, pools and what calls hold in flight (their host "
+          "staging and copies too); 0: 90% of device memory");
 ABSL_FLAG(std::string, log_level, "info", "debug|info|warn (debug logs one line per call)");
 ABSL_FLAG(std::string, data_dir, "",
           "directory for persistent state (bench.db, the benchmark jobs); empty: jobs live in memory only");
