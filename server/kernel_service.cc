@@ -56,9 +56,6 @@ struct OpHooks {
   std::function<int64_t()> oracle_bytes;
 };
 
-// Host window through which --reject_nonfinite scans a buffer input.
-constexpr int64_t kFiniteScanBytes = 4 << 20;
-
 class OpCall {
  public:
   OpCall(ServerState* state, grpc::ServerContext* ctx, CallLog* log)
@@ -241,26 +238,12 @@ class OpCall {
   // window (charged); a pool was checked when its rows were written.
   absl::Status CheckFinite(Input* in) {
     if (in->pool || !HasNonFinite(in->desc.dtype)) return absl::OkStatus();
-    const int64_t elements = in->desc.num_elements();
     if (in->has_host || in->inline_tensor != nullptr) {
       const void* bytes = in->has_host ? static_cast<const void*>(in->host.bytes())
                                        : static_cast<const void*>(in->inline_tensor->data().data());
-      return kernelserve::CheckFinite(in->field, in->desc, bytes, 0, elements);
+      return kernelserve::CheckFinite(in->field, in->desc, bytes, 0, in->desc.num_elements());
     }
-    const int64_t element_bytes = NumBytes(in->desc.dtype, 1);
-    const int64_t window = std::min(elements, kFiniteScanBytes / element_bytes);
-    Reservation hold;
-    KS_RETURN_IF_ERROR(state_->ChargeHost(device_, tenant_, window * element_bytes,
-                                          absl::StrCat("non-finite scan of ", in->field), &hold));
-    std::vector<uint8_t> host(static_cast<size_t>(window * element_bytes));
-    const auto* src = static_cast<const uint8_t*>(in->buffer->memory->data());
-    for (int64_t first = 0; first < elements; first += window) {
-      const int64_t n = std::min(window, elements - first);
-      KS_RETURN_IF_ERROR(state_->backend().CopyToHost(device_, host.data(), src + first * element_bytes,
-                                                      static_cast<size_t>(n * element_bytes)));
-      KS_RETURN_IF_ERROR(kernelserve::CheckFinite(in->field, in->desc, host.data(), first, n));
-    }
-    return absl::OkStatus();
+    return state_->CheckBufferFinite(*in->buffer, tenant_, in->field);
   }
 
   absl::Status Stage(Input* in) {

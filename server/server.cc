@@ -193,6 +193,15 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
     if (!buffer.ok()) return buffer.status();
     return (*buffer)->desc;
   };
+  if (options.reject_nonfinite) {
+    bench_options.check_buffer = [state](const std::string& id, const std::string& tenant,
+                                         const std::string& field) -> absl::Status {
+      auto buffer = state->registry().GetBuffer("buffer_id", id, tenant);
+      if (!buffer.ok()) return buffer.status();
+      return state->RunOnDevice((*buffer)->device, nullptr,
+                                [&] { return state->CheckBufferFinite(**buffer, tenant, field); });
+    };
+  }
   auto runner = [state](int device, std::function<absl::Status()> fn) {
     return state->RunOnDevice(device, nullptr, std::move(fn));
   };

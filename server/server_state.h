@@ -88,6 +88,12 @@ class ServerState {
   absl::Status ChargeHost(int device, const std::string& tenant, int64_t bytes, absl::string_view what,
                           Reservation* held);
   bool reject_nonfinite() const { return options_.reject_nonfinite; }
+  // --reject_nonfinite for a server-resident buffer: INVALID_ARGUMENT naming
+  // `field` and the first NaN / Inf element (CheckFinite, tensor_proto.h).
+  // The bytes pass through a small host window charged to `tenant`, so a
+  // large buffer costs no more host memory than a small one. Call from a
+  // device task only.
+  absl::Status CheckBufferFinite(const Buffer& buffer, const std::string& tenant, absl::string_view field);
 
   bool healthy(int device) const;
   std::string health_reason(int device) const;

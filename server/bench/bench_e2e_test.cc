@@ -1,6 +1,8 @@
 // The whole benchmark flow over loopback gRPC: a real KernelServer on the CPU
 // backend, the client library's BenchClient, the exports and the CI gate.
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -280,6 +282,85 @@ TEST_F(BenchE2eTest, UploadedBuffersAsInputs) {
   EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound) << job.status();
   EXPECT_THAT(std::string(job.status().message()), HasSubstr("spec.inputs.buffers[\"k\"]"));
   EXPECT_EQ(client_->List(pb::ListBenchRequest())->size(), jobs_before);
+}
+
+// A benchmark server of its own on `data_dir`, with its client library.
+struct JobServer {
+  std::unique_ptr<KernelServer> server;
+  std::unique_ptr<Client> client;
+  std::unique_ptr<BenchClient> bench;
+};
+
+JobServer StartJobServer(const std::string& data_dir, bool reject_nonfinite = false) {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.backend = "cpu";
+  o.cpu_threads = 2;
+  o.data_dir = data_dir;
+  o.reject_nonfinite = reject_nonfinite;
+  o.bench.test_variants = true;
+  JobServer js;
+  auto s = KernelServer::Start(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return js;
+  js.server = std::move(*s);
+  ClientOptions co;
+  co.target = "127.0.0.1:" + std::to_string(js.server->port());
+  co.default_timeout = absl::Seconds(30);
+  auto c = Client::Connect(co);
+  auto b = BenchClient::Connect(co);
+  EXPECT_TRUE(c.ok() && b.ok());
+  if (c.ok()) js.client = std::move(*c);
+  if (b.ok()) js.bench = std::move(*b);
+  return js;
+}
+
+// Job ids and states, as List reports them.
+std::vector<std::string> JobList(BenchClient* bench) {
+  auto jobs = bench->List(pb::ListBenchRequest());
+  EXPECT_TRUE(jobs.ok()) << jobs.status();
+  std::vector<std::string> out;
+  if (jobs.ok()) {
+    for (const pb::BenchJob& j : *jobs) out.push_back(j.id() + " " + pb::BenchJobState_Name(j.state()));
+  }
+  return out;
+}
+
+// --reject_nonfinite: a job whose named buffer holds NaN or Inf is refused
+// at Submit naming the input and the element, and leaves no job.
+TEST(BenchSubmitTest, RejectNonfiniteRefusesJobsOnNonfiniteBuffers) {
+  JobServer js = StartJobServer("", /*reject_nonfinite=*/true);
+  ASSERT_NE(js.bench, nullptr);
+  HostTensor bad = numerics::GaussianBf16({1, 2, 64, 64}, 2);
+  const uint16_t nan = 0x7FC0;
+  std::memcpy(bad.bytes() + 2 * 200, &nan, 2);           // [0,0,3,8]
+  std::memcpy(bad.bytes() + 2 * (bad.num_bytes() / 2 - 1), &nan, 2);  // and the last: the first is named
+  auto q = js.client->UploadBuffer(numerics::GaussianBf16({1, 2, 64, 64}, 1));
+  auto k = js.client->UploadBuffer(bad);
+  auto finite_k = js.client->UploadBuffer(numerics::GaussianBf16({1, 2, 64, 64}, 3));
+  ASSERT_TRUE(q.ok() && k.ok() && finite_k.ok());
+  pb::BenchJobSpec spec;
+  spec.set_op(pb::OP_ATTENTION);
+  spec.mutable_attention()->set_batch(1);
+  spec.mutable_attention()->set_heads_q(2);
+  spec.mutable_attention()->set_seq_q(64);
+  spec.mutable_attention()->set_head_dim(64);
+  spec.add_variants("cpu");
+  spec.mutable_inputs()->set_kind(pb::INPUT_BUFFERS);
+  (*spec.mutable_inputs()->mutable_buffers())["q"] = q->id();
+  (*spec.mutable_inputs()->mutable_buffers())["k"] = k->id();
+  spec.mutable_method()->set_warmup(1);
+  spec.mutable_method()->set_iters(1);
+  auto job = js.bench->Submit(spec);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr("spec.inputs.buffers[\"k\"][0,0,3,8]: NaN (element 200 of bf16[1,2,64,64]); "
+                        "--reject_nonfinite refuses non-finite inputs"));
+  EXPECT_TRUE(JobList(js.bench.get()).empty());
+  (*spec.mutable_inputs()->mutable_buffers())["k"] = finite_k->id();
+  job = js.bench->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(js.bench->Watch(job->id(), [](const pb::BenchEvent&) {})->state(), pb::JOB_DONE);
 }
 
 // One server per data dir: a second one fails to start naming the lock (and

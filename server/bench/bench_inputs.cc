@@ -543,7 +543,7 @@ absl::Status CheckBufferShape(const std::map<std::string, TensorDesc>& descs, co
 }  // namespace
 
 absl::Status CheckSpecBuffers(const pb::BenchJobSpec& spec, const BufferDescriber& describe,
-                              const std::string& tenant) {
+                              const std::string& tenant, const BufferContentCheck& check_contents) {
   if (spec.inputs().buffers().empty()) return absl::OkStatus();
   if (!describe) return absl::FailedPreconditionError("this server cannot read buffers for jobs");
   KS_ASSIGN_OR_RETURN(auto descs, SpecDescs(spec));
@@ -555,6 +555,12 @@ absl::Status CheckSpecBuffers(const pb::BenchJobSpec& spec, const BufferDescribe
                           absl::StrCat("spec.inputs.buffers[\"", name, "\"]: ", d.status().message()));
     }
     KS_RETURN_IF_ERROR(CheckBufferShape(descs, name, id, *d));
+  }
+  // The contents last: reading them is the costly part.
+  if (check_contents) {
+    for (const auto& [name, id] : buffers) {
+      KS_RETURN_IF_ERROR(check_contents(id, tenant, absl::StrCat("spec.inputs.buffers[\"", name, "\"]")));
+    }
   }
   return absl::OkStatus();
 }

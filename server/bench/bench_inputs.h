@@ -50,12 +50,19 @@ struct PreparedJob {
 // more host/device memory than that (checked before anything is allocated).
 absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops = nullptr, double max_bytes = 0);
 
+// A check of the bytes of a tenant's buffer (--reject_nonfinite), whose
+// error names `field` ("spec.inputs.buffers[\"q\"]") and the element.
+using BufferContentCheck = std::function<absl::Status(const std::string& buffer_id, const std::string& tenant,
+                                                      const std::string& field)>;
+
 // At submission, for INPUT_BUFFERS: every buffer the spec names exists for
 // `tenant` (NOT_FOUND naming the input otherwise) and, where the job would
-// generate that input in the buffer's dtype, has the job's shape. PrepareJob
-// checks the same again when the job starts (a buffer may be freed between).
+// generate that input in the buffer's dtype, has the job's shape; then, when
+// `check_contents` is set, every buffer passes it. PrepareJob checks the
+// first two again when the job starts (a buffer may be freed between; its
+// bytes never change).
 absl::Status CheckSpecBuffers(const pb::BenchJobSpec& spec, const BufferDescriber& describe,
-                              const std::string& tenant);
+                              const std::string& tenant, const BufferContentCheck& check_contents = nullptr);
 
 // Human-readable shape ("B=1 Hq=8 Hkv=8 Sq=512 Skv=512 D=128 causal").
 std::string ShapeDesc(const pb::BenchJobSpec& spec);

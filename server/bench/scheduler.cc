@@ -395,7 +395,9 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec, const 
   if (spec.inputs().kind() == pb::INPUT_BUFFERS && spec.inputs().buffers().empty()) {
     return absl::InvalidArgumentError("spec.inputs.buffers: INPUT_BUFFERS needs at least one buffer id");
   }
-  if (options_.describe_buffer) KS_RETURN_IF_ERROR(CheckSpecBuffers(spec, options_.describe_buffer, tenant));
+  if (options_.describe_buffer) {
+    KS_RETURN_IF_ERROR(CheckSpecBuffers(spec, options_.describe_buffer, tenant, options_.check_buffer));
+  }
   return absl::OkStatus();
 }
 

@@ -88,6 +88,9 @@ struct BenchOptions {
   // The dtype and shape of a tenant's buffer, so that Submit refuses a job
   // naming a buffer that does not exist; null: checked only when the job starts.
   BufferDescriber describe_buffer;
+  // --reject_nonfinite: Submit refuses a job whose named buffers hold NaN or
+  // Inf (INVALID_ARGUMENT naming the input and the element); null: no check.
+  BufferContentCheck check_buffer;
   double default_time_limit_s = 900;  // when a job gives none
   double max_time_limit_s = 3600;
   double min_warmin_s = 1.0;   // sustained: at least this warm-in (tests lower it)
