@@ -283,6 +283,32 @@ int64_t OracleBytes(std::initializer_list<const Input*> inputs, const TensorDesc
   return 8 * elements;
 }
 
+// What a MoE call holds besides its inputs and output, which its shapes
+// multiply far past the request's own size (top_k and the expert widths: a
+// 4 MiB topk_ids names a million pairs). The backend cannot be asked, so this
+// bounds the in-tree backends' working sets: the cpu backend's fp32 per-pair
+// activations (x, gate/up and their SwiGLU, down, the weighted sum; it holds
+// them for a block of tokens at a time, charged here for the whole call) and
+// its 16 dequantized weight rows per thread; the cuda backend's bf16 layer
+// intermediate and fp32 per-pair outputs (less than the fp32 activations) and
+// its routing tables (expert counts, tiles of up to 128 sorted pairs).
+int64_t MoeWorkspaceBytes(const MoeParams& p, int compute_units) {
+  const bool gate_up = p.stage != MoeStage::kDown;
+  const bool down = p.stage != MoeStage::kGateUp;
+  const bool weighted = p.stage == MoeStage::kLayer || (p.stage == MoeStage::kDown && p.weighted_sum);
+  // In double: shapes from buffers may multiply past int64.
+  const double tokens = static_cast<double>(p.tokens), pairs = tokens * static_cast<double>(p.top_k);
+  const double inter = static_cast<double>(p.inter), out_dim = static_cast<double>(p.out_dim);
+  const double experts = static_cast<double>(p.experts);
+  double floats = gate_up ? tokens * static_cast<double>(p.hidden) + 3 * pairs * inter : pairs * inter;
+  if (down) floats += pairs * out_dim;
+  if (weighted) floats += tokens * out_dim;
+  const double routing = 4 * (2 * pairs + 130 * std::min(pairs, experts) + 3 * experts) + 4096;
+  const double dequant = 64.0 * std::max(compute_units, 1) * static_cast<double>(std::max(p.hidden, p.inter));
+  const double bytes = 4 * floats + routing + dequant;
+  return bytes >= 0x1p62 ? int64_t{1} << 62 : static_cast<int64_t>(bytes);
+}
+
 void FillError(const ErrorReport& r, pb::ErrorReport* out) {
   out->set_rel_rms(r.rel_rms);
   out->set_max_abs(r.max_abs);
@@ -527,6 +553,8 @@ absl::Status DoMoe(ServerState* state, grpc::ServerContext* ctx, const pb::MoeRe
     MoeInputs in{x.view, ids.view, weights.view, w13.view, w13s.view, w2.view, w2s.view};
     return backend.Moe(device, p, in, out);
   };
+  const int compute_units = backend.GetDeviceInfo(device).compute_units;
+  op.workspace_bytes = [&] { return MoeWorkspaceBytes(p, compute_units); };
   // The oracle's fp64 per-pair activations and one dequantized expert at a time.
   op.oracle_bytes = [&] {
     const int64_t pairs = p.tokens * p.top_k;

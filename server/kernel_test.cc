@@ -495,6 +495,52 @@ TEST_F(KernelTest, WorkspaceAndOracleMemoryAreChargedFirst) {
   EXPECT_GE(with_inputs, used);
 }
 
+// MoE shapes multiply the request: one token routed 2^16 times through
+// 32-wide experts needs ~34 MB of fp32 activations, over an 8 MiB limit,
+// from a 0.5 MiB request. The charge comes first and is released; the same
+// layer with top_k 2 runs.
+TEST_F(KernelTest, MoeWorkspaceIsChargedFirst) {
+  ServerOptions options;
+  options.memory_limit_mb = 8;
+  options.cpu_threads = 2;
+  StartWith(options);
+  const int64_t used = MemoryUsed(server_.get(), channel_);
+  auto tensor = [](pb::DType dtype, std::vector<int64_t> shape, std::string data) {
+    pb::Tensor t;
+    t.set_dtype(dtype);
+    for (int64_t d : shape) t.add_shape(d);
+    t.set_data(std::move(data));
+    return t;
+  };
+  auto layer = [&](int64_t top_k) {
+    pb::MoeRequest r;
+    r.set_stage(pb::LAYER);
+    *r.mutable_x() = Inline(RandomBf16({1, 32}, 1));
+    *r.mutable_topk_ids() = Inline(tensor(pb::INT32, {1, top_k}, std::string(4 * top_k, '\0')));
+    *r.mutable_topk_weights() = Inline(tensor(pb::FP32, {1, top_k}, std::string(4 * top_k, '\0')));
+    *r.mutable_w13() = Inline(tensor(pb::FP4_E2M1, {2, 64, 32}, std::string(2 * 64 * 16, '\x25')));
+    *r.mutable_w13_scales() = Inline(tensor(pb::E8M0, {2, 64, 1}, std::string(128, '\x7f')));
+    *r.mutable_w2() = Inline(tensor(pb::FP4_E2M1, {2, 32, 32}, std::string(2 * 32 * 16, '\x25')));
+    *r.mutable_w2_scales() = Inline(tensor(pb::E8M0, {2, 32, 1}, std::string(64, '\x7f')));
+    return r;
+  };
+  pb::MoeResponse resp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = kernels_->Moe(&ctx, layer(1 << 16), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    // 4 x (32 + 65536 x (3 x 32 + 32) + 32) fp32 activations, 4 x (2 x 65536 +
+    // 130 x 2 + 3 x 2) + 4096 of routing, 64 x 2 threads x 32 of weight rows.
+    EXPECT_THAT(s.error_message(), HasSubstr("op workspace needs 34088232 bytes"));
+  }
+  EXPECT_EQ(MemoryUsed(server_.get(), channel_), used) << "the refused charge is not held";
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = kernels_->Moe(&ctx, layer(2), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(MemoryUsed(server_.get(), channel_), used);
+}
 
 class SlowCallTest : public KernelTest {
  protected:

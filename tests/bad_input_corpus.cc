@@ -299,6 +299,23 @@ void KernelCases(const CorpusIds& ids, Builder* b) {
   moe("layer without w2", [](E* r) { r->set_stage(pb::LAYER); }, Code::INVALID_ARGUMENT, "");
   moe("rounding 8", [](E* r) { r->set_rounding(static_cast<pb::Rounding>(8)); }, Code::INVALID_ARGUMENT,
       "rounding");
+  // Shapes that multiply a few MiB of request into gigabytes of working set:
+  // charged before anything is allocated.
+  moe("a layer of one token routed to 2^19 experts", [](E* r) {
+    constexpr int64_t kTopK = 1 << 19;
+    r->set_stage(pb::LAYER);
+    *r->mutable_topk_ids() = Ref(Tensor(pb::INT32, {1, kTopK}, std::string(4 * kTopK, '\0')));
+    *r->mutable_topk_weights() = Ref(Tensor(pb::FP32, {1, kTopK}, std::string(4 * kTopK, '\0')));
+    *r->mutable_w2() = Ref(Tensor(pb::FP4_E2M1, {2, 32, 32}, std::string(2 * 32 * 16, '\x25')));
+    *r->mutable_w2_scales() = Ref(Tensor(pb::E8M0, {2, 32, 1}, std::string(64, '\x7f')));
+  }, Code::RESOURCE_EXHAUSTED, "memory limit exceeded: op workspace needs");
+  moe("a 2^21-wide hidden dimension", [](E* r) {
+    constexpr int64_t kHidden = 1 << 21;
+    *r->mutable_x() = Ref(Bf16Tensor({1, kHidden}));
+    *r->mutable_w13() = Ref(Tensor(pb::FP4_E2M1, {1, 2, kHidden}, std::string(kHidden, '\x25')));
+    *r->mutable_w13_scales() = Ref(Tensor(pb::E8M0, {1, 2, kHidden / 32}, std::string(kHidden / 16, '\x7f')));
+    *r->mutable_topk_ids() = Ref(Tensor(pb::INT32, {1, 1}, std::string(4, '\0')));
+  }, Code::RESOURCE_EXHAUSTED, "memory limit exceeded: op workspace needs");
 }
 
 void BufferCases(const CorpusIds& ids, Builder* b) {
