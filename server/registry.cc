@@ -57,7 +57,8 @@ absl::StatusOr<Reservation> MemoryAccountant::Reserve(int device, const std::str
   if (tenant_check_) {
     auto held = tenant_used_.find(tenant);
     absl::Status s = tenant_check_(tenant, held == tenant_used_.end() ? 0 : held->second, bytes);
-    if (!s.ok()) return s;
+    // Named like the device's refusal: which of a call's charges did not fit.
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(s.message(), " (for ", what, ")"));
   }
   used_[device] += bytes;
   tenant_used_[tenant] += bytes;

@@ -801,6 +801,74 @@ TEST_F(SharedNodeTest, UndecodableRequestIsInvalidArgument) {
 
 // An over-size message is RESOURCE_EXHAUSTED from gRPC itself, before any
 // interceptor or handler sees the call; its message gives both sizes.
+// What a call holds on the host beyond the message in hand counts against
+// its tenant's max_device_memory as well as the device's limit: a pool write
+// stream's staged rows. alice (64 KiB) may stage two 18 KiB messages next to
+// her 18 KiB pool, not three; the refused stream writes nothing and holds
+// nothing afterwards. bob, without a limit, stages all three.
+TEST(SharedNodeLimits, HostStagingCountsAgainstTheTenantQuota) {
+  const std::string limits = TempPath("staging_limits");
+  std::ofstream(limits) << "alice max_device_memory=64KiB\n";
+  ServerOptions options;
+  options.security.tokens_file = WriteTokens();
+  options.security.limits_file = limits;
+  auto server = Start(options);
+  ASSERT_NE(server, nullptr);
+  auto channel = testing::Connect(server->port());
+  auto pools = pb::PoolService::NewStub(channel);
+  As alice(channel, "tok-alice"), bob(channel, "tok-bob");
+  auto create = [&](const As& who) {
+    grpc::ClientContext ctx;
+    who.Prepare(&ctx);
+    pb::CreatePoolRequest req;
+    req.set_kind(pb::MLA_FUSED);
+    req.set_num_slots(32);
+    req.set_dtype(pb::FP8_E4M3FN);
+    pb::PoolInfo info;
+    EXPECT_TRUE(pools->Create(&ctx, req, &info).ok());
+    return info.id();
+  };
+  auto write = [&](const As& who, const std::string& pool, int messages, pb::WritePoolResponse* resp) {
+    grpc::ClientContext ctx;
+    who.Prepare(&ctx);
+    auto writer = pools->Write(&ctx, resp);
+    std::vector<int32_t> slots(32);
+    for (int32_t i = 0; i < 32; ++i) slots[i] = i;
+    for (int m = 0; m < messages; ++m) {
+      pb::WritePoolChunk chunk;
+      if (m == 0) chunk.set_pool_id(pool);
+      *chunk.mutable_slots() = Int32s(slots);
+      *chunk.mutable_rows() = Bytes(pb::FP8_E4M3FN, {32, 576}, std::string(32 * 576, static_cast<char>(0x30 + m)));
+      if (!writer->Write(chunk)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  const std::string alice_pool = create(alice), bob_pool = create(bob);
+  pb::WritePoolResponse resp;
+  grpc::Status over = write(alice, alice_pool, 3, &resp);
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << over.error_message();
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "tenant \"alice\" over limit max_device_memory"))
+      << over.error_message();
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "(for pool write staging (message 2))")) << over.error_message();
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "nothing was written")) << over.error_message();
+  {
+    grpc::ClientContext ctx;
+    alice.Prepare(&ctx);
+    pb::PoolStatsRequest req;
+    req.set_pool_id(alice_pool);
+    pb::PoolInfo info;
+    ASSERT_TRUE(pools->Stats(&ctx, req, &info).ok());
+    EXPECT_EQ(info.rows_written(), 0);
+  }
+  // The refused stream's staging was released: two messages fit again.
+  grpc::Status fits = write(alice, alice_pool, 2, &resp);
+  EXPECT_TRUE(fits.ok()) << fits.error_message();
+  EXPECT_EQ(resp.rows_written(), 64);
+  grpc::Status unlimited = write(bob, bob_pool, 3, &resp);
+  EXPECT_TRUE(unlimited.ok()) << unlimited.error_message();
+}
+
 TEST(SharedNodeLimits, MessageSizeNamesTheLimit) {
   ServerOptions options;
   options.security.tokens_file = WriteTokens();
