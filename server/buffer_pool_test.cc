@@ -174,6 +174,14 @@ TEST_F(ServerTest, MixedChunkSizesAcrossUploadAndDownloadBatches) {
 }
 
 // Streams raw upload messages and returns the status.
+// Memory the server accounts on device 0 (buffers, pools, staging in flight).
+int64_t MemoryUsed(pb::DeviceService::Stub* devices) {
+  grpc::ClientContext ctx;
+  pb::ListDevicesResponse resp;
+  EXPECT_TRUE(devices->List(&ctx, pb::ListDevicesRequest(), &resp).ok());
+  return resp.devices_size() > 0 ? resp.devices(0).memory_used_bytes() : -1;
+}
+
 grpc::Status RawUpload(pb::BufferService::Stub* stub, const std::vector<pb::UploadChunk>& msgs) {
   grpc::ClientContext ctx;
   pb::BufferInfo info;
@@ -242,6 +250,56 @@ TEST_F(ServerTest, BadUploadsNameTheFieldAndChangeNothing) {
   pb::ListBuffersResponse list;
   ASSERT_TRUE(buffers_->List(&ctx, pb::ListBuffersRequest(), &list).ok());
   EXPECT_EQ(list.buffers_size(), 1);  // only the witness
+}
+
+// An upload registers its buffer only once every byte arrived: a bad message
+// at any position, or a stream that ends early, leaves no buffer and no
+// memory held.
+TEST_F(ServerTest, UploadIsAllOrNothingWithABadMessageAtEveryPosition) {
+  MakeWitness();
+  const int64_t used = MemoryUsed(devices_.get());
+  constexpr int kMessages = 4;
+  auto good = [](int i) {
+    pb::UploadChunk c = i == 0 ? Header(pb::BF16, {kMessages, 1024}, "") : pb::UploadChunk();
+    c.set_data(std::string(2048, static_cast<char>('a' + i)));
+    return c;
+  };
+  struct Bad {
+    std::string name;
+    void (*edit)(pb::UploadChunk*);
+    std::string substr;
+  };
+  const std::vector<Bad> bads = {
+      {"extra bytes", [](pb::UploadChunk* c) { c->mutable_data()->append(3000, 'z'); }, "data: expected 8192 bytes"},
+      {"header again", [](pb::UploadChunk* c) { c->mutable_header()->set_dtype(pb::BF16); }, "header"},
+      {"short stream", nullptr, "data: expected 8192 bytes"},
+  };
+  for (const Bad& bad : bads) {
+    for (int at = 0; at < kMessages; ++at) {
+      if (bad.name == "header again" && at == 0) continue;  // the first message carries it anyway
+      SCOPED_TRACE(bad.name + " at message " + std::to_string(at));
+      std::vector<pb::UploadChunk> msgs;
+      for (int i = 0; i < kMessages; ++i) msgs.push_back(good(i));
+      if (bad.edit != nullptr) {
+        bad.edit(&msgs[at]);
+      } else {
+        msgs.resize(at + 1);
+        if (at == kMessages - 1) msgs.back().mutable_data()->pop_back();
+      }
+      grpc::Status s = RawUpload(buffers_.get(), msgs);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+      EXPECT_THAT(s.error_message(), HasSubstr(bad.substr));
+      grpc::ClientContext ctx;
+      pb::ListBuffersResponse list;
+      ASSERT_TRUE(buffers_->List(&ctx, pb::ListBuffersRequest(), &list).ok());
+      EXPECT_EQ(list.buffers_size(), 1) << "only the witness";
+      EXPECT_EQ(MemoryUsed(devices_.get()), used);
+    }
+  }
+  std::vector<pb::UploadChunk> msgs;
+  for (int i = 0; i < kMessages; ++i) msgs.push_back(good(i));
+  EXPECT_TRUE(RawUpload(buffers_.get(), msgs).ok());
+  ExpectWitnessIntact();
 }
 
 TEST_F(ServerTest, BadDownloadsAndFrees) {
@@ -496,16 +554,128 @@ TEST_F(PoolTest, BadWritesAreRejectedWholeAndNameTheField) {
     EXPECT_TRUE(ReadAll(info) == before);
     ExpectWitnessIntact();
   }
-  // A bad second message leaves the good first one written, and nothing of itself.
-  pb::WritePoolChunk first = variant([](pb::WritePoolChunk*) {});
-  pb::WritePoolChunk second = variant([](pb::WritePoolChunk* c) {
-    *c->mutable_slots() = Slots32({9, 99});
-  });
-  grpc::Status s = Write({first, second}, &wr);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  std::string after = ReadAll(info);
-  EXPECT_TRUE(after.substr(3 * 576, 2 * 576) == first.rows().data());
-  EXPECT_TRUE(after.substr(9 * 576, 576) == std::string(576, '\0'));
+}
+
+TEST_F(PoolTest, WriteStreamIsAllOrNothingWithABadMessageAtEveryPosition) {
+  MakeWitness();
+  pb::PoolInfo info = CreateMla(32, 1);
+  const std::string before = ReadAll(info);
+  const int64_t used = MemoryUsed(devices_.get());
+  constexpr int kMessages = 4;
+  auto good = [&](int i) {
+    pb::WritePoolChunk c;
+    if (i == 0) c.set_pool_id(info.id());
+    *c.mutable_slots() = Slots32({2 * i, 2 * i + 1});
+    *c.mutable_rows() = RandomBytes(pb::FP8_E4M3FN, {2, 576}, 10 + i);
+    return c;
+  };
+  struct Bad {
+    std::string name;
+    void (*edit)(pb::WritePoolChunk*);
+    std::string substr;
+  };
+  const std::vector<Bad> bads = {
+      {"slot out of range", [](pb::WritePoolChunk* c) { *c->mutable_slots() = Slots32({1, 32}); },
+       "slots[1]: slot 32 out of range [0, 32)"},
+      {"row bytes", [](pb::WritePoolChunk* c) { c->mutable_rows()->mutable_data()->pop_back(); },
+       "rows.data: expected 1152 bytes"},
+      {"row dtype", [](pb::WritePoolChunk* c) { c->mutable_rows()->set_dtype(pb::BF16); }, "rows"},
+      {"other pool", [](pb::WritePoolChunk* c) { c->set_pool_id("pool-elsewhere"); }, "pool_id"},
+  };
+  for (const Bad& bad : bads) {
+    for (int at = 0; at < kMessages; ++at) {
+      SCOPED_TRACE(bad.name + " at message " + std::to_string(at));
+      std::vector<pb::WritePoolChunk> msgs;
+      for (int i = 0; i < kMessages; ++i) msgs.push_back(good(i));
+      bad.edit(&msgs[at]);
+      pb::WritePoolResponse wr;
+      grpc::Status s = Write(msgs, &wr);
+      if (bad.name == "other pool" && at == 0) {
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+      } else {
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+        EXPECT_THAT(s.error_message(), HasSubstr(bad.substr));
+        EXPECT_THAT(s.error_message(),
+                    HasSubstr("(message " + std::to_string(at) + " of the write stream; nothing was written)"));
+      }
+      EXPECT_TRUE(ReadAll(info) == before) << "a failed stream changed the pool";
+      grpc::ClientContext ctx;
+      pb::PoolStatsRequest sr;
+      sr.set_pool_id(info.id());
+      pb::PoolInfo stats;
+      ASSERT_TRUE(pools_->Stats(&ctx, sr, &stats).ok());
+      EXPECT_EQ(stats.rows_written(), 0);
+      EXPECT_EQ(MemoryUsed(devices_.get()), used) << "staging not released";
+    }
+  }
+  // The whole good stream applies, every message of it.
+  std::vector<pb::WritePoolChunk> msgs;
+  for (int i = 0; i < kMessages; ++i) msgs.push_back(good(i));
+  pb::WritePoolResponse wr;
+  ASSERT_TRUE(Write(msgs, &wr).ok());
+  EXPECT_EQ(wr.rows_written(), 2 * kMessages);
+  const std::string after = ReadAll(info);
+  for (int i = 0; i < kMessages; ++i) {
+    EXPECT_TRUE(after.substr(2 * i * 576, 2 * 576) == msgs[i].rows().data()) << i;
+  }
+  EXPECT_EQ(MemoryUsed(devices_.get()), used);
+  ExpectWitnessIntact();
+}
+
+// A read names more rows than fit anywhere (2^19 slots of 64 KiB rows: 32
+// GiB): they stream in chunks of at most one message, copied from the pool
+// as they go, and the client may stop at any point.
+TEST_F(PoolTest, ReadOfMillionsOfRowsStreamsInBoundedChunks) {
+  MakeWitness();
+  pb::CreatePoolRequest req;
+  req.set_kind(pb::PER_HEAD_KV);
+  req.set_num_slots(4);
+  req.set_dtype(pb::BF16);
+  req.set_num_heads(64);
+  req.set_head_dim(256);
+  pb::PoolInfo info;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(pools_->Create(&ctx, req, &info).ok());
+  }
+  const int64_t row_bytes = 2 * 64 * 256 * 2;
+  pb::WritePoolChunk w;
+  w.set_pool_id(info.id());
+  *w.mutable_slots() = Slots32({0, 1, 2, 3});
+  *w.mutable_rows() = RandomBytes(pb::BF16, {4, 2 * 64 * 256}, 7);
+  pb::WritePoolResponse wr;
+  ASSERT_TRUE(Write({w}, &wr).ok());
+  const int64_t used = MemoryUsed(devices_.get());
+
+  constexpr int32_t kSlots = 1 << 19;
+  std::vector<int32_t> slots(kSlots);
+  for (int32_t i = 0; i < kSlots; ++i) slots[i] = (i * 7 + 3) % 4;
+  pb::ReadPoolRequest rq;
+  rq.set_pool_id(info.id());
+  *rq.mutable_slots() = Slots32(slots);
+  grpc::ClientContext ctx;
+  auto reader = pools_->Read(&ctx, rq);
+  pb::ReadPoolChunk chunk;
+  int64_t row = 0;
+  for (int c = 0; c < 8; ++c) {
+    ASSERT_TRUE(reader->Read(&chunk)) << "chunk " << c;
+    EXPECT_EQ(chunk.has_pool(), c == 0);
+    const int64_t m = chunk.rows().shape(0);
+    EXPECT_LE(static_cast<int64_t>(chunk.rows().data().size()), 4 << 20) << "one message at most";
+    ASSERT_EQ(static_cast<int64_t>(chunk.rows().data().size()), m * row_bytes);
+    for (int64_t i = 0; i < m; ++i, ++row) {
+      const int64_t slot = slots[row];
+      ASSERT_TRUE(chunk.rows().data().compare(i * row_bytes, row_bytes, w.rows().data(), slot * row_bytes,
+                                              row_bytes) == 0)
+          << "row " << row;
+    }
+  }
+  ctx.TryCancel();
+  while (reader->Read(&chunk)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(MemoryUsed(devices_.get()), used);
+  ExpectWitnessIntact();
 }
 
 TEST_F(PoolTest, BadCreatesAndReads) {

@@ -9,6 +9,7 @@
 #include "kernels/api/status_macros.h"
 #include "server/call_log.h"
 #include "server/ids.h"
+#include "server/input_checks.h"
 #include "server/services.h"
 #include "server/tensor_proto.h"
 
@@ -32,11 +33,11 @@ void FillInfo(const Buffer& b, pb::BufferInfo* info) {
   info->set_created_unix_ms(b.created_unix_ms);
 }
 
-absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
-                      grpc::ServerReader<pb::UploadChunk>* reader, pb::BufferInfo* info,
-                      CallLog* log) {
+absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
+                      pb::BufferInfo* info, CallLog* log) {
   pb::UploadChunk chunk;
   if (!reader->Read(&chunk)) {
+    KS_RETURN_IF_ERROR(reader->status());
     return absl::InvalidArgumentError("header: the stream was empty; the first message must carry the header");
   }
   if (!chunk.has_header()) {
@@ -44,6 +45,7 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
   }
   const pb::UploadHeader& h = chunk.header();
   KS_ASSIGN_OR_RETURN(const TensorDesc desc, DescFromProto("header", h.dtype(), h.shape()));
+  KS_RETURN_IF_ERROR(CheckLength("header.label", h.label()));
   KS_RETURN_IF_ERROR(state->CheckDevice("header.device", h.device()));
   const int device = h.device();
   const std::string tenant = state->TenantOf(ctx);
@@ -67,22 +69,31 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
   // Flushed chunks' strings are handed back to the message before later
   // reads, so the parser fills memory already faulted in instead of a fresh
   // allocation per chunk. (Copying a batch on its own thread while the next
-  // is read was tried: no measurable gain, bench/NOTES.md.)
+  // is read was tried: no measurable gain, bench/NOTES.md.) What the batch
+  // holds is charged to the memory limit; when that has no room, each chunk
+  // goes to the device straight from its message instead.
   Backend& backend = state->backend();
   std::vector<std::string> pending, spare;
+  Reservation staging;
+  int64_t held = 0;  // capacity of the strings in `pending` and `spare`
   int64_t pending_bytes = 0;
   int64_t received = 0;  // bytes read so far
   int64_t flushed = 0;   // bytes already on the device
-  auto flush = [&]() -> absl::Status {
-    if (pending.empty() && buffer->memory != nullptr) return absl::OkStatus();
+  // Copies the pending chunks, then `direct` (a chunk not kept), to the device.
+  auto flush = [&](absl::string_view direct = {}) -> absl::Status {
+    if (pending.empty() && direct.empty() && buffer->memory != nullptr) return absl::OkStatus();
     KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
       if (buffer->memory == nullptr) {
         KS_ASSIGN_OR_RETURN(buffer->memory, state->AllocateReserved(device, total, what));
       }
       auto* dst = static_cast<uint8_t*>(buffer->memory->data());
-      for (const std::string& p : pending) {
+      for (absl::string_view p : pending) {
         KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, p.data(), p.size()));
         flushed += static_cast<int64_t>(p.size());
+      }
+      if (!direct.empty()) {
+        KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, direct.data(), direct.size()));
+        flushed += static_cast<int64_t>(direct.size());
       }
       return absl::OkStatus();
     }));
@@ -91,8 +102,21 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
     pending_bytes = 0;
     return absl::OkStatus();
   };
+  // Keeps the message's chunk in the batch if the memory limit has room for it.
+  auto keep = [&](std::string* data) -> bool {
+    const int64_t need = held + static_cast<int64_t>(data->capacity());
+    if (need > staging.bytes() &&
+        !state->ChargeHost(device, tenant, need - staging.bytes(), "upload staging", &staging).ok()) {
+      return false;
+    }
+    held = need;
+    pending_bytes += static_cast<int64_t>(data->size());
+    pending.push_back(std::move(*data));
+    return true;
+  };
   auto recycle = [&] {
     if (spare.empty()) return;
+    held -= static_cast<int64_t>(spare.back().capacity());
     chunk.mutable_data()->swap(spare.back());
     spare.pop_back();
   };
@@ -110,15 +134,18 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx,
                                                      " by message ", index, ")"));
     }
     received += n;
-    if (n > 0) {
-      pending.push_back(std::move(*chunk.mutable_data()));
-      pending_bytes += n;
+    if (n > 0 && !keep(chunk.mutable_data())) {
+      KS_RETURN_IF_ERROR(flush(chunk.data()));
+      spare.clear();
+      held = 0;
+      staging.Release();
     }
     chunk.Clear();
     if (pending_bytes >= kUploadBatchBytes) KS_RETURN_IF_ERROR(flush());
     recycle();
     ++index;
   } while (reader->Read(&chunk));
+  KS_RETURN_IF_ERROR(reader->status());
   if (ctx->IsCancelled()) return absl::CancelledError("upload cancelled by the client");
   if (received != total) {
     return absl::InvalidArgumentError(absl::StrCat("data: ", ByteCountMismatch(desc, received)));
@@ -142,16 +169,22 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   chunk = std::min(chunk, state->max_payload_bytes());
   const int64_t total = buffer->desc.num_bytes();
   // Device to host in batches of whole chunks through one reused staging
-  // area, so host memory stays bounded and pages are touched once.
-  const int64_t batch = std::max<int64_t>(chunk, kDownloadBatchBytes / chunk * chunk);
-  std::string host(static_cast<size_t>(std::min(batch, total)), '\0');
+  // area, charged to the memory limit, so pages are touched once; without
+  // room for it each chunk is copied straight into its message.
+  int64_t batch = std::min(total, std::max<int64_t>(chunk, kDownloadBatchBytes / chunk * chunk));
+  Reservation staging;
+  const bool staged = batch > chunk && state->ChargeHost(buffer->device, buffer->owner, batch,
+                                                         "download staging", &staging).ok();
+  if (!staged) batch = chunk;
+  std::string host(staged ? static_cast<size_t>(batch) : 0, '\0');
   const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
   pb::DownloadChunk out;  // reused: its data string keeps its capacity
   for (int64_t base = 0; base < total; base += batch) {
     const int64_t m = std::min(batch, total - base);
+    if (!staged) out.mutable_data()->resize(static_cast<size_t>(m));
+    char* dst = staged ? host.data() : out.mutable_data()->data();
     KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
-      return state->backend().CopyToHost(buffer->device, host.data(), src + base,
-                                         static_cast<size_t>(m));
+      return state->backend().CopyToHost(buffer->device, dst, src + base, static_cast<size_t>(m));
     }));
     for (int64_t off = 0; off < m; off += chunk) {
       if (base + off == 0) {
@@ -161,7 +194,7 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
       }
       const int64_t n = std::min(chunk, m - off);
       out.set_offset(base + off);
-      out.mutable_data()->assign(host.data() + off, static_cast<size_t>(n));
+      if (staged) out.mutable_data()->assign(host.data() + off, static_cast<size_t>(n));
       if (!writer->Write(out)) return absl::CancelledError("download: the client went away");
       log->AddBytesOut(n);
     }
@@ -171,40 +204,37 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
 
 }  // namespace
 
-grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx,
-                                       grpc::ServerReader<pb::UploadChunk>* reader,
+BufferServiceImpl::BufferServiceImpl(ServerState* state) : state_(state) {
+  constexpr int kUploadMethod = 0;  // its position in tensor.proto's BufferService
+  MarkMethodStreamed(kUploadMethod, DecodingHandler(this, &BufferServiceImpl::Upload));
+}
+
+grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
                                        pb::BufferInfo* info) {
-  CallLog log("BufferService.Upload", ctx, &state_->calls());
-  auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
-  if (!admission.ok()) return log.Done(admission.status());
-  return log.Done(DoUpload(state_, ctx, reader, info, &log));
+  return state_->Serve("BufferService.Upload", ctx, /*stream=*/true,
+                       [&](CallLog* log) { return DoUpload(state_, ctx, reader, info, log); });
 }
 
 grpc::Status BufferServiceImpl::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
                                          grpc::ServerWriter<pb::DownloadChunk>* writer) {
-  CallLog log("BufferService.Download", ctx, &state_->calls());
-  auto admission = state_->Admit(ctx, /*stream=*/true);  // token, rate, stream limits
-  if (!admission.ok()) return log.Done(admission.status());
-  return log.Done(DoDownload(state_, ctx, *req, writer, &log));
+  return state_->Serve("BufferService.Download", ctx, /*stream=*/true,
+                       [&](CallLog* log) { return DoDownload(state_, ctx, *req, writer, log); });
 }
 
 grpc::Status BufferServiceImpl::Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,
                                      pb::FreeBufferResponse* resp) {
-  CallLog log("BufferService.Free", ctx, &state_->calls());
-  auto admission = state_->Admit(ctx);  // token, rate limits
-  if (!admission.ok()) return log.Done(admission.status());
-  return log.Done(state_->registry().RemoveBuffer("buffer_id", req->buffer_id(), state_->TenantOf(ctx)));
+  return state_->Serve("BufferService.Free", ctx, /*stream=*/false, [&](CallLog*) {
+    return state_->registry().RemoveBuffer("buffer_id", req->buffer_id(), state_->TenantOf(ctx));
+  });
 }
 
 grpc::Status BufferServiceImpl::List(grpc::ServerContext* ctx, const pb::ListBuffersRequest* req,
                                      pb::ListBuffersResponse* resp) {
-  CallLog log("BufferService.List", ctx, &state_->calls());
-  auto admission = state_->Admit(ctx);  // token, rate limits
-  if (!admission.ok()) return log.Done(admission.status());
-  for (const auto& b : state_->registry().ListBuffers(state_->TenantOf(ctx))) {
-    FillInfo(*b, resp->add_buffers());
-  }
-  return log.Done(absl::OkStatus());
+  return state_->Serve("BufferService.List", ctx, /*stream=*/false, [&](CallLog*) {
+    ListInto(state_->registry().ListBuffers(state_->TenantOf(ctx)), state_->max_payload_bytes(), resp,
+             &pb::ListBuffersResponse::add_buffers, &FillInfo);
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace kernelserve

@@ -43,6 +43,11 @@ CallLog::~CallLog() {
   if (counter_ != nullptr) counter_->End();
 }
 
+absl::Status CallLog::OutOfHostMemory() {
+  return absl::ResourceExhaustedError(
+      "the server has no host memory left for this call; retry later or with smaller tensors");
+}
+
 grpc::Status CallLog::Done(const absl::Status& status) {
   const double ms = absl::ToDoubleMilliseconds(absl::Now() - start_);
   const std::string code = absl::StatusCodeToString(status.code());

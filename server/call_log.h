@@ -4,9 +4,13 @@
 #define KERNELSERVE_SERVER_CALL_LOG_H_
 
 #include <cstdint>
+#include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -43,8 +47,25 @@ class CallLog {
   void AddBytesOut(int64_t n) { bytes_out_ += n; }
   // Logs the call and maps its status (status_mapping.h).
   grpc::Status Done(const absl::Status& status);
+  // Done(body()). A handler that still runs out of host memory (std::bad_alloc
+  // and the like) answers RESOURCE_EXHAUSTED, any other exception INTERNAL
+  // naming it, instead of gRPC's bare UNKNOWN with no log line.
+  template <typename Body>
+  grpc::Status Run(Body&& body) {
+    try {
+      return Done(body());
+    } catch (const std::bad_alloc&) {
+      return Done(OutOfHostMemory());
+    } catch (const std::length_error&) {
+      return Done(OutOfHostMemory());
+    } catch (const std::exception& e) {
+      return Done(absl::InternalError(absl::StrCat("server bug: unexpected exception: ", e.what())));
+    }
+  }
 
  private:
+  static absl::Status OutOfHostMemory();
+
   CallCounter* counter_;
   std::string method_;
   std::string peer_;

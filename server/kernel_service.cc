@@ -2,7 +2,9 @@
 // with the op's shared Validate, run on the device worker, return the output
 // inline or as a new buffer, and on request the error against the oracle.
 #include <cmath>
+#include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "kernels/api/status_macros.h"
 #include "server/call_log.h"
 #include "server/ids.h"
+#include "server/input_checks.h"
 #include "server/services.h"
 #include "server/tensor_proto.h"
 
@@ -38,6 +41,19 @@ struct Input {
   const HostTensor* host_or_null() const { return present ? &host : nullptr; }
   const TensorDesc* desc_or_null() const { return present ? &desc : nullptr; }
   TensorView host_view() const { return present ? host.view() : TensorView{}; }
+};
+
+// What an op call runs on the worker; see OpCall::Execute.
+struct OpHooks {
+  std::function<absl::Status()> validate;  // sees descriptors and the host index copies
+  std::function<TensorDesc()> out_desc;    // the op's OutputDesc, once validated
+  std::function<absl::Status(TensorView&)> run;
+  // Bytes the backend allocates for the op that a request knob multiplies
+  // (not its inputs and output); empty: none.
+  std::function<int64_t()> workspace_bytes;
+  // Working set of the fp64 oracle for report_error (its fp64 copies of the
+  // inputs and output); empty: none.
+  std::function<int64_t()> oracle_bytes;
 };
 
 class OpCall {
@@ -68,8 +84,8 @@ class OpCall {
         KS_ASSIGN_OR_RETURN(in->buffer, state_->registry().GetBuffer(
                                             absl::StrCat(field, ".buffer_id"), ref.buffer_id(), tenant_));
         if (in->buffer->device != device_) {
-          return absl::InvalidArgumentError(absl::StrCat(field, ".buffer_id: buffer \"", ref.buffer_id(),
-                                                         "\" is on device ", in->buffer->device,
+          return absl::InvalidArgumentError(absl::StrCat(field, ".buffer_id: buffer ", QuoteClientText(ref.buffer_id()),
+                                                         " is on device ", in->buffer->device,
                                                          ", the call runs on device ", device_));
         }
         in->desc = in->buffer->desc;
@@ -90,7 +106,7 @@ class OpCall {
     in->field = std::string(field);
     KS_ASSIGN_OR_RETURN(in->pool, state_->registry().GetPool(field, id, tenant_));
     if (in->pool->device != device_) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": pool \"", id, "\" is on device ",
+      return absl::InvalidArgumentError(absl::StrCat(field, ": pool ", QuoteClientText(id), " is on device ",
                                                      in->pool->device, ", the call runs on device ",
                                                      device_));
     }
@@ -105,20 +121,24 @@ class OpCall {
     if (in->present) pre_validate_host_.push_back(in);
   }
 
-  // Runs the call on the device worker. `validate` sees descriptors and the
-  // host index copies; `out_desc` is the op's OutputDesc; `run` calls the op.
-  absl::Status Execute(const pb::OutputSpec& output, bool report_error,
-                       const std::function<absl::Status()>& validate,
-                       const std::function<TensorDesc()>& out_desc,
-                       const std::function<absl::Status(TensorView&)>& run, pb::TensorRef* out_ref) {
+  // Runs the call on the device worker: the host index copies, `validate`,
+  // the memory the call needs charged (inputs staged, output, workspace, and
+  // for report_error the host copies and the oracle's working set) before
+  // any of it is allocated, the non-finite check, then `run`.
+  absl::Status Execute(const pb::OutputSpec& output, bool report_error, const OpHooks& op,
+                       pb::TensorRef* out_ref) {
+    KS_RETURN_IF_ERROR(CheckLength("output.label", output.label()));
     Backend& backend = state_->backend();
     const int device = device_;
     std::string* inline_out = output.to_buffer() ? nullptr : out_ref->mutable_tensor()->mutable_data();
     std::shared_ptr<Buffer> out_buffer;
     absl::Status status = state_->RunOnDevice(device, ctx_, [&]() -> absl::Status {
-      for (Input* in : pre_validate_host_) KS_RETURN_IF_ERROR(FetchHost(in));
-      KS_RETURN_IF_ERROR(validate());
-      const TensorDesc od = out_desc();
+      for (Input* in : pre_validate_host_) {
+        KS_RETURN_IF_ERROR(Charge(in->desc.num_bytes(), absl::StrCat("host copy of ", in->field)));
+        KS_RETURN_IF_ERROR(FetchHost(in));
+      }
+      KS_RETURN_IF_ERROR(op.validate());
+      const TensorDesc od = op.out_desc();
       const int64_t out_bytes = od.num_bytes();
       if (inline_out != nullptr && out_bytes > state_->max_payload_bytes()) {
         return absl::ResourceExhaustedError(absl::StrCat(
@@ -126,13 +146,23 @@ class OpCall {
             state_->max_payload_bytes(), " bytes an inline response may carry (--max_message_mb); "
             "set output.to_buffer and download the buffer"));
       }
+      if (op.workspace_bytes) KS_RETURN_IF_ERROR(Charge(op.workspace_bytes(), "op workspace"));
+      if (report_error) {
+        int64_t copies = out_bytes;
+        for (const Input* in : inputs_) copies += in->has_host ? 0 : in->desc.num_bytes();
+        KS_RETURN_IF_ERROR(Charge(copies, "report_error: host copies of the inputs and output"));
+        if (op.oracle_bytes) KS_RETURN_IF_ERROR(Charge(op.oracle_bytes(), "report_error: the fp64 oracle"));
+      }
+      if (state_->reject_nonfinite()) {
+        for (Input* in : inputs_) KS_RETURN_IF_ERROR(CheckFinite(in));
+      }
       for (Input* in : inputs_) KS_RETURN_IF_ERROR(Stage(in));
       out_buffer = std::make_shared<Buffer>();
       out_buffer->desc = od;
       KS_RETURN_IF_ERROR(state_->Allocate(device, tenant_, out_bytes, absl::StrCat("out ", od.DebugString()),
                                           &out_buffer->reservation, &out_buffer->memory));
       TensorView out = out_buffer->view();
-      KS_RETURN_IF_ERROR(run(out));
+      KS_RETURN_IF_ERROR(op.run(out));
       KS_RETURN_IF_ERROR(backend.Synchronize(device));
       if (inline_out != nullptr) {
         inline_out->resize(static_cast<size_t>(out_bytes));
@@ -198,6 +228,24 @@ class OpCall {
     return absl::OkStatus();
   }
 
+  // Host memory for this call, held until the call ends (the error report is
+  // computed after the device task).
+  absl::Status Charge(int64_t bytes, absl::string_view what) {
+    return state_->ChargeHost(device_, tenant_, bytes, what, &host_);
+  }
+
+  // Worker thread only. A buffer input is scanned through a small host
+  // window (charged); a pool was checked when its rows were written.
+  absl::Status CheckFinite(Input* in) {
+    if (in->pool || !HasNonFinite(in->desc.dtype)) return absl::OkStatus();
+    if (in->has_host || in->inline_tensor != nullptr) {
+      const void* bytes = in->has_host ? static_cast<const void*>(in->host.bytes())
+                                       : static_cast<const void*>(in->inline_tensor->data().data());
+      return kernelserve::CheckFinite(in->field, in->desc, bytes, 0, in->desc.num_elements());
+    }
+    return state_->CheckBufferFinite(*in->buffer, tenant_, in->field);
+  }
+
   absl::Status Stage(Input* in) {
     if (in->buffer) {
       in->view = in->buffer->view();
@@ -224,7 +272,42 @@ class OpCall {
   std::vector<Input*> pre_validate_host_;
   TaskTiming timing_;
   HostTensor out_host_;
+  Reservation host_;  // declared last: released after the host copies above are freed
 };
+
+// The fp64 oracle's copies: 8 bytes per element of `inputs` and `outputs`
+// fp64 arrays of the output's size (the reference, the output as read back).
+int64_t OracleBytes(std::initializer_list<const Input*> inputs, const TensorDesc& out, int64_t outputs) {
+  int64_t elements = outputs * out.num_elements();
+  for (const Input* in : inputs) elements += in->present ? in->desc.num_elements() : 0;
+  return 8 * elements;
+}
+
+// What a MoE call holds besides its inputs and output, which its shapes
+// multiply far past the request's own size (top_k and the expert widths: a
+// 4 MiB topk_ids names a million pairs). The backend cannot be asked, so this
+// bounds the in-tree backends' working sets: the cpu backend's fp32 per-pair
+// activations (x, gate/up and their SwiGLU, down, the weighted sum; it holds
+// them for a block of tokens at a time, charged here for the whole call) and
+// its 16 dequantized weight rows per thread; the cuda backend's bf16 layer
+// intermediate and fp32 per-pair outputs (less than the fp32 activations) and
+// its routing tables (expert counts, tiles of up to 128 sorted pairs).
+int64_t MoeWorkspaceBytes(const MoeParams& p, int compute_units) {
+  const bool gate_up = p.stage != MoeStage::kDown;
+  const bool down = p.stage != MoeStage::kGateUp;
+  const bool weighted = p.stage == MoeStage::kLayer || (p.stage == MoeStage::kDown && p.weighted_sum);
+  // In double: shapes from buffers may multiply past int64.
+  const double tokens = static_cast<double>(p.tokens), pairs = tokens * static_cast<double>(p.top_k);
+  const double inter = static_cast<double>(p.inter), out_dim = static_cast<double>(p.out_dim);
+  const double experts = static_cast<double>(p.experts);
+  double floats = gate_up ? tokens * static_cast<double>(p.hidden) + 3 * pairs * inter : pairs * inter;
+  if (down) floats += pairs * out_dim;
+  if (weighted) floats += tokens * out_dim;
+  const double routing = 4 * (2 * pairs + 130 * std::min(pairs, experts) + 3 * experts) + 4096;
+  const double dequant = 64.0 * std::max(compute_units, 1) * static_cast<double>(std::max(p.hidden, p.inter));
+  const double bytes = 4 * floats + routing + dequant;
+  return bytes >= 0x1p62 ? int64_t{1} << 62 : static_cast<int64_t>(bytes);
+}
 
 void FillError(const ErrorReport& r, pb::ErrorReport* out) {
   out->set_rel_rms(r.rel_rms);
@@ -272,11 +355,12 @@ absl::Status DoAttention(ServerState* state, grpc::ServerContext* ctx, const pb:
   KS_RETURN_IF_ERROR(call.Resolve("v", req.v(), true, &v));
   Backend& backend = state->backend();
   const int device = call.device();
-  KS_RETURN_IF_ERROR(call.Execute(
-      req.output(), req.report_error(), [&] { return p.Validate(q.desc, k.desc, v.desc); },
-      [&] { return p.OutputDesc(); },
-      [&](TensorView& out) { return backend.Attention(device, p, q.view, k.view, v.view, out); },
-      resp->mutable_out()));
+  OpHooks op;
+  op.validate = [&] { return p.Validate(q.desc, k.desc, v.desc); };
+  op.out_desc = [&] { return p.OutputDesc(); };
+  op.run = [&](TensorView& out) { return backend.Attention(device, p, q.view, k.view, v.view, out); };
+  op.oracle_bytes = [&] { return OracleBytes({&q, &k, &v}, p.OutputDesc(), 2); };
+  KS_RETURN_IF_ERROR(call.Execute(req.output(), req.report_error(), op, resp->mutable_out()));
   if (req.report_error()) {
     KS_ASSIGN_OR_RETURN(const ErrorReport r, AttentionError(p, q.host, k.host, v.host, call.out_host()));
     FillError(r, resp->mutable_error());
@@ -323,18 +407,18 @@ absl::Status DoFp8Attention(ServerState* state, grpc::ServerContext* ctx,
   const bool report = req.report_error() || req.report_error_split();
   Backend& backend = state->backend();
   const int device = call.device();
-  KS_RETURN_IF_ERROR(call.Execute(
-      req.output(), report,
-      [&] {
-        return p.Validate(q.desc, k.desc, v.desc, qd.desc_or_null(), kd.desc_or_null(),
-                          vd.desc_or_null());
-      },
-      [&] { return p.OutputDesc(); },
-      [&](TensorView& out) {
-        Fp8AttentionInputs in{q.view, k.view, v.view, qd.view, kd.view, vd.view};
-        return backend.Fp8Attention(device, p, in, out);
-      },
-      resp->mutable_out()));
+  OpHooks op;
+  op.validate = [&] {
+    return p.Validate(q.desc, k.desc, v.desc, qd.desc_or_null(), kd.desc_or_null(), vd.desc_or_null());
+  };
+  op.out_desc = [&] { return p.OutputDesc(); };
+  op.run = [&](TensorView& out) {
+    Fp8AttentionInputs in{q.view, k.view, v.view, qd.view, kd.view, vd.view};
+    return backend.Fp8Attention(device, p, in, out);
+  };
+  // The split runs the oracle three times, once on unquantized inputs too.
+  op.oracle_bytes = [&] { return OracleBytes({&q, &k, &v}, p.OutputDesc(), 3) * (req.report_error_split() ? 2 : 1); };
+  KS_RETURN_IF_ERROR(call.Execute(req.output(), report, op, resp->mutable_out()));
   if (report) {
     Fp8AttentionInputs host_in{q.host_view(),  k.host_view(),  v.host_view(),
                                qd.host_view(), kd.host_view(), vd.host_view()};
@@ -371,12 +455,12 @@ absl::Status DoMlaDecode(ServerState* state, grpc::ServerContext* ctx, const pb:
   if (paged) {
     KS_RETURN_IF_ERROR(call.ResolvePool("pool_id", req.pool_id(), &kv));
     if (kv.pool->kind != PoolKind::kMlaFused) {
-      return absl::InvalidArgumentError(absl::StrCat("pool_id: pool \"", req.pool_id(),
-                                                     "\" is PER_HEAD_KV; MLA decode needs an MLA_FUSED pool"));
+      return absl::InvalidArgumentError(absl::StrCat("pool_id: pool ", QuoteClientText(req.pool_id()),
+                                                     " is PER_HEAD_KV; MLA decode needs an MLA_FUSED pool"));
     }
     if (req.kv_scale() != 0 && req.kv_scale() != kv.pool->kv_scale) {
-      return absl::InvalidArgumentError(absl::StrCat("kv_scale: contiguous KV only; pool \"", req.pool_id(),
-                                                     "\" has its own kv_scale ", kv.pool->kv_scale,
+      return absl::InvalidArgumentError(absl::StrCat("kv_scale: contiguous KV only; pool ", QuoteClientText(req.pool_id()),
+                                                     " has its own kv_scale ", kv.pool->kv_scale,
                                                      ", got ", req.kv_scale()));
     }
     p.kv_scale = kv.pool->kv_scale;
@@ -403,19 +487,27 @@ absl::Status DoMlaDecode(ServerState* state, grpc::ServerContext* ctx, const pb:
   }
   Backend& backend = state->backend();
   const int device = call.device();
-  KS_RETURN_IF_ERROR(call.Execute(
-      req.output(), req.report_error(),
-      [&] {
-        return p.Validate(q_lat.desc, q_pe.desc, kv.desc, paged, page_size, seq_lens.host_or_null(),
-                          kv_indices.host_or_null(), kv_indptr.host_or_null(), q_lens.host_or_null());
-      },
-      [&] { return p.OutputDesc(); },
-      [&](TensorView& out) {
-        MlaDecodeInputs in{q_lat.view, q_pe.view, kv.view, seq_lens.view, kv_indices.view,
-                           kv_indptr.view, q_lens.view};
-        return backend.MlaDecode(device, p, in, out);
-      },
-      resp->mutable_out()));
+  OpHooks op;
+  op.validate = [&] {
+    return p.Validate(q_lat.desc, q_pe.desc, kv.desc, paged, page_size, seq_lens.host_or_null(),
+                      kv_indices.host_or_null(), kv_indptr.host_or_null(), q_lens.host_or_null());
+  };
+  op.out_desc = [&] { return p.OutputDesc(); };
+  op.run = [&](TensorView& out) {
+    MlaDecodeInputs in{q_lat.view, q_pe.view, kv.view, seq_lens.view, kv_indices.view,
+                       kv_indptr.view, q_lens.view};
+    return backend.MlaDecode(device, p, in, out);
+  };
+  // An explicit num_splits buys fp32 partials (512 values, a max and a sum)
+  // per split and output row: up to 1024x the output from a small request.
+  op.workspace_bytes = [&] {
+    return p.num_splits * p.batch * p.q_len * p.heads * (kMlaLatentDim + 2) * int64_t{4};
+  };
+  // The oracle dequantizes one request's KV rows at a time.
+  op.oracle_bytes = [&] {
+    return OracleBytes({&q_lat, &q_pe}, p.OutputDesc(), 2) + 8 * kMlaRowDim * p.max_seq;
+  };
+  KS_RETURN_IF_ERROR(call.Execute(req.output(), req.report_error(), op, resp->mutable_out()));
   if (req.report_error()) {
     MlaDecodeInputs host_in{q_lat.host_view(),    q_pe.host_view(),      kv.host_view(),
                             seq_lens.host_view(), kv_indices.host_view(), kv_indptr.host_view(),
@@ -451,18 +543,26 @@ absl::Status DoMoe(ServerState* state, grpc::ServerContext* ctx, const pb::MoeRe
   call.NeedHostBeforeValidate(&ids);
   Backend& backend = state->backend();
   const int device = call.device();
-  KS_RETURN_IF_ERROR(call.Execute(
-      req.output(), req.report_error(),
-      [&] {
-        return p.Validate(x.desc, ids.host, weights.desc_or_null(), w13.desc_or_null(),
-                          w13s.desc_or_null(), w2.desc_or_null(), w2s.desc_or_null());
-      },
-      [&] { return p.OutputDesc(); },
-      [&](TensorView& out) {
-        MoeInputs in{x.view, ids.view, weights.view, w13.view, w13s.view, w2.view, w2s.view};
-        return backend.Moe(device, p, in, out);
-      },
-      resp->mutable_out()));
+  OpHooks op;
+  op.validate = [&] {
+    return p.Validate(x.desc, ids.host, weights.desc_or_null(), w13.desc_or_null(), w13s.desc_or_null(),
+                      w2.desc_or_null(), w2s.desc_or_null());
+  };
+  op.out_desc = [&] { return p.OutputDesc(); };
+  op.run = [&](TensorView& out) {
+    MoeInputs in{x.view, ids.view, weights.view, w13.view, w13s.view, w2.view, w2s.view};
+    return backend.Moe(device, p, in, out);
+  };
+  const int compute_units = backend.GetDeviceInfo(device).compute_units;
+  op.workspace_bytes = [&] { return MoeWorkspaceBytes(p, compute_units); };
+  // The oracle's fp64 per-pair activations and one dequantized expert at a time.
+  op.oracle_bytes = [&] {
+    const int64_t pairs = p.tokens * p.top_k;
+    return 8 * (p.tokens * p.hidden + pairs * (p.hidden + 3 * p.inter + p.out_dim) + p.tokens * p.out_dim +
+                std::max(2 * p.inter * p.hidden, p.out_dim * p.inter)) +
+           OracleBytes({}, p.OutputDesc(), 1);
+  };
+  KS_RETURN_IF_ERROR(call.Execute(req.output(), req.report_error(), op, resp->mutable_out()));
   if (req.report_error()) {
     MoeInputs host_in{x.host_view(),   ids.host_view(), weights.host_view(), w13.host_view(),
                       w13s.host_view(), w2.host_view(),  w2s.host_view()};
@@ -477,35 +577,27 @@ absl::Status DoMoe(ServerState* state, grpc::ServerContext* ctx, const pb::MoeRe
 
 grpc::Status KernelServiceImpl::Attention(grpc::ServerContext* ctx, const pb::AttentionRequest* req,
                                           pb::AttentionResponse* resp) {
-  CallLog log("KernelService.Attention", ctx, &state_->calls());
-  auto admission = state_->Admit(ctx);  // token, rate limits
-  if (!admission.ok()) return log.Done(admission.status());
-  return log.Done(DoAttention(state_, ctx, *req, resp, &log));
+  return state_->Serve("KernelService.Attention", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoAttention(state_, ctx, *req, resp, log); });
 }
 
 grpc::Status KernelServiceImpl::Fp8Attention(grpc::ServerContext* ctx,
                                              const pb::Fp8AttentionRequest* req,
                                              pb::Fp8AttentionResponse* resp) {
-  CallLog log("KernelService.Fp8Attention", ctx, &state_->calls());
-  auto admission = state_->Admit(ctx);  // token, rate limits
-  if (!admission.ok()) return log.Done(admission.status());
-  return log.Done(DoFp8Attention(state_, ctx, *req, resp, &log));
+  return state_->Serve("KernelService.Fp8Attention", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoFp8Attention(state_, ctx, *req, resp, log); });
 }
 
 grpc::Status KernelServiceImpl::MlaDecode(grpc::ServerContext* ctx, const pb::MlaDecodeRequest* req,
                                           pb::MlaDecodeResponse* resp) {
-  CallLog log("KernelService.MlaDecode", ctx, &state_->calls());
-  auto admission = state_->Admit(ctx);  // token, rate limits
-  if (!admission.ok()) return log.Done(admission.status());
-  return log.Done(DoMlaDecode(state_, ctx, *req, resp, &log));
+  return state_->Serve("KernelService.MlaDecode", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoMlaDecode(state_, ctx, *req, resp, log); });
 }
 
 grpc::Status KernelServiceImpl::Moe(grpc::ServerContext* ctx, const pb::MoeRequest* req,
                                     pb::MoeResponse* resp) {
-  CallLog log("KernelService.Moe", ctx, &state_->calls());
-  auto admission = state_->Admit(ctx);  // token, rate limits
-  if (!admission.ok()) return log.Done(admission.status());
-  return log.Done(DoMoe(state_, ctx, *req, resp, &log));
+  return state_->Serve("KernelService.Moe", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoMoe(state_, ctx, *req, resp, log); });
 }
 
 }  // namespace kernelserve

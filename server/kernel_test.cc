@@ -360,6 +360,188 @@ TEST_F(KernelTest, MlaDecodeOverPoolMatchesOracle) {
 
 // ------------------------------------------------- queue limit and deadlines
 
+void SetBits16(pb::Tensor* t, int64_t element, uint16_t bits) {
+  std::memcpy(&(*t->mutable_data())[2 * element], &bits, 2);
+}
+
+int64_t MemoryUsed(KernelServer* server, std::shared_ptr<grpc::Channel> channel) {
+  auto devices = pb::DeviceService::NewStub(channel);
+  grpc::ClientContext ctx;
+  pb::ListDevicesResponse resp;
+  EXPECT_TRUE(devices->List(&ctx, pb::ListDevicesRequest(), &resp).ok());
+  return resp.devices(0).memory_used_bytes();
+}
+
+TEST_F(KernelTest, RejectNonfiniteNamesTheTensorAndTheFirstElement) {
+  ServerOptions options;
+  options.reject_nonfinite = true;
+  StartWith(options);
+  pb::AttentionRequest req;
+  pb::Tensor q = RandomBf16({1, 2, 4, 64}, 1);
+  SetBits16(&q, 37, 0x7FC0);  // NaN
+  SetBits16(&q, 300, 0x7F80);  // Inf, later: not the one named
+  *req.mutable_q() = Inline(q);
+  *req.mutable_k() = Inline(RandomBf16({1, 1, 6, 64}, 2));
+  *req.mutable_v() = Inline(RandomBf16({1, 1, 6, 64}, 3));
+  pb::AttentionResponse resp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = kernels_->Attention(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("q[0,0,0,37]: NaN (element 37 of bf16[1,2,4,64])"));
+    EXPECT_THAT(s.error_message(), HasSubstr("--reject_nonfinite"));
+  }
+  // A buffer input is scanned too.
+  pb::Tensor k = RandomBf16({1, 1, 6, 64}, 2);
+  SetBits16(&k, 3 * 64 + 8, 0xFF80);  // -Inf
+  *req.mutable_q() = Inline(RandomBf16({1, 2, 4, 64}, 1));
+  *req.mutable_k() = Buf(UploadOrDie(k));
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = kernels_->Attention(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("k[0,0,3,8]: -Inf (element 200 of bf16[1,1,6,64])"));
+  }
+  *req.mutable_k() = Inline(RandomBf16({1, 1, 6, 64}, 2));
+  {
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(kernels_->Attention(&ctx, req, &resp).ok()) << "finite inputs still run";
+  }
+  // Pool rows: an fp8 NaN code.
+  pb::CreatePoolRequest creq;
+  creq.set_kind(pb::MLA_FUSED);
+  creq.set_num_slots(4);
+  creq.set_dtype(pb::FP8_E4M3FN);
+  pb::PoolInfo pool;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(pools_->Create(&ctx, creq, &pool).ok());
+  }
+  pb::WritePoolChunk c;
+  c.set_pool_id(pool.id());
+  *c.mutable_slots() = Int32s({0, 1});
+  *c.mutable_rows() = RandomFp8Rows(2, 4);
+  (*c.mutable_rows()->mutable_data())[576 + 5] = static_cast<char>(0xFF);
+  grpc::ClientContext ctx;
+  pb::WritePoolResponse wr;
+  auto w = pools_->Write(&ctx, &wr);
+  ASSERT_TRUE(w->Write(c));
+  w->WritesDone();
+  grpc::Status s = w->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("rows[1,5]: NaN (element 581 of fp8_e4m3fn[2,576])"));
+}
+
+TEST_F(KernelTest, NonfiniteInputsRunWithoutTheFlag) {
+  pb::AttentionRequest req;
+  pb::Tensor q = RandomBf16({1, 2, 4, 64}, 1);
+  SetBits16(&q, 37, 0x7FC0);
+  *req.mutable_q() = Inline(q);
+  *req.mutable_k() = Inline(RandomBf16({1, 1, 6, 64}, 2));
+  *req.mutable_v() = Inline(RandomBf16({1, 1, 6, 64}, 3));
+  grpc::ClientContext ctx;
+  pb::AttentionResponse resp;
+  EXPECT_TRUE(kernels_->Attention(&ctx, req, &resp).ok());
+}
+
+// Memory a request's knobs multiply is charged before anything is
+// allocated: MLA's explicit split partials, report_error's fp64 oracle.
+TEST_F(KernelTest, WorkspaceAndOracleMemoryAreChargedFirst) {
+  ServerOptions options;
+  options.memory_limit_mb = 8;
+  StartWith(options);
+  const int64_t used = MemoryUsed(server_.get(), channel_);
+  pb::MlaDecodeRequest mla;
+  *mla.mutable_q_lat() = Inline(RandomBf16({1, 8, 128, 512}, 1));
+  *mla.mutable_q_pe() = Inline(RandomBf16({1, 8, 128, 64}, 2));
+  *mla.mutable_kv() = Inline(RandomFp8Rows(16, 3));
+  mla.mutable_kv()->mutable_tensor()->clear_shape();
+  for (int64_t d : {1, 16, 576}) mla.mutable_kv()->mutable_tensor()->add_shape(d);
+  mla.set_num_splits(1024);
+  pb::MlaDecodeResponse mresp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = kernels_->MlaDecode(&ctx, mla, &mresp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    // 1024 splits x 1024 rows x (512 + 2) fp32.
+    EXPECT_THAT(s.error_message(), HasSubstr("op workspace needs 2155872256 bytes"));
+  }
+  mla.set_num_splits(2);
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = kernels_->MlaDecode(&ctx, mla, &mresp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  pb::AttentionRequest req;
+  *req.mutable_q() = Buf(UploadOrDie(RandomBf16({1, 8, 256, 128}, 4)));
+  *req.mutable_k() = Buf(UploadOrDie(RandomBf16({1, 8, 256, 128}, 5)));
+  *req.mutable_v() = Buf(UploadOrDie(RandomBf16({1, 8, 256, 128}, 6)));
+  const int64_t with_inputs = MemoryUsed(server_.get(), channel_);
+  req.set_report_error(true);
+  pb::AttentionResponse resp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = kernels_->Attention(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    // fp64 copies of q, k, v and two of the output: 5 x 262144 elements.
+    EXPECT_THAT(s.error_message(), HasSubstr("report_error: the fp64 oracle needs 10485760 bytes"));
+  }
+  req.set_report_error(false);
+  {
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(kernels_->Attention(&ctx, req, &resp).ok());
+  }
+  EXPECT_EQ(MemoryUsed(server_.get(), channel_), with_inputs) << "charges released";
+  EXPECT_GE(with_inputs, used);
+}
+
+// MoE shapes multiply the request: one token routed 2^16 times through
+// 32-wide experts needs ~34 MB of fp32 activations, over an 8 MiB limit,
+// from a 0.5 MiB request. The charge comes first and is released; the same
+// layer with top_k 2 runs.
+TEST_F(KernelTest, MoeWorkspaceIsChargedFirst) {
+  ServerOptions options;
+  options.memory_limit_mb = 8;
+  options.cpu_threads = 2;
+  StartWith(options);
+  const int64_t used = MemoryUsed(server_.get(), channel_);
+  auto tensor = [](pb::DType dtype, std::vector<int64_t> shape, std::string data) {
+    pb::Tensor t;
+    t.set_dtype(dtype);
+    for (int64_t d : shape) t.add_shape(d);
+    t.set_data(std::move(data));
+    return t;
+  };
+  auto layer = [&](int64_t top_k) {
+    pb::MoeRequest r;
+    r.set_stage(pb::LAYER);
+    *r.mutable_x() = Inline(RandomBf16({1, 32}, 1));
+    *r.mutable_topk_ids() = Inline(tensor(pb::INT32, {1, top_k}, std::string(4 * top_k, '\0')));
+    *r.mutable_topk_weights() = Inline(tensor(pb::FP32, {1, top_k}, std::string(4 * top_k, '\0')));
+    *r.mutable_w13() = Inline(tensor(pb::FP4_E2M1, {2, 64, 32}, std::string(2 * 64 * 16, '\x25')));
+    *r.mutable_w13_scales() = Inline(tensor(pb::E8M0, {2, 64, 1}, std::string(128, '\x7f')));
+    *r.mutable_w2() = Inline(tensor(pb::FP4_E2M1, {2, 32, 32}, std::string(2 * 32 * 16, '\x25')));
+    *r.mutable_w2_scales() = Inline(tensor(pb::E8M0, {2, 32, 1}, std::string(64, '\x7f')));
+    return r;
+  };
+  pb::MoeResponse resp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = kernels_->Moe(&ctx, layer(1 << 16), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    // 4 x (32 + 65536 x (3 x 32 + 32) + 32) fp32 activations, 4 x (2 x 65536 +
+    // 130 x 2 + 3 x 2) + 4096 of routing, 64 x 2 threads x 32 of weight rows.
+    EXPECT_THAT(s.error_message(), HasSubstr("op workspace needs 34088232 bytes"));
+  }
+  EXPECT_EQ(MemoryUsed(server_.get(), channel_), used) << "the refused charge is not held";
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = kernels_->Moe(&ctx, layer(2), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(MemoryUsed(server_.get(), channel_), used);
+}
+
 class SlowCallTest : public KernelTest {
  protected:
   void SetUp() override {}

@@ -12,7 +12,8 @@
 // travel as buffers in chunks (BufferService.Upload / Download).
 //
 // SIGTERM / SIGINT: stop accepting calls, let running calls finish for up to
-// --shutdown_grace, then exit 0.
+// --shutdown_grace, then exit 0. SIGHUP: re-read the TLS certificate, key and
+// client CA and the tokens file (new connections and calls use them).
 #include <signal.h>
 
 #include <cstdio>
@@ -40,10 +41,13 @@ ABSL_FLAG(int, max_message_mb, 64, "largest gRPC message, both directions, in Mi
 ABSL_FLAG(int, queue_capacity, 64, "calls that may wait per device; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads; 0: all hardware threads");
 ABSL_FLAG(int64_t, memory_limit_mb, 0,
-          "accounted buffer and pool memory per device in MiB; 0: 90% of device memory");
+          "accounted memory per device in MiB: buffers, pools and what calls hold in flight (their host "
+          "staging and copies too); 0: 90% of device memory");
 ABSL_FLAG(std::string, log_level, "info", "debug|info|warn (debug logs one line per call)");
 ABSL_FLAG(std::string, data_dir, "",
           "directory for persistent state (bench.db, the benchmark jobs); empty: jobs live in memory only");
+ABSL_FLAG(bool, reject_nonfinite, false,
+          "refuse NaN/Inf in op inputs and pool writes (INVALID_ARGUMENT naming the tensor and element)");
 ABSL_FLAG(std::string, config, "", "file of flag=value lines applied before the command line");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long running calls may take to finish");
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   kernelserve::ServerOptions options;
@@ -134,6 +139,7 @@ int main(int argc, char** argv) {
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.memory_limit_mb = absl::GetFlag(FLAGS_memory_limit_mb);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.reject_nonfinite = absl::GetFlag(FLAGS_reject_nonfinite);
   kernelserve::bench::ApplyBenchFlags(&options.bench);
   kernelserve::ApplyNodeFlags(&options);
 
@@ -143,7 +149,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    spdlog::info("received SIGHUP: reloading the TLS certificates and the tokens file");
+    absl::Status reloaded = (*server)->ReloadCredentials();
+    if (!reloaded.ok()) spdlog::error("reload: {}", reloaded.ToString());
+  }
   spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   (*server)->Wait();

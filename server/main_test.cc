@@ -27,6 +27,10 @@
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/tensor.grpc.pb.h"
 #include "local_config_cuda/config.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "server/security/test_certs.h"
+#include "server/security/tls.h"
 #include "server/test_util.h"
 
 namespace kernelserve {
@@ -218,6 +222,62 @@ TEST(MainTest, ListNamesTheBackendsOfThisBinaryAndWhyAutoChoseOne) {
                                                                     ? "cuda: no CUDA device"
                                                                     : "cuda: this build has no CUDA backend"));
   }
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(pid), 0);
+}
+
+void CopyInto(const std::string& from, const std::string& to) {
+  {
+    std::ifstream in(from, std::ios::binary);
+    std::ofstream(to + ".tmp", std::ios::binary) << in.rdbuf();
+  }
+  ASSERT_EQ(std::rename((to + ".tmp").c_str(), to.c_str()), 0);
+}
+
+// The status of DeviceService.List over a new TLS connection trusting `ca`.
+grpc::StatusCode ListOverTls(int port, const std::string& ca) {
+  auto creds = security::ChannelCredentialsFromFiles({ca, "", ""});
+  if (!creds.ok()) return grpc::StatusCode::INTERNAL;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto devices = pb::DeviceService::NewStub(
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), *creds, args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  pb::ListDevicesResponse resp;
+  return devices->List(&ctx, pb::ListDevicesRequest(), &resp).error_code();
+}
+
+// SIGHUP re-reads the TLS files (no file watching here): a rotated server
+// certificate is what new connections get, without a restart.
+TEST(MainTest, SighupReloadsTheTlsCertificates) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto certs = security::MakeTestCerts(std::string(tmp ? tmp : "/tmp") + "/main_certs");
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  const std::string cert = certs->dir + "/live.pem", key = certs->dir + "/live.key";
+  CopyInto(certs->server_cert, cert);
+  CopyInto(certs->server_key, key);
+  const int port = FreePort();
+  const pid_t pid = Spawn({kBinary, "--backend=cpu", "--listen=127.0.0.1:" + std::to_string(port),
+                           "--tls_cert=" + cert, "--tls_key=" + key, "--tls_watch_interval=0"});
+  ASSERT_GT(pid, 0);
+  grpc::StatusCode code = grpc::StatusCode::UNAVAILABLE;
+  for (int i = 0; i < 200 && code != grpc::StatusCode::OK; ++i) {
+    code = ListOverTls(port, certs->ca);
+    if (code != grpc::StatusCode::OK) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(code, grpc::StatusCode::OK) << "the server never answered over TLS";
+  CopyInto(certs->rogue_server_cert, cert);
+  CopyInto(certs->rogue_server_key, key);
+  EXPECT_EQ(ListOverTls(port, certs->rogue_ca), grpc::StatusCode::UNAVAILABLE) << "not before the signal";
+  ASSERT_EQ(kill(pid, SIGHUP), 0);
+  code = grpc::StatusCode::UNAVAILABLE;
+  for (int i = 0; i < 100 && code != grpc::StatusCode::OK; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    code = ListOverTls(port, certs->rogue_ca);
+  }
+  EXPECT_EQ(code, grpc::StatusCode::OK) << "SIGHUP did not load the rotated certificate";
+  EXPECT_EQ(ListOverTls(port, certs->ca), grpc::StatusCode::UNAVAILABLE);
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   EXPECT_EQ(WaitExit(pid), 0);
 }

@@ -4,11 +4,15 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/time/time.h"
 
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain; with --tls_key turns TLS on");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
-          "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)");
+          "PEM CA bundle; when set, clients must present a certificate it signed (mTLS); tenants may be "
+          "bound to certificate identities in --tokens_file");
+ABSL_FLAG(absl::Duration, tls_watch_interval, absl::Seconds(1),
+          "how often a new connection may look for changed TLS files and reload them; 0: only on SIGHUP");
 ABSL_FLAG(std::string, tokens_file, "",
           "file of 'tenant sha256hex [admin|revoked]' lines; turns bearer-token auth on "
           "(re-read when it changes; make lines with token_tool)");
@@ -39,6 +43,7 @@ void ApplyNodeFlags(ServerOptions* options) {
   s.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   s.tls.key = absl::GetFlag(FLAGS_tls_key);
   s.tls.client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  s.tls.watch_interval = absl::GetFlag(FLAGS_tls_watch_interval);
   s.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   s.limits_file = absl::GetFlag(FLAGS_limits_file);
   s.insecure = absl::GetFlag(FLAGS_insecure);

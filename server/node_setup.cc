@@ -27,6 +27,13 @@ absl::StatusOr<NodeSecurity> SetUpNodeSecurity(const ServerOptions& options) {
   auto gate = security::CallGate::Create(options.security, options.listen);
   if (!gate.ok()) return gate.status();
   node.gate = *std::move(gate);
+  if (security::TlsEnabled(options.security.tls)) {
+    auto tls = security::ServerTls::Load(options.security.tls);
+    if (!tls.ok()) return tls.status();
+    node.tls = *std::move(tls);
+    node.credentials = node.tls->credentials();
+    return node;
+  }
   auto creds = security::ServerCredentialsFromFiles(options.security.tls);
   if (!creds.ok()) return creds.status();
   node.credentials = *std::move(creds);

@@ -16,6 +16,7 @@
 #include "server/metrics/http_server.h"
 #include "server/metrics/metrics.h"
 #include "server/security/call_gate.h"
+#include "server/security/tls.h"
 
 namespace grpc {
 class Server;
@@ -35,6 +36,7 @@ struct ServerOptions;
 struct NodeSecurity {
   std::shared_ptr<security::CallGate> gate;
   std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::shared_ptr<security::ServerTls> tls;  // null without TLS
 };
 // The listen rule, tokens, limits and TLS credentials, or why not.
 absl::StatusOr<NodeSecurity> SetUpNodeSecurity(const ServerOptions& options);

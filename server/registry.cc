@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/input_checks.h"
 
 namespace kernelserve {
 
@@ -25,6 +26,17 @@ void Reservation::Release() {
   bytes_ = 0;
 }
 
+void Reservation::Merge(Reservation&& more) {
+  if (more.owner_ == nullptr) return;
+  if (owner_ == nullptr) {
+    *this = std::move(more);
+    return;
+  }
+  bytes_ += more.bytes_;
+  more.owner_ = nullptr;
+  more.bytes_ = 0;
+}
+
 MemoryAccountant::MemoryAccountant(std::vector<int64_t> limits)
     : limits_(std::move(limits)), used_(limits_.size(), 0) {}
 
@@ -45,7 +57,8 @@ absl::StatusOr<Reservation> MemoryAccountant::Reserve(int device, const std::str
   if (tenant_check_) {
     auto held = tenant_used_.find(tenant);
     absl::Status s = tenant_check_(tenant, held == tenant_used_.end() ? 0 : held->second, bytes);
-    if (!s.ok()) return s;
+    // Named like the device's refusal: which of a call's charges did not fit.
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(s.message(), " (for ", what, ")"));
   }
   used_[device] += bytes;
   tenant_used_[tenant] += bytes;
@@ -103,7 +116,7 @@ absl::StatusOr<std::shared_ptr<T>> Find(const std::map<std::string, std::shared_
   if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": required"));
   auto it = m.find(id);
   if (it == m.end() || it->second->owner != tenant) {
-    return absl::NotFoundError(absl::StrCat(field, ": no ", kind, " \"", id, "\""));
+    return absl::NotFoundError(absl::StrCat(field, ": no ", kind, " ", QuoteClientText(id)));
   }
   return it->second;
 }

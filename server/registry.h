@@ -31,6 +31,9 @@ class Reservation {
   ~Reservation() { Release(); }
   void Release();
   int64_t bytes() const { return bytes_; }
+  // Takes over `more`'s bytes; both must come from one accountant, device and
+  // tenant (or this one be empty).
+  void Merge(Reservation&& more);
 
  private:
   friend class MemoryAccountant;

@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   state_options.backend_selection =
       backend_note.empty() ? absl::StrCat("backend ", server->backend_->Name(), " (given to the server)")
                            : std::move(backend_note);
+  state_options.reject_nonfinite = options.reject_nonfinite;
   for (int d = 0; d < devices; ++d) {
     int64_t limit = options.memory_limit_mb << 20;
     if (options.memory_limit_mb == 0) {
@@ -122,6 +123,8 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  server->credentials_ = node->credentials;
+  server->tls_ = node->tls;
   builder.AddListeningPort(options.listen, node->credentials, &server->port_);
   // No SO_REUSEPORT: a second server on a port in use must fail to start, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -187,6 +190,21 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
     if (!r.ok()) return r.status();
     return std::shared_ptr<void>(std::make_shared<Reservation>(std::move(*r)));
   };
+  bench_options.describe_buffer = [state](const std::string& id,
+                                          const std::string& tenant) -> absl::StatusOr<TensorDesc> {
+    auto buffer = state->registry().GetBuffer("buffer_id", id, tenant);
+    if (!buffer.ok()) return buffer.status();
+    return (*buffer)->desc;
+  };
+  if (options.reject_nonfinite) {
+    bench_options.check_buffer = [state](const std::string& id, const std::string& tenant,
+                                         const std::string& field) -> absl::Status {
+      auto buffer = state->registry().GetBuffer("buffer_id", id, tenant);
+      if (!buffer.ok()) return buffer.status();
+      return state->RunOnDevice((*buffer)->device, nullptr,
+                                [&] { return state->CheckBufferFinite(**buffer, tenant, field); });
+    };
+  }
   auto runner = [state](int device, std::function<absl::Status()> fn) {
     return state->RunOnDevice(device, nullptr, std::move(fn));
   };
@@ -220,7 +238,7 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
     *hold = std::make_shared<security::CallGate::Admission>(std::move(*admission));
     return absl::OkStatus();
   };
-  bench_service_ = std::make_unique<bench::BenchServiceImpl>(bench_.get(), admit);
+  bench_service_ = std::make_unique<bench::BenchServiceImpl>(bench_.get(), admit, state->max_payload_bytes());
   return absl::OkStatus();
 }
 
@@ -232,6 +250,14 @@ void KernelServer::UpdateHealth() {
   const bool serving = state_->AnyHealthy();
   health->SetServingStatus("", serving);
   for (const char* name : kServiceNames) health->SetServingStatus(name, serving);
+}
+
+absl::Status KernelServer::ReloadCredentials() {
+  absl::Status tls = tls_ != nullptr ? tls_->Reload() : absl::OkStatus();
+  absl::Status tokens = state_->gate().ReloadTokens();
+  if (!tokens.ok()) spdlog::error("tokens reload failed; keeping the previous tokens: {}", tokens.ToString());
+  if (!tls.ok()) return tls;
+  return tokens;
 }
 
 int KernelServer::metrics_port() const { return endpoints_ ? endpoints_->metrics_port() : 0; }

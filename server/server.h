@@ -13,9 +13,11 @@
 #include "server/bench/scheduler.h"
 #include "server/device_worker.h"
 #include "server/security/call_gate.h"
+#include "server/security/tls.h"
 
 namespace grpc {
 class Server;
+class ServerCredentials;
 }  // namespace grpc
 
 namespace kernelserve {
@@ -38,6 +40,9 @@ struct ServerOptions {
   int cpu_threads = 0;                     // CPU backend threads; 0: all hardware threads
   int64_t memory_limit_mb = 0;             // per device; 0: 90% of device memory
   std::string data_dir;                    // holds bench.db, the benchmark jobs database
+  // NaN/Inf in an op's float inputs or a pool write's rows: INVALID_ARGUMENT
+  // naming the tensor and the first such element.
+  bool reject_nonfinite = false;
   bench::BenchOptions bench;               // benchmark jobs (flags: server/bench/bench_flags.cc)
   // Shared nodes: TLS, tokens, per-tenant limits (server/node_flags.cc has the flags).
   security::NodeSecurityOptions security;
@@ -73,6 +78,10 @@ class KernelServer {
   Backend& backend() { return *backend_; }
   // Device worker counters (tests: dropped and rejected calls).
   WorkerStats worker_stats(int device) const;
+  // SIGHUP: reads the TLS certificate, key and client CA, and the tokens
+  // file, now (both also reload by themselves when their files change). Not
+  // OK names what did not load; what was in use stays.
+  absl::Status ReloadCredentials();
 
  private:
   KernelServer() = default;
@@ -87,6 +96,9 @@ class KernelServer {
   std::unique_ptr<DeviceServiceImpl> device_service_;
   std::unique_ptr<bench::BenchScheduler> bench_;  // uses state_'s workers
   std::unique_ptr<bench::BenchServiceImpl> bench_service_;
+  // Before server_: its listener uses them until it is gone.
+  std::shared_ptr<grpc::ServerCredentials> credentials_;
+  std::shared_ptr<security::ServerTls> tls_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

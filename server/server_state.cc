@@ -2,11 +2,21 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/api/status_macros.h"
+#include "server/input_checks.h"
+#include "server/tensor_proto.h"
 #include "spdlog/spdlog.h"
 
 namespace kernelserve {
+namespace {
+
+// Host window through which CheckBufferFinite reads a buffer.
+constexpr int64_t kFiniteScanBytes = 4 << 20;
+
+}  // namespace
 
 ServerState::ServerState(Backend* backend, StateOptions options)
     : backend_(backend),
@@ -65,8 +75,12 @@ void ServerState::BeginShutdown() {
 }
 
 void ServerState::SetDraining(int device, const std::string& reason) {
+  // The reason is an admin's free text that every refused call quotes.
+  std::string kept = reason.size() <= kMaxKeptStringBytes
+                         ? reason
+                         : absl::StrCat(reason.substr(0, kMaxKeptStringBytes), "...");
   absl::MutexLock lock(&mu_);
-  if (device >= 0 && device < static_cast<int>(draining_reason_.size())) draining_reason_[device] = reason;
+  if (device >= 0 && device < static_cast<int>(draining_reason_.size())) draining_reason_[device] = std::move(kept);
 }
 
 std::string ServerState::draining_reason(int device) const {
@@ -101,6 +115,35 @@ absl::Status ServerState::Allocate(int device, const std::string& tenant, int64_
   if (!m.ok()) return m.status();
   *reservation = std::move(*r);
   *memory = std::move(*m);
+  return absl::OkStatus();
+}
+
+absl::Status ServerState::ChargeHost(int device, const std::string& tenant, int64_t bytes,
+                                     absl::string_view what, Reservation* held) {
+  auto r = accountant_.Reserve(device, tenant, bytes, what);
+  if (!r.ok()) return r.status();
+  held->Merge(std::move(*r));
+  return absl::OkStatus();
+}
+
+absl::Status ServerState::CheckBufferFinite(const Buffer& buffer, const std::string& tenant,
+                                            absl::string_view field) {
+  const TensorDesc& desc = buffer.desc;
+  if (!HasNonFinite(desc.dtype)) return absl::OkStatus();
+  const int64_t elements = desc.num_elements();
+  const int64_t element_bytes = NumBytes(desc.dtype, 1);
+  const int64_t window = std::min(elements, kFiniteScanBytes / element_bytes);
+  Reservation hold;
+  KS_RETURN_IF_ERROR(ChargeHost(buffer.device, tenant, window * element_bytes,
+                                absl::StrCat("non-finite scan of ", field), &hold));
+  std::vector<uint8_t> host(static_cast<size_t>(window * element_bytes));
+  const auto* src = static_cast<const uint8_t*>(buffer.memory->data());
+  for (int64_t first = 0; first < elements; first += window) {
+    const int64_t n = std::min(window, elements - first);
+    KS_RETURN_IF_ERROR(backend_->CopyToHost(buffer.device, host.data(), src + first * element_bytes,
+                                            static_cast<size_t>(n * element_bytes)));
+    KS_RETURN_IF_ERROR(CheckFinite(field, desc, host.data(), first, n));
+  }
   return absl::OkStatus();
 }
 

@@ -35,6 +35,7 @@ struct StateOptions {
   // line saying how --backend chose the one running.
   std::vector<BackendBuild> backend_builds;
   std::string backend_selection;
+  bool reject_nonfinite = false;  // --reject_nonfinite: NaN/Inf inputs are INVALID_ARGUMENT
 };
 
 class ServerState {
@@ -58,6 +59,17 @@ class ServerState {
   absl::StatusOr<security::CallGate::Admission> Admit(grpc::ServerContext* ctx, bool stream = false) {
     return gate_->Admit(*ctx, stream);
   }
+  // The frame of a handler: one CallLog line, admission (Admit), then
+  // body(&log) under CallLog::Run.
+  template <typename Body>
+  grpc::Status Serve(absl::string_view method, grpc::ServerContext* ctx, bool stream, Body&& body) {
+    CallLog log(method, ctx, &calls_);
+    return log.Run([&]() -> absl::Status {
+      auto admission = Admit(ctx, stream);  // held for the call: the stream slot
+      if (!admission.ok()) return admission.status();
+      return body(&log);
+    });
+  }
   // Tenant of a call ("" with authentication off); owner of what it creates.
   std::string TenantOf(grpc::ServerContext* ctx) const { return gate_->TenantOf(*ctx); }
   security::CallGate& gate() { return *gate_; }
@@ -75,6 +87,19 @@ class ServerState {
   // Device memory for bytes already reserved; call from a device task only.
   absl::StatusOr<std::unique_ptr<DeviceMemory>> AllocateReserved(int device, int64_t bytes,
                                                                  absl::string_view what);
+  // Host memory a call keeps beyond the message in hand (staging, host
+  // copies, the oracle's working set) counts like device memory: against the
+  // device's limit and the tenant's quota, added to *held. RESOURCE_EXHAUSTED
+  // naming `what` and the numbers when it does not fit; *held is unchanged then.
+  absl::Status ChargeHost(int device, const std::string& tenant, int64_t bytes, absl::string_view what,
+                          Reservation* held);
+  bool reject_nonfinite() const { return options_.reject_nonfinite; }
+  // --reject_nonfinite for a server-resident buffer: INVALID_ARGUMENT naming
+  // `field` and the first NaN / Inf element (CheckFinite, tensor_proto.h).
+  // The bytes pass through a small host window charged to `tenant`, so a
+  // large buffer costs no more host memory than a small one. Call from a
+  // device task only.
+  absl::Status CheckBufferFinite(const Buffer& buffer, const std::string& tenant, absl::string_view field);
 
   bool healthy(int device) const;
   std::string health_reason(int device) const;

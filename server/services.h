@@ -2,21 +2,47 @@
 #ifndef KERNELSERVE_SERVER_SERVICES_H_
 #define KERNELSERVE_SERVER_SERVICES_H_
 
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
 #include "kernelserve/v1/tensor.grpc.pb.h"
+#include "server/decoding_reader.h"
 #include "server/server_state.h"
 
 namespace kernelserve {
 
 namespace pb = ::kernelserve::v1;
 
+// Lists `objects` into `resp` through fill(object, entry), as many as fit in
+// one response of `max_bytes`; the rest are left out and `truncated` is set.
+// The response is bounded before it is built, however many objects exist.
+template <typename Resp, typename Obj, typename Entry>
+void ListInto(const std::vector<std::shared_ptr<Obj>>& objects, int64_t max_bytes, Resp* resp,
+              Entry* (Resp::*add)(), void (*fill)(const Obj&, Entry*)) {
+  constexpr int64_t kEntryFraming = 16;  // field tag and length prefix, generously
+  int64_t size = 0;
+  for (const auto& object : objects) {
+    Entry entry;
+    fill(*object, &entry);
+    const int64_t n = static_cast<int64_t>(entry.ByteSizeLong()) + kEntryFraming;
+    if (size + n > max_bytes) {
+      resp->set_truncated(true);
+      return;
+    }
+    size += n;
+    (resp->*add)()->Swap(&entry);
+  }
+}
+
 class BufferServiceImpl final : public pb::BufferService::Service {
  public:
-  explicit BufferServiceImpl(ServerState* state) : state_(state) {}
-  grpc::Status Upload(grpc::ServerContext* ctx, grpc::ServerReader<pb::UploadChunk>* reader,
-                      pb::BufferInfo* info) override;
+  explicit BufferServiceImpl(ServerState* state);
+  // Upload decodes its messages itself (decoding_reader.h).
+  grpc::Status Upload(grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader, pb::BufferInfo* info);
   grpc::Status Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
                         grpc::ServerWriter<pb::DownloadChunk>* writer) override;
   grpc::Status Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,
@@ -30,11 +56,12 @@ class BufferServiceImpl final : public pb::BufferService::Service {
 
 class PoolServiceImpl final : public pb::PoolService::Service {
  public:
-  explicit PoolServiceImpl(ServerState* state) : state_(state) {}
+  explicit PoolServiceImpl(ServerState* state);
   grpc::Status Create(grpc::ServerContext* ctx, const pb::CreatePoolRequest* req,
                       pb::PoolInfo* info) override;
-  grpc::Status Write(grpc::ServerContext* ctx, grpc::ServerReader<pb::WritePoolChunk>* reader,
-                     pb::WritePoolResponse* resp) override;
+  // Write decodes its messages itself (decoding_reader.h).
+  grpc::Status Write(grpc::ServerContext* ctx, DecodingReader<pb::WritePoolChunk>* reader,
+                     pb::WritePoolResponse* resp);
   grpc::Status Read(grpc::ServerContext* ctx, const pb::ReadPoolRequest* req,
                     grpc::ServerWriter<pb::ReadPoolChunk>* writer) override;
   grpc::Status Stats(grpc::ServerContext* ctx, const pb::PoolStatsRequest* req,

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace kernelserve {
 
 grpc::StatusCode ToGrpcCode(absl::StatusCode code) {
@@ -27,9 +29,15 @@ grpc::StatusCode ToGrpcCode(absl::StatusCode code) {
   }
 }
 
+std::string BoundedMessage(absl::string_view message) {
+  if (message.size() <= kMaxStatusMessageBytes) return std::string(message);
+  return absl::StrCat(message.substr(0, kMaxStatusMessageBytes), "... (message cut at ",
+                      kMaxStatusMessageBytes, " of ", message.size(), " bytes)");
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(ToGrpcCode(status.code()), std::string(status.message()));
+  return grpc::Status(ToGrpcCode(status.code()), BoundedMessage(status.message()));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {

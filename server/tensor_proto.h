@@ -31,6 +31,14 @@ HostTensor HostTensorFromProto(const TensorDesc& desc, const pb::Tensor& tensor)
 // "expected N bytes (bf16[2,3]), got M".
 std::string ByteCountMismatch(const TensorDesc& desc, int64_t got);
 
+// Whether `dtype` can hold NaN or Inf (the float and fp8 types and e8m0; fp4 and integers cannot).
+bool HasNonFinite(DType dtype);
+// --reject_nonfinite: `bytes` holds elements [first, first + count) of a
+// tensor `desc`; the first NaN or Inf among them is INVALID_ARGUMENT naming
+// the field and the element's index, e.g. "q[0,1,3,7]: NaN (element 103)".
+absl::Status CheckFinite(absl::string_view field, const TensorDesc& desc, const void* bytes, int64_t first,
+                         int64_t count);
+
 }  // namespace kernelserve
 
 #endif  // KERNELSERVE_SERVER_TENSOR_PROTO_H_

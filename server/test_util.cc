@@ -9,6 +9,7 @@
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "kernels/numerics/numerics.h"
@@ -133,6 +134,80 @@ bool WaitQueueDepth(pb::DeviceService::Stub* devices, int depth) {
   return false;
 }
 
+namespace {
+
+grpc::ByteBuffer ToByteBuffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+std::string FromByteBuffer(grpc::ByteBuffer* buffer) {
+  std::vector<grpc::Slice> slices;
+  (void)buffer->Dump(&slices);
+  std::string out;
+  for (auto& sl : slices) out.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  return out;
+}
+
+void Prepare(const RawCall& call, grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() + call.timeout);
+  for (const auto& [key, value] : call.metadata) ctx->AddMetadata(key, value);
+}
+
+}  // namespace
+
+grpc::Status RawUnary(grpc::Channel* channel, const RawCall& call, const std::string& request,
+                      std::string* response) {
+  grpc::ClientContext ctx;
+  Prepare(call, &ctx);
+  grpc::ByteBuffer req = ToByteBuffer(request), resp;
+  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel, grpc::internal::RpcMethod(call.method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx, req,
+      &resp);
+  if (s.ok() && response != nullptr) *response = FromByteBuffer(&resp);
+  return s;
+}
+
+grpc::Status RawClientStream(grpc::Channel* channel, const RawCall& call, const std::vector<std::string>& messages,
+                             std::string* response) {
+  grpc::ClientContext ctx;
+  Prepare(call, &ctx);
+  grpc::ByteBuffer resp;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+          channel, grpc::internal::RpcMethod(call.method.c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING),
+          &ctx, &resp));
+  for (const std::string& m : messages) {
+    if (!writer->Write(ToByteBuffer(m))) break;
+  }
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  if (s.ok() && response != nullptr) *response = FromByteBuffer(&resp);
+  return s;
+}
+
+grpc::Status RawServerStream(grpc::Channel* channel, const RawCall& call, const std::string& request,
+                             int max_messages, std::vector<std::string>* messages) {
+  grpc::ClientContext ctx;
+  Prepare(call, &ctx);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel, grpc::internal::RpcMethod(call.method.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING),
+          &ctx, ToByteBuffer(request)));
+  grpc::ByteBuffer chunk;
+  int n = 0;
+  while ((max_messages <= 0 || n < max_messages) && reader->Read(&chunk)) {
+    ++n;
+    if (messages != nullptr) messages->push_back(FromByteBuffer(&chunk));
+  }
+  if (max_messages > 0 && n >= max_messages) {
+    ctx.TryCancel();
+    while (reader->Read(&chunk)) {
+    }
+  }
+  return reader->Finish();
+}
+
 grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service, std::string* reply) {
   std::string req;
   if (!service.empty()) {
@@ -140,21 +215,10 @@ grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service, std
     req.push_back(static_cast<char>(service.size()));
     req += service;
   }
-  grpc::Slice slice(req);
-  grpc::ByteBuffer request(&slice, 1), response;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      channel,
-      grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
-      &ctx, request, &response);
-  if (s.ok() && reply != nullptr) {
-    std::vector<grpc::Slice> slices;
-    (void)response.Dump(&slices);
-    reply->clear();
-    for (auto& sl : slices) reply->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  }
-  return s;
+  RawCall call;
+  call.method = "/grpc.health.v1.Health/Check";
+  call.timeout = std::chrono::seconds(10);
+  return RawUnary(channel, call, req, reply);
 }
 
 }  // namespace testing

@@ -2,9 +2,11 @@
 #ifndef KERNELSERVE_SERVER_TEST_UTIL_H_
 #define KERNELSERVE_SERVER_TEST_UTIL_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -42,6 +44,22 @@ grpc::Status Download(pb::BufferService::Stub* stub, const std::string& id, int6
 // send) until device 0's worker holds at least `depth` calls, running and
 // queued together; false after ~5 s.
 bool WaitQueueDepth(pb::DeviceService::Stub* devices, int depth);
+
+// Calls with serialized messages, decodable or not, on any method
+// ("/kernelserve.v1.PoolService/Read"), with `metadata` added (e.g.
+// {"authorization", "Bearer tok"}).
+struct RawCall {
+  std::string method;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  std::chrono::milliseconds timeout = std::chrono::seconds(20);
+};
+grpc::Status RawUnary(grpc::Channel* channel, const RawCall& call, const std::string& request,
+                      std::string* response = nullptr);
+grpc::Status RawClientStream(grpc::Channel* channel, const RawCall& call, const std::vector<std::string>& messages,
+                             std::string* response = nullptr);
+// Reads the stream to its end, or `max_messages` (> 0) of it and then cancels.
+grpc::Status RawServerStream(grpc::Channel* channel, const RawCall& call, const std::string& request,
+                             int max_messages = 0, std::vector<std::string>* messages = nullptr);
 
 // grpc.health.v1.Health/Check as a raw call (the health proto is not installed
 // as headers here); `service` empty asks for the whole server. On OK, `reply`

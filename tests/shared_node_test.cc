@@ -440,6 +440,155 @@ TEST(SharedNodeTls, MutualTlsAndTokensOnTheRealServer) {
             grpc::StatusCode::UNAVAILABLE);
 }
 
+// A channel with a connection of its own (a handshake of its own).
+std::shared_ptr<grpc::Channel> FreshChannel(const std::string& target,
+                                            std::shared_ptr<grpc::ChannelCredentials> creds) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(target, creds, args);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ClientCreds(const std::string& ca, const std::string& cert = "",
+                                                      const std::string& key = "") {
+  auto creds = security::ChannelCredentialsFromFiles({ca, cert, key});
+  EXPECT_TRUE(creds.ok()) << creds.status();
+  return creds.ok() ? *creds : nullptr;
+}
+
+// Tenants bound to certificate identities (tokens.h): alice by subject, bob
+// by a SAN; carol has a token and no binding.
+TEST(SharedNodeTls, TenantsBoundToClientCertificates) {
+  auto certs = security::MakeTestCerts(TempPath("certs_bound"));
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  const std::string tokens = WriteTokens();
+  std::ofstream(tokens, std::ios::app) << "alice subject:CN=alice\n"
+                                       << "bob   san:bob.lab.example   # DNS SAN\n";
+  ServerOptions options;
+  options.backend = "cpu";
+  options.listen = "127.0.0.1:0";
+  options.security.tls = {certs->server_cert, certs->server_key, certs->ca};
+  options.security.tokens_file = tokens;
+  auto server = KernelServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto alice_cert = FreshChannel(target, ClientCreds(certs->ca, certs->client_cert, certs->client_key));
+  auto bob_cert = FreshChannel(target, ClientCreds(certs->ca, certs->bob_cert, certs->bob_key));
+  auto carol_cert = FreshChannel(target, ClientCreds(certs->ca, certs->carol_cert, certs->carol_key));
+
+  // A bound certificate authenticates its tenant with its token or alone.
+  pb::BufferInfo info;
+  ASSERT_TRUE(As(alice_cert, "tok-alice").Upload(testing::RandomBf16({4}, 1), &info).ok());
+  std::vector<std::string> ids;
+  ASSERT_TRUE(As(alice_cert, "").ListBuffers(&ids).ok());
+  EXPECT_EQ(ids, std::vector<std::string>{info.id()}) << "the certificate alone is alice";
+  ids.clear();
+  ASSERT_TRUE(As(bob_cert, "").ListBuffers(&ids).ok());
+  EXPECT_TRUE(ids.empty()) << "bob's certificate is bob";
+  EXPECT_TRUE(As(bob_cert, "tok-bob").Devices().ok());
+
+  // A token with another tenant's certificate is refused, either way round.
+  for (const auto& [channel, token] : {std::make_pair(alice_cert, "tok-bob"), std::make_pair(bob_cert, "tok-alice"),
+                                       std::make_pair(alice_cert, "tok-ops")}) {
+    grpc::Status s = As(channel, token).Devices();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "belong to different tenants")) << s.error_message();
+  }
+  // A bound tenant's token needs its certificate; unbound tenants keep
+  // authenticating by token, and an unbound certificate proves nothing alone.
+  grpc::Status borrowed = As(carol_cert, "tok-alice").Devices();
+  EXPECT_EQ(borrowed.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(absl::StrContains(borrowed.error_message(), "bound to a client certificate")) << borrowed.error_message();
+  EXPECT_TRUE(As(carol_cert, "tok-carol").Devices().ok());
+  grpc::Status anonymous = As(carol_cert, "").Devices();
+  EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(absl::StrContains(anonymous.error_message(), "missing bearer token")) << anonymous.error_message();
+
+  // Bindings reload with the tokens file: bob's subject (RFC 2253, most
+  // specific first) bound to a second tenant, then bob's SAN revoked.
+  std::ofstream(tokens, std::ios::app) << "dave subject:\"CN=bob,O=Lab\"\n";
+  ASSERT_TRUE((*server)->ReloadCredentials().ok());
+  grpc::Status two = As(bob_cert, "").Devices();
+  EXPECT_EQ(two.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(absl::StrContains(two.error_message(), "bound to two tenants")) << two.error_message();
+  std::ofstream(tokens, std::ios::app) << "bob san:bob.lab.example revoked\n";
+  ASSERT_TRUE((*server)->ReloadCredentials().ok());
+  grpc::Status revoked = As(bob_cert, "tok-bob").Devices();
+  EXPECT_EQ(revoked.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(absl::StrContains(revoked.error_message(), "revoked client certificate")) << revoked.error_message();
+  EXPECT_TRUE(As(alice_cert, "").Devices().ok());
+
+  // Bindings without mTLS could never be met: the server refuses to start.
+  options.security.tls.client_ca = "";
+  auto refused = KernelServer::Start(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "--tls_client_ca")) << refused.status();
+}
+
+void CopyFile(const std::string& from, const std::string& to) {
+  {
+    std::ifstream in(from, std::ios::binary);
+    std::ofstream(to + ".tmp", std::ios::binary) << in.rdbuf();
+  }
+  ASSERT_EQ(std::rename((to + ".tmp").c_str(), to.c_str()), 0);
+}
+
+// Rotating the server certificate: what a new connection is shown follows
+// the files, on ReloadCredentials (SIGHUP) or, with a watch interval, on its
+// own; a set that does not load is refused and the current one kept.
+TEST(SharedNodeTls, CertificatesReloadWithoutARestart) {
+  auto certs = security::MakeTestCerts(TempPath("certs_rotate"));
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  const std::string cert = TempPath("live.pem"), key = TempPath("live.key");
+  CopyFile(certs->server_cert, cert);
+  CopyFile(certs->server_key, key);
+  ServerOptions options;
+  options.backend = "cpu";
+  options.listen = "127.0.0.1:0";
+  options.security.tls = {cert, key, ""};
+  options.security.tls.watch_interval = absl::ZeroDuration();  // only ReloadCredentials
+  auto server = KernelServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto trusts_ca = ClientCreds(certs->ca), trusts_rogue = ClientCreds(certs->rogue_ca);
+  auto call = [&](std::shared_ptr<grpc::ChannelCredentials> creds) {
+    return As(FreshChannel(target, creds), "").Devices().error_code();
+  };
+  EXPECT_EQ(call(trusts_ca), grpc::StatusCode::OK);
+  EXPECT_EQ(call(trusts_rogue), grpc::StatusCode::UNAVAILABLE);
+
+  CopyFile(certs->rogue_server_cert, cert);
+  CopyFile(certs->rogue_server_key, key);
+  EXPECT_EQ(call(trusts_ca), grpc::StatusCode::OK) << "no watching: the files alone change nothing";
+  ASSERT_TRUE((*server)->ReloadCredentials().ok());
+  EXPECT_EQ(call(trusts_rogue), grpc::StatusCode::OK);
+  EXPECT_EQ(call(trusts_ca), grpc::StatusCode::UNAVAILABLE);
+
+  CopyFile(certs->server_key, key);  // a key that is not the certificate's
+  absl::Status bad = (*server)->ReloadCredentials();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.message(), "does not match the certificate")) << bad;
+  EXPECT_EQ(call(trusts_rogue), grpc::StatusCode::OK) << "the previous set stays";
+
+  // With a watch interval the next connection after a change picks it up.
+  auto watching_options = options;
+  watching_options.security.tls.watch_interval = absl::Milliseconds(100);
+  CopyFile(certs->server_cert, cert);
+  auto watching = KernelServer::Start(watching_options);
+  ASSERT_TRUE(watching.ok()) << watching.status();
+  const std::string watched = absl::StrCat("127.0.0.1:", (*watching)->port());
+  EXPECT_EQ(As(FreshChannel(watched, trusts_ca), "").Devices().error_code(), grpc::StatusCode::OK);
+  CopyFile(certs->rogue_server_cert, cert);
+  CopyFile(certs->rogue_server_key, key);
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  for (int i = 0; i < 100 && code != grpc::StatusCode::OK; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    code = As(FreshChannel(watched, trusts_rogue), "").Devices().error_code();
+  }
+  EXPECT_EQ(code, grpc::StatusCode::OK) << "the changed files were never picked up";
+  EXPECT_EQ(As(FreshChannel(watched, trusts_ca), "").Devices().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
 // Kubernetes' gRPC probes speak plaintext: --health_listen serves only
 // grpc.health.v1 there while the main port requires TLS and tokens.
 TEST(SharedNodeTls, PlaintextHealthPortForProbes) {
@@ -652,6 +801,74 @@ TEST_F(SharedNodeTest, UndecodableRequestIsInvalidArgument) {
 
 // An over-size message is RESOURCE_EXHAUSTED from gRPC itself, before any
 // interceptor or handler sees the call; its message gives both sizes.
+// What a call holds on the host beyond the message in hand counts against
+// its tenant's max_device_memory as well as the device's limit: a pool write
+// stream's staged rows. alice (64 KiB) may stage two 18 KiB messages next to
+// her 18 KiB pool, not three; the refused stream writes nothing and holds
+// nothing afterwards. bob, without a limit, stages all three.
+TEST(SharedNodeLimits, HostStagingCountsAgainstTheTenantQuota) {
+  const std::string limits = TempPath("staging_limits");
+  std::ofstream(limits) << "alice max_device_memory=64KiB\n";
+  ServerOptions options;
+  options.security.tokens_file = WriteTokens();
+  options.security.limits_file = limits;
+  auto server = Start(options);
+  ASSERT_NE(server, nullptr);
+  auto channel = testing::Connect(server->port());
+  auto pools = pb::PoolService::NewStub(channel);
+  As alice(channel, "tok-alice"), bob(channel, "tok-bob");
+  auto create = [&](const As& who) {
+    grpc::ClientContext ctx;
+    who.Prepare(&ctx);
+    pb::CreatePoolRequest req;
+    req.set_kind(pb::MLA_FUSED);
+    req.set_num_slots(32);
+    req.set_dtype(pb::FP8_E4M3FN);
+    pb::PoolInfo info;
+    EXPECT_TRUE(pools->Create(&ctx, req, &info).ok());
+    return info.id();
+  };
+  auto write = [&](const As& who, const std::string& pool, int messages, pb::WritePoolResponse* resp) {
+    grpc::ClientContext ctx;
+    who.Prepare(&ctx);
+    auto writer = pools->Write(&ctx, resp);
+    std::vector<int32_t> slots(32);
+    for (int32_t i = 0; i < 32; ++i) slots[i] = i;
+    for (int m = 0; m < messages; ++m) {
+      pb::WritePoolChunk chunk;
+      if (m == 0) chunk.set_pool_id(pool);
+      *chunk.mutable_slots() = Int32s(slots);
+      *chunk.mutable_rows() = Bytes(pb::FP8_E4M3FN, {32, 576}, std::string(32 * 576, static_cast<char>(0x30 + m)));
+      if (!writer->Write(chunk)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  const std::string alice_pool = create(alice), bob_pool = create(bob);
+  pb::WritePoolResponse resp;
+  grpc::Status over = write(alice, alice_pool, 3, &resp);
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << over.error_message();
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "tenant \"alice\" over limit max_device_memory"))
+      << over.error_message();
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "(for pool write staging (message 2))")) << over.error_message();
+  EXPECT_TRUE(absl::StrContains(over.error_message(), "nothing was written")) << over.error_message();
+  {
+    grpc::ClientContext ctx;
+    alice.Prepare(&ctx);
+    pb::PoolStatsRequest req;
+    req.set_pool_id(alice_pool);
+    pb::PoolInfo info;
+    ASSERT_TRUE(pools->Stats(&ctx, req, &info).ok());
+    EXPECT_EQ(info.rows_written(), 0);
+  }
+  // The refused stream's staging was released: two messages fit again.
+  grpc::Status fits = write(alice, alice_pool, 2, &resp);
+  EXPECT_TRUE(fits.ok()) << fits.error_message();
+  EXPECT_EQ(resp.rows_written(), 64);
+  grpc::Status unlimited = write(bob, bob_pool, 3, &resp);
+  EXPECT_TRUE(unlimited.ok()) << unlimited.error_message();
+}
+
 TEST(SharedNodeLimits, MessageSizeNamesTheLimit) {
   ServerOptions options;
   options.security.tokens_file = WriteTokens();
@@ -900,16 +1117,20 @@ TEST(SharedNodeJobs, AdminJobsReadTheAdminsOwnBuffers) {
   // alice cannot see the admin's job, nor read the admin's buffers in hers.
   EXPECT_EQ(alice.Get(ops_job, &job).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(alice.List().empty());
-  ASSERT_TRUE(alice.Submit(spec, &job).ok());
-  const std::string alice_job = job.id();
-  job = alice.WaitFinal(alice_job);
-  EXPECT_EQ(job.state(), pb::JOB_FAILED);
-  EXPECT_EQ(job.error_code(), static_cast<int>(absl::StatusCode::kNotFound)) << job.error();
+  // Her submission answers exactly as for buffers that never existed, and
+  // leaves no job.
+  grpc::Status refused = alice.Submit(spec, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::NOT_FOUND) << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "spec.inputs.buffers[\"k\"]")) << refused.error_message();
+  EXPECT_TRUE(alice.List().empty());
   // The admin still sees and reads every tenant's jobs.
+  ASSERT_TRUE(alice.Submit(SmallAttention(64), &job).ok());
+  const std::string alice_job = job.id();
   const std::vector<std::string> all = ops.List();
   EXPECT_EQ(all.size(), 2u);
   ASSERT_TRUE(ops.Get(alice_job, &job).ok());
   EXPECT_EQ(job.tenant(), "alice");
+  alice.WaitFinal(alice_job);
 }
 
 }  // namespace

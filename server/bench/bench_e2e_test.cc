@@ -1,6 +1,9 @@
 // The whole benchmark flow over loopback gRPC: a real KernelServer on the CPU
 // backend, the client library's BenchClient, the exports and the CI gate.
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -266,22 +269,215 @@ TEST_F(BenchE2eTest, UploadedBuffersAsInputs) {
   ASSERT_EQ(done->state(), pb::JOB_DONE) << done->error();
   EXPECT_TRUE(done->results(0).correct()) << done->results(0).gate_message();
 
-  // A buffer of the wrong shape is reported by name.
+  // A buffer of the wrong shape, and a missing one, are refused at Submit
+  // by name, and no job is left behind.
+  const size_t jobs_before = client_->List(pb::ListBenchRequest())->size();
   (*s.mutable_inputs()->mutable_buffers())["k"] = q->id();
   s.mutable_attention()->set_seq_kv(64);
   job = client_->Submit(s);
-  ASSERT_TRUE(job.ok());
-  done = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
-  ASSERT_TRUE(done.ok());
-  EXPECT_EQ(done->state(), pb::JOB_FAILED);
-  EXPECT_THAT(done->error(), HasSubstr("buffers[\"k\"]"));
-  // A missing buffer too.
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("buffers[\"k\"]"));
   s.mutable_attention()->set_seq_kv(0);
   (*s.mutable_inputs()->mutable_buffers())["k"] = "buf-00000000000000000000000000000000";
   job = client_->Submit(s);
-  done = client_->Watch(job->id(), [](const pb::BenchEvent&) {});
-  EXPECT_EQ(done->state(), pb::JOB_FAILED);
-  EXPECT_EQ(done->error_code(), static_cast<int>(absl::StatusCode::kNotFound)) << done->error();
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound) << job.status();
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("spec.inputs.buffers[\"k\"]"));
+  EXPECT_EQ(client_->List(pb::ListBenchRequest())->size(), jobs_before);
+}
+
+// A benchmark server of its own on `data_dir`, with its client library.
+struct JobServer {
+  std::unique_ptr<KernelServer> server;
+  std::unique_ptr<Client> client;
+  std::unique_ptr<BenchClient> bench;
+};
+
+JobServer StartJobServer(const std::string& data_dir, bool reject_nonfinite = false) {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.backend = "cpu";
+  o.cpu_threads = 2;
+  o.data_dir = data_dir;
+  o.reject_nonfinite = reject_nonfinite;
+  o.bench.test_variants = true;
+  JobServer js;
+  auto s = KernelServer::Start(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return js;
+  js.server = std::move(*s);
+  ClientOptions co;
+  co.target = "127.0.0.1:" + std::to_string(js.server->port());
+  co.default_timeout = absl::Seconds(30);
+  auto c = Client::Connect(co);
+  auto b = BenchClient::Connect(co);
+  EXPECT_TRUE(c.ok() && b.ok());
+  if (c.ok()) js.client = std::move(*c);
+  if (b.ok()) js.bench = std::move(*b);
+  return js;
+}
+
+int64_t MemoryUsed(Client* client) {
+  auto devices = client->Devices();
+  EXPECT_TRUE(devices.ok()) << devices.status();
+  return devices.ok() && devices->devices_size() > 0 ? devices->devices(0).memory_used_bytes() : -1;
+}
+
+// Job ids and states, as List reports them.
+std::vector<std::string> JobList(BenchClient* bench) {
+  auto jobs = bench->List(pb::ListBenchRequest());
+  EXPECT_TRUE(jobs.ok()) << jobs.status();
+  std::vector<std::string> out;
+  if (jobs.ok()) {
+    for (const pb::BenchJob& j : *jobs) out.push_back(j.id() + " " + pb::BenchJobState_Name(j.state()));
+  }
+  return out;
+}
+
+// A submission applies whole or leaves nothing: a spec that is good but for
+// one part, at every position of the spec (the op, its shape, each variant,
+// each named input buffer, the method, the limits), is refused naming that
+// part, and leaves no job behind: not in List, not in the job database (a
+// restart on the same data dir finds only the good job), no memory held.
+TEST(BenchSubmitTest, SubmitIsAllOrNothingWithABadPartAtEveryPosition) {
+  const std::string dir = ::testing::TempDir() + "/submit_all_or_nothing";
+  JobServer js = StartJobServer(dir);
+  ASSERT_NE(js.bench, nullptr);
+  auto q = js.client->UploadBuffer(numerics::GaussianBf16({1, 2, 64, 64}, 1));
+  auto k = js.client->UploadBuffer(numerics::GaussianBf16({1, 2, 64, 64}, 2));
+  auto v = js.client->UploadBuffer(numerics::GaussianBf16({1, 2, 64, 64}, 3));
+  auto odd = js.client->UploadBuffer(numerics::GaussianBf16({1, 2, 32, 64}, 4));
+  ASSERT_TRUE(q.ok() && k.ok() && v.ok() && odd.ok());
+  pb::BenchJobSpec good;
+  good.set_name("all-or-nothing");
+  good.set_op(pb::OP_ATTENTION);
+  pb::AttentionShape* a = good.mutable_attention();
+  a->set_batch(1);
+  a->set_heads_q(2);
+  a->set_seq_q(64);
+  a->set_head_dim(64);
+  good.add_variants("cpu");
+  good.add_variants("oracle");
+  good.add_variants("test.wrong");
+  good.mutable_inputs()->set_kind(pb::INPUT_BUFFERS);
+  (*good.mutable_inputs()->mutable_buffers())["q"] = q->id();
+  (*good.mutable_inputs()->mutable_buffers())["k"] = k->id();
+  (*good.mutable_inputs()->mutable_buffers())["v"] = v->id();
+  good.mutable_method()->set_warmup(1);
+  good.mutable_method()->set_iters(2);
+
+  using Edit = std::function<void(pb::BenchJobSpec*)>;
+  auto buffer = [](const std::string& name, const std::string& id) -> Edit {
+    return [name, id](pb::BenchJobSpec* s) { (*s->mutable_inputs()->mutable_buffers())[name] = id; };
+  };
+  const std::string missing = "buf-00000000000000000000000000000000";
+  struct Bad {
+    std::string part;
+    Edit edit;
+    absl::StatusCode code;
+    std::string substr;
+  };
+  const std::vector<Bad> bads = {
+      {"op", [](pb::BenchJobSpec* s) { s->set_op(static_cast<pb::BenchOp>(42)); }, absl::StatusCode::kInvalidArgument,
+       "spec.op"},
+      {"name", [](pb::BenchJobSpec* s) { s->set_name(std::string(1000, 'n')); }, absl::StatusCode::kInvalidArgument,
+       "spec.name: expected at most 256 bytes, got 1000"},
+      {"shape", [](pb::BenchJobSpec* s) { s->mutable_attention()->set_batch(0); }, absl::StatusCode::kInvalidArgument,
+       "spec.attention.batch: expected > 0, got 0"},
+      {"shape enum", [](pb::BenchJobSpec* s) { s->mutable_attention()->set_layout(static_cast<pb::Layout>(77)); },
+       absl::StatusCode::kInvalidArgument, "spec.attention.layout: expected one of"},
+      {"variant 0", [](pb::BenchJobSpec* s) { s->set_variants(0, "no-such"); }, absl::StatusCode::kInvalidArgument,
+       "spec.variants"},
+      {"variant 1", [](pb::BenchJobSpec* s) { s->set_variants(1, "no-such"); }, absl::StatusCode::kInvalidArgument,
+       "spec.variants"},
+      {"variant 2", [](pb::BenchJobSpec* s) { s->set_variants(2, "cpu"); }, absl::StatusCode::kInvalidArgument,
+       "spec.variants: \"cpu\" is listed twice"},
+      {"variant 2 too long", [](pb::BenchJobSpec* s) { s->set_variants(2, std::string(300, 'x')); },
+       absl::StatusCode::kInvalidArgument, "spec.variants[2]: expected at most 256 bytes"},
+      {"input kind", [](pb::BenchJobSpec* s) { s->mutable_inputs()->set_kind(static_cast<pb::BenchInputKind>(9)); },
+       absl::StatusCode::kInvalidArgument, "spec.inputs.kind"},
+      {"buffer q", buffer("q", missing), absl::StatusCode::kNotFound, "spec.inputs.buffers[\"q\"]: buffer_id: no buffer"},
+      {"buffer k", buffer("k", missing), absl::StatusCode::kNotFound, "spec.inputs.buffers[\"k\"]: buffer_id: no buffer"},
+      {"buffer v", buffer("v", missing), absl::StatusCode::kNotFound, "spec.inputs.buffers[\"v\"]: buffer_id: no buffer"},
+      {"buffer v shape", buffer("v", odd->id()), absl::StatusCode::kInvalidArgument,
+       "spec.inputs.buffers[\"v\"]: buffer \"" + odd->id() + "\" is bf16[1,2,32,64]"},
+      {"an input the op lacks", buffer("x", q->id()), absl::StatusCode::kInvalidArgument,
+       "spec.inputs.buffers: no input \"x\""},
+      {"method", [](pb::BenchJobSpec* s) { s->mutable_method()->set_iters(-1); }, absl::StatusCode::kInvalidArgument,
+       "spec.method"},
+      {"method enum", [](pb::BenchJobSpec* s) { s->mutable_method()->set_method(static_cast<pb::BenchMethod>(9)); },
+       absl::StatusCode::kInvalidArgument, "spec.method.method"},
+      {"time limit", [](pb::BenchJobSpec* s) { s->set_time_limit_s(std::nan("")); },
+       absl::StatusCode::kInvalidArgument, "spec.time_limit_s"},
+      {"tolerance", [](pb::BenchJobSpec* s) { s->set_tolerance(-1); }, absl::StatusCode::kInvalidArgument,
+       "spec.tolerance"},
+      {"device", [](pb::BenchJobSpec* s) { s->set_device(3); }, absl::StatusCode::kInvalidArgument, "spec.device"},
+  };
+  const std::vector<std::string> before = JobList(js.bench.get());
+  EXPECT_TRUE(before.empty());
+  const int64_t used = MemoryUsed(js.client.get());
+  for (const Bad& bad : bads) {
+    SCOPED_TRACE(bad.part);
+    pb::BenchJobSpec spec = good;
+    bad.edit(&spec);
+    auto job = js.bench->Submit(spec);
+    EXPECT_EQ(job.status().code(), bad.code) << job.status();
+    EXPECT_THAT(std::string(job.status().message()), HasSubstr(bad.substr));
+    EXPECT_EQ(JobList(js.bench.get()), before) << "a refused submission left a job";
+    EXPECT_EQ(MemoryUsed(js.client.get()), used);
+  }
+  // The good spec applies whole: one job, with every variant.
+  auto job = js.bench->Submit(good);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto done = js.bench->Watch(job->id(), [](const pb::BenchEvent&) {});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), pb::JOB_DONE) << done->error();
+  EXPECT_EQ(done->results_size(), 3);
+  const std::vector<std::string> after = JobList(js.bench.get());
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(MemoryUsed(js.client.get()), used);
+
+  // Nothing of the refused submissions reached the job database either.
+  js = JobServer();
+  JobServer restarted = StartJobServer(dir);
+  ASSERT_NE(restarted.bench, nullptr);
+  EXPECT_EQ(JobList(restarted.bench.get()), after);
+}
+
+// --reject_nonfinite: a job whose named buffer holds NaN or Inf is refused
+// at Submit naming the input and the element, and leaves no job.
+TEST(BenchSubmitTest, RejectNonfiniteRefusesJobsOnNonfiniteBuffers) {
+  JobServer js = StartJobServer("", /*reject_nonfinite=*/true);
+  ASSERT_NE(js.bench, nullptr);
+  HostTensor bad = numerics::GaussianBf16({1, 2, 64, 64}, 2);
+  const uint16_t nan = 0x7FC0;
+  std::memcpy(bad.bytes() + 2 * 200, &nan, 2);           // [0,0,3,8]
+  std::memcpy(bad.bytes() + 2 * (bad.num_bytes() / 2 - 1), &nan, 2);  // and the last: the first is named
+  auto q = js.client->UploadBuffer(numerics::GaussianBf16({1, 2, 64, 64}, 1));
+  auto k = js.client->UploadBuffer(bad);
+  auto finite_k = js.client->UploadBuffer(numerics::GaussianBf16({1, 2, 64, 64}, 3));
+  ASSERT_TRUE(q.ok() && k.ok() && finite_k.ok());
+  pb::BenchJobSpec spec;
+  spec.set_op(pb::OP_ATTENTION);
+  spec.mutable_attention()->set_batch(1);
+  spec.mutable_attention()->set_heads_q(2);
+  spec.mutable_attention()->set_seq_q(64);
+  spec.mutable_attention()->set_head_dim(64);
+  spec.add_variants("cpu");
+  spec.mutable_inputs()->set_kind(pb::INPUT_BUFFERS);
+  (*spec.mutable_inputs()->mutable_buffers())["q"] = q->id();
+  (*spec.mutable_inputs()->mutable_buffers())["k"] = k->id();
+  spec.mutable_method()->set_warmup(1);
+  spec.mutable_method()->set_iters(1);
+  auto job = js.bench->Submit(spec);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr("spec.inputs.buffers[\"k\"][0,0,3,8]: NaN (element 200 of bf16[1,2,64,64]); "
+                        "--reject_nonfinite refuses non-finite inputs"));
+  EXPECT_TRUE(JobList(js.bench.get()).empty());
+  (*spec.mutable_inputs()->mutable_buffers())["k"] = finite_k->id();
+  job = js.bench->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(js.bench->Watch(job->id(), [](const pb::BenchEvent&) {})->state(), pb::JOB_DONE);
 }
 
 // One server per data dir: a second one fails to start naming the lock (and

@@ -14,6 +14,7 @@
 #include "kernels/api/status_macros.h"
 #include "kernels/numerics/numerics.h"
 #include "kernels/numerics/test_inputs.h"
+#include "server/input_checks.h"
 
 namespace kernelserve {
 namespace bench {
@@ -486,7 +487,7 @@ absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops, double ma
     if (!descs.count(name) && name != "q_descale" && name != "k_descale" && name != "v_descale") {
       std::vector<std::string> names;
       for (const auto& [n, d] : descs) names.push_back(n);
-      return absl::InvalidArgumentError(absl::StrCat("spec.inputs.buffers: no input \"", name, "\" for ",
+      return absl::InvalidArgumentError(absl::StrCat("spec.inputs.buffers: no input ", QuoteClientText(name), " for ",
                                                      BenchOpName(static_cast<BenchOp>(spec.op())),
                                                      "; inputs are ", absl::StrJoin(names, ", ")));
     }
@@ -522,6 +523,45 @@ absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops, double ma
                                "inputs, output and oracle reference"));
   }
   if (flops != nullptr) *flops = job.flops;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A buffer whose dtype is the generated input's must have its shape too.
+absl::Status CheckBufferShape(const std::map<std::string, TensorDesc>& descs, const std::string& name,
+                              const std::string& id, const TensorDesc& got) {
+  auto it = descs.find(name);
+  if (it == descs.end() || got.dtype != it->second.dtype || got.shape == it->second.shape) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("spec.inputs.buffers[\"", name, "\"]: buffer ", QuoteClientText(id),
+                                                 " is ", got.DebugString(), " but the job's shape needs ",
+                                                 it->second.DebugString()));
+}
+
+}  // namespace
+
+absl::Status CheckSpecBuffers(const pb::BenchJobSpec& spec, const BufferDescriber& describe,
+                              const std::string& tenant, const BufferContentCheck& check_contents) {
+  if (spec.inputs().buffers().empty()) return absl::OkStatus();
+  if (!describe) return absl::FailedPreconditionError("this server cannot read buffers for jobs");
+  KS_ASSIGN_OR_RETURN(auto descs, SpecDescs(spec));
+  const std::map<std::string, std::string> buffers(spec.inputs().buffers().begin(), spec.inputs().buffers().end());
+  for (const auto& [name, id] : buffers) {
+    absl::StatusOr<TensorDesc> d = describe(id, tenant);
+    if (!d.ok()) {
+      return absl::Status(d.status().code(),
+                          absl::StrCat("spec.inputs.buffers[\"", name, "\"]: ", d.status().message()));
+    }
+    KS_RETURN_IF_ERROR(CheckBufferShape(descs, name, id, *d));
+  }
+  // The contents last: reading them is the costly part.
+  if (check_contents) {
+    for (const auto& [name, id] : buffers) {
+      KS_RETURN_IF_ERROR(check_contents(id, tenant, absl::StrCat("spec.inputs.buffers[\"", name, "\"]")));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -590,12 +630,7 @@ absl::StatusOr<std::unique_ptr<PreparedJob>> PrepareJob(const pb::BenchJobSpec& 
       return absl::Status(b.status().code(),
                           absl::StrCat("spec.inputs.buffers[\"", name, "\"]: ", b.status().message()));
     }
-    auto it = descs.find(name);
-    if (it != descs.end() && b->dtype() == it->second.dtype && b->shape() != it->second.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spec.inputs.buffers[\"", name, "\"]: buffer ", id, " is ", b->desc().DebugString(),
-          " but the job's shape needs ", it->second.DebugString()));
-    }
+    KS_RETURN_IF_ERROR(CheckBufferShape(descs, name, id, b->desc()));
     t[name] = std::move(*b);
   }
   KS_RETURN_IF_ERROR(BuildCall(spec, job.get()));

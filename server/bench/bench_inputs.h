@@ -23,6 +23,11 @@ namespace pb = ::kernelserve::v1;
 using BufferReader =
     std::function<absl::StatusOr<HostTensor>(const std::string& buffer_id, const std::string& tenant)>;
 
+// The dtype and shape of a server-resident buffer owned by `tenant`, without
+// reading it (NOT_FOUND otherwise).
+using BufferDescriber =
+    std::function<absl::StatusOr<TensorDesc>(const std::string& buffer_id, const std::string& tenant)>;
+
 // Default rel RMS tolerance of the correctness gate per op.
 double DefaultTolerance(BenchOp op);
 
@@ -44,6 +49,20 @@ struct PreparedJob {
 // `max_bytes` > 0: RESOURCE_EXHAUSTED when the job's inputs and output take
 // more host/device memory than that (checked before anything is allocated).
 absl::Status ValidateSpec(const pb::BenchJobSpec& spec, double* flops = nullptr, double max_bytes = 0);
+
+// A check of the bytes of a tenant's buffer (--reject_nonfinite), whose
+// error names `field` ("spec.inputs.buffers[\"q\"]") and the element.
+using BufferContentCheck = std::function<absl::Status(const std::string& buffer_id, const std::string& tenant,
+                                                      const std::string& field)>;
+
+// At submission, for INPUT_BUFFERS: every buffer the spec names exists for
+// `tenant` (NOT_FOUND naming the input otherwise) and, where the job would
+// generate that input in the buffer's dtype, has the job's shape; then, when
+// `check_contents` is set, every buffer passes it. PrepareJob checks the
+// first two again when the job starts (a buffer may be freed between; its
+// bytes never change).
+absl::Status CheckSpecBuffers(const pb::BenchJobSpec& spec, const BufferDescriber& describe,
+                              const std::string& tenant, const BufferContentCheck& check_contents = nullptr);
 
 // Human-readable shape ("B=1 Hq=8 Hkv=8 Sq=512 Skv=512 D=128 causal").
 std::string ShapeDesc(const pb::BenchJobSpec& spec);

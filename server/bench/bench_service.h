@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "kernelserve/v1/bench.grpc.pb.h"
 #include "server/bench/scheduler.h"
 
@@ -34,8 +35,10 @@ using AdmitFn = std::function<absl::Status(grpc::ServerContext* ctx, bool stream
 class BenchServiceImpl final : public pb::BenchService::Service {
  public:
   // `admit` may be empty: every call is admitted with no tenant.
-  BenchServiceImpl(BenchScheduler* scheduler, AdmitFn admit)
-      : scheduler_(scheduler), admit_(std::move(admit)) {}
+  // `max_response_bytes` > 0 bounds a List response (the rest is left out,
+  // `truncated` set).
+  BenchServiceImpl(BenchScheduler* scheduler, AdmitFn admit, int64_t max_response_bytes = 0)
+      : scheduler_(scheduler), admit_(std::move(admit)), max_response_bytes_(max_response_bytes) {}
 
   grpc::Status Submit(grpc::ServerContext* ctx, const pb::SubmitBenchRequest* req,
                       pb::BenchJob* resp) override;
@@ -53,9 +56,15 @@ class BenchServiceImpl final : public pb::BenchService::Service {
  private:
   absl::Status Admit(grpc::ServerContext* ctx, bool stream, std::shared_ptr<void>* hold,
                      BenchCaller* caller);
+  // One call: its log line, admission, the request's enum fields, then
+  // body(caller) (server/call_log.h: CallLog::Run).
+  template <typename Body>
+  grpc::Status Serve(absl::string_view method, grpc::ServerContext* ctx, bool stream,
+                     const google::protobuf::Message& request, Body&& body);
 
   BenchScheduler* scheduler_;
   AdmitFn admit_;
+  int64_t max_response_bytes_;
 };
 
 }  // namespace bench

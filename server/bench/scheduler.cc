@@ -21,6 +21,7 @@
 #include "kernels/api/status_macros.h"
 #include "kernels/numerics/numerics.h"
 #include "server/bench/timing.h"
+#include "server/input_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace kernelserve {
@@ -320,10 +321,21 @@ std::shared_ptr<BenchScheduler::Job> BenchScheduler::FindLocked(const std::strin
 
 // -------------------------------------------------------------------- API
 
-absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec) const {
+absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec, const std::string& tenant) const {
   if (spec.op() == pb::BENCH_OP_UNSPECIFIED || !pb::BenchOp_IsValid(spec.op())) {
     return absl::InvalidArgumentError(
         "spec.op: expected attention, fp8_attention, mla_decode, moe_gateup, moe_down or moe_layer");
+  }
+  KS_RETURN_IF_ERROR(CheckEnumFields(spec, "spec"));
+  // The spec is kept with the job for good (and persisted): its strings are bounded.
+  KS_RETURN_IF_ERROR(CheckLength("spec.name", spec.name()));
+  KS_RETURN_IF_ERROR(CheckLength("spec.submitter", spec.submitter()));
+  for (int i = 0; i < spec.variants_size(); ++i) {
+    KS_RETURN_IF_ERROR(CheckLength(absl::StrCat("spec.variants[", i, "]"), spec.variants(i)));
+  }
+  for (const auto& [name, id] : spec.inputs().buffers()) {
+    KS_RETURN_IF_ERROR(CheckLength("spec.inputs.buffers (a name)", name));
+    KS_RETURN_IF_ERROR(CheckLength(absl::StrCat("spec.inputs.buffers[", QuoteClientText(name), "]"), id));
   }
   double flops = 0;
   KS_RETURN_IF_ERROR(ValidateSpec(spec, &flops, options_.max_job_bytes));
@@ -342,7 +354,7 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec) const 
           name, flops, 25 * options_.max_gate_flops));
     }
     if (!seen.insert(name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("spec.variants: \"", name, "\" is listed twice"));
+      return absl::InvalidArgumentError(absl::StrCat("spec.variants: ", QuoteClientText(name), " is listed twice"));
     }
   }
   if (spec.variants().empty() && registry_.Default(op) == nullptr) {
@@ -383,13 +395,16 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec) const 
   if (spec.inputs().kind() == pb::INPUT_BUFFERS && spec.inputs().buffers().empty()) {
     return absl::InvalidArgumentError("spec.inputs.buffers: INPUT_BUFFERS needs at least one buffer id");
   }
+  if (options_.describe_buffer) {
+    KS_RETURN_IF_ERROR(CheckSpecBuffers(spec, options_.describe_buffer, tenant, options_.check_buffer));
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const std::string& tenant) {
   if (!tenant.empty()) spec.set_submitter(tenant);
   if (spec.submitter().empty()) spec.set_submitter("anonymous");
-  KS_RETURN_IF_ERROR(ValidateSubmit(spec));
+  KS_RETURN_IF_ERROR(ValidateSubmit(spec, tenant));
   if (spec.variants().empty()) {
     spec.add_variants(registry_.Default(static_cast<BenchOp>(spec.op()))->name);
   }
@@ -424,8 +439,13 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const
   job.set_server_version(options_.server_version);
   job.set_shape_desc(ShapeDesc(job.spec()));
   job.set_tenant(tenant);
+  // Stored before it is visible: a job the store refused does not exist.
+  absl::Status stored = store_->PutJob(job);
+  if (!stored.ok()) {
+    return absl::UnavailableError(absl::StrCat("the job could not be stored, so it was not queued: ",
+                                               stored.message()));
+  }
   jobs_[job.id()] = j;
-  PersistLocked(*j);
   RefreshPositionsLocked(job.spec().device());
   work_cv_.SignalAll();
   return job;
@@ -434,11 +454,12 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const
 absl::StatusOr<pb::BenchJob> BenchScheduler::Get(const std::string& id, const std::string& tenant) {
   absl::MutexLock l(&mu_);
   std::shared_ptr<Job> j = FindLocked(id, tenant);
-  if (!j) return absl::NotFoundError(absl::StrCat("no benchmark job \"", id, "\""));
+  if (!j) return absl::NotFoundError(absl::StrCat("no benchmark job ", QuoteClientText(id)));
   return j->job;
 }
 
-std::vector<pb::BenchJob> BenchScheduler::List(const pb::ListBenchRequest& request, const std::string& tenant) {
+std::vector<pb::BenchJob> BenchScheduler::List(const pb::ListBenchRequest& request, const std::string& tenant,
+                                               int64_t max_bytes, bool* truncated) {
   absl::MutexLock l(&mu_);
   std::vector<const Job*> all;
   for (const auto& [id, j] : jobs_) {
@@ -453,18 +474,27 @@ std::vector<pb::BenchJob> BenchScheduler::List(const pb::ListBenchRequest& reque
   std::sort(all.begin(), all.end(), [](const Job* a, const Job* b) { return a->order > b->order; });
   const size_t limit = request.limit() > 0 ? static_cast<size_t>(request.limit()) : 100;
   std::vector<pb::BenchJob> out;
+  if (truncated != nullptr) *truncated = false;
+  int64_t bytes = 0;
   for (size_t i = 0; i < all.size() && i < limit; ++i) {
-    out.push_back(all[i]->job);
-    if (request.summary()) out.back().clear_results();
+    pb::BenchJob job = all[i]->job;
+    if (request.summary()) job.clear_results();
+    bytes += static_cast<int64_t>(job.ByteSizeLong()) + 16;  // and its framing
+    if (max_bytes > 0 && bytes > max_bytes) {
+      if (truncated != nullptr) *truncated = true;
+      break;
+    }
+    out.push_back(std::move(job));
   }
   return out;
 }
 
 absl::StatusOr<pb::BenchJob> BenchScheduler::Cancel(const std::string& id, const std::string& reason,
                                                     const std::string& tenant) {
+  KS_RETURN_IF_ERROR(CheckLength("reason", reason));
   absl::MutexLock l(&mu_);
   std::shared_ptr<Job> j = FindLocked(id, tenant);
-  if (!j) return absl::NotFoundError(absl::StrCat("no benchmark job \"", id, "\""));
+  if (!j) return absl::NotFoundError(absl::StrCat("no benchmark job ", QuoteClientText(id)));
   const std::string why = reason.empty() ? "cancelled by request" : absl::StrCat("cancelled: ", reason);
   switch (j->job.state()) {
     case pb::JOB_CANCELLED:
@@ -502,7 +532,7 @@ absl::Status BenchScheduler::WaitEvents(const std::string& id, int64_t after_seq
                                         const std::string& tenant) {
   absl::MutexLock l(&mu_);
   std::shared_ptr<Job> j = FindLocked(id, tenant);
-  if (!j) return absl::NotFoundError(absl::StrCat("no benchmark job \"", id, "\""));
+  if (!j) return absl::NotFoundError(absl::StrCat("no benchmark job ", QuoteClientText(id)));
   KS_RETURN_IF_ERROR(EnsureEventsLocked(*j));
   const absl::Time until = absl::Now() + timeout;
   auto collect = [&] {

@@ -85,6 +85,12 @@ struct BenchOptions {
   // cancelled); a job that does not fit fails with that message.
   std::function<absl::StatusOr<std::shared_ptr<void>>(int, const std::string&, int64_t, const std::string&)>
       reserve_memory;
+  // The dtype and shape of a tenant's buffer, so that Submit refuses a job
+  // naming a buffer that does not exist; null: checked only when the job starts.
+  BufferDescriber describe_buffer;
+  // --reject_nonfinite: Submit refuses a job whose named buffers hold NaN or
+  // Inf (INVALID_ARGUMENT naming the input and the element); null: no check.
+  BufferContentCheck check_buffer;
   double default_time_limit_s = 900;  // when a job gives none
   double max_time_limit_s = 3600;
   double min_warmin_s = 1.0;   // sustained: at least this warm-in (tests lower it)
@@ -123,7 +129,10 @@ class BenchScheduler {
   // and limits what Get/List/Cancel/Watch see. Empty: no authentication.
   absl::StatusOr<pb::BenchJob> Submit(pb::BenchJobSpec spec, const std::string& tenant = "");
   absl::StatusOr<pb::BenchJob> Get(const std::string& id, const std::string& tenant = "");
-  std::vector<pb::BenchJob> List(const pb::ListBenchRequest& request, const std::string& tenant = "");
+  // Newest first. `max_bytes` > 0: as many jobs as fit in that many bytes of
+  // a response; *truncated (may be null) says whether some were left out.
+  std::vector<pb::BenchJob> List(const pb::ListBenchRequest& request, const std::string& tenant = "",
+                                 int64_t max_bytes = 0, bool* truncated = nullptr);
   // A queued job is cancelled at once; a running one stops between launches
   // (this waits up to 2 s for it). Cancelling a cancelled job is a no-op;
   // a finished one is FAILED_PRECONDITION.
@@ -156,7 +165,7 @@ class BenchScheduler {
   absl::Status Execute(const std::shared_ptr<Job>& job, int device);
   void Finish(const std::shared_ptr<Job>& job, const absl::Status& status);
 
-  absl::Status ValidateSubmit(const pb::BenchJobSpec& spec) const;
+  absl::Status ValidateSubmit(const pb::BenchJobSpec& spec, const std::string& tenant) const;
   std::shared_ptr<Job> FindLocked(const std::string& id, const std::string& tenant) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends `event` (seq and time filled) and persists it with the job.

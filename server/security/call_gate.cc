@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/security/listen_policy.h"
 #include "spdlog/spdlog.h"
 
@@ -23,6 +24,12 @@ absl::StatusOr<std::shared_ptr<CallGate>> CallGate::Create(const NodeSecurityOpt
     if ((*store)->size() == 0) {
       spdlog::warn("--tokens_file={} lists no tokens: every call will be refused",
                    options.tokens_file);
+    }
+    if ((*store)->HasBindings() && options.tls.client_ca.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--tokens_file=", options.tokens_file,
+          " binds tenants to client certificates, which needs mTLS (--tls_client_ca); without it those "
+          "tenants could not authenticate"));
     }
     tokens = std::move(*store);
   }

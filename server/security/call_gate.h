@@ -59,6 +59,8 @@ class CallGate {
   }
 
   bool auth_enabled() const { return auth_.enabled(); }
+  // Re-reads the tokens file now (OK without one).
+  absl::Status ReloadTokens() { return auth_.Reload(); }
   TenantLimiter& limiter() { return limiter_; }
 
  private:

@@ -43,7 +43,7 @@ absl::StatusOr<TestCerts> MakeTestCerts(const std::string& dir) {
       std::ofstream(dir + "/" + name + ".ext") << ext << "\n";
     }
     absl::Status s = Run(dir, absl::StrCat(o, " req", key, " -keyout ", name, ".key -out ", name,
-                                           ".csr -subj /CN=", cn));
+                                           ".csr -subj ", cn));
     if (!s.ok()) return s;
     return Run(dir, absl::StrCat(o, " x509 -req -in ", name, ".csr -CA ", ca, ".pem -CAkey ", ca,
                                  ".key -CAcreateserial -out ", name, ".pem -days 2 -extfile ",
@@ -52,11 +52,20 @@ absl::StatusOr<TestCerts> MakeTestCerts(const std::string& dir) {
   absl::Status s = make_ca("ca");
   if (s.ok()) s = make_ca("rogue_ca");
   if (s.ok()) {
-    s = make_leaf("server", "ca", "localhost",
+    s = make_leaf("server", "ca", "/CN=localhost",
                   "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth");
   }
-  if (s.ok()) s = make_leaf("client", "ca", "alice", "extendedKeyUsage=clientAuth");
-  if (s.ok()) s = make_leaf("rogue", "rogue_ca", "mallory", "extendedKeyUsage=clientAuth");
+  if (s.ok()) s = make_leaf("client", "ca", "/CN=alice", "extendedKeyUsage=clientAuth");
+  if (s.ok()) s = make_leaf("rogue", "rogue_ca", "/CN=mallory", "extendedKeyUsage=clientAuth");
+  if (s.ok()) {
+    s = make_leaf("bob", "ca", "/O=Lab/CN=bob",
+                  "subjectAltName=DNS:bob.lab.example,email:bob@lab.example\nextendedKeyUsage=clientAuth");
+  }
+  if (s.ok()) s = make_leaf("carol", "ca", "/CN=carol", "extendedKeyUsage=clientAuth");
+  if (s.ok()) {
+    s = make_leaf("server2", "rogue_ca", "/CN=localhost",
+                  "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth");
+  }
   if (!s.ok()) return s;
   TestCerts c;
   c.dir = dir;
@@ -69,6 +78,12 @@ absl::StatusOr<TestCerts> MakeTestCerts(const std::string& dir) {
   c.rogue_ca = p("rogue_ca.pem");
   c.rogue_cert = p("rogue.pem");
   c.rogue_key = p("rogue.key");
+  c.bob_cert = p("bob.pem");
+  c.bob_key = p("bob.key");
+  c.carol_cert = p("carol.pem");
+  c.carol_key = p("carol.key");
+  c.rogue_server_cert = p("server2.pem");
+  c.rogue_server_key = p("server2.key");
   return c;
 }
 

@@ -8,7 +8,22 @@
 //   mallory    baa5a0964d3320fbc0c6a922140453c8513ea24ab8fd0577034804a967248096 revoked
 //
 // Blank lines and text after '#' are ignored. A tenant may have several lines
-// (one per token); a hash may appear only once. A token whose line is removed
+// (one per token); a hash may appear only once.
+//
+// With mTLS, a tenant may also be bound to client-certificate identities:
+//
+//   # tenant   subject:DN | san:NAME (double-quoted when it has spaces)   [admin | revoked]
+//   alice      subject:CN=alice,O=Lab
+//   alice      san:alice.lab.example
+//   ops        subject:"CN=Ops Team,O=Lab" admin
+//
+// DN is the certificate's subject in RFC 2253 form, as gRPC reports it
+// (most specific first: "CN=alice,O=Lab" for /O=Lab/CN=alice); NAME any of
+// its subject alternative names (DNS name, e-mail address, URI, IP address).
+// A certificate with a bound identity authenticates its tenant by itself, and
+// a bound tenant's tokens are accepted only with its certificate: a token
+// presented with another tenant's certificate, or a bound tenant's token
+// without one, is refused (auth.h). `revoked` refuses the certificate. A token whose line is removed
 // or marked `revoked` stops working: the store re-reads the file when it
 // changes (checked at most once per `reload_interval`), so revocation needs no
 // restart. `token_tool` (this package) makes a token and its line.
@@ -18,13 +33,17 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/security/tls.h"
 
 namespace kernelserve {
 namespace security {
@@ -54,6 +73,21 @@ struct TokenEntry {
   bool revoked = false;
 };
 
+// A client certificate's identities as gRPC reports them.
+struct CertIdentity {
+  std::string subject;            // RFC 2253, "CN=alice,O=Lab"; empty without a certificate
+  std::vector<std::string> sans;  // subject alternative names
+};
+
+struct TokenFile {
+  std::map<std::string, TokenEntry> tokens;      // by sha256 hex
+  std::map<std::string, TokenEntry> identities;  // by "subject:DN" / "san:NAME"
+  std::set<std::string> bound_tenants;           // tenants with an identity line
+};
+
+// The whole file: tokens and certificate bindings.
+absl::StatusOr<TokenFile> ParseTokenFileWithBindings(absl::string_view text, absl::string_view source);
+
 // Parses a token file's text; errors name the line ("tokens:3: ...") but
 // never echo a hash.
 absl::StatusOr<std::map<std::string, TokenEntry>> ParseTokenFile(absl::string_view text,
@@ -71,6 +105,13 @@ class TokenStore {
 
   // UNAUTHENTICATED for unknown and revoked tokens.
   absl::StatusOr<Tenant> Lookup(absl::string_view token);
+  // The tenant bound to any of the certificate's identities; nullopt when
+  // none is. UNAUTHENTICATED for a revoked binding or identities bound to
+  // two tenants.
+  absl::StatusOr<std::optional<Tenant>> LookupCertificate(const CertIdentity& cert);
+  // Whether `tenant` is bound to a certificate (its tokens then need it).
+  bool RequiresCertificate(const std::string& tenant);
+  bool HasBindings() const;
 
   // Re-reads the file now (no-op for FromText stores).
   absl::Status Reload();
@@ -80,21 +121,13 @@ class TokenStore {
 
  private:
   TokenStore() = default;
-  struct FileStamp {
-    int64_t mtime_ns = -1;
-    int64_t size = -1;
-    int64_t inode = -1;
-    bool operator==(const FileStamp& o) const {
-      return mtime_ns == o.mtime_ns && size == o.size && inode == o.inode;
-    }
-  };
   void MaybeReload();
   absl::Status ReloadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::string path_;
   absl::Duration reload_interval_ = absl::Seconds(1);
   mutable absl::Mutex mu_;
-  std::map<std::string, TokenEntry> entries_ ABSL_GUARDED_BY(mu_);
+  TokenFile file_ ABSL_GUARDED_BY(mu_);
   FileStamp stamp_ ABSL_GUARDED_BY(mu_);
   absl::Time next_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t reloads_ ABSL_GUARDED_BY(mu_) = 0;

@@ -4,7 +4,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -53,6 +55,67 @@ TEST(ParseTokenFile, FormatAndErrors) {
   auto rev = ParseTokenFile(absl::StrCat("alice ", h1, "\nalice ", h1, " revoked"), "f");
   ASSERT_TRUE(rev.ok());
   EXPECT_TRUE(rev->at(h1).revoked);
+}
+
+TEST(ParseTokenFile, CertificateBindings) {
+  const std::string h1 = Sha256Hex("t1");
+  auto ok = ParseTokenFileWithBindings(absl::StrCat("alice ", h1, "\n",
+                                                    "alice subject:CN=alice,O=Lab\n",
+                                                    "alice san:alice.lab.example # a DNS name\n",
+                                                    "ops subject:\"CN=Ops Team,O=Lab\" admin\n",
+                                                    "bob san:bob@lab.example revoked\n"),
+                                       "f");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->tokens.size(), 1u);
+  ASSERT_EQ(ok->identities.size(), 4u);
+  EXPECT_EQ(ok->identities.at("subject:CN=alice,O=Lab").tenant, "alice");
+  EXPECT_EQ(ok->identities.at("san:alice.lab.example").tenant, "alice");
+  EXPECT_TRUE(ok->identities.at("subject:CN=Ops Team,O=Lab").admin);
+  EXPECT_TRUE(ok->identities.at("san:bob@lab.example").revoked);
+  EXPECT_EQ(ok->bound_tenants, (std::set<std::string>{"alice", "bob", "ops"}));
+
+  struct Bad {
+    std::string text, substr;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"alice subject:\"CN=alice\n", "f:1: certificate identity: unterminated quote"},
+           {"alice san:\n", "f:1: certificate identity: empty san"},
+           {"alice san:a.lab root\n", "f:1: after the certificate identity"},
+           {"alice san:a.lab\nbob san:a.lab\n", "f:2: certificate identity listed twice"},
+       }) {
+    auto parsed = ParseTokenFileWithBindings(bad.text, "f");
+    ASSERT_FALSE(parsed.ok()) << bad.text;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(bad.substr), std::string::npos) << parsed.status();
+  }
+  // The token-only parser reads such a file and keeps its tokens.
+  auto tokens = ParseTokenFile(absl::StrCat("alice ", h1, "\nalice san:a.lab\n"), "f");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(tokens->size(), 1u);
+}
+
+TEST(Authenticator, TokensAndCertificatesMustAgree) {
+  auto store = TokenStore::FromText(absl::StrCat(TokenFileLine("alice", "secret-a", false), "\n",
+                                                 TokenFileLine("carol", "secret-c", false), "\n",
+                                                 "alice subject:CN=alice\n", "ops san:ops.lab admin\n"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  Authenticator auth(std::shared_ptr<TokenStore>(std::move(*store)));
+  const CertIdentity alice{"CN=alice", {}}, ops{"CN=x", {"ops.lab"}}, stranger{"CN=carol", {}}, none;
+  auto who = [&](absl::optional<absl::string_view> header, const CertIdentity& cert) {
+    auto t = auth.AuthenticateHeader(header, cert);
+    return t.ok() ? absl::StrCat(t->name, t->admin ? "+admin" : "") : std::string(t.status().message());
+  };
+  EXPECT_EQ(who("Bearer secret-a", alice), "alice");
+  EXPECT_EQ(who(absl::nullopt, alice), "alice");
+  EXPECT_EQ(who(absl::nullopt, ops), "ops+admin");
+  EXPECT_EQ(who("Bearer secret-c", stranger), "carol");
+  EXPECT_EQ(who("Bearer secret-c", none), "carol");
+  EXPECT_EQ(who("Bearer secret-c", alice), "the bearer token and the client certificate belong to different tenants");
+  EXPECT_EQ(who("Bearer secret-a", stranger),
+            "this bearer token's tenant is bound to a client certificate; present it with the token");
+  EXPECT_EQ(who("Bearer secret-a", none),
+            "this bearer token's tenant is bound to a client certificate; present it with the token");
+  EXPECT_NE(who(absl::nullopt, stranger).find("missing bearer token"), std::string::npos);
 }
 
 TEST(TokenStore, LookupFromText) {

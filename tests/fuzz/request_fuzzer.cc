@@ -25,8 +25,6 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/reflection.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/impl/codegen/client_unary_call.h"
-#include "grpcpp/support/sync_stream.h"
 #include "kernelserve/v1/bench.grpc.pb.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
@@ -34,6 +32,8 @@
 #include "kernelserve/v1/tensor.grpc.pb.h"
 #include "server/security/tokens.h"
 #include "server/server.h"
+#include "server/test_util.h"
+#include "tests/bad_input_corpus.h"
 #include "spdlog/spdlog.h"
 
 namespace kernelserve {
@@ -93,7 +93,7 @@ constexpr double kMinSustainedS = 0.02;   // --bench_min_sustained_s
 struct Target {
   std::unique_ptr<KernelServer> server;
   std::shared_ptr<grpc::Channel> channel;
-  std::string buffer_id, pool_id, job_id;  // what "B", "P" and "J" become
+  std::string buffer_id, pool_id, kv_pool_id, job_id;  // what "B", "P", "H" and "J" become
   std::mutex mu;
   std::map<std::string, int64_t> codes;
   int64_t inputs = 0;
@@ -130,10 +130,13 @@ void Warn(const std::string& kind, const std::string& what) {
   }
 }
 
-void Prepare(grpc::ClientContext* ctx, const std::string* auth,
-             std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
-  ctx->set_deadline(std::chrono::system_clock::now() + deadline);
-  ctx->AddMetadata("authorization", auth ? *auth : absl::StrCat("Bearer ", kToken));
+testing::RawCall Call(const char* path, const std::string* auth,
+                      std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
+  testing::RawCall call;
+  call.method = path;
+  call.metadata = {{"authorization", auth ? *auth : absl::StrCat("Bearer ", kToken)}};
+  call.timeout = deadline;
+  return call;
 }
 
 const std::string& AdminAuth() {
@@ -141,66 +144,22 @@ const std::string& AdminAuth() {
   return *auth;
 }
 
-grpc::ByteBuffer ToBuffer(const std::string& bytes) {
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
 grpc::Status Unary(const char* path, const std::string& request, const std::string* auth,
                    std::string* response = nullptr) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, auth);
-  grpc::ByteBuffer req = ToBuffer(request), resp;
-  grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      target->channel.get(), grpc::internal::RpcMethod(path, grpc::internal::RpcMethod::NORMAL_RPC),
-      &ctx, req, &resp);
-  if (s.ok() && response != nullptr) {
-    std::vector<grpc::Slice> slices;
-    (void)resp.Dump(&slices);
-    response->clear();
-    for (auto& sl : slices) response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  }
-  return s;
+  return testing::RawUnary(target->channel.get(), Call(path, auth), request, response);
 }
 
 grpc::Status ClientStream(const char* path, const std::vector<std::string>& messages,
                           const std::string* auth, std::string* response = nullptr) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, auth);
-  grpc::ByteBuffer resp;
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-          target->channel.get(),
-          grpc::internal::RpcMethod(path, grpc::internal::RpcMethod::CLIENT_STREAMING), &ctx, &resp));
-  for (const std::string& m : messages) {
-    if (!writer->Write(ToBuffer(m))) break;
-  }
-  writer->WritesDone();
-  grpc::Status s = writer->Finish();
-  if (s.ok() && response != nullptr) {
-    std::vector<grpc::Slice> slices;
-    (void)resp.Dump(&slices);
-    response->clear();
-    for (auto& sl : slices) response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  }
-  return s;
+  return testing::RawClientStream(target->channel.get(), Call(path, auth), messages, response);
 }
 
+// Reads at most kMaxStreamMessages (a read of 2^20 pool rows would stream
+// gigabytes); then cancels.
+constexpr int kMaxStreamMessages = 64;
 grpc::Status ServerStream(const char* path, const std::string& request, const std::string* auth,
                           std::chrono::milliseconds deadline = std::chrono::seconds(20)) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, auth, deadline);
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-          target->channel.get(),
-          grpc::internal::RpcMethod(path, grpc::internal::RpcMethod::SERVER_STREAMING), &ctx,
-          ToBuffer(request)));
-  grpc::ByteBuffer chunk;
-  int chunks = 0;
-  while (reader->Read(&chunk) && ++chunks < 4096) {
-  }
-  if (chunks >= 4096) ctx.TryCancel();
-  return reader->Finish();
+  return testing::RawServerStream(target->channel.get(), Call(path, auth, deadline), request, kMaxStreamMessages);
 }
 
 // buffer_id "B" / pool_id "P" / job_id "J" anywhere in the message become
@@ -218,6 +177,8 @@ void Substitute(Message* m) {
         r->SetString(m, f, target->buffer_id);
       } else if (f->name() == "pool_id" && v == "P") {
         r->SetString(m, f, target->pool_id);
+      } else if (f->name() == "pool_id" && v == "H") {
+        r->SetString(m, f, target->kv_pool_id);
       } else if (f->name() == "job_id" && v == "J") {
         r->SetString(m, f, target->job_id);
       }
@@ -370,7 +331,7 @@ void Undrain() {
   if (!s.ok()) Die(absl::StrCat("cannot undrain device 0: ", CodeName(s.error_code()), ": ", s.error_message()));
 }
 
-// Frees what inputs created (other than B and P) so the memory limit keeps
+// Frees what inputs created (other than B, P and H) so the memory limit keeps
 // rejecting only the inputs that ask for too much.
 void CleanUp() {
   std::string bytes;
@@ -388,7 +349,7 @@ void CleanUp() {
     pb::ListPoolsResponse list;
     list.ParseFromString(bytes);
     for (const auto& p : list.pools()) {
-      if (p.id() == target->pool_id) continue;
+      if (p.id() == target->pool_id || p.id() == target->kv_pool_id) continue;
       pb::DeletePoolRequest req;
       req.set_pool_id(p.id());
       Unary("/kernelserve.v1.PoolService/Delete", req.SerializeAsString(), nullptr);
@@ -403,26 +364,10 @@ void CleanUp() {
   }
 }
 
-pb::Tensor Tensor(pb::DType dtype, std::vector<int64_t> shape, std::string data) {
-  pb::Tensor t;
-  t.set_dtype(dtype);
-  for (int64_t d : shape) t.add_shape(d);
-  t.set_data(std::move(data));
-  return t;
-}
-// bf16 values in [-2, 2): bit patterns with a small exponent, never NaN/Inf.
-std::string Bf16Bytes(int64_t n, uint32_t seed) {
-  std::string out(static_cast<size_t>(2 * n), '\0');
-  for (int64_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    const uint16_t v = static_cast<uint16_t>(0x3C00 | (seed >> 16 & 0x83FF));
-    std::memcpy(&out[static_cast<size_t>(2 * i)], &v, 2);
-  }
-  return out;
-}
-std::string Int32Bytes(std::vector<int32_t> v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size());
-}
+using corpus::Bf16Bytes;
+using corpus::Int32Bytes;
+using corpus::SmallJob;
+using corpus::Tensor;
 
 std::string Framed(const std::vector<std::string>& messages) {
   std::string out;
@@ -449,49 +394,38 @@ std::string AdminInput(const char* path, const std::string& payload) {
   return std::string(1, static_cast<char>(MethodIndex(path))) + std::string(1, '\x07') + payload;
 }
 
-// A small job every op and method can run in milliseconds on the CPU backend.
-pb::BenchJobSpec SmallJob(pb::BenchOp op) {
-  pb::BenchJobSpec s;
-  s.set_name(absl::StrCat("fuzz/", pb::BenchOp_Name(op)));
-  s.set_op(op);
-  switch (op) {
-    case pb::OP_ATTENTION:
-    case pb::OP_FP8_ATTENTION: {
-      pb::AttentionShape* a = s.mutable_attention();
-      a->set_batch(1);
-      a->set_heads_q(2);
-      a->set_heads_kv(1);
-      a->set_seq_q(4);
-      a->set_seq_kv(70);
-      a->set_head_dim(128);
-      a->set_causal(true);
-      break;
+// The project's bad-input corpus (tests/bad_input_corpus.h) in this format,
+// naming the placeholders; client-stream cases with a message over the 2-byte
+// framing are left out.
+void AddCorpusSeeds(std::vector<std::string>* seeds) {
+  for (const corpus::BadInput& in : corpus::BadInputs({"B", "P", "H", "J"})) {
+    std::string input(1, static_cast<char>(MethodIndex(in.method.c_str())));
+    switch (in.auth) {
+      case corpus::Auth::kTenant:
+        input += '\x01';
+        break;
+      case corpus::Auth::kAdmin:
+        input += '\x07';
+        break;
+      case corpus::Auth::kNone:  // the nearest this format has: an empty header
+        input += std::string("\x00\x00", 2);
+        break;
+      case corpus::Auth::kMalformed: {
+        const std::string header = "Basic dXNlcjpwYXNz";
+        input += std::string(1, '\x00') + std::string(1, static_cast<char>(header.size())) + header;
+        break;
+      }
     }
-    case pb::OP_MLA_DECODE: {
-      pb::MlaDecodeShape* m = s.mutable_mla();
-      m->set_batch(1);
-      m->set_q_len(2);
-      m->set_heads(2);
-      m->set_seq_len(8);
-      m->set_num_splits(2);
-      break;
+    if (in.kind == corpus::Kind::kClientStream) {
+      bool fits = true;
+      for (const std::string& m : in.messages) fits = fits && m.size() <= 0xFFFF;
+      if (!fits) continue;
+      input += Framed(in.messages);
+    } else if (!in.messages.empty()) {
+      input += in.messages[0];
     }
-    default: {
-      pb::MoeShape* m = s.mutable_moe();
-      m->set_tokens(2);
-      m->set_experts(4);
-      m->set_top_k(2);
-      m->set_hidden(64);
-      m->set_inter(32);
-      m->set_swiglu(op == pb::OP_MOE_GATEUP);
-      m->set_weighted_sum(op == pb::OP_MOE_DOWN);
-      break;
-    }
+    seeds->push_back(std::move(input));
   }
-  s.mutable_method()->set_method(pb::METHOD_KERNEL);
-  s.mutable_method()->set_warmup(1);
-  s.mutable_method()->set_iters(2);
-  return s;
 }
 
 std::string SubmitInput(const pb::BenchJobSpec& spec) {
@@ -702,6 +636,7 @@ std::vector<std::string> SeedInputs() {
   // A malformed auth header and a truncated message.
   seeds.push_back(std::string("\x0e\x00\x05" "Basic", 8));
   seeds.push_back(seeds[0].substr(0, seeds[0].size() / 2));
+  AddCorpusSeeds(&seeds);
   return seeds;
 }
 
@@ -926,6 +861,17 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   pb::PoolInfo pool;
   pool.ParseFromString(bytes);
   target->pool_id = pool.id();
+  // The H pool: per-head rows of 64 KiB, so a read naming many slots names gigabytes.
+  create.set_kind(pb::PER_HEAD_KV);
+  create.set_num_slots(4);
+  create.set_dtype(pb::BF16);
+  create.set_num_heads(64);
+  create.set_head_dim(256);
+  if (!Unary("/kernelserve.v1.PoolService/Create", create.SerializeAsString(), nullptr, &bytes).ok()) {
+    Die("cannot create the H pool");
+  }
+  pool.ParseFromString(bytes);
+  target->kv_pool_id = pool.id();
   // The J job: finished, with results (passed and failed gates), so Get,
   // Watch and Cancel find a real job. It also measures the device's
   // ceilings once, here rather than in some input's time.
