@@ -54,9 +54,7 @@ profile moe_wgmma_128x256 'MoeGateUpWgmmaKernelILi2ELi256ELi0ELb0E' \
 profile moe_wgmma_128x256_sw 'MoeGateUpWgmmaKernelILi2ELi256ELi0ELb1E' \
   $B/moe_cuda_bench --tokens=8192 --projections=gate/up '--variants=wgmma 128x256 swizzled'
 profile mla_rega 'MlaDecodeRegAKernel' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_rega
-profile mla_roles 'MlaDecodeRolesKernelILb0ELi6E' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_roles
-profile mla_wgmma_pv 'MlaDecodeKernelILb0ELi2E' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_pv
-profile mla_wgmma_pv_sw 'MlaDecodeKernelILb0ELi3E' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_pv_sw
+profile mla_roles 'MlaDecodeRolesKernelILi6E' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_roles
 if command -v cuobjdump >/dev/null; then
   for t in moe_cuda_test mla_decode_cuda_test; do
     cuobjdump --dump-sass "$B/$t" >"$dir/$t.sass" 2>/dev/null

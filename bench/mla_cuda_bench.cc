@@ -3,14 +3,12 @@
 // contiguous layout for comparison). Each point is timed as CUDA-graph
 // replays; one replay holds several calls over disjoint KV copies so that the
 // KV never sits in L2 between calls. TB/s counts the KV bytes plus the Q and
-// O bytes once per call. Prints a markdown table: the default kernel (v8,
-// fp8 KV converted in registers into the wgmma A operand), v7 (warpgroups in
-// roles) and v4 (wgmma QK+PV in lockstep) paged, and the default contiguous;
-// --all puts v4's swizzled version in the third column.
+// O bytes once per call. Prints a markdown table: every entry of the variant
+// table (kernels/gpu/mla/mla_decode_variants.cc) paged, each in the first KV
+// format it serves, then the dispatcher's choice for e4m3fn KV contiguous.
 //
-//   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4] [--all]
-//                  [--only=wgmma_pv|wgmma_pv_sw|wgmma_pipe|wgmma_roles|wgmma_rega]   (one kernel, paged: for ncu,
-//                  and for a kernel not yet trusted to run inside the table's process)
+//   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4]
+//                  [--only=NAME]   (one table entry, paged: for ncu)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,7 +22,8 @@
 
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
-#include "kernels/gpu/mla/mla_decode.h"
+#include "kernels/gpu/common/kernel_variant.h"
+#include "kernels/gpu/mla/mla_decode_variants.h"
 
 namespace kernelserve {
 namespace {
@@ -33,11 +32,17 @@ struct Shape2 {
   int64_t b, s;
 };
 
+constexpr DType kKvFormats[] = {DType::kFp8E4M3Fn, DType::kFp8E4M3Fnuz};
+
 void FillRandom(void* dev, size_t bytes, uint64_t seed, bool fp8) {
   std::vector<uint8_t> host = bench::RandomBytes(bytes, 64u << 20, seed);
-  // fp8: finite e4m3fn codes of moderate size; bf16: values in [-2, 2).
+  // fp8: codes of moderate size, finite in both formats (no 0x80: e4m3fnuz's
+  // NaN); bf16: values in [-2, 2).
   if (fp8) {
-    for (auto& x : host) x = static_cast<uint8_t>((x & 0x80) | (x % 0x58));
+    for (auto& x : host) {
+      x = static_cast<uint8_t>((x & 0x80) | (x % 0x58));
+      if (x == 0x80) x = 0;
+    }
   } else {
     uint16_t* h = reinterpret_cast<uint16_t*>(host.data());
     for (size_t i = 0; i < host.size() / 2; ++i) h[i] = static_cast<uint16_t>(0x3F80 | (h[i] & 0x807F)) ^ (i & 1 ? 0x0080 : 0);
@@ -45,13 +50,24 @@ void FillRandom(void* dev, size_t bytes, uint64_t seed, bool fp8) {
   bench::CopyRepeated(dev, bytes, host);
 }
 
+// The first KV format `v` serves on `caps`, or kInvalid.
+DType FirstServedFormat(const gpu::KernelVariant& v, const gpu::DeviceCaps& caps) {
+  for (DType kv : kKvFormats) {
+    MlaDecodeParams p;
+    p.kv_dtype = kv;
+    if (v.unsupported(caps, gpu::MlaDecodeCall(p, MlaDecodeInputs{})).empty()) return kv;
+  }
+  return DType::kInvalid;
+}
+
 struct Result {
   double us = 0;
   int splits = 0;
 };
 
-Result TimeOne(gpu::MlaKernel kernel, int64_t B, int64_t S, int64_t H, int64_t Q, bool paged, uint8_t* kv_pool, size_t pool_bytes,
-               void* q_lat, void* q_pe, void* out, int32_t* d_idx_all, int64_t copies) {
+Result TimeOne(const gpu::KernelVariant& kernel, DType kv_dtype, int64_t B, int64_t S, int64_t H, int64_t Q, bool paged,
+               uint8_t* kv_pool, size_t pool_bytes, void* q_lat, void* q_pe, void* out, int32_t* d_idx_all,
+               int64_t copies) {
   // Host-side validated params, as the server would build them.
   MlaDecodeParams p;
   p.kv_scale = 1.0 / 16;
@@ -70,10 +86,10 @@ Result TimeOne(gpu::MlaKernel kernel, int64_t B, int64_t S, int64_t H, int64_t Q
     std::vector<int32_t> idx(B * S);
     std::iota(idx.begin(), idx.end(), 0);
     std::copy(idx.begin(), idx.end(), indices.data<int32_t>());
-    st = p.Validate(qd, pd, TensorDesc{DType::kFp8E4M3Fn, {rows_per_copy, kMlaRowDim}}, true, 1, &seq_lens,
+    st = p.Validate(qd, pd, TensorDesc{kv_dtype, {rows_per_copy, kMlaRowDim}}, true, 1, &seq_lens,
                     &indices, &indptr, nullptr);
   } else {
-    st = p.Validate(qd, pd, TensorDesc{DType::kFp8E4M3Fn, {B, S, kMlaRowDim}}, false, 1, nullptr, nullptr,
+    st = p.Validate(qd, pd, TensorDesc{kv_dtype, {B, S, kMlaRowDim}}, false, 1, nullptr, nullptr,
                     nullptr, nullptr);
   }
   if (!st.ok()) {
@@ -97,15 +113,15 @@ Result TimeOne(gpu::MlaKernel kernel, int64_t B, int64_t S, int64_t H, int64_t Q
     TensorView ov{p.OutputDesc(), out};
     if (paged) {
       // Copy c uses its own shuffled slot list into the pool.
-      in.kv = TensorView{TensorDesc{DType::kFp8E4M3Fn, {static_cast<int64_t>(pool_bytes / kMlaRowDim), kMlaRowDim}},
+      in.kv = TensorView{TensorDesc{kv_dtype, {static_cast<int64_t>(pool_bytes / kMlaRowDim), kMlaRowDim}},
                          kv_pool};
       in.seq_lens = TensorView{seq_lens.desc(), d_seq};
       in.kv_indptr = TensorView{indptr.desc(), d_indptr};
       in.kv_indices = TensorView{indices.desc(), d_idx_all + c * rows_per_copy};
     } else {
-      in.kv = TensorView{TensorDesc{DType::kFp8E4M3Fn, {B, S, kMlaRowDim}}, kv_pool + c * rows_per_copy * kMlaRowDim};
+      in.kv = TensorView{TensorDesc{kv_dtype, {B, S, kMlaRowDim}}, kv_pool + c * rows_per_copy * kMlaRowDim};
     }
-    const absl::Status rs = gpu::RunMlaDecodeWith(kernel, p, in, ov, stream);
+    const absl::Status rs = kernel.run(gpu::MlaDecodeCall(p, in), ov, stream);
     if (!rs.ok()) {
       std::fprintf(stderr, "run: %s\n", rs.ToString().c_str());
       std::exit(1);
@@ -128,11 +144,9 @@ int Main(int argc, char** argv) {
   std::vector<Shape2> shapes = {{1, 150000}, {2, 150000}, {8, 8192},   {8, 32768},
                                 {8, 65536},  {8, 150000}, {16, 150000}, {32, 8192}};
   int64_t H = 16, Q = 4;
-  bool all = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--all") all = true;
     if (const char* v = bench::FlagValue(a, "--only=")) only = v;
     if (const char* v = bench::FlagValue(a, "--heads=")) H = std::atoll(v);
     if (const char* v = bench::FlagValue(a, "--q_len=")) Q = std::atoll(v);
@@ -147,6 +161,39 @@ int Main(int argc, char** argv) {
   if (!bench::HaveCudaDevice()) {
     std::printf("mla_cuda_bench: no CUDA device, nothing to time\n");
     return 0;
+  }
+  const absl::StatusOr<gpu::DeviceCaps> caps = gpu::QueryDeviceCaps(0);
+  if (!caps.ok()) {
+    std::fprintf(stderr, "mla_cuda_bench: %s\n", caps.status().ToString().c_str());
+    return 1;
+  }
+  // The table's entries this device runs, each with its KV format; then the
+  // dispatcher's choice for e4m3fn KV.
+  struct Column {
+    const gpu::KernelVariant* v;
+    DType kv;
+  };
+  std::vector<Column> columns;
+  for (const gpu::KernelVariant& v : gpu::MlaDecodeVariants()) {
+    if (!only.empty() && only != v.name) continue;
+    const DType kv = FirstServedFormat(v, *caps);
+    if (kv == DType::kInvalid) {
+      std::printf("mla_cuda_bench: %s does not run on this device\n", v.name);
+      continue;
+    }
+    columns.push_back({&v, kv});
+  }
+  if (!only.empty() && columns.empty()) {
+    std::fprintf(stderr, "mla_cuda_bench: no runnable table entry named %s\n", only.c_str());
+    return 1;
+  }
+  MlaDecodeParams probe;
+  probe.kv_dtype = DType::kFp8E4M3Fn;
+  const absl::StatusOr<const gpu::KernelVariant*> chosen =
+      gpu::SelectVariant(gpu::MlaDecodeVariants(), "mla_decode", *caps, gpu::MlaDecodeCall(probe, MlaDecodeInputs{}));
+  if (!chosen.ok()) {
+    std::fprintf(stderr, "mla_cuda_bench: %s\n", chosen.status().ToString().c_str());
+    return 1;
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -174,11 +221,18 @@ int Main(int argc, char** argv) {
   FillRandom(q_pe, qpe_bytes, 3, false);
   CHECK_CUDA(cudaMalloc(&idx, max_rows * 4));
 
-  std::printf("\n%s, %d SMs, L2 %d MB; H = %lld, q_len = %lld, fp8 e4m3fn KV, CUDA-graph timed\n\n", prop.name,
+  std::printf("\n%s, %d SMs, L2 %d MB; H = %lld, q_len = %lld, CUDA-graph timed\n\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(H), static_cast<long long>(Q));
-  std::printf("| (B, S) | KV (MB) | default (v8 KV in registers) paged p1 (us) | TB/s | v7 roles paged p1 (us) | TB/s | %s (us) | TB/s | default contiguous (us) | TB/s |\n",
-              all ? "v4 swizzled paged p1" : "v4 wgmma QK+PV paged p1");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  if (only.empty()) {
+    std::string head = "| (B, S) | KV (MB) |", rule = "| --- | --- |";
+    for (const Column& col : columns) {
+      head += std::string(" ") + col.v->name + " " + DTypeName(col.kv) + " paged p1 (us) | TB/s |";
+      rule += " --- | --- |";
+    }
+    head += std::string(" ") + (*chosen)->name + " " + DTypeName(DType::kFp8E4M3Fn) + " contiguous (us) | TB/s |";
+    rule += " --- | --- |";
+    std::printf("%s\n%s\n", head.c_str(), rule.c_str());
+  }
   std::mt19937_64 rng(7);
   for (const auto& sh : shapes) {
     const int64_t B = sh.b, S = sh.s;
@@ -190,27 +244,21 @@ int Main(int argc, char** argv) {
     for (int64_t c = 0; c < copies; ++c) std::shuffle(h.begin() + c * B * S, h.begin() + (c + 1) * B * S, rng);
     CHECK_CUDA(cudaMemcpy(idx, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
     const double bytes = static_cast<double>(kvb) + static_cast<double>(B * Q * H) * (576 + 512) * 2;
-    using K = gpu::MlaKernel;
     if (!only.empty()) {
-      const K k = only == "wgmma_pv_sw"   ? K::kWgmmaPvSw
-                  : only == "wgmma_pipe"  ? K::kWgmmaPipe
-                  : only == "wgmma_roles" ? K::kWgmmaRoles
-                  : only == "wgmma_rega"  ? K::kWgmmaRegA
-                                          : K::kWgmmaPv;
-      const Result r = TimeOne(k, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+      const Result r =
+          TimeOne(*columns[0].v, columns[0].kv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
       std::printf("%s (%lld, %lld) paged: %.1f us\n", only.c_str(), static_cast<long long>(B),
                   static_cast<long long>(S), r.us);
       continue;
     }
-    const Result rd = TimeOne(K::kWgmmaRegA, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    const Result r4 = TimeOne(K::kWgmmaRoles, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    // --all: v4's swizzled version in the third column, else v4.
-    const Result r3 = TimeOne(all ? K::kWgmmaPvSw : K::kWgmmaPv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out,
-                              idx, copies);
-    const Result rc = TimeOne(K::kWgmmaRegA, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-    std::printf("| (%lld, %lld) | %.0f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
-                static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6, rd.us, bytes / rd.us / 1e6, r4.us,
-                bytes / r4.us / 1e6, r3.us, bytes / r3.us / 1e6, rc.us, bytes / rc.us / 1e6);
+    std::printf("| (%lld, %lld) | %.0f |", static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6);
+    for (const Column& col : columns) {
+      const Result r = TimeOne(*col.v, col.kv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
+      std::printf(" %.1f | %.2f |", r.us, bytes / r.us / 1e6);
+    }
+    const Result rc = TimeOne(**chosen, DType::kFp8E4M3Fn, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx,
+                              copies);
+    std::printf(" %.1f | %.2f |\n", rc.us, bytes / rc.us / 1e6);
     std::fflush(stdout);
   }
   return 0;

@@ -62,13 +62,6 @@ for b in .bundle/bin/*_bench; do
   [ "$n" = loopback_bench ] && args=(--backend=cuda)  # uploads into device memory
   timeout ${BENCH_TIMEOUT:-90} "$b" "${args[@]}" >"$LOG/$n.txt" 2>&1
 done
-# The pipelined MLA kernel (v6, bench/NOTES.md) in its own process: a fault
-# there must not cost the main table.
-if [ -x .bundle/bin/mla_cuda_bench ]; then
-  timeout ${BENCH_TIMEOUT:-90} .bundle/bin/mla_cuda_bench --only=wgmma_pipe >"$LOG/mla_pipe.txt" 2>&1 ||
-    echo "mla_cuda_bench --only=wgmma_pipe: rc=$?" >>"$LOG/mla_pipe.txt"
-  timeout ${BENCH_TIMEOUT:-90} .bundle/bin/mla_cuda_bench --only=wgmma_pv >"$LOG/mla_pv.txt" 2>&1
-fi
 # The FP8 mma.sync kernel (the backend serves QGMMA at (128, 128)), for the ratio.
 if [ -x .bundle/bin/fp8_attention_cuda_bench ]; then
   timeout ${BENCH_TIMEOUT:-90} .bundle/bin/fp8_attention_cuda_bench --kernel=mma >"$LOG/fp8_attention_mma.txt" 2>&1 ||
@@ -87,7 +80,7 @@ for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_b
   echo "-- $f --"
   grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40
 done
-for f in mla_pv mla_pipe fp8_attention_mma; do
+for f in fp8_attention_mma; do
   [ -f "$LOG/$f.txt" ] && { echo "-- $f --"; grep -E '^\||paged:|rc=|rror' "$LOG/$f.txt" | grep -vE '^\| -+' | head -20; }
 done
 [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C "$(dirname "$LOG")" "$(basename "$LOG")"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Instruments a copy of kernels/cuda/mla/mla_decode_rega.cu (MLA v8) with timestamps, for a
-trace build that is never committed (bench/NOTES.md "v8" used both modes).
+"""Instruments a copy of kernels/gpu/arch/sm90/mla/mla_decode_rega.cu (the RegA kernel, "v8" in
+bench/NOTES.md) with timestamps, for a trace build that is never committed (bench/NOTES.md "v8"
+used these modes).
 
   python3 bench/tools/mla_v8_trace.py --mode=ctas   [FILE]   # globaltimer per CTA and consumer
       warpgroup: entry, after the Q prologue, after the loop, after the tail, end (all CTAs)
@@ -19,29 +20,31 @@ every launch, the last launch's trace is printed (stderr, lines OT/TRACE/PTRACE/
 import argparse
 import sys
 
-HEAD_OLD = "namespace kernelserve {\nnamespace cuda_mla {\nnamespace {\n"
+HEAD_OLD = "namespace kernelserve {\nnamespace gpu {\nnamespace mla {\nnamespace {\n"
 
 
-GETTER = "KernelFn RegAKernel(bool fnuz) { return fnuz ? nullptr : MlaDecodeRegAKernel; }"
+GETTER = """DecodeKernel WgmmaRegAKernel() {
+  return {MlaDecodeRegAKernel, kRegAThreads, kSmemRegA, MlaPartials::kF16};
+}"""
 
 
 def getter(dump):
     """The kernel getter, registering `dump` to print the trace at exit when KS_MLA_TRACE is set."""
     return f"""
-KernelFn RegAKernel(bool fnuz) {{
+DecodeKernel WgmmaRegAKernel() {{
   static bool registered = false;
   if (!registered && getenv("KS_MLA_TRACE")) {{
     registered = true;
     atexit({dump});
   }}
-  return fnuz ? nullptr : MlaDecodeRegAKernel;
+  return {{MlaDecodeRegAKernel, kRegAThreads, kSmemRegA, MlaPartials::kF16}};
 }}"""
 
 
 def head(s, decls, macros):
     """The trace's device arrays (`decls`, outside the anonymous namespace, so the dump can read them)
     and its macros (inside it), in front of the kernel's code."""
-    return rep(s, HEAD_OLD, "#include <cstdio>\n#include <cstdlib>\nnamespace kernelserve {\nnamespace cuda_mla {\n"
+    return rep(s, HEAD_OLD, "#include <cstdio>\n#include <cstdlib>\nnamespace kernelserve {\nnamespace gpu {\nnamespace mla {\n"
                + decls + "namespace {\n" + macros)
 
 
@@ -103,8 +106,8 @@ __device__ unsigned long long g_ptrace[128][2];
     s = rep(s, "      MbarWait(bar_empty + 8 * slot, ((k / kSlots) & 1) ^ 1);\n",
             "      MbarWait(bar_empty + 8 * slot, ((k / kSlots) & 1) ^ 1);\n"
             "      if (CTA0 && tid == 0 && k < 128) g_ptrace[k][0] = clock64();\n")
-    s = rep(s, "      if (r >= 0) BulkCopyRow(dst0 + slot * kSlotBytes, p.kv + r * kD, bar_full + 8 * slot);\n",
-            "      if (r >= 0) BulkCopyRow(dst0 + slot * kSlotBytes, p.kv + r * kD, bar_full + 8 * slot);\n"
+    s = rep(s, "      if (r >= 0) BulkCopyG2S<kD>(dst0 + slot * kSlotBytes, p.kv + r * kD, bar_full + 8 * slot);\n",
+            "      if (r >= 0) BulkCopyG2S<kD>(dst0 + slot * kSlotBytes, p.kv + r * kD, bar_full + 8 * slot);\n"
             "      __syncwarp();\n      if (CTA0 && tid == 0 && k < 128) g_ptrace[k][1] = clock64();\n")
     s = rep(s, "    MbarWait(bar_full + 8 * (k % kSlots), (k / kSlots) & 1);\n    qk(k, d);\n",
             "    TR(0);\n    MbarWait(bar_full + 8 * (k % kSlots), (k / kSlots) & 1);\n    TR(1);\n    qk(k, d);\n    TR(2);\n")
@@ -157,8 +160,8 @@ def softmax(s):
     s = rep(s, "    if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);\n",
             "    SM(4);\n    if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);\n")
     s = rep(s, "    uint8_t* pbuf = sP", "    SM(5);\n    uint8_t* pbuf = sP")
-    s = rep(s, "    FenceProxyAsyncShared();\n    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n",
-            "    SM(6);\n    FenceProxyAsyncShared();\n    SM(7);\n"
+    s = rep(s, "    FenceProxyAsync();\n    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n",
+            "    SM(6);\n    FenceProxyAsync();\n    SM(7);\n"
             "    NamedBarrierArrive(kBarPReady0 + (k & 1), 256);\n    SM(8);\n")
     return rep(s, GETTER, r"""static void DumpSm() {
   static unsigned long long t[128][9];
@@ -178,7 +181,7 @@ def softmax(s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=["ctas", "phases", "softmax"], required=True)
-    ap.add_argument("file", nargs="?", default="kernels/gpu/mla/mla_decode_rega.cu")
+    ap.add_argument("file", nargs="?", default="kernels/gpu/arch/sm90/mla/mla_decode_rega.cu")
     a = ap.parse_args()
     s = open(a.file).read()
     s = {"ctas": ctas, "phases": phases, "softmax": softmax}[a.mode](s)

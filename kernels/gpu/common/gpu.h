@@ -1,7 +1,8 @@
 // The one header through which GPU code reaches the vendor: CUDA by default,
 // HIP when compiling for AMD (vendors/cuda.h, vendors/hip.h). Code written
 // against it uses the CUDA runtime's names, and gpu::kWarpSize, gpu::ShflXor,
-// gpu::Exp2Approx and gpu::LoadOnce where the vendors differ.
+// gpu::Exp2Approx, gpu::Exp2, gpu::Half2ToFloat2 and gpu::LoadOnce where the
+// vendors differ.
 #ifndef KERNELSERVE_KERNELS_GPU_COMMON_GPU_H_
 #define KERNELSERVE_KERNELS_GPU_COMMON_GPU_H_
 

@@ -2,74 +2,61 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/gpu/common/gpu_status.h"
-#include "kernels/gpu/mla/mla_decode_launch.h"
+#include "kernels/gpu/mla/mla_decode_args.h"
+#include "kernels/gpu/mla/mla_merge.h"
+#include "kernels/gpu/mla/mla_split_plan.h"
 
 namespace kernelserve {
 namespace gpu {
+namespace {
 
-// v8 (KV converted in registers into the wgmma A operand): 1.4-1.6x v7 on
-// the H200, every GPU test passed (bench/RESULTS.md, 2026-12-02). e4m3fnuz
-// KV runs v7 (the launcher's fallback).
-const MlaKernel kDefaultMlaKernel = MlaKernel::kWgmmaRegA;
-
-absl::Status RunMlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
-                          cudaStream_t stream) {
-  return RunMlaDecodeWith(kDefaultMlaKernel, p, in, out, stream);
+cudaError_t Launch(const mla::DecodeKernel& kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in, void* out,
+                   cudaStream_t stream) {
+  cudaError_t e;
+  int dev = 0, sms = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  const void* fn = reinterpret_cast<const void*>(kernel.fn);
+  if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kernel.smem_bytes)) !=
+      cudaSuccess) {
+    return e;
+  }
+  const mla::MlaSplitPlan plan = mla::PlanMlaSplits(static_cast<int>(p.batch), static_cast<int>(p.q_len),
+                                                    static_cast<int>(p.heads), p.max_seq,
+                                                    static_cast<int>(p.num_splits), sms);
+  mla::KParams kp = mla::MakeKParams(p, in, out, plan);
+  void* ws = nullptr;
+  if (plan.splits > 1) {
+    if ((e = cudaMallocAsync(&ws, mla::WorkspaceBytes(p.batch, plan), stream)) != cudaSuccess) return e;
+    kp.part_o = static_cast<float*>(ws);
+    kp.part_ml = kp.part_o + mla::PartialRows(p.batch, plan) * mla::kDL;
+  }
+  void* args[] = {&kp};
+  e = cudaLaunchKernel(fn, dim3(plan.splits, plan.row_groups, static_cast<unsigned>(p.batch)), dim3(kernel.threads),
+                       args, kernel.smem_bytes, stream);
+  // As after <<<...>>>: the error is taken, not left pending.
+  const cudaError_t pending = cudaGetLastError();
+  if (e == cudaSuccess) e = pending;
+  if (e == cudaSuccess && plan.splits > 1) {
+    e = mla::LaunchMlaMerge(kernel.partials, kp, static_cast<int>(p.batch), stream);
+  }
+  if (ws != nullptr) {
+    const cudaError_t f = cudaFreeAsync(ws, stream);
+    if (e == cudaSuccess) e = f;
+  }
+  return e;
 }
 
-absl::Status RunMlaDecodeWith(MlaKernel kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
-                              TensorView& out, cudaStream_t stream) {
+}  // namespace
+
+absl::Status RunMlaDecode(const mla::DecodeKernel& kernel, const MlaDecodeParams& p, const MlaDecodeInputs& in,
+                          TensorView& out, cudaStream_t stream) {
   if (out.desc.dtype != DType::kBf16 || out.desc.num_elements() != p.batch * p.q_len * p.heads * kMlaLatentDim) {
     return absl::InvalidArgumentError(
         absl::StrCat("mla_decode: out must be bf16[", p.batch, ",", p.q_len, ",", p.heads, ",512], got ",
                      out.desc.DebugString()));
   }
-  cuda_mla::MlaDecodeArgs a;
-  a.q_lat = in.q_lat.data;
-  a.q_pe = in.q_pe.data;
-  a.kv = in.kv.data;
-  a.out = out.data;
-  a.seq_lens = in.seq_lens.as<const int32_t>();
-  a.kv_indices = in.kv_indices.as<const int32_t>();
-  a.kv_indptr = in.kv_indptr.as<const int32_t>();
-  a.q_lens = p.has_q_lens ? in.q_lens.as<const int32_t>() : nullptr;
-  if (!p.has_seq_lens) a.seq_lens = nullptr;
-  a.batch = static_cast<int>(p.batch);
-  a.q_len = static_cast<int>(p.q_len);
-  a.heads = static_cast<int>(p.heads);
-  a.paged = p.paged;
-  a.kv_seq = p.paged ? 0 : in.kv.desc.shape[1];
-  a.max_seq = p.max_seq;
-  a.page_size = static_cast<int>(p.page_size);
-  a.fnuz = p.kv_dtype == DType::kFp8E4M3Fnuz;
-  a.scale = p.scale;
-  a.kv_scale = p.kv_scale;
-  a.rounding = static_cast<int>(p.rounding);
-  a.num_splits = static_cast<int>(p.num_splits);
-  switch (kernel) {
-    case MlaKernel::kWgmma:
-      a.variant = cuda_mla::MlaVariant::kWgmma;
-      break;
-    case MlaKernel::kWgmmaPv:
-      a.variant = cuda_mla::MlaVariant::kWgmmaPv;
-      break;
-    case MlaKernel::kWgmmaPvSw:
-      a.variant = cuda_mla::MlaVariant::kWgmmaPvSw;
-      break;
-    case MlaKernel::kWgmmaPipe:
-      a.variant = cuda_mla::MlaVariant::kWgmmaPipe;
-      break;
-    case MlaKernel::kWgmmaRoles:
-      a.variant = cuda_mla::MlaVariant::kWgmmaRoles;
-      break;
-    case MlaKernel::kMmaSync:
-      a.variant = cuda_mla::MlaVariant::kMmaSync;
-      break;
-    case MlaKernel::kWgmmaRegA:
-      a.variant = cuda_mla::MlaVariant::kWgmmaRegA;
-      break;
-  }
-  return GpuStatus(cuda_mla::LaunchMlaDecode(a, stream), "mla_decode launch");
+  return GpuStatus(Launch(kernel, p, in, out.data, stream), "mla_decode launch");
 }
 
 }  // namespace gpu

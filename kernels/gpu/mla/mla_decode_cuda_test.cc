@@ -1,18 +1,25 @@
-// MLA decode on the GPU against the fp64 oracle. Skips without a device.
+// MLA decode on the GPU against the fp64 oracle, for every entry of the
+// variant table on the calls it serves: each case runs in every KV format
+// the entry serves. Outputs are poisoned (NaN) before each call; a NaN is a
+// failure; inputs come from a fresh seed (printed). Device cases skip
+// without a GPU; the table's dispatch cases run everywhere.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
 #include "kernels/cpu/oracle.h"
+#include "kernels/gpu/common/kernel_variant.h"
 #include "kernels/gpu/gpu_test_util.h"
-#include "kernels/gpu/mla/mla_decode.h"
+#include "kernels/gpu/mla/mla_decode_variants.h"
 #include "kernels/numerics/numerics.h"
 
 namespace kernelserve {
@@ -24,9 +31,11 @@ using gpu_test::DeviceTensor;
 using gpu_test::FreshSeed;
 using gpu_test::SameBytes;
 
+constexpr DType kKvFormats[] = {DType::kFp8E4M3Fn, DType::kFp8E4M3Fnuz};
+
 struct Case {
   int64_t batch = 2, q_len = 4, heads = 16, seq = 300;
-  DType kv_dtype = DType::kFp8E4M3Fn;
+  DType kv_dtype = DType::kFp8E4M3Fn;  // set per served format
   bool paged = false;
   int64_t page_size = 1;
   bool ragged_seq = false;  // seq_lens below S
@@ -147,19 +156,47 @@ MlaDecodeParams Validated(const Case& c, const HostInputs& h, bool paged) {
   return p;
 }
 
-gpu::MlaKernel g_kernel = gpu::MlaKernel::kWgmma;
+const gpu::KernelVariant* g_variant = nullptr;  // the table entry under test
+gpu::DeviceCaps g_caps;
+
+// The shape of `c` as a call's parameters (not validated: what the table's
+// predicates read).
+MlaDecodeParams ShapeOf(const Case& c) {
+  MlaDecodeParams p;
+  p.batch = c.batch;
+  p.q_len = c.q_len;
+  p.heads = c.heads;
+  p.paged = c.paged;
+  p.page_size = c.page_size;
+  p.max_seq = c.seq;
+  p.num_splits = c.num_splits;
+  p.has_seq_lens = c.ragged_seq || c.paged;
+  p.has_q_lens = c.ragged_q;
+  p.kv_dtype = c.kv_dtype;
+  return p;
+}
+
+// The KV formats g_variant serves for calls shaped like `c` on this device.
+std::vector<DType> ServedFormats(Case c) {
+  std::vector<DType> out;
+  for (DType kv : kKvFormats) {
+    c.kv_dtype = kv;
+    if (g_variant->unsupported(g_caps, gpu::MlaDecodeCall(ShapeOf(c), MlaDecodeInputs{})).empty()) out.push_back(kv);
+  }
+  return out;
+}
 
 HostTensor RunGpu(const MlaDecodeParams& p, const DeviceInputs& d) {
   DeviceTensor out(p.OutputDesc());
   EXPECT_EQ(out.Fill(0xFF), cudaSuccess);  // poison: NaN everywhere
   TensorView ov = out.view();
-  const absl::Status st = gpu::RunMlaDecodeWith(g_kernel, p, d.in, ov, nullptr);
+  const absl::Status st = g_variant->run(gpu::MlaDecodeCall(p, d.in), ov, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return out.ToHost();
 }
 
-// Compares with the oracle on the contiguous inputs; returns the GPU output.
+// Compares with the oracle on the same inputs; returns the GPU output.
 HostTensor CheckCase(const Case& c, double tol = 6e-3) {
   std::mt19937_64 rng(FreshSeed());
   const HostInputs h = MakeInputs(c, rng);
@@ -192,60 +229,60 @@ HostTensor CheckCase(const Case& c, double tol = 6e-3) {
   EXPECT_EQ(CountNan(out), 0) << "unwritten or NaN outputs";
   EXPECT_EQ(wrong_zero, 0) << "rows past the q_lens window must be zero";
   EXPECT_LT(m.rel_rms, tol) << "max_abs " << m.max_abs;
-  std::printf("B=%lld q_len=%lld H=%lld S=%lld paged=%d page=%lld splits=%lld: rel_rms %.3g max_abs %.3g\n",
-              static_cast<long long>(c.batch), static_cast<long long>(c.q_len), static_cast<long long>(c.heads),
-              static_cast<long long>(c.seq), c.paged, static_cast<long long>(c.page_size),
-              static_cast<long long>(c.num_splits), m.rel_rms, m.max_abs);
+  std::printf("%s %s B=%lld q_len=%lld H=%lld S=%lld paged=%d page=%lld splits=%lld: rel_rms %.3g max_abs %.3g\n",
+              g_variant->name, DTypeName(c.kv_dtype).c_str(), static_cast<long long>(c.batch),
+              static_cast<long long>(c.q_len), static_cast<long long>(c.heads), static_cast<long long>(c.seq),
+              c.paged, static_cast<long long>(c.page_size), static_cast<long long>(c.num_splits), m.rel_rms,
+              m.max_abs);
   return got;
 }
 
-class MlaDecodeCudaTest : public ::testing::TestWithParam<gpu::MlaKernel> {
+// `body` once per KV format the entry under test serves for `c` (at least one).
+template <class Body>
+void ForEachServedFormat(Case c, Body body) {
+  const std::vector<DType> formats = ServedFormats(c);
+  EXPECT_FALSE(formats.empty()) << g_variant->name << " serves no KV format for this shape";
+  for (DType kv : formats) {
+    SCOPED_TRACE(DTypeName(kv));
+    c.kv_dtype = kv;
+    body(c);
+  }
+}
+
+void CheckServed(const Case& c, double tol = 6e-3) {
+  ForEachServedFormat(c, [&](const Case& cf) { CheckCase(cf, tol); });
+}
+
+std::vector<std::string> TableNames() {
+  std::vector<std::string> names;
+  for (const gpu::KernelVariant& v : gpu::MlaDecodeVariants()) names.push_back(v.name);
+  return names;
+}
+
+class MlaDecodeCudaTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     KS_SKIP_WITHOUT_CUDA();
-    g_kernel = GetParam();
+    const absl::StatusOr<gpu::DeviceCaps> caps = gpu::QueryDeviceCaps(0);
+    ASSERT_TRUE(caps.ok()) << caps.status();
+    g_caps = *caps;
+    g_variant = nullptr;
+    for (const gpu::KernelVariant& v : gpu::MlaDecodeVariants()) {
+      if (GetParam() == v.name) g_variant = &v;
+    }
+    ASSERT_NE(g_variant, nullptr);
+    const std::string no = NeedsSm90a(g_caps);
+    if (!no.empty()) GTEST_SKIP() << no;
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Kernels, MlaDecodeCudaTest,
-                         ::testing::Values(gpu::MlaKernel::kWgmmaPv, gpu::MlaKernel::kWgmmaPvSw,
-                                           gpu::MlaKernel::kWgmmaPipe, gpu::MlaKernel::kWgmmaRoles,
-                                           gpu::MlaKernel::kWgmmaRegA,
-                                           gpu::MlaKernel::kWgmma, gpu::MlaKernel::kMmaSync),
-                         [](const ::testing::TestParamInfo<gpu::MlaKernel>& i) {
-                           switch (i.param) {
-                             case gpu::MlaKernel::kWgmma:
-                               return std::string("Wgmma");
-                             case gpu::MlaKernel::kWgmmaPv:
-                               return std::string("WgmmaPv");
-                             case gpu::MlaKernel::kWgmmaPvSw:
-                               return std::string("WgmmaPvSw");
-                             case gpu::MlaKernel::kWgmmaPipe:
-                               return std::string("WgmmaPipe");
-                             case gpu::MlaKernel::kWgmmaRoles:
-                               return std::string("WgmmaRoles");
-                             case gpu::MlaKernel::kWgmmaRegA:
-                               return std::string("WgmmaRegA");
-                             case gpu::MlaKernel::kMmaSync:
-                               break;
-                           }
-                           return std::string("MmaSync");
-                         });
-
-// The default kernel is one of the tested ones.
-TEST(MlaDecodeCudaDefault, IsTested) {
-  EXPECT_TRUE(gpu::kDefaultMlaKernel == gpu::MlaKernel::kWgmma ||
-              gpu::kDefaultMlaKernel == gpu::MlaKernel::kWgmmaPv ||
-              gpu::kDefaultMlaKernel == gpu::MlaKernel::kWgmmaPvSw ||
-              gpu::kDefaultMlaKernel == gpu::MlaKernel::kWgmmaRoles ||
-              gpu::kDefaultMlaKernel == gpu::MlaKernel::kWgmmaRegA ||
-              gpu::kDefaultMlaKernel == gpu::MlaKernel::kMmaSync);
-}
+INSTANTIATE_TEST_SUITE_P(Table, MlaDecodeCudaTest, ::testing::ValuesIn(TableNames()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 TEST_P(MlaDecodeCudaTest, ContiguousSingleSplit) {
   Case c;
   c.num_splits = 1;
-  CheckCase(c);
+  CheckServed(c);
 }
 
 TEST_P(MlaDecodeCudaTest, ContiguousAutoSplitRaggedSeq) {
@@ -253,7 +290,7 @@ TEST_P(MlaDecodeCudaTest, ContiguousAutoSplitRaggedSeq) {
   c.batch = 3;
   c.seq = 1000;
   c.ragged_seq = true;
-  CheckCase(c);
+  CheckServed(c);
 }
 
 TEST_P(MlaDecodeCudaTest, ManySplitsSharpScores) {
@@ -262,14 +299,14 @@ TEST_P(MlaDecodeCudaTest, ManySplitsSharpScores) {
   c.seq = 777;
   c.num_splits = 7;
   c.q_std = 3.0;
-  CheckCase(c);
+  CheckServed(c);
 }
 
 // Every block count of a split from 1 to 7, with and without a partial last
 // block (one split, so that the count is exact), and sharp scores that move
 // the running maximum often: each consumer warpgroup's first, middle and last
-// block, the hand-over of the last block between them, and the producer's
-// stream when it ends before or right after Q's arrival.
+// block, the hand-over of the last block between them, and a producer's
+// stream that ends before or right after Q's arrival.
 TEST_P(MlaDecodeCudaTest, EveryBlockCountOfOneSplit) {
   for (int64_t seq : {4, 64, 65, 128, 150, 192, 256, 300, 383, 448}) {
     SCOPED_TRACE(seq);
@@ -278,7 +315,7 @@ TEST_P(MlaDecodeCudaTest, EveryBlockCountOfOneSplit) {
     c.seq = seq;
     c.num_splits = 1;
     c.q_std = 3.0;
-    CheckCase(c);
+    CheckServed(c);
   }
 }
 
@@ -288,20 +325,19 @@ TEST_P(MlaDecodeCudaTest, SingleQuerySingleHeadTinySeq) {
   c.q_len = 1;
   c.heads = 1;
   c.seq = 1;
-  CheckCase(c);
+  CheckServed(c);
   c.seq = 65;
   c.ragged_seq = true;
-  CheckCase(c);
+  CheckServed(c);
 }
 
-TEST_P(MlaDecodeCudaTest, ManyHeadsLongWindowFnuz) {
+TEST_P(MlaDecodeCudaTest, ManyHeadsLongWindow) {
   Case c;
   c.batch = 1;
   c.q_len = 8;
   c.heads = 128;  // 1024 rows: 16 row groups
   c.seq = 200;
-  c.kv_dtype = DType::kFp8E4M3Fnuz;
-  CheckCase(c);
+  CheckServed(c);
 }
 
 TEST_P(MlaDecodeCudaTest, OddHeadCountRaggedQ) {
@@ -312,7 +348,7 @@ TEST_P(MlaDecodeCudaTest, OddHeadCountRaggedQ) {
   c.seq = 150;
   c.ragged_q = true;
   c.ragged_seq = true;
-  CheckCase(c);
+  CheckServed(c);
 }
 
 TEST_P(MlaDecodeCudaTest, PagedPageOneRaggedQ) {
@@ -322,21 +358,20 @@ TEST_P(MlaDecodeCudaTest, PagedPageOneRaggedQ) {
   c.paged = true;
   c.ragged_seq = true;
   c.ragged_q = true;
-  CheckCase(c);
+  CheckServed(c);
 }
 
-TEST_P(MlaDecodeCudaTest, PagedLargePagesFnuzRtz) {
+TEST_P(MlaDecodeCudaTest, PagedLargePagesRtzRtna) {
   Case c;
   c.batch = 2;
   c.q_len = 2;
   c.seq = 333;
   c.paged = true;
   c.page_size = 16;
-  c.kv_dtype = DType::kFp8E4M3Fnuz;
   c.rounding = Rounding::kRtz;
-  CheckCase(c, 8e-3);
+  CheckServed(c, 8e-3);
   c.rounding = Rounding::kRtna;
-  CheckCase(c);
+  CheckServed(c);
 }
 
 // A paged pool holding the same rows at shuffled slots gives the same bits as
@@ -348,20 +383,22 @@ TEST_P(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
     c.seq = 900;
     c.paged = true;
     c.page_size = page;
-    std::mt19937_64 rng(FreshSeed());
-    const HostInputs h = MakeInputs(c, rng);
-    DeviceInputs dp, dc;
-    Upload(h, true, &dp);
-    Upload(h, false, &dc);
-    const MlaDecodeParams pp = Validated(c, h, true);
-    Case cc = c;
-    cc.paged = false;
-    const MlaDecodeParams pc = Validated(cc, h, false);
-    const HostTensor a = RunGpu(pp, dp);
-    const HostTensor b = RunGpu(pc, dc);
-    const HostTensor a2 = RunGpu(pp, dp);
-    EXPECT_TRUE(SameBytes(a, b)) << "page " << page;
-    EXPECT_TRUE(SameBytes(a, a2)) << "page " << page;
+    ForEachServedFormat(c, [&](const Case& cf) {
+      std::mt19937_64 rng(FreshSeed());
+      const HostInputs h = MakeInputs(cf, rng);
+      DeviceInputs dp, dc;
+      Upload(h, true, &dp);
+      Upload(h, false, &dc);
+      const MlaDecodeParams pp = Validated(cf, h, true);
+      Case cc = cf;
+      cc.paged = false;
+      const MlaDecodeParams pc = Validated(cc, h, false);
+      const HostTensor a = RunGpu(pp, dp);
+      const HostTensor b = RunGpu(pc, dc);
+      const HostTensor a2 = RunGpu(pp, dp);
+      EXPECT_TRUE(SameBytes(a, b)) << "page " << page;
+      EXPECT_TRUE(SameBytes(a, a2)) << "page " << page;
+    });
   }
 }
 
@@ -369,25 +406,28 @@ TEST_P(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
 // word, or in the rope part) makes every output of the rows that attend that
 // token NaN, as in the oracle; the other request stays finite.
 TEST_P(MlaDecodeCudaTest, NanInKvRowMakesItsReadersNan) {
-  for (const int64_t d : {4, 6, 300, 541}) {
-    Case c;
-    c.batch = 2;
-    c.seq = 300;
-    std::mt19937_64 rng(FreshSeed());
-    HostInputs h = MakeInputs(c, rng);
-    h.kv.data<uint8_t>()[(0 * c.seq + 200) * kMlaRowDim + d] = 0x7F;  // e4m3fn NaN
-    DeviceInputs dv;
-    Upload(h, false, &dv);
-    const MlaDecodeParams p = Validated(c, h, false);
-    const HostTensor got = RunGpu(p, dv);
-    const std::vector<double> out = numerics::ToDoubles(got.view());
-    const size_t per_request = out.size() / 2;
-    int64_t finite0 = 0, nan1 = 0;
-    for (size_t i = 0; i < per_request; ++i) finite0 += std::isfinite(out[i]) ? 1 : 0;
-    for (size_t i = per_request; i < out.size(); ++i) nan1 += std::isnan(out[i]) ? 1 : 0;
-    EXPECT_EQ(finite0, 0) << "d " << d << ": request 0 attends the NaN row everywhere";
-    EXPECT_EQ(nan1, 0) << "d " << d << ": request 1 does not read it";
-  }
+  Case c;
+  c.batch = 2;
+  c.seq = 300;
+  ForEachServedFormat(c, [&](const Case& cf) {
+    const uint8_t nan_code = cf.kv_dtype == DType::kFp8E4M3Fnuz ? 0x80 : 0x7F;
+    for (const int64_t d : {4, 6, 300, 541}) {
+      std::mt19937_64 rng(FreshSeed());
+      HostInputs h = MakeInputs(cf, rng);
+      h.kv.data<uint8_t>()[(0 * cf.seq + 200) * kMlaRowDim + d] = nan_code;
+      DeviceInputs dv;
+      Upload(h, false, &dv);
+      const MlaDecodeParams p = Validated(cf, h, false);
+      const HostTensor got = RunGpu(p, dv);
+      const std::vector<double> out = numerics::ToDoubles(got.view());
+      const size_t per_request = out.size() / 2;
+      int64_t finite0 = 0, nan1 = 0;
+      for (size_t i = 0; i < per_request; ++i) finite0 += std::isfinite(out[i]) ? 1 : 0;
+      for (size_t i = per_request; i < out.size(); ++i) nan1 += std::isnan(out[i]) ? 1 : 0;
+      EXPECT_EQ(finite0, 0) << "d " << d << ": request 0 attends the NaN row everywhere";
+      EXPECT_EQ(nan1, 0) << "d " << d << ": request 1 does not read it";
+    }
+  });
 }
 
 TEST_P(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
@@ -396,68 +436,73 @@ TEST_P(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
   c.seq = 2000;
   c.paged = true;
   c.ragged_seq = true;
-  std::mt19937_64 rng(FreshSeed());
-  const HostInputs h = MakeInputs(c, rng);
-  DeviceInputs d;
-  Upload(h, true, &d);
-  const MlaDecodeParams p = Validated(c, h, true);
-  const HostTensor direct = RunGpu(p, d);
+  ForEachServedFormat(c, [&](const Case& cf) {
+    std::mt19937_64 rng(FreshSeed());
+    const HostInputs h = MakeInputs(cf, rng);
+    DeviceInputs d;
+    Upload(h, true, &d);
+    const MlaDecodeParams p = Validated(cf, h, true);
+    const HostTensor direct = RunGpu(p, d);
 
-  DeviceTensor out(p.OutputDesc());
-  KS_CUDA_OK(out.Fill(0xFF));
-  TensorView ov = out.view();
-  ASSERT_NO_FATAL_FAILURE(CaptureAndReplay(
-      [&](cudaStream_t stream) { return gpu::RunMlaDecodeWith(g_kernel, p, d.in, ov, stream); }, 3));
-  EXPECT_TRUE(SameBytes(out.ToHost(), direct));
+    DeviceTensor out(p.OutputDesc());
+    KS_CUDA_OK(out.Fill(0xFF));
+    TensorView ov = out.view();
+    ASSERT_NO_FATAL_FAILURE(CaptureAndReplay(
+        [&](cudaStream_t stream) { return g_variant->run(gpu::MlaDecodeCall(p, d.in), ov, stream); }, 3));
+    EXPECT_TRUE(SameBytes(out.ToHost(), direct));
+  });
 }
 
-// kWgmmaPipe reschedules kWgmmaPv without changing its arithmetic: the same
-// wgmma sequence, softmax expressions and split plan, so the same bits on
-// every shape (contiguous, paged with page sizes 1 and 16, ragged q_lens and
-// seq_lens, one split, several, H = 128).
-TEST(MlaDecodeCudaPipe, SameBitsAsWgmmaPv) {
-  KS_SKIP_WITHOUT_CUDA();
-  std::vector<Case> cases(6);
-  cases[0].num_splits = 1;
-  cases[1].batch = 3;
-  cases[1].seq = 1000;
-  cases[1].ragged_seq = true;
-  cases[2].batch = 2;
-  cases[2].seq = 777;
-  cases[2].num_splits = 7;
-  cases[2].q_std = 3.0;
-  cases[3].batch = 1;
-  cases[3].q_len = 8;
-  cases[3].heads = 128;
-  cases[3].seq = 200;
-  cases[3].kv_dtype = DType::kFp8E4M3Fnuz;
-  cases[4].batch = 3;
-  cases[4].seq = 500;
-  cases[4].paged = true;
-  cases[4].ragged_seq = true;
-  cases[4].ragged_q = true;
-  cases[5].batch = 4;
-  cases[5].q_len = 3;
-  cases[5].heads = 12;
-  cases[5].seq = 333;
-  cases[5].paged = true;
-  cases[5].page_size = 16;
-  cases[5].ragged_q = true;
-  cases[5].rounding = Rounding::kRtz;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
-    std::mt19937_64 rng(FreshSeed());
-    const HostInputs h = MakeInputs(c, rng);
-    DeviceInputs d;
-    Upload(h, c.paged, &d);
-    const MlaDecodeParams p = Validated(c, h, c.paged);
-    g_kernel = gpu::MlaKernel::kWgmmaPv;
-    const HostTensor want = RunGpu(p, d);
-    g_kernel = gpu::MlaKernel::kWgmmaPipe;
-    const HostTensor got = RunGpu(p, d);
-    EXPECT_EQ(CountNan(numerics::ToDoubles(got.view())), 0) << "case " << i;
-    EXPECT_TRUE(SameBytes(got, want)) << "case " << i;
+gpu::DeviceCaps Sm90aCaps() {
+  gpu::DeviceCaps caps;
+  caps.cc_major = 9;
+  caps.cc_minor = 0;
+  caps.sms = 132;
+  caps.smem_per_block_optin = 227 * 1024;
+  return caps;
+}
+
+absl::StatusOr<const gpu::KernelVariant*> Dispatch(const gpu::DeviceCaps& caps, const Case& c) {
+  return gpu::SelectVariant(gpu::MlaDecodeVariants(), "mla_decode", caps,
+                            gpu::MlaDecodeCall(ShapeOf(c), MlaDecodeInputs{}));
+}
+
+// The dispatcher's choice on sm_90a (no GPU needed): every call has a
+// kernel, e4m3fn KV goes to wgmma_rega and e4m3fnuz KV to wgmma_roles, for
+// any shape; so every entry of the table is selected for some call.
+TEST(MlaDecodeVariants, DispatchOnSm90a) {
+  std::vector<std::string> selected;
+  for (DType kv : kKvFormats) {
+    for (bool paged : {false, true}) {
+      for (int64_t q_len : {1, 4, 8}) {
+        for (int64_t heads : {1, 16, 128}) {
+          Case c;
+          c.kv_dtype = kv;
+          c.paged = paged;
+          c.page_size = paged ? 16 : 1;
+          c.q_len = q_len;
+          c.heads = heads;
+          c.seq = 1000;
+          const absl::StatusOr<const gpu::KernelVariant*> v = Dispatch(Sm90aCaps(), c);
+          ASSERT_TRUE(v.ok()) << v.status();
+          EXPECT_STREQ((*v)->name, kv == DType::kFp8E4M3Fn ? "wgmma_rega" : "wgmma_roles") << DTypeName(kv);
+          selected.push_back((*v)->name);
+        }
+      }
+    }
   }
+  for (const std::string& name : TableNames()) {
+    EXPECT_NE(std::find(selected.begin(), selected.end(), name), selected.end()) << name << " is never selected";
+  }
+}
+
+TEST(MlaDecodeVariants, OtherDevicesAreUnimplemented) {
+  gpu::DeviceCaps a100 = Sm90aCaps();
+  a100.cc_major = 8;
+  const absl::StatusOr<const gpu::KernelVariant*> v = Dispatch(a100, Case{});
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(v.status().message().find("sm_90a"), std::string::npos) << v.status();
 }
 
 }  // namespace

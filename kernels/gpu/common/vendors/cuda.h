@@ -5,7 +5,10 @@
 #ifndef KERNELSERVE_KERNELS_GPU_COMMON_VENDORS_CUDA_H_
 #define KERNELSERVE_KERNELS_GPU_COMMON_VENDORS_CUDA_H_
 
+#include <cstdint>
+
 #if defined(__CUDACC__)
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #else
 #include <cuda_runtime_api.h>
@@ -31,6 +34,14 @@ __device__ __forceinline__ float Exp2Approx(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
   return r;
+}
+
+// 2^x as the C library's exp2f (denormal results kept, a few ulp).
+__device__ __forceinline__ float Exp2(float x) { return exp2f(x); }
+
+// Two f16 values (the low half first) -> two floats, exact.
+__device__ __forceinline__ float2 Half2ToFloat2(uint32_t bits) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&bits));
 }
 
 // A load of data read once: cached in L2 only (ld.global.cg).

@@ -139,10 +139,29 @@ __device__ __forceinline__ float ShflXor(float v, int mask) { return __shfl_xor(
 // 2^x on the transcendental unit (v_exp_f32), as CUDA's ex2.approx.
 __device__ __forceinline__ float Exp2Approx(float x) { return __builtin_amdgcn_exp2f(x); }
 
+// 2^x as the C library's exp2f (denormal results kept), from the compiler's
+// exp2 intrinsic: no device-library call.
+__device__ __forceinline__ float Exp2(float x) { return __builtin_exp2f(x); }
+
+// Two f16 values (the low half first) -> two floats, exact.
+__device__ __forceinline__ float2 Half2ToFloat2(uint32_t bits) {
+  typedef _Float16 Half2 __attribute__((ext_vector_type(2)));
+  const Half2 h = __builtin_bit_cast(Half2, bits);
+  return make_float2(static_cast<float>(h.x), static_cast<float>(h.y));
+}
+
 // A load of data read once (CUDA's ld.global.cg: not kept in L1).
 template <class T>
 __device__ __forceinline__ T LoadOnce(const T* p) {
   return __builtin_nontemporal_load(p);
+}
+// HIP's float2, uint4, ... are structs around a clang vector, which the
+// builtin takes.
+template <class T, unsigned int kN>
+__device__ __forceinline__ HIP_vector_type<T, kN> LoadOnce(const HIP_vector_type<T, kN>* p) {
+  HIP_vector_type<T, kN> r;
+  r.data = __builtin_nontemporal_load(&p->data);
+  return r;
 }
 
 }  // namespace gpu

@@ -1,26 +1,10 @@
-// MLA decode v7 (kWgmmaRoles, the default; bench/NOTES.md).
-#include <cmath>
-#include <cstdint>
-#include <type_traits>
-
-#include "kernels/gpu/arch/sm90/pipeline.cuh"
-#include "kernels/gpu/mla/mla_kernel_common.cuh"
-
-namespace kernelserve {
-namespace cuda_mla {
-namespace {
-
-using ::kernelserve::gpu::sm90::NamedBarrierArrive;
-using ::kernelserve::gpu::sm90::NamedBarrierSync;
-using ::kernelserve::gpu::sm90::WarpUniform;
-
-// ------------------------------------------------------------ kWgmmaRoles
-// v7 (bench/NOTES.md, 2026-12-02): the two warpgroups take different roles
-// instead of running the same phases in lockstep behind CTA barriers.
+// The roles kernel: bf16 wgmma on KV unpacked from e4m3fnuz into shared
+// memory, the two warpgroups of a CTA in different roles instead of the
+// same phases behind CTA barriers.
 // - Warpgroup 0: S = Q K^T for the whole 64-token tile on m64n64 (Q read from
-//   shared memory once per tile, not once per warpgroup; N = 64 halves the
-//   operand bytes per FLOP of v4's m64n32), the softmax (a row's 64 scores sit
-//   in 4 lanes of one warp: the max needs no exchange), P, and PV for the
+//   shared memory once per tile, not once per warpgroup; N = 64 has half the
+//   operand bytes per FLOP of m64n32), the softmax (a row's 64 scores sit in
+//   4 lanes of one warp: the max needs no exchange), P, and PV for the
 //   output columns [0, 256). It unpacks kC0 of the 18 chunks per thread of
 //   the next tile while its own QK^T runs.
 // - Warpgroup 1: loads and unpacks the other 18 - kC0 chunks per thread of
@@ -28,20 +12,62 @@ using ::kernelserve::gpu::sm90::WarpUniform;
 // Four named barriers hand the buffers over (KREADY: tile t+1 unpacked;
 // KFREE: warpgroup 0 done with the buffer tile t+1 goes into; PREADY: P(t)
 // and its rescale factors written; PFREE: warpgroup 1's PV(t) retired); no
-// CTA barrier in the loop. Shared memory as kWgmmaPipe: Q, two bf16 KV tiles,
-// one P, plus the factors, row sums and three slot tables.
-// The row sums are kept per lane and reduced once at the end, so the bits
-// differ from v4's (tests compare against the oracle).
-template <bool kFnuz, int kC0>
-__global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParams p) {
+// CTA barrier in the loop. Shared memory: Q, two bf16 KV tiles, one P, plus
+// the factors, row sums and three slot tables.
+//
+// Numerics (tests compare with the fp64 oracle): e4m3fnuz -> bf16 is exact;
+// P is rounded to bf16 and the row sum counts the rounded values that PV
+// multiplies; the row sums are kept per lane and reduced once at the end.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MLA_MLA_ROLES_KERNEL_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_MLA_MLA_ROLES_KERNEL_CUH_
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/gpu/arch/sm90/mla/mla_roles_epilogue.cuh"
+#include "kernels/gpu/arch/sm90/mla/mla_roles_unpack.cuh"
+#include "kernels/gpu/arch/sm90/mla/mla_sm90_common.cuh"
+#include "kernels/gpu/common/bf16.cuh"
+#include "kernels/gpu/mla/mla_decode_params.h"
+#include "kernels/gpu/mla/mla_tile_scheduler.cuh"
+
+namespace kernelserve {
+namespace gpu {
+namespace mla {
+
+// Chunks per thread that warpgroup 0 unpacks (of 18): the fastest split of
+// the unpack between the warpgroups (bench/NOTES.md); fewer spill, more
+// break the warps' 64-byte reads across rows.
+constexpr int kRolesC0 = 6;
+constexpr int kBarKReady = 1, kBarKFree = 2, kBarPReady = 3, kBarPFree = 4;
+constexpr int kPTileBytes = kRows * kTok * 2;  // P, core-tiled: 8 KB
+// Q, two KV tiles, P, three per-row tables (factors, sums, maxima), three
+// slot tables.
+constexpr int kSmemBytesRoles = 3 * kTileBytes16 + kPTileBytes + 3 * kRows * 4 + 3 * kTok * 8;
+static_assert(kSmemBytesRoles <= 227 * 1024, "the roles kernel must fit the sm_90 per-block limit");
+constexpr int kRolesUnits = kTok / 8 * (kD / 16);  // 8-row x 16-byte units per tile: 288
+static_assert(kRolesUnits == 16 * 18, "16 quarter-warp slots per warpgroup, 18 units each");
+
+__device__ __forceinline__ float WarpMax4(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float WarpSum4(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+template <int kC0>
+__global__ void __launch_bounds__(kRolesThreads, 1) MlaDecodeRolesKernel(const KParams p) {
   constexpr int kC1 = 18 - kC0;
   constexpr int kN0 = 2 * kC0, kN1 = 36 - kN0;  // chunks per raw row of each warpgroup
   static_assert(kN0 >= 4 && kN0 - 4 <= 16, "warpgroup 0 holds the rope and latent chunks < 16 only");
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* sQ = smem_raw;
-  uint8_t* sK0 = sQ + kPipeQ;  // KV tile buffers 0 and 1
-  uint8_t* sP = sK0 + 2 * kPipeTile;
-  float* sAlpha = reinterpret_cast<float*>(sP + kPipeP);  // [64] rescale of tile t
+  uint8_t* sK0 = sQ + kTileBytes16;  // KV tile buffers 0 and 1
+  uint8_t* sP = sK0 + 2 * kTileBytes16;
+  float* sAlpha = reinterpret_cast<float*>(sP + kPTileBytes);  // [64] rescale of tile t
   float* sL = sAlpha + kRows;                             // [64] row sums (end)
   float* sM = sL + kRows;                                 // [64] row maxima (end)
   int64_t* sSlot = reinterpret_cast<int64_t*>(sM + kRows);  // [3][64]: tile t's rows in [t % 3]
@@ -92,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParam
     for (int j = 0; j < decltype(count)::value; ++j) {
       int k, cc;
       unit(j, k, cc);
-      UnpackChunk<kFnuz>(buf + CoreTiled(8 * k + row_in, 16 * cc), raw[j]);
+      UnpackChunk(buf + CoreTiled(8 * k + row_in, 16 * cc), raw[j]);
     }
   };
   using C0 = std::integral_constant<int, kC0>;
@@ -134,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParam
   FenceProxyAsync();
   __syncthreads();  // sQ and tile 0 visible; the slot tables of tiles 0..2 read or visible
 
-  constexpr uint64_t kTileDesc = kPipeTile >> 4;
+  constexpr uint64_t kTileDesc = kTileBytes16 >> 4;
   constexpr int kRowGroupBytes = (kD / 8) * 128;
   const uint64_t q_desc = MakeSmemDescInterleave(SmemAddr(sQ), 128, kRowGroupBytes);
   const uint64_t k_desc0 = MakeSmemDescInterleave(SmemAddr(sK0), 128, kRowGroupBytes);
@@ -164,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParam
     for (int it = 0; it < n_tiles; ++it) {
       const int64_t j0 = tok_begin + static_cast<int64_t>(it) * kTok;
       const int cur = it & 1;
-      if (it >= 1) NamedBarrierSync(kBarKReady, kThreads);  // tile `it` complete in buffer `cur`
+      if (it >= 1) NamedBarrierSync(kBarKReady, kRolesThreads);  // tile `it` complete in buffer `cur`
       // PV(it-1) on our columns, then S = Q K^T(it); both async.
       WgmmaFence();
       if (it >= 1) issue_pv(acc, cur ^ 1);
@@ -179,9 +205,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParam
       WgmmaCommit();
       WgmmaWait<1>();  // our PV(it-1) retired: done with buffer cur ^ 1
       const bool next = it + 1 < n_tiles;
-      if (it >= 1 && next) NamedBarrierArrive(kBarKFree, kThreads);
+      if (it >= 1 && next) NamedBarrierArrive(kBarKFree, kRolesThreads);
       if (next) {  // our chunks of tile it+1: read only by our own QK^T(it-1) and PV(it-1)
-        unpack_units(sK0 + (cur ^ 1) * kPipeTile, C0{});
+        unpack_units(sK0 + (cur ^ 1) * kTileBytes16, C0{});
         FenceProxyAsync();
       }
       if (it + 2 < n_tiles) load_units(sSlot + ((it + 2) % 3) * kTok, C0{});
@@ -207,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParam
         alpha[hf] = exp2f(m2[hf] - m_use[hf]);
         m2[hf] = mn;
       }
-      if (it >= 1) NamedBarrierSync(kBarPFree, kThreads);  // warpgroup 1 done with P(it-1)
+      if (it >= 1) NamedBarrierSync(kBarPFree, kRolesThreads);  // warpgroup 1 done with P(it-1)
       float sum[2] = {0.f, 0.f};
       const int prow = wq * 16 + (lane >> 2);
 #pragma unroll
@@ -228,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParam
       }
       FenceProxyAsync();
       __threadfence_block();
-      NamedBarrierArrive(kBarPReady, kThreads);
+      NamedBarrierArrive(kBarPReady, kRolesThreads);
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) l2[hf] = l2[hf] * alpha[hf] + sum[hf];
       if (alpha[0] != 1.f || alpha[1] != 1.f) {
@@ -258,18 +284,18 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParam
       const int64_t j0 = tok_begin + static_cast<int64_t>(it) * kTok;
       const int cur = it & 1;
       if (it + 1 < n_tiles) {
-        if (it >= 1) NamedBarrierSync(kBarKFree, kThreads);  // warpgroup 0's PV(it-1) retired
-        unpack_units(sK0 + (cur ^ 1) * kPipeTile, C1{});
+        if (it >= 1) NamedBarrierSync(kBarKFree, kRolesThreads);  // warpgroup 0's PV(it-1) retired
+        unpack_units(sK0 + (cur ^ 1) * kTileBytes16, C1{});
         FenceProxyAsync();
         if (wg1_tid < kTok) {
           sSlot[(it % 3) * kTok + wg1_tid] = slot_next;  // tile it+3 (tile it's rows are read)
           slot_next = slot_of(j0 + 4 * kTok + wg1_tid);
         }
         __threadfence_block();
-        NamedBarrierArrive(kBarKReady, kThreads);
+        NamedBarrierArrive(kBarKReady, kRolesThreads);
         if (it + 2 < n_tiles) load_units(sSlot + ((it + 2) % 3) * kTok, C1{});
       }
-      NamedBarrierSync(kBarPReady, kThreads);  // P(it) and its factors
+      NamedBarrierSync(kBarPReady, kRolesThreads);  // P(it) and its factors
       float alpha[2];
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) alpha[hf] = sAlpha[wq * 16 + hf * 8 + (lane >> 2)];
@@ -283,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParam
       WgmmaWait<0>();
 #pragma unroll
       for (int i = 0; i < 128; ++i) FenceOperand(acc[i]);
-      if (it + 1 < n_tiles) NamedBarrierArrive(kBarPFree, kThreads);
+      if (it + 1 < n_tiles) NamedBarrierArrive(kBarPFree, kRolesThreads);
     }
   }
   __syncthreads();  // sL, sM visible
@@ -299,11 +325,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaDecodeRolesKernel(const KParam
   WriteRows(p, acc, l2, m2, b, group, split, row0, nrows, ql, wq, wg, lane);
 }
 
-}  // namespace
-
-KernelFn RolesKernel(bool fnuz) {
-  return fnuz ? MlaDecodeRolesKernel<true, kRolesC0> : MlaDecodeRolesKernel<false, kRolesC0>;
-}
-
-}  // namespace cuda_mla
+}  // namespace mla
+}  // namespace gpu
 }  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_MLA_MLA_ROLES_KERNEL_CUH_

@@ -1,7 +1,7 @@
-// MLA decode v8 (kWgmmaRegA; bench/NOTES.md "v8"): the KV tile never exists
-// in shared memory as bf16. The fp8 rows land in shared memory by bulk copy
-// (one bulk copy per row from a producer warpgroup, so any page size works), and each consumer
-// thread converts exactly the bytes its wgmma A fragments need, in registers:
+// The RegA kernel: the KV tile never exists in shared memory as bf16. The
+// fp8 rows land in shared memory by bulk copy (one bulk copy per row from a
+// producer warpgroup, so any page size works), and each consumer thread
+// converts exactly the bytes its wgmma A fragments need, in registers:
 //   S^T = K Q^T   (M = 64 keys, N = 64 query rows, K = 576: K from registers,
 //                  Q from shared memory)
 //   O^T = V^T P^T (M = 512 latent columns, 256 per warpgroup, N = 64 query
@@ -20,142 +20,58 @@
 // NaN as in the oracle. P is rounded to f16 (finer than bf16); the row sum
 // counts the unrounded probabilities. The running maximum moves only when a
 // block's maximum exceeds it by more than 2^8 (P <= 256, far inside f16), so
-// most blocks rescale nothing.
+// most blocks rescale nothing. With several splits the partials are f16
+// O / l (MlaPartials::kF16).
 //
 // CTA: 384 threads. Warpgroup 0 is the producer (bulk copies into a ring
 // of three 64-row slots); warpgroups 1 and 2 are consumers that own alternate 64-key
 // blocks: the owner of block k computes S^T(k), the block's maxima and P(k);
 // both consumers then run their half of PV(k). The owner of k+1 computes its
 // S^T(k+1) on the tensor cores while the owner of k runs its softmax.
-// Per CTA once (bench/NOTES.md "session 4"): block 0's rows are in flight
-// while the consumers load and convert Q; the epilogue is kept short (it runs
-// from a cold instruction cache, so its instruction count is its time).
+// Once per CTA: block 0's rows are in flight while the consumers load and
+// convert Q; the epilogue is kept short (it runs from a cold instruction
+// cache, so its instruction count is its time).
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/gpu/arch/sm90/mla/mla_rega_columns.cuh"
+#include "kernels/gpu/arch/sm90/mla/mla_rega_convert.cuh"
+#include "kernels/gpu/arch/sm90/mla/mla_sm90_common.cuh"
+#include "kernels/gpu/arch/sm90/mla/mla_sm90_kernels.h"
 #include "kernels/gpu/arch/sm90/pipeline.cuh"
-#include "kernels/gpu/mla/mla_kernel_common.cuh"
+#include "kernels/gpu/common/bf16.cuh"
+#include "kernels/gpu/common/gpu.h"
+#include "kernels/gpu/mla/mla_decode_params.h"
+#include "kernels/gpu/mla/mla_tile_scheduler.cuh"
 
 namespace kernelserve {
-namespace cuda_mla {
+namespace gpu {
+namespace mla {
 namespace {
 
-using ::kernelserve::gpu::sm90::BulkCopyG2S;
-using ::kernelserve::gpu::sm90::FenceMbarInit;
-using ::kernelserve::gpu::sm90::MbarArrive;
-using ::kernelserve::gpu::sm90::MbarArriveExpectTx;
-using ::kernelserve::gpu::sm90::MbarInit;
-using ::kernelserve::gpu::sm90::MbarWait;
-using ::kernelserve::gpu::sm90::NamedBarrierArrive;
-using ::kernelserve::gpu::sm90::NamedBarrierSync;
-using ::kernelserve::gpu::sm90::SetMaxNRegDec;
-using ::kernelserve::gpu::sm90::SetMaxNRegInc;
-using ::kernelserve::gpu::sm90::WarpUniform;
+using sm90::BulkCopyG2S;
+using sm90::FenceMbarInit;
+using sm90::MbarArrive;
+using sm90::MbarArriveExpectTx;
+using sm90::MbarInit;
+using sm90::MbarWait;
+using sm90::SetMaxNRegDec;
+using sm90::SetMaxNRegInc;
 
 // Named barriers: 1..2 the P hand-over by block parity, 3..4 each consumer
 // warpgroup's maximum exchange, 5 all consumers, 6 Q loaded (all threads).
 constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5, kBarQLoaded = 6;
 constexpr float kLazyMax = 8.f;  // base-2 headroom before the running max moves
 
-__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// A barrier of `count` threads that returns whether any of them passed true.
-__device__ __forceinline__ bool BarRedOr(int id, int count, bool pred) {
-  int r;
-  asm volatile(
-      "{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.s32 %0, 1, 0, q;\n}\n"
-      : "=r"(r)
-      : "r"(static_cast<int>(pred)), "r"(id), "r"(count)
-      : "memory");
-  return r != 0;
-}
-
-// Two e4m3fn codes (a 16-bit half) -> f16x2, exact; NaN stays NaN.
-__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t v16) {
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(v16)));
-  return h;
-}
-
-// The same for the upper two bytes, taken as a 16-bit half of the register
-// (no shift instruction).
-__device__ __forceinline__ uint32_t E4m3x2HiToF16x2(uint32_t v) {
-  uint32_t h;
-  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(h) : "r"(v));
-  return h;
-}
-
-// Byte i of a and byte i of b -> f16x2 (a low, b high) of value code * 2^-8,
-// exact for every finite e4m3fn code (sign, then exponent and mantissa shifted
-// into f16's fields). One PRMT with sign replication, one AND, one shift.
-template <int kI>
-__device__ __forceinline__ uint32_t E4m3PairToF16x2Scaled(uint32_t a, uint32_t b) {
-  constexpr uint32_t kSel = kI | ((8 | kI) << 4) | ((4 + kI) << 8) | ((12 + kI) << 12);
-  uint32_t t;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(t) : "r"(a), "r"(b), "n"(kSel));
-  return (t & 0x017F017Fu) << 7;
-}
-
-// A thread's 16 columns (query rows) of an m64n64 accumulator are
-// q = 8 jj + 2 c + e (jj 0..7, e 0..1, c = lane & 3). Per-column tables in
-// shared memory are stored [c][jj][e], so a thread reads its 16 with four
-// 16-byte loads that lanes of the same c share.
-__device__ __forceinline__ int ColIndex(int q) { return ((q >> 1) & 3) * 16 + (q >> 3) * 2 + (q & 1); }
-__device__ __forceinline__ void LoadCols(const float* table, int c, float (&v)[16]) {
-  const float4* t = reinterpret_cast<const float4*>(table + c * 16);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float4 x = t[i];
-    v[4 * i] = x.x;
-    v[4 * i + 1] = x.y;
-    v[4 * i + 2] = x.z;
-    v[4 * i + 3] = x.w;
-  }
-}
-__device__ __forceinline__ void StoreCols(float* table, int c, const float (&v)[16]) {
-  float4* t = reinterpret_cast<float4*>(table + c * 16);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) t[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-}
-
-// One halving step of ReduceColumns: lanes whose bit `kXor` of the lane id is
-// set keep the upper half of `v`, the others the lower half, each combined
-// with the partner's copy of that half.
-template <bool kMax, int kN, int kXor>
-__device__ __forceinline__ void HalveColumns(const float (&v)[kN], int lane, float (&out)[kN / 2]) {
-#pragma unroll
-  for (int i = 0; i < kN / 2; ++i) {
-    const bool hi = lane & kXor;
-    const float send = hi ? v[i] : v[kN / 2 + i];
-    const float mine = hi ? v[kN / 2 + i] : v[i];
-    const float other = __shfl_xor_sync(0xffffffffu, send, kXor);
-    out[i] = kMax ? fmaxf(mine, other) : mine + other;
-  }
-}
-
-// 16 per-column values (index jj * 2 + e) reduced over the 8 lanes of a
-// column group (lanes c, c + 4, ..., c + 28) by halving: lane (g, c) ends
-// with the two values of columns 8 g + 2 c + e.
-template <bool kMax>
-__device__ __forceinline__ void ReduceColumns(const float (&v)[16], int lane, float (&out)[2]) {
-  float a8[8], a4[4];
-  HalveColumns<kMax, 16, 16>(v, lane, a8);
-  HalveColumns<kMax, 8, 8>(a8, lane, a4);
-  HalveColumns<kMax, 4, 4>(a4, lane, out);
-}
-
 constexpr int kRegAThreads = 384;
 constexpr int kSlots = 3;
 constexpr int kRowStr = 608;  // fp8 row stride in a slot: conflict-free A-fragment loads
 constexpr int kSlotBytes = kTok * kRowStr;
 constexpr int kPBytes = kTok * kRows * 2;  // P^T of one block, f16, MN-major core matrices
-constexpr int kOffKV = kPipeQ;
+constexpr int kOffKV = kTileBytes16;  // Q (f16), core-tiled
 constexpr int kOffP = kOffKV + kSlots * kSlotBytes;
 constexpr int kOffMaxPart = kOffP + kSlots * kPBytes;  // [2][4 warps][64]
 constexpr int kOffM = kOffMaxPart + 2 * 4 * kRows * 4;  // [3][64]
@@ -166,8 +82,7 @@ constexpr int kOffAlphaW = kOffRed + 8 * kRows * 4;     // [8 warps][64]: a warp
 constexpr int kOffMoved = kOffAlphaW + 8 * kRows * 4;    // [3] int: block k moved the frame
 constexpr int kOffBar = kOffMoved + 16;                  // full[3], empty[3]
 constexpr int kSmemRegA = kOffBar + 2 * kSlots * 8;
-static_assert(kSmemRegA <= 227 * 1024, "kWgmmaRegA must fit the sm_90 per-block limit");
-static_assert(kSmemRegA == kSmemBytesRegA, "mla_kernel_common.cuh's size must match the plan");
+static_assert(kSmemRegA <= 227 * 1024, "the RegA kernel must fit the sm_90 per-block limit");
 
 __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -492,8 +407,8 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   // scale and P = 2^(s * sl2 - m) is one FMA.
   // moved_prev and m_prev: block k-1's frame flag and maxima, read by the
   // caller right after the P(k-1) barrier (k >= 1; -Inf for k = 0), so that
-  // their shared-memory latency (~250-350 cycles under the other
-  // warpgroup's wgmma traffic) is off the block-to-block chain.
+  // their shared-memory latency (long under the other warpgroup's wgmma
+  // traffic) is off the block-to-block chain.
   auto softmax = [&](int k, float (&d)[32], bool moved_prev, const float (&m_prev)[16], float (&sum)[16]) -> bool {
     if (k >= kt) {
       float lim[16];
@@ -722,7 +637,10 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 
 }  // namespace
 
-KernelFn RegAKernel(bool fnuz) { return fnuz ? nullptr : MlaDecodeRegAKernel; }
+DecodeKernel WgmmaRegAKernel() {
+  return {MlaDecodeRegAKernel, kRegAThreads, kSmemRegA, MlaPartials::kF16};
+}
 
-}  // namespace cuda_mla
+}  // namespace mla
+}  // namespace gpu
 }  // namespace kernelserve

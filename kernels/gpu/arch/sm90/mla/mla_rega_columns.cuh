@@ -1,0 +1,76 @@
+// The RegA kernel's per-column (query row) values: the accumulator's column
+// map, shared-memory tables indexed by it, reductions over a warp's column
+// groups, and a barrier that ORs a predicate over the threads it joins.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MLA_MLA_REGA_COLUMNS_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_MLA_MLA_REGA_COLUMNS_CUH_
+
+#include <cstdint>
+
+namespace kernelserve {
+namespace gpu {
+namespace mla {
+
+// A barrier of `count` threads that returns whether any of them passed true.
+__device__ __forceinline__ bool BarRedOr(int id, int count, bool pred) {
+  int r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.s32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<int>(pred)), "r"(id), "r"(count)
+      : "memory");
+  return r != 0;
+}
+
+// A thread's 16 columns (query rows) of an m64n64 accumulator are
+// q = 8 jj + 2 c + e (jj 0..7, e 0..1, c = lane & 3). Per-column tables in
+// shared memory are stored [c][jj][e], so a thread reads its 16 with four
+// 16-byte loads that lanes of the same c share.
+__device__ __forceinline__ int ColIndex(int q) { return ((q >> 1) & 3) * 16 + (q >> 3) * 2 + (q & 1); }
+__device__ __forceinline__ void LoadCols(const float* table, int c, float (&v)[16]) {
+  const float4* t = reinterpret_cast<const float4*>(table + c * 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 x = t[i];
+    v[4 * i] = x.x;
+    v[4 * i + 1] = x.y;
+    v[4 * i + 2] = x.z;
+    v[4 * i + 3] = x.w;
+  }
+}
+__device__ __forceinline__ void StoreCols(float* table, int c, const float (&v)[16]) {
+  float4* t = reinterpret_cast<float4*>(table + c * 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) t[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+}
+
+// One halving step of ReduceColumns: lanes whose bit `kXor` of the lane id is
+// set keep the upper half of `v`, the others the lower half, each combined
+// with the partner's copy of that half.
+template <bool kMax, int kN, int kXor>
+__device__ __forceinline__ void HalveColumns(const float (&v)[kN], int lane, float (&out)[kN / 2]) {
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    const bool hi = lane & kXor;
+    const float send = hi ? v[i] : v[kN / 2 + i];
+    const float mine = hi ? v[kN / 2 + i] : v[i];
+    const float other = __shfl_xor_sync(0xffffffffu, send, kXor);
+    out[i] = kMax ? fmaxf(mine, other) : mine + other;
+  }
+}
+
+// 16 per-column values (index jj * 2 + e) reduced over the 8 lanes of a
+// column group (lanes c, c + 4, ..., c + 28) by halving: lane (g, c) ends
+// with the two values of columns 8 g + 2 c + e.
+template <bool kMax>
+__device__ __forceinline__ void ReduceColumns(const float (&v)[16], int lane, float (&out)[2]) {
+  float a8[8], a4[4];
+  HalveColumns<kMax, 16, 16>(v, lane, a8);
+  HalveColumns<kMax, 8, 8>(a8, lane, a4);
+  HalveColumns<kMax, 4, 4>(a4, lane, out);
+}
+
+}  // namespace mla
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_MLA_MLA_REGA_COLUMNS_CUH_

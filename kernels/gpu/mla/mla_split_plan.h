@@ -1,0 +1,30 @@
+// The split-KV plan of MLA decode: how many KV chunks each (request, row
+// group) is cut into. A pure function of the shape and the SM count, so a
+// graph captured once replays the same plan, and testable without a GPU.
+#ifndef KERNELSERVE_KERNELS_GPU_MLA_MLA_SPLIT_PLAN_H_
+#define KERNELSERVE_KERNELS_GPU_MLA_MLA_SPLIT_PLAN_H_
+
+#include <cstdint>
+
+namespace kernelserve {
+namespace gpu {
+namespace mla {
+
+struct MlaSplitPlan {
+  int row_groups = 0;  // ceil(q_len * H / 64)
+  int splits = 0;      // KV chunks per (request, row group)
+  int64_t chunk = 0;   // tokens per chunk, a multiple of 64
+};
+
+// For a validated call (MlaDecodeParams::Validate: max_seq >= 1, num_splits
+// 0..1024) and num_sms >= 1. num_splits > 0 asks for at most that many
+// splits (no more than one per 64-token tile of max_seq); 0 plans them from
+// the shape and num_sms. Every split holds at least one token of the longest
+// request: splits * chunk covers max_seq and (splits - 1) * chunk does not.
+MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int num_splits, int num_sms);
+
+}  // namespace mla
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_MLA_MLA_SPLIT_PLAN_H_

@@ -1,0 +1,129 @@
+// The split plan's properties, on the CPU (no GPU needed).
+#include "kernels/gpu/mla/mla_split_plan.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gtest/gtest.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace mla {
+namespace {
+
+constexpr int kH200Sms = 132;
+
+int64_t Tiles(int64_t max_seq) { return (max_seq + 63) / 64; }
+
+// What every plan must satisfy.
+void ExpectValid(const MlaSplitPlan& plan, int q_len, int heads, int64_t max_seq) {
+  EXPECT_EQ(plan.row_groups, (q_len * heads + 63) / 64);
+  EXPECT_GT(plan.chunk, 0);
+  EXPECT_EQ(plan.chunk % 64, 0) << "chunk " << plan.chunk;
+  EXPECT_GE(plan.splits, 1);
+  EXPECT_LE(plan.splits, 1024);
+  EXPECT_LE(plan.splits, Tiles(max_seq));
+  EXPECT_GE(plan.splits * plan.chunk, max_seq) << "the splits cover the longest request";
+  EXPECT_LT((plan.splits - 1) * plan.chunk, max_seq) << "no split is empty for the longest request";
+}
+
+TEST(PlanMlaSplits, EveryPlanCoversTheLongestRequestInWholeTiles) {
+  for (int batch : {1, 2, 3, 8, 16, 32, 64, 200}) {
+    for (int q_len : {1, 2, 4, 8}) {
+      for (int heads : {1, 12, 16, 64, 128}) {
+        for (int64_t max_seq : {1, 63, 64, 65, 300, 1000, 8192, 65536, 150001}) {
+          for (int num_splits : {0, 1, 2, 7, 64, 1024}) {
+            for (int sms : {1, 78, 132}) {
+              SCOPED_TRACE(testing::Message() << "B " << batch << " q_len " << q_len << " H " << heads << " S "
+                                              << max_seq << " splits " << num_splits << " SMs " << sms);
+              ExpectValid(PlanMlaSplits(batch, q_len, heads, max_seq, num_splits, sms), q_len, heads, max_seq);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PlanMlaSplits, Deterministic) {
+  const MlaSplitPlan a = PlanMlaSplits(3, 4, 16, 12345, 0, kH200Sms);
+  for (int i = 0; i < 10; ++i) {
+    const MlaSplitPlan b = PlanMlaSplits(3, 4, 16, 12345, 0, kH200Sms);
+    EXPECT_EQ(a.row_groups, b.row_groups);
+    EXPECT_EQ(a.splits, b.splits);
+    EXPECT_EQ(a.chunk, b.chunk);
+  }
+}
+
+// An explicit num_splits is honoured: chunks of ceil(tiles / n) tiles, so
+// at most n splits (fewer where the last ones would be empty), never more
+// than one per tile, whatever the batch or SM count.
+TEST(PlanMlaSplits, NumSplitsOverrideHonoured) {
+  for (int64_t max_seq : {1, 64, 100, 640, 777, 65536}) {
+    for (int n : {1, 2, 3, 4, 6, 7, 1024}) {
+      SCOPED_TRACE(testing::Message() << "S " << max_seq << " n " << n);
+      const int64_t tiles = Tiles(max_seq);
+      const int64_t want_chunk = (tiles + std::min<int64_t>(n, tiles) - 1) / std::min<int64_t>(n, tiles) * 64;
+      for (int batch : {1, 64}) {
+        for (int sms : {1, 132}) {
+          const MlaSplitPlan plan = PlanMlaSplits(batch, 4, 16, max_seq, n, sms);
+          EXPECT_EQ(plan.chunk, want_chunk);
+          EXPECT_LE(plan.splits, n);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(PlanMlaSplits(2, 4, 16, 777, 7, kH200Sms).splits, 7);  // 13 tiles: 2 per split
+  EXPECT_EQ(PlanMlaSplits(2, 4, 16, 640, 6, kH200Sms).splits, 5);  // 10 tiles: 2 per split
+  const MlaSplitPlan one = PlanMlaSplits(2, 4, 16, 1000, 1, kH200Sms);
+  EXPECT_EQ(one.splits, 1);
+  EXPECT_EQ(one.chunk, 1024);
+}
+
+// A grid that fills whole waves of the device already is never split
+// (splitting adds waves, a start cost per CTA and the merge).
+TEST(PlanMlaSplits, WholeWavesAreNotSplit) {
+  // 132 requests x 1 row group; 66 x 2 row groups (q_len 8, H 16).
+  EXPECT_EQ(PlanMlaSplits(132, 4, 16, 65536, 0, kH200Sms).splits, 1);
+  EXPECT_EQ(PlanMlaSplits(66, 8, 16, 65536, 0, kH200Sms).splits, 1);
+  EXPECT_EQ(PlanMlaSplits(264, 1, 16, 8192, 0, kH200Sms).splits, 1);
+}
+
+// One or two requests on an idle device are split to use it, into one wave
+// at most.
+TEST(PlanMlaSplits, SmallBatchesSplitIntoOneWave) {
+  for (int batch : {1, 2}) {
+    SCOPED_TRACE(batch);
+    const MlaSplitPlan plan = PlanMlaSplits(batch, 4, 16, 150000, 0, kH200Sms);
+    EXPECT_GT(plan.splits, 1);
+    EXPECT_LE(static_cast<int64_t>(batch) * plan.row_groups * plan.splits, kH200Sms);
+  }
+  // Short sequences: one tile cannot be split.
+  EXPECT_EQ(PlanMlaSplits(1, 1, 1, 64, 0, kH200Sms).splits, 1);
+  EXPECT_EQ(PlanMlaSplits(1, 1, 1, 1, 0, kH200Sms).splits, 1);
+}
+
+// The plans of the seed's (B, S) table at H = 16, q_len = 4 on 132 SMs,
+// pinned: a change of the cost model shows here (and in the benchmark).
+TEST(PlanMlaSplits, SeedShapesOnTheH200) {
+  struct Want {
+    int batch;
+    int64_t seq;
+    int splits;
+    int64_t chunk;
+  };
+  for (const Want& w : {Want{1, 150000, 131, 1152}, Want{2, 150000, 66, 2304}, Want{8, 8192, 16, 512},
+                        Want{8, 32768, 16, 2048}, Want{8, 65536, 16, 4096}, Want{8, 150000, 33, 4608},
+                        Want{16, 150000, 8, 18752}, Want{32, 8192, 4, 2048}}) {
+    SCOPED_TRACE(testing::Message() << "(" << w.batch << ", " << w.seq << ")");
+    const MlaSplitPlan plan = PlanMlaSplits(w.batch, 4, 16, w.seq, 0, kH200Sms);
+    EXPECT_EQ(plan.row_groups, 1);
+    EXPECT_EQ(plan.splits, w.splits);
+    EXPECT_EQ(plan.chunk, w.chunk);
+  }
+}
+
+}  // namespace
+}  // namespace mla
+}  // namespace gpu
+}  // namespace kernelserve
