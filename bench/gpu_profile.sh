@@ -49,10 +49,8 @@ print("\n".join(out[:60]))
 EOF
 }
 B=.bundle/bin
-profile moe_wgmma_128x256 'MoeGateUpWgmmaKernelILi2ELi256ELi0ELb0E' \
-  $B/moe_cuda_bench --tokens=8192 --projections=gate/up '--variants=wgmma 128x256'
-profile moe_wgmma_128x256_sw 'MoeGateUpWgmmaKernelILi2ELi256ELi0ELb1E' \
-  $B/moe_cuda_bench --tokens=8192 --projections=gate/up '--variants=wgmma 128x256 swizzled'
+profile moe_wgmma_128x256_sw 'GateUpWgmmaKernelILi2ELi256ELi0E' \
+  $B/moe_cuda_bench --tokens=8192 --projections=gate/up --variants=wgmma_sw_128x256
 profile mla_rega 'MlaDecodeRegAKernel' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_rega
 profile mla_roles 'MlaDecodeRolesKernelILi6E' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_roles
 if command -v cuobjdump >/dev/null; then

@@ -3,12 +3,12 @@
 // uniform) at T = 8, 32, 8192 (or --tokens=a,b,...). Timed as CUDA-graph
 // replays (routing included), median of 20. TFLOP/s counts 2*rows*K*cols;
 // GB/s counts the MXFP4 weight bytes of the experts the batch touches plus
-// activations in and out. Prints a markdown table. Gate/up rows are timed
-// seven ways in the same run: the default (RunMoe's choice), mma.sync, the
-// wgmma tilings 128x256, 256x128 and 192x192, and 128x256 and 192x192 with
-// 128-byte-swizzled operands (--gemm=default times the default alone). --projections=NAME,... and
-// --variants=NAME,... (names as printed, e.g. "wgmma 128x256") keep only
-// those rows, e.g. to profile one kernel under ncu.
+// activations in and out. Prints a markdown table: per projection one row
+// for "default" (the dispatcher's pick) and one per entry of the variant
+// table (MoeVariants) that serves it, all in the same run.
+// --projections=NAME,... and --variants=NAME,... (names as printed, e.g.
+// "default" or "wgmma_sw_128x256") keep only those rows, e.g. to profile one
+// kernel under ncu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,7 +23,9 @@
 
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
-#include "kernels/gpu/moe/moe.h"
+#include "kernels/api/op_call.h"
+#include "kernels/gpu/common/kernel_variant.h"
+#include "kernels/gpu/moe/moe_variants.h"
 
 namespace kernelserve {
 namespace {
@@ -46,8 +48,6 @@ double TimeGraph(const std::vector<bench::StreamCall>& calls) { return bench::Ti
 
 int Main(int argc, char** argv) {
   std::vector<int64_t> token_counts = {8, 32, 8192};
-  int tile = 0;
-  bool compare = true;
   std::vector<std::string> only_proj, only_var;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -55,8 +55,6 @@ int Main(int argc, char** argv) {
       token_counts.clear();
       for (const std::string& t : bench::SplitCommas(v)) token_counts.push_back(std::atoll(t.c_str()));
     }
-    if (const char* v = bench::FlagValue(a, "--tile=")) tile = std::atoi(v);
-    if (a == "--gemm=default") compare = false;
     if (const char* v = bench::FlagValue(a, "--projections=")) only_proj = bench::SplitCommas(v);
     if (const char* v = bench::FlagValue(a, "--variants=")) only_var = bench::SplitCommas(v);
   }
@@ -66,6 +64,11 @@ int Main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const absl::StatusOr<gpu::DeviceCaps> caps = gpu::QueryDeviceCaps(0);
+  if (!caps.ok()) {
+    std::fprintf(stderr, "%s\n", caps.status().ToString().c_str());
+    return 1;
+  }
   const int64_t max_t = *std::max_element(token_counts.begin(), token_counts.end());
 
   uint8_t *w13, *w13s, *w2, *w2s;
@@ -93,10 +96,9 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaMalloc(&ids, max_t * kTopK * 4));
   CHECK_CUDA(cudaMalloc(&wts, max_t * kTopK * 4));
 
-  std::printf("\n%s, %d SMs; Kimi-K3 TP8 shard E=%lld K=%lld I=%lld N=%lld top-%lld; CUDA-graph timed%s\n\n",
+  std::printf("\n%s, %d SMs; Kimi-K3 TP8 shard E=%lld K=%lld I=%lld N=%lld top-%lld; CUDA-graph timed\n\n",
               prop.name, prop.multiProcessorCount, static_cast<long long>(kE), static_cast<long long>(kK),
-              static_cast<long long>(kI), static_cast<long long>(kN), static_cast<long long>(kTopK),
-              tile ? (" tile " + std::to_string(tile)).c_str() : "");
+              static_cast<long long>(kI), static_cast<long long>(kN), static_cast<long long>(kTopK));
   std::printf("| T | rows | experts hit | projection | kernel | us | TFLOP/s | weight+act GB/s |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::mt19937_64 rng(11);
@@ -119,6 +121,7 @@ int Main(int argc, char** argv) {
     const int reps = T <= 64 ? 20 : 2;
     struct Proj {
       const char* name;
+      BenchOp op;
       MoeStage stage;
       bool swiglu, weighted;
       void* out;
@@ -126,13 +129,13 @@ int Main(int argc, char** argv) {
     };
     const double nh = static_cast<double>(hit.size());
     const Proj projs[] = {
-        {"gate/up", MoeStage::kGateUp, false, false, out_gu, 2.0 * rows * kK * 2 * kI,
+        {"gate/up", BenchOp::kMoeGateUp, MoeStage::kGateUp, false, false, out_gu, 2.0 * rows * kK * 2 * kI,
          nh * 2 * kI * kK * (0.5 + 1.0 / 32) + T * kK * 2.0 + rows * 2 * kI * 2.0},
-        {"gate/up+SwiGLU", MoeStage::kGateUp, true, false, out_sw, 2.0 * rows * kK * 2 * kI,
+        {"gate/up+SwiGLU", BenchOp::kMoeGateUp, MoeStage::kGateUp, true, false, out_sw, 2.0 * rows * kK * 2 * kI,
          nh * 2 * kI * kK * (0.5 + 1.0 / 32) + T * kK * 2.0 + rows * kI * 2.0},
-        {"down", MoeStage::kDown, false, false, out_dn, 2.0 * rows * kI * kN,
+        {"down", BenchOp::kMoeDown, MoeStage::kDown, false, false, out_dn, 2.0 * rows * kI * kN,
          nh * kN * kI * (0.5 + 1.0 / 32) + rows * kI * 2.0 + rows * kN * 2.0},
-        {"down+weighted sum", MoeStage::kDown, false, true, out_w, 2.0 * rows * kI * kN,
+        {"down+weighted sum", BenchOp::kMoeDown, MoeStage::kDown, false, true, out_w, 2.0 * rows * kI * kN,
          nh * kN * kI * (0.5 + 1.0 / 32) + rows * kI * 2.0 + T * kN * 2.0},
     };
     auto kept = [](const std::vector<std::string>& only, const char* name) {
@@ -163,31 +166,31 @@ int Main(int argc, char** argv) {
       in.w13_scales = TensorView{w13sd, w13s};
       in.w2 = TensorView{w2d, w2};
       in.w2_scales = TensorView{w2sd, w2s};
+      OpCall call;
+      call.op = pr.op;
+      call.moe = p;
+      call.moe_in = in;
       struct Variant {
-        const char* name;
-        gpu::MoeGemm gemm;
+        std::string name;
+        absl::Status (*run)(const OpCall&, TensorView&, cudaStream_t);  // nullptr: dispatch
       };
-      std::vector<Variant> variants = {{"default", gpu::MoeGemm::kAuto}};
-      if (compare && gu) {
-        variants.push_back({"mma.sync", gpu::MoeGemm::kMmaSync});
-        variants.push_back({"wgmma 128x256", gpu::MoeGemm::kWgmma});
-        variants.push_back({"wgmma 256x128", gpu::MoeGemm::kWgmmaTall});
-        variants.push_back({"wgmma 128x256 swizzled", gpu::MoeGemm::kWgmmaSw});
-        variants.push_back({"wgmma 192x192", gpu::MoeGemm::kWgmmaWide});
-        variants.push_back({"wgmma 192x192 swizzled", gpu::MoeGemm::kWgmmaWideSw});
+      std::vector<Variant> variants = {{"default", nullptr}};
+      for (const gpu::KernelVariant& v : gpu::MoeVariants()) {
+        if (v.unsupported(*caps, call).empty()) variants.push_back({v.name, v.run});
       }
       for (const Variant& v : variants) {
-        if (!kept(only_var, v.name)) continue;
+        if (!kept(only_var, v.name.c_str())) continue;
         std::vector<bench::StreamCall> calls;
         for (int r = 0; r < reps; ++r) {
-          calls.push_back([p, in, pr, tile, v](cudaStream_t s) {
-            TensorView ov{p.OutputDesc(), pr.out};
-            return gpu::RunMoeWithGemm(v.gemm, tile, p, in, ov, s);
+          calls.push_back([&caps, call, pr, v](cudaStream_t s) {
+            TensorView ov{call.moe.OutputDesc(), pr.out};
+            if (v.run != nullptr) return v.run(call, ov, s);
+            return gpu::RunSelected(gpu::MoeVariants(), "moe", *caps, call, ov, s);
           });
         }
         const double us = TimeGraph(calls);
         std::printf("| %lld | %lld | %zu | %s | %s | %.1f | %.1f | %.0f |\n", static_cast<long long>(T),
-                    static_cast<long long>(rows), hit.size(), pr.name, v.name, us, pr.flops / us / 1e6,
+                    static_cast<long long>(rows), hit.size(), pr.name, v.name.c_str(), us, pr.flops / us / 1e6,
                     pr.bytes / us / 1e3);
         std::fflush(stdout);
       }

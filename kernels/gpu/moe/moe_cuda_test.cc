@@ -1,19 +1,29 @@
-// MXFP4 MoE on the GPU against the fp64 oracle. Skips without a device.
+// MXFP4 MoE on the GPU against the fp64 oracle: every entry of the variant
+// table on the shapes it serves, and the mma.sync kernel with each of its
+// row tiles forced. Outputs are poisoned before each run; a NaN is a
+// failure; every case draws fresh random inputs. Skips without a device.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/api/op_call.h"
 #include "kernels/api/ops.h"
 #include "kernels/cpu/oracle.h"
+#include "kernels/gpu/common/kernel_variant.h"
 #include "kernels/gpu/gpu_test_util.h"
 #include "kernels/gpu/moe/moe.h"
+#include "kernels/gpu/moe/moe_plan.h"
+#include "kernels/gpu/moe/moe_variants.h"
 #include "kernels/numerics/numerics.h"
 
 namespace kernelserve {
@@ -25,12 +35,17 @@ using gpu_test::DeviceTensor;
 using gpu_test::FreshSeed;
 using gpu_test::SameBytes;
 
+// How the pairs pick their experts.
+enum class Routing {
+  kDistinct,  // top_k distinct experts per token, uniform
+  kSkewed,    // every token on expert 0, expert 1 on one pair, the upper half of the experts on none
+};
+
 struct Case {
   MoeStage stage = MoeStage::kGateUp;
   bool swiglu = false, weighted = false;
   int64_t tokens = 40, top_k = 4, experts = 8, hidden = 256, inter = 128, out_dim = 256;
-  int tile = 0;
-  gpu::MoeGemm gemm = gpu::MoeGemm::kAuto;
+  Routing routing = Routing::kDistinct;
   Rounding rounding = Rounding::kRtne;
 };
 
@@ -44,6 +59,24 @@ void RandomFp4(HostTensor* w, HostTensor* s, std::mt19937_64& rng) {
   for (int64_t i = 0; i < s->num_bytes(); ++i) s->bytes()[i] = static_cast<uint8_t>(118 + rng() % 13);
 }
 
+// The experts of token t (distinct).
+std::vector<int32_t> TokenExperts(const Case& c, int64_t t, std::mt19937_64& rng) {
+  std::vector<int32_t> pool(c.experts);
+  std::iota(pool.begin(), pool.end(), 0);
+  if (c.routing == Routing::kDistinct) {
+    std::shuffle(pool.begin(), pool.end(), rng);
+    pool.resize(c.top_k);
+    return pool;
+  }
+  // Expert 0 first; the others from 2 .. E/2 - 1 (token 0 takes expert 1 once).
+  std::vector<int32_t> rest(pool.begin() + 2, pool.begin() + c.experts / 2);
+  std::shuffle(rest.begin(), rest.end(), rng);
+  std::vector<int32_t> e = {0};
+  if (t == 0) e.push_back(1);
+  for (size_t i = 0; e.size() < static_cast<size_t>(c.top_k); ++i) e.push_back(rest.at(i));
+  return e;
+}
+
 Inputs MakeInputs(const Case& c, std::mt19937_64& rng) {
   Inputs in;
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -55,12 +88,10 @@ Inputs MakeInputs(const Case& c, std::mt19937_64& rng) {
   }
   in.ids = HostTensor(DType::kInt32, {c.tokens, c.top_k});
   in.weights = HostTensor(DType::kFp32, {c.tokens, c.top_k});
-  std::vector<int32_t> all(c.experts);
-  std::iota(all.begin(), all.end(), 0);
   for (int64_t t = 0; t < c.tokens; ++t) {
-    std::shuffle(all.begin(), all.end(), rng);  // distinct experts per token
+    const std::vector<int32_t> experts = TokenExperts(c, t, rng);
     for (int64_t r = 0; r < c.top_k; ++r) {
-      in.ids.data<int32_t>()[t * c.top_k + r] = all[r % c.experts];
+      in.ids.data<int32_t>()[t * c.top_k + r] = experts[r];
       in.weights.data<float>()[t * c.top_k + r] = std::uniform_real_distribution<float>(0.f, 1.f)(rng);
     }
   }
@@ -117,164 +148,244 @@ struct Device {
   }
 };
 
-HostTensor RunGpu(const MoeParams& p, const Device& d, int tile, gpu::MoeGemm gemm = gpu::MoeGemm::kAuto) {
+OpCall MoeCall(const MoeParams& p, const MoeInputs& in) {
+  OpCall call;
+  call.op = p.stage == MoeStage::kGateUp ? BenchOp::kMoeGateUp
+            : p.stage == MoeStage::kDown ? BenchOp::kMoeDown
+                                         : BenchOp::kMoeLayer;
+  call.moe = p;
+  call.moe_in = in;
+  return call;
+}
+
+// Launches into a poisoned output and returns it.
+using Launch = std::function<absl::Status(TensorView& out)>;
+HostTensor RunPoisoned(const MoeParams& p, const Launch& launch) {
   DeviceTensor out(p.OutputDesc());
-  EXPECT_EQ(out.Fill(0xFF), cudaSuccess);  // poison
+  EXPECT_EQ(out.Fill(0xFF), cudaSuccess);  // NaN in bf16
   TensorView ov = out.view();
-  const absl::Status st = gpu::RunMoeWithGemm(gemm, tile, p, d.in, ov, nullptr);
+  const absl::Status st = launch(ov);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return out.ToHost();
 }
 
-HostTensor Check(const Case& c, double tol = 4e-3) {
-  std::mt19937_64 rng(FreshSeed());
-  const Inputs h = MakeInputs(c, rng);
-  const MoeParams p = Validated(c, h);
-  Device d(h);
-  const HostTensor got = RunGpu(p, d, c.tile, c.gemm);
-  MoeInputs hin;
-  hin.x = h.x.view();
-  hin.topk_ids = h.ids.view();
-  hin.topk_weights = h.weights.view();
-  if (h.w13.num_bytes() > 0) {
-    hin.w13 = h.w13.view();
-    hin.w13_scales = h.w13s.view();
+// One case on fresh inputs: the oracle once, then each launch against it.
+class MoeCheck {
+ public:
+  explicit MoeCheck(const Case& c) : c_(c) {
+    std::mt19937_64 rng(FreshSeed());
+    host_ = MakeInputs(c, rng);
+    p_ = Validated(c, host_);
+    device_ = std::make_unique<Device>(host_);
+    MoeInputs hin;
+    hin.x = host_.x.view();
+    hin.topk_ids = host_.ids.view();
+    hin.topk_weights = host_.weights.view();
+    if (host_.w13.num_bytes() > 0) {
+      hin.w13 = host_.w13.view();
+      hin.w13_scales = host_.w13s.view();
+    }
+    if (host_.w2.num_bytes() > 0) {
+      hin.w2 = host_.w2.view();
+      hin.w2_scales = host_.w2s.view();
+    }
+    auto ref = oracle::Moe(p_, hin);
+    EXPECT_TRUE(ref.ok()) << ref.status();
+    if (ref.ok()) ref_ = *std::move(ref);
   }
-  if (h.w2.num_bytes() > 0) {
-    hin.w2 = h.w2.view();
-    hin.w2_scales = h.w2s.view();
-  }
-  const auto ref = oracle::Moe(p, hin);
-  EXPECT_TRUE(ref.ok()) << ref.status();
-  if (!ref.ok()) return got;
-  const std::vector<double> out = numerics::ToDoubles(got.view());
-  EXPECT_EQ(out.size(), ref->size());
-  const numerics::ErrorMetrics m = numerics::CompareToReference(out.data(), ref->data(), ref->size());
-  EXPECT_EQ(CountNan(out), 0) << "unwritten or NaN outputs";
-  EXPECT_EQ(m.nonfinite, 0);
-  EXPECT_LT(m.rel_rms, tol) << "max_abs " << m.max_abs;
-  std::printf("stage=%d swiglu=%d weighted=%d T=%lld k=%lld E=%lld tile=%d gemm=%d: rel_rms %.3g\n",
-              static_cast<int>(c.stage), c.swiglu, c.weighted, static_cast<long long>(c.tokens),
-              static_cast<long long>(c.top_k), static_cast<long long>(c.experts), c.tile, static_cast<int>(c.gemm),
-              m.rel_rms);
-  return got;
-}
 
-class MoeCudaTest : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
+  const MoeParams& params() const { return p_; }
+  OpCall call() const { return MoeCall(p_, device_->in); }
+
+  void Expect(const std::string& what, const Launch& launch, double tol) {
+    const HostTensor got = RunPoisoned(p_, launch);
+    const std::vector<double> out = numerics::ToDoubles(got.view());
+    ASSERT_EQ(out.size(), ref_.size()) << what;
+    const numerics::ErrorMetrics m = numerics::CompareToReference(out.data(), ref_.data(), ref_.size());
+    EXPECT_EQ(CountNan(out), 0) << what << ": unwritten or NaN outputs";
+    EXPECT_EQ(m.nonfinite, 0) << what;
+    EXPECT_LT(m.rel_rms, tol) << what << ": max_abs " << m.max_abs;
+    std::printf("%s stage=%d swiglu=%d weighted=%d T=%lld k=%lld E=%lld routing=%d: rel_rms %.3g\n", what.c_str(),
+                static_cast<int>(c_.stage), c_.swiglu, c_.weighted, static_cast<long long>(c_.tokens),
+                static_cast<long long>(c_.top_k), static_cast<long long>(c_.experts), static_cast<int>(c_.routing),
+                m.rel_rms);
+  }
+
+ private:
+  Case c_;
+  Inputs host_;
+  MoeParams p_;
+  std::unique_ptr<Device> device_;
+  std::vector<double> ref_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Tiles, MoeCudaTest, ::testing::Values(16, 64, 128),
-                         [](const ::testing::TestParamInfo<int>& i) { return "Rows" + std::to_string(i.param); });
-
-TEST_P(MoeCudaTest, GateUpPerPair) {
-  Case c;
-  c.tile = GetParam();
-  Check(c);
+gpu::DeviceCaps Caps() {
+  const absl::StatusOr<gpu::DeviceCaps> caps = gpu::QueryDeviceCaps(0);
+  EXPECT_TRUE(caps.ok()) << caps.status();
+  return caps.ok() ? *caps : gpu::DeviceCaps{};
 }
 
-TEST_P(MoeCudaTest, GateUpSwigluPartialColumnTile) {
+// Every table entry that serves the case, and the dispatcher's pick; returns
+// how many entries served it.
+int CheckTable(const Case& c, double tol = 4e-3) {
+  MoeCheck check(c);
+  const gpu::DeviceCaps caps = Caps();
+  const OpCall call = check.call();
+  int served = 0;
+  for (const gpu::KernelVariant& v : gpu::MoeVariants()) {
+    const std::string no = v.unsupported(caps, call);
+    if (!no.empty()) {
+      std::printf("%s: does not serve it (%s)\n", v.name, no.c_str());
+      continue;
+    }
+    ++served;
+    check.Expect(v.name, [&](TensorView& out) { return v.run(call, out, nullptr); }, tol);
+  }
+  check.Expect("default", [&](TensorView& out) {
+    return gpu::RunSelected(gpu::MoeVariants(), "moe", caps, call, out, nullptr);
+  }, tol);
+  EXPECT_GE(served, 1);
+  return served;
+}
+
+// The mma.sync kernel with its row tile forced (the tests' knob of the
+// mma_sync entry: each tile on small shapes).
+void CheckMmaSyncTile(int tile_rows, const Case& c, double tol = 4e-3) {
+  MoeCheck check(c);
+  gpu::moe::MoePlan plan;
+  plan.mma_rows = tile_rows;
+  check.Expect("mma_sync/tile " + std::to_string(tile_rows), [&](TensorView& out) {
+    return gpu::RunMoeWithPlan(plan, check.params(), check.call().moe_in, out, nullptr);
+  }, tol);
+}
+
+Case GateUpSwigluPartialColumnTile() {
   Case c;
-  c.tile = GetParam();
   c.swiglu = true;
   c.inter = 96;
   c.hidden = 384;
   c.tokens = 70;
-  Check(c);
+  return c;
 }
 
-TEST_P(MoeCudaTest, DownPerPairAndWeighted) {
+Case DownStage() {
   Case c;
-  c.tile = GetParam();
   c.stage = MoeStage::kDown;
   c.inter = 256;
   c.out_dim = 200;
-  Check(c);
-  c.weighted = true;
-  c.rounding = Rounding::kRtz;
-  Check(c, 6e-3);
+  return c;
 }
 
-TEST_P(MoeCudaTest, LayerManyExpertsFewTokens) {
+Case LayerManyExpertsFewTokens() {
   Case c;
-  c.tile = GetParam();
   c.stage = MoeStage::kLayer;
   c.tokens = 5;
   c.top_k = 8;
   c.experts = 300;
   c.inter = 128;
   c.out_dim = 256;
-  Check(c, 6e-3);
+  return c;
 }
 
-// The sm_90a wgmma gate/up kernels (128 x 256, 256 x 128 and 192 x 192
-// tiles, k-tiles of 64; 128 x 256 and 192 x 192 also with 128-byte-swizzled
-// operands).
-constexpr gpu::MoeGemm kWgmmaKernels[] = {gpu::MoeGemm::kWgmma,      gpu::MoeGemm::kWgmmaTall,
-                                           gpu::MoeGemm::kWgmmaSw,    gpu::MoeGemm::kWgmmaWide,
-                                           gpu::MoeGemm::kWgmmaWideSw};
-
-class MoeWgmmaTest : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
-};
-
-INSTANTIATE_TEST_SUITE_P(Epilogue, MoeWgmmaTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Swiglu" : "PerPair"; });
-
-TEST_P(MoeWgmmaTest, FewRowsPerExpert) {
-  for (gpu::MoeGemm g : kWgmmaKernels) {
-    Case c;
-    c.gemm = g;
-    c.swiglu = GetParam();
-    Check(c);
-  }
-}
-
-TEST_P(MoeWgmmaTest, PartialColumnTileAndOddKTiles) {
-  for (gpu::MoeGemm g : kWgmmaKernels) {
-    Case c;
-    c.gemm = g;
-    c.swiglu = GetParam();
-    c.inter = 96;     // one partial column tile
-    c.hidden = 384;   // 6 k-tiles of 64
-    c.tokens = 70;
-    Check(c);
-    c.inter = 160;    // 1.25 / 2.5 column tiles
-    c.rounding = Rounding::kRtz;
-    Check(c);
-  }
-}
-
-TEST_P(MoeWgmmaTest, ManyRowsPerExpert) {
-  for (gpu::MoeGemm g : kWgmmaKernels) {
-    Case c;
-    c.gemm = g;
-    c.swiglu = GetParam();
-    c.tokens = 600;  // ~300 rows per expert: full tiles and partial ones
-    c.top_k = 4;
-    c.experts = 8;
-    c.hidden = 512;
-    c.inter = 384;
-    Check(c);
-  }
+// ~300 rows per expert: full tiles and partial ones in every tiling.
+Case ManyRowsPerExpert(bool swiglu) {
   Case c;
-  c.swiglu = GetParam();
-  c.tokens = 600;  // the default picks a wgmma kernel here
+  c.swiglu = swiglu;
+  c.tokens = 600;
   c.top_k = 4;
   c.experts = 8;
   c.hidden = 512;
   c.inter = 384;
-  c.rounding = Rounding::kRtna;
-  Check(c);
+  return c;
 }
 
-TEST(MoeWgmmaLayerTest, LayerGateUpOnWgmma) {
-  KS_SKIP_WITHOUT_CUDA();
+class MoeMmaSyncTileTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Tiles, MoeMmaSyncTileTest, ::testing::Values(16, 64, 128),
+                         [](const ::testing::TestParamInfo<int>& i) { return "Rows" + std::to_string(i.param); });
+
+TEST_P(MoeMmaSyncTileTest, GateUpPerPair) { CheckMmaSyncTile(GetParam(), Case{}); }
+
+TEST_P(MoeMmaSyncTileTest, GateUpSwigluPartialColumnTile) {
+  CheckMmaSyncTile(GetParam(), GateUpSwigluPartialColumnTile());
+}
+
+TEST_P(MoeMmaSyncTileTest, DownPerPairAndWeighted) {
+  Case c = DownStage();
+  CheckMmaSyncTile(GetParam(), c);
+  c.weighted = true;
+  c.rounding = Rounding::kRtz;
+  CheckMmaSyncTile(GetParam(), c, 6e-3);
+}
+
+TEST_P(MoeMmaSyncTileTest, LayerManyExpertsFewTokens) {
+  CheckMmaSyncTile(GetParam(), LayerManyExpertsFewTokens(), 6e-3);
+}
+
+TEST_P(MoeMmaSyncTileTest, ExpertsWithZeroOneAndAllRows) {
   Case c;
-  c.gemm = gpu::MoeGemm::kWgmma;
+  c.routing = Routing::kSkewed;
+  c.tokens = 150;
+  c.experts = 16;
+  CheckMmaSyncTile(GetParam(), c);
+  c.stage = MoeStage::kLayer;
+  CheckMmaSyncTile(GetParam(), c, 6e-3);
+}
+
+// Every table entry on the shapes it serves; the bool is SwiGLU (gate/up)
+// or the weighted sum (down).
+class MoeVariantsTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Epilogue, MoeVariantsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Fused" : "PerPair"; });
+
+TEST_P(MoeVariantsTest, FewRowsPerExpert) {
+  Case c;
+  c.swiglu = GetParam();
+  EXPECT_EQ(CheckTable(c), 3);  // gate/up alone: every entry serves it
+}
+
+TEST_P(MoeVariantsTest, PartialColumnTileAndOddKTiles) {
+  Case c = GateUpSwigluPartialColumnTile();  // one partial column tile, 6 k-tiles of 64
+  c.swiglu = GetParam();
+  CheckTable(c);
+  c.inter = 160;  // 1.25 / 2.5 column tiles
+  c.rounding = Rounding::kRtz;
+  CheckTable(c);
+}
+
+TEST_P(MoeVariantsTest, ManyRowsPerExpert) {
+  CheckTable(ManyRowsPerExpert(GetParam()));
+  Case c = ManyRowsPerExpert(GetParam());
+  c.rounding = Rounding::kRtna;
+  CheckTable(c);
+}
+
+TEST_P(MoeVariantsTest, ExpertsWithZeroOneAndAllRows) {
+  Case c = ManyRowsPerExpert(GetParam());
+  c.routing = Routing::kSkewed;  // 600 rows on expert 0, 1 on expert 1, none on 4..7
+  c.top_k = 3;
+  CheckTable(c);
+}
+
+TEST_P(MoeVariantsTest, Down) {
+  Case c = DownStage();
+  c.weighted = GetParam();
+  if (c.weighted) c.rounding = Rounding::kRtz;
+  EXPECT_EQ(CheckTable(c, 6e-3), 1);  // mma_sync alone
+}
+
+TEST(MoeVariantsLayerTest, LayerRunsOnMmaSyncAlone) {
+  KS_SKIP_WITHOUT_CUDA();
+  EXPECT_EQ(CheckTable(LayerManyExpertsFewTokens(), 6e-3), 1);
+  Case c;
   c.stage = MoeStage::kLayer;
   c.tokens = 100;
   c.top_k = 4;
@@ -282,22 +393,62 @@ TEST(MoeWgmmaLayerTest, LayerGateUpOnWgmma) {
   c.hidden = 256;
   c.inter = 128;
   c.out_dim = 256;
-  Check(c, 6e-3);
-  c.gemm = gpu::MoeGemm::kWgmmaSw;
-  Check(c, 6e-3);
-  c.gemm = gpu::MoeGemm::kWgmma;
+  EXPECT_EQ(CheckTable(c, 6e-3), 1);
 
-  // The 192- and 256-row tilings would hand their routing tiles to the down kernel.
-  std::mt19937_64 rng(FreshSeed());
-  const Inputs h = MakeInputs(c, rng);
-  const MoeParams p = Validated(c, h);
-  Device d(h);
-  DeviceTensor out(p.OutputDesc());
-  TensorView ov = out.view();
-  for (gpu::MoeGemm g : {gpu::MoeGemm::kWgmmaTall, gpu::MoeGemm::kWgmmaWide, gpu::MoeGemm::kWgmmaWideSw}) {
-    const absl::Status st = gpu::RunMoeWithGemm(g, 0, p, d.in, ov, nullptr);
+  // The wgmma entries serve gate/up alone: by name, and as a plan.
+  MoeCheck check(c);
+  const OpCall call = check.call();
+  for (const char* name : {"wgmma_sw_128x256", "wgmma_sw_192x192"}) {
+    const auto v = gpu::FindVariant(gpu::MoeVariants(), "moe_layer", name, Caps(), call);
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented) << v.status();
+  }
+  for (int rows : {128, 192}) {
+    gpu::moe::MoePlan plan;
+    plan.wgmma_rows = rows;
+    DeviceTensor out(check.params().OutputDesc());
+    TensorView ov = out.view();
+    const absl::Status st = gpu::RunMoeWithPlan(plan, check.params(), call.moe_in, ov, nullptr);
     EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   }
+}
+
+// The Kimi-K3 TP8 shard's params, as MoeParams::Validate fills them.
+MoeParams KimiParams(MoeStage stage, int64_t tokens) {
+  MoeParams p;
+  p.stage = stage;
+  p.swiglu = stage == MoeStage::kLayer;
+  p.weighted_sum = stage == MoeStage::kLayer;
+  p.tokens = tokens;
+  p.top_k = 16;
+  p.experts = 896;
+  p.hidden = 3584;
+  p.inter = 384;
+  p.out_dim = 3584;
+  return p;
+}
+
+// The dispatcher takes the entry of PlanMoe's GEMM (a host-side check: no device).
+TEST(MoeVariantsDispatchTest, FollowsThePlan) {
+  gpu::DeviceCaps caps;
+  caps.cc_major = 9;
+  caps.cc_minor = 0;
+  struct Want {
+    MoeStage stage;
+    int64_t tokens;
+    const char* entry;
+  };
+  for (const Want& w : {Want{MoeStage::kGateUp, 8, "mma_sync"}, Want{MoeStage::kGateUp, 4096, "wgmma_sw_128x256"},
+                        Want{MoeStage::kGateUp, 8192, "wgmma_sw_192x192"},
+                        Want{MoeStage::kGateUp, 16384, "wgmma_sw_192x192"}, Want{MoeStage::kDown, 8192, "mma_sync"},
+                        Want{MoeStage::kLayer, 16384, "mma_sync"}}) {
+    const auto v = gpu::SelectVariant(gpu::MoeVariants(), "moe", caps, MoeCall(KimiParams(w.stage, w.tokens), {}));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_STREQ((*v)->name, w.entry) << "T=" << w.tokens;
+  }
+  gpu::DeviceCaps ampere;
+  ampere.cc_major = 8;
+  const auto none = gpu::SelectVariant(gpu::MoeVariants(), "moe", ampere, MoeCall(KimiParams(MoeStage::kGateUp, 8), {}));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(MoeCudaAutoTest, LayerDeterministicAndGraphCapturable) {
@@ -310,20 +461,20 @@ TEST(MoeCudaAutoTest, LayerDeterministicAndGraphCapturable) {
   c.hidden = 512;
   c.inter = 256;
   c.out_dim = 512;  // a layer maps back to the hidden size
-  Check(c, 6e-3);
-  std::mt19937_64 rng(FreshSeed());
-  const Inputs h = MakeInputs(c, rng);
-  const MoeParams p = Validated(c, h);
-  Device d(h);
-  const HostTensor a = RunGpu(p, d, 0);
-  const HostTensor b = RunGpu(p, d, 0);
+  MoeCheck check(c);
+  const MoeParams& p = check.params();
+  const MoeInputs in = check.call().moe_in;
+  const Launch run = [&](TensorView& out) { return gpu::RunMoe(p, in, out, nullptr); };
+  check.Expect("RunMoe", run, 6e-3);
+  const HostTensor a = RunPoisoned(p, run);
+  const HostTensor b = RunPoisoned(p, run);
   EXPECT_TRUE(SameBytes(a, b));
 
   DeviceTensor out(p.OutputDesc());
   KS_CUDA_OK(out.Fill(0xFF));
   TensorView ov = out.view();
   ASSERT_NO_FATAL_FAILURE(
-      CaptureAndReplay([&](cudaStream_t stream) { return gpu::RunMoe(p, d.in, ov, stream); }, 2));
+      CaptureAndReplay([&](cudaStream_t stream) { return gpu::RunMoe(p, in, ov, stream); }, 2));
   EXPECT_TRUE(SameBytes(out.ToHost(), a));
 }
 
@@ -340,6 +491,9 @@ TEST(MoeCudaAutoTest, UnsupportedShapeIsUnimplemented) {
   const absl::Status st = gpu::RunMoe(p, d.in, ov, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_NE(st.message().find("128"), absl::string_view::npos) << st;
+  const absl::Status table = gpu::RunSelected(gpu::MoeVariants(), "moe_gateup", Caps(), MoeCall(p, d.in), ov, nullptr);
+  EXPECT_EQ(table.code(), absl::StatusCode::kUnimplemented) << table;
+  EXPECT_NE(table.message().find("128"), absl::string_view::npos) << table;
 }
 
 }  // namespace

@@ -1,24 +1,40 @@
 #include "kernels/gpu/moe/moe_variants.h"
 
-#include "absl/strings/str_cat.h"
+#include <string>
+
 #include "kernels/gpu/moe/moe.h"
 
 namespace kernelserve {
 namespace gpu {
 namespace {
 
-std::string GateUpAlone(const DeviceCaps& caps, const OpCall& c) {
+// An entry's plan: PlanMoe's, on the entry's GEMM (kWgmmaRows: the wgmma
+// tile's rows; 0: mma.sync with PlanMoe's row tile).
+template <int kWgmmaRows>
+moe::MoePlan EntryPlan(const OpCall& c) {
+  moe::MoePlan plan = moe::PlanMoe(c.moe);
+  plan.wgmma_rows = kWgmmaRows;
+  return plan;
+}
+
+template <int kWgmmaRows>
+std::string Unsupported(const DeviceCaps& caps, const OpCall& c) {
   std::string no = NeedsSm90a(caps);
-  if (no.empty() && c.moe.stage != MoeStage::kGateUp) no = "serves the gate/up projection alone";
+  if (no.empty()) no = moe::MoeUnsupported(c.moe, EntryPlan<kWgmmaRows>(c));
   return no;
 }
 
-// The dispatcher's choice between the GEMMs (AutoMoeGemm: by rows per expert
-// and the CTA count of each tiling).
-std::string UnlessAutoIs(MoeGemm gemm, const OpCall& c) {
-  if (AutoMoeGemm(c.moe) == gemm) return "";
-  return "the dispatcher takes it for gate/up alone at >= 72 rows per expert, in whichever tiling launches "
-         "fewer CTAs";
+// The dispatcher's choice between the GEMMs is PlanMoe's.
+template <int kWgmmaRows>
+std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
+  if (moe::PlanMoe(c.moe).wgmma_rows == kWgmmaRows) return "";
+  return "the dispatcher takes it for gate/up alone at >= 72 rows per expert when its tiling launches the fewest "
+         "CTAs";
+}
+
+template <int kWgmmaRows>
+absl::Status Run(const OpCall& c, TensorView& out, cudaStream_t s) {
+  return RunMoeWithPlan(EntryPlan<kWgmmaRows>(c), c.moe, c.moe_in, out, s);
 }
 
 }  // namespace
@@ -26,22 +42,11 @@ std::string UnlessAutoIs(MoeGemm gemm, const OpCall& c) {
 const VariantTable& MoeVariants() {
   static const VariantTable table = {
       {"wgmma_sw_128x256", "wgmma, 128-row x 256-weight-row tiles, 128-byte-swizzled operands",
-       "sm_90a, gate/up (+SwiGLU) alone", GateUpAlone,
-       [](const DeviceCaps&, const OpCall& c) { return UnlessAutoIs(MoeGemm::kWgmmaSw, c); },
-       [](const OpCall& c, TensorView& out, cudaStream_t s) {
-         return RunMoeWithGemm(MoeGemm::kWgmmaSw, 0, c.moe, c.moe_in, out, s);
-       }},
+       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<128>, UnlessPlanned<128>, Run<128>},
       {"wgmma_sw_192x192", "wgmma, 192 x 192 tiles (3 warpgroups), 128-byte-swizzled operands",
-       "sm_90a, gate/up (+SwiGLU) alone", GateUpAlone,
-       [](const DeviceCaps&, const OpCall& c) { return UnlessAutoIs(MoeGemm::kWgmmaWideSw, c); },
-       [](const OpCall& c, TensorView& out, cudaStream_t s) {
-         return RunMoeWithGemm(MoeGemm::kWgmmaWideSw, 0, c.moe, c.moe_in, out, s);
-       }},
+       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<192>, UnlessPlanned<192>, Run<192>},
       {"mma_sync", "mma.sync grouped GEMM, 16/64/128-row expert tiles by rows per expert", "sm_90a, every stage",
-       [](const DeviceCaps& caps, const OpCall&) { return NeedsSm90a(caps); }, nullptr,
-       [](const OpCall& c, TensorView& out, cudaStream_t s) {
-         return RunMoeWithGemm(MoeGemm::kMmaSync, 0, c.moe, c.moe_in, out, s);
-       }},
+       Unsupported<0>, nullptr, Run<0>},
   };
   return table;
 }

@@ -28,6 +28,9 @@ constexpr int kWarpSize = 32;
 
 __device__ __forceinline__ float ShflXor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 
+// The value of lane (lane - delta) of the warp; lanes below delta keep their own.
+__device__ __forceinline__ int ShflUp(int v, int delta) { return __shfl_up_sync(0xffffffffu, v, delta); }
+
 // 2^x on the special-function unit alone (exp2f adds a denormal-range
 // fix-up around it): -Inf -> +0, NaN -> NaN, results below 2^-126 flush to 0.
 __device__ __forceinline__ float Exp2Approx(float x) {

@@ -125,6 +125,26 @@ __device__ inline size_t __ockl_get_num_groups(unsigned d) {
   const size_t wg = __ockl_get_local_size(d);
   return (__ockl_get_global_size(d) + wg - 1) / wg;
 }
+// __syncthreads' fences (hip.amdgcn.bc's entry point): a fence of `order`
+// at `scope` on every memory (the fence flags only narrow what it orders).
+#define KS_HIP_FENCE_AT_SCOPE(ORDER)                                          \
+  switch (scope) {                                                            \
+    case __memory_scope_work_item: break;                                     \
+    case __memory_scope_sub_group: __builtin_amdgcn_fence(ORDER, "wavefront"); break; \
+    case __memory_scope_work_group: __builtin_amdgcn_fence(ORDER, "workgroup"); break; \
+    case __memory_scope_device: __builtin_amdgcn_fence(ORDER, "agent"); break; \
+    default: __builtin_amdgcn_fence(ORDER, ""); break;                        \
+  }
+__device__ inline void __atomic_work_item_fence(__cl_mem_fence_flags, __memory_order order, __memory_scope scope) {
+  switch (order) {
+    case __memory_order_acquire: KS_HIP_FENCE_AT_SCOPE(__ATOMIC_ACQUIRE) break;
+    case __memory_order_release: KS_HIP_FENCE_AT_SCOPE(__ATOMIC_RELEASE) break;
+    case __memory_order_acq_rel: KS_HIP_FENCE_AT_SCOPE(__ATOMIC_ACQ_REL) break;
+    case __memory_order_seq_cst: KS_HIP_FENCE_AT_SCOPE(__ATOMIC_SEQ_CST) break;
+    default: break;  // relaxed: no fence
+  }
+}
+#undef KS_HIP_FENCE_AT_SCOPE
 }  // extern "C"
 #endif  // KS_HIP_NO_DEVICE_LIBS
 
@@ -135,6 +155,9 @@ namespace gpu {
 constexpr int kWarpSize = 64;
 
 __device__ __forceinline__ float ShflXor(float v, int mask) { return __shfl_xor(v, mask); }
+
+// The value of lane (lane - delta) of the wavefront; lanes below delta keep their own.
+__device__ __forceinline__ int ShflUp(int v, int delta) { return __shfl_up(v, delta); }
 
 // 2^x on the transcendental unit (v_exp_f32), as CUDA's ex2.approx.
 __device__ __forceinline__ float Exp2Approx(float x) { return __builtin_amdgcn_exp2f(x); }

@@ -1,0 +1,36 @@
+// The sm_90a grouped GEMMs of the MXFP4 MoE, as the launcher
+// (kernels/gpu/moe/moe_launch.cc) calls them; their explicit instantiations
+// are the .cu files beside this header. Both walk the expert tiles of the
+// routing (kernels/gpu/moe/moe_routing.h): grid (column tiles, max_tiles),
+// CTAs past num_tiles return at once.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_MOE_GEMM_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_MOE_GEMM_H_
+
+#include <cstdint>
+
+#include "kernels/gpu/common/gpu.h"
+#include "kernels/gpu/moe/moe_params.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace moe {
+
+// Weight rows per CTA of the mma.sync kernel.
+constexpr int kMmaSyncCols = 128;
+
+// mma.sync m16n8k16 GEMM, any stage: kRows = 16, 64 or 128 expert rows per
+// tile; kEpi an Epilogue. col_tiles = ceil(p.nw / 128), or ceil(p.inter / 64)
+// with SwiGLU.
+template <int kRows, int kEpi>
+cudaError_t LaunchMmaSyncGemm(const GemmParams& p, int64_t col_tiles, int64_t max_tiles, cudaStream_t stream);
+
+// wgmma gate/up GEMM: kRows = 128 (128 x 256 tiles) or 192 (192 x 192);
+// kEpi kEpiBf16 or kEpiSwiglu.
+template <int kRows, int kEpi>
+cudaError_t LaunchWgmmaGateUp(const GemmParams& p, int64_t max_tiles, cudaStream_t stream);
+
+}  // namespace moe
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_MOE_GEMM_H_

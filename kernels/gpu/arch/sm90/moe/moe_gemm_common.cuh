@@ -1,0 +1,47 @@
+// What both sm_90a MoE GEMMs share: the two steps of the exact MXFP4 -> bf16
+// dequantization (the E2M1 bits placed into bf16 bit fields with integer
+// ops, and the exact bf16x2 multiply by a power of two that applies the E8M0
+// block scale; mul.rn.bf16x2 is sm_90 PTX), and the launch over the
+// routing's expert tiles.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_MOE_GEMM_COMMON_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_MOE_GEMM_COMMON_CUH_
+
+#include <cstdint>
+
+#include "kernels/gpu/common/gpu.h"
+#include "kernels/gpu/moe/moe_params.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace moe {
+
+// Two E2M1 nibbles (low byte of u) -> bf16x2 of value * 2^-126 (exact bit
+// placement: exponent and mantissa bits land in bf16's, the one subnormal
+// code becomes a bf16 subnormal).
+__device__ __forceinline__ uint32_t Fp4PairBits(uint32_t u) {
+  const uint32_t v = (u & 0xFFu) * 0x1001u;
+  return ((v << 6) & 0x01C001C0u) | ((v << 12) & 0x80008000u);
+}
+
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Grid (col_tiles, max_tiles) of `kernel` with kSmem bytes of dynamic shared
+// memory; CTAs past the routing's tile count return at once.
+template <int kThreads, int kSmem>
+cudaError_t LaunchOverTiles(void (*kernel)(GemmParams), const GemmParams& p, int64_t col_tiles, int64_t max_tiles,
+                            cudaStream_t stream) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (e != cudaSuccess) return e;
+  kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(max_tiles)), kThreads, kSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace moe
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_MOE_GEMM_COMMON_CUH_
