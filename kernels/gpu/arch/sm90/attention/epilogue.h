@@ -1,41 +1,17 @@
-// Epilogue: O / l rounded once from fp32 to bf16 in the requested mode and
-// stored. The three rounding functions are bit-for-bit the rule of
-// numerics::FloatToBf16: NaN -> 0x7FFF; RTNE/RTNA carry into the exponent
-// on overflow (+-Inf); RTZ truncates (never above max finite; Inf stays Inf).
-#ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_EPILOGUE_H_
-#define KERNELSERVE_KERNELS_CUDA_ATTENTION_EPILOGUE_H_
-
-#include <math.h>
+// Epilogue of the bf16 MHA forward kernels: O / l rounded once from fp32 to
+// bf16 in the requested mode (kernels/gpu/attention/round_bf16.cuh) and
+// stored, from the mma accumulator layout that both the mma.sync and the
+// wgmma kernels hold per warp.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_EPILOGUE_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_EPILOGUE_H_
 
 #include <cstdint>
 
-#include "kernels/gpu/attention/flash_params.h"
+#include "kernels/gpu/attention/round_bf16.cuh"
 
 namespace kernelserve {
 namespace gpu {
-
-constexpr uint16_t kBf16CanonicalNaN = 0x7FFF;
-
-__device__ __forceinline__ uint32_t RoundBf16Rtne(float x) {
-  if (isnan(x)) return kBf16CanonicalNaN;
-  const uint32_t u = __float_as_uint(x);
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
-__device__ __forceinline__ uint32_t RoundBf16Rtna(float x) {
-  if (isnan(x)) return kBf16CanonicalNaN;
-  return (__float_as_uint(x) + 0x8000u) >> 16;
-}
-__device__ __forceinline__ uint32_t RoundBf16Rtz(float x) {
-  if (isnan(x)) return kBf16CanonicalNaN;
-  return __float_as_uint(x) >> 16;
-}
-
-template <int kRounding>
-__device__ __forceinline__ uint32_t RoundBf16(float x) {
-  if (kRounding == kFlashRtna) return RoundBf16Rtna(x);
-  if (kRounding == kFlashRtz) return RoundBf16Rtz(x);
-  return RoundBf16Rtne(x);
-}
+namespace attention {
 
 // Writes a warp's 16 x kHeadDim accumulator (mma layout) times 1/l for rows
 // [row0, row0+16) of a tile; rows at or past seq_q are skipped. inv == 0
@@ -62,7 +38,8 @@ __device__ __forceinline__ void StoreOutputTile(const float (&o)[kHeadDim / 8][4
   }
 }
 
+}  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_ATTENTION_EPILOGUE_H_
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_EPILOGUE_H_

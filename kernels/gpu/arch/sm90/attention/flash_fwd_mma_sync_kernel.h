@@ -1,27 +1,29 @@
-// The bf16 MHA forward kernel (FA2-style, mma.sync): one thread block per
-// (query tile, head, batch) from the tile scheduler; K and V tiles streamed
-// through shared memory with cp.async so that V[n] loads during S = Q K[n]^T
-// and K[n+1] during O += P V[n].
+// The bf16 MHA forward kernel on mma.sync (FA2-style; head dims 64 and 256):
+// one thread block per (query tile, head, batch) from the tile scheduler; K
+// and V tiles streamed through shared memory with cp.async so that V[n]
+// loads during S = Q K[n]^T and K[n+1] during O += P V[n].
 // Each of the four warps owns 16 * kMTiles query rows.
-#ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_FWD_KERNEL_H_
-#define KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_FWD_KERNEL_H_
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_MMA_SYNC_KERNEL_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_MMA_SYNC_KERNEL_H_
 
 #include <cstdint>
 
-#include "kernels/gpu/attention/epilogue.h"
+#include "kernels/gpu/arch/sm80/mma.cuh"
+#include "kernels/gpu/arch/sm90/attention/epilogue.h"
+#include "kernels/gpu/arch/sm90/attention/mainloop_mma_sync.h"
+#include "kernels/gpu/arch/sm90/attention/mma_sync_traits.h"
+#include "kernels/gpu/arch/sm90/attention/softmax.h"
 #include "kernels/gpu/attention/flash_params.h"
-#include "kernels/gpu/attention/kernel_traits.h"
-#include "kernels/gpu/attention/mainloop.h"
-#include "kernels/gpu/attention/softmax.h"
 #include "kernels/gpu/attention/tile_scheduler.h"
 
 namespace kernelserve {
 namespace gpu {
+namespace attention {
 
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
-    FlashFwdKernel(const FlashFwdParams p) {
-  using ML = Mainloop<Traits>;
+    FlashFwdMmaSyncKernel(const FlashFwdParams p) {
+  using ML = MmaSyncMainloop<Traits>;
   constexpr int kD = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -48,13 +50,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
                 tile.head * p.o_head_stride + m0 * p.o_row_stride;
   const int rows_valid = min(kBlockM, p.seq_q - m0);
 
-  // Keys this tile can see: all of them, or under the causal mask up to
-  // the last row's limit m0 + kBlockM - 1 + offset.
-  int n_blocks = (p.seq_kv + kBlockN - 1) / kBlockN;
-  if (Traits::kCausal) {
-    const int last_key = min(p.seq_kv - 1, m0 + kBlockM - 1 + p.causal_offset);
-    n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / kBlockN + 1);
-  }
+  const int n_blocks = KvBlocks(p.seq_kv, m0, kBlockM, kBlockN, p.causal_offset, Traits::kCausal);
   // The first key block that some row of this tile cannot fully see.
   const int first_masked_key = Traits::kCausal ? m0 + p.causal_offset + 1 : p.seq_kv;
 
@@ -152,7 +148,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   }
 }
 
+}  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_FWD_KERNEL_H_
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_MMA_SYNC_KERNEL_H_

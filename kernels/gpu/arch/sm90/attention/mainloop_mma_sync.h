@@ -1,19 +1,20 @@
 // Mainloop pieces of the mma.sync forward kernel: cp.async tile loads into
 // swizzled shared memory (rows past the sequence are zero-filled), S = Q K^T
 // and O += P V on m16n8k16 bf16 tensor-core tiles with fp32 accumulation.
-#ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_MAINLOOP_H_
-#define KERNELSERVE_KERNELS_CUDA_ATTENTION_MAINLOOP_H_
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_MAINLOOP_MMA_SYNC_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_MAINLOOP_MMA_SYNC_H_
 
 #include <cstdint>
 
 #include "kernels/gpu/arch/sm80/mma.cuh"
-#include "kernels/gpu/attention/kernel_traits.h"
+#include "kernels/gpu/arch/sm90/attention/mma_sync_traits.h"
 
 namespace kernelserve {
 namespace gpu {
+namespace attention {
 
 template <typename Traits>
-struct Mainloop {
+struct MmaSyncMainloop {
   static constexpr int kD = Traits::kHeadDim;
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kNTiles = kBlockN / 8;  // 8-key accumulator tiles per row block
@@ -158,7 +159,8 @@ struct Mainloop {
   }
 };
 
+}  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_ATTENTION_MAINLOOP_H_
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_MAINLOOP_MMA_SYNC_H_

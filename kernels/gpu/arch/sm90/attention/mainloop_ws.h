@@ -1,9 +1,8 @@
-// Mainloop of the warp-specialized sm_90a attention kernel (v4, "Ws"): the
-// producer's TMA loads into a ring of K/V stages and the consumers' wgmma /
-// softmax loop. Operand layout, wgmma sequence, masking and softmax are those
-// of the v3 kernel (flash_fwd_sm90.h) expression for expression; only who
-// loads, how the tiles are handed over and the order in which the matrix
-// products are issued change.
+// Mainloop of the warp-specialized sm_90a attention kernel: the producer's
+// TMA loads into a ring of K/V stages and the consumers' wgmma / softmax
+// loop. Masking, softmax and epilogue are the mma.sync kernel's
+// (softmax.h, epilogue.h): a wgmma accumulator holds per warp the mma.sync
+// m16n8 layout.
 //
 // Shared memory (all tiles [2 column blocks][rows][64], 128-byte swizzled, as
 // TMA's SWIZZLE_128B writes them): Q (kBlockM rows), kStages K tiles,
@@ -12,22 +11,22 @@
 //   k_full[s], v_full[s]   1 arrival (the producer's expect_tx) + the tile's bytes
 //   k_empty[s], v_empty[s] one arrival per consumer warp once its wgmma read the tile
 // Tile n uses stage n % kStages in phase (n / kStages) & 1.
-#ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_SM90_MAINLOOP_SM90_WS_H_
-#define KERNELSERVE_KERNELS_CUDA_ATTENTION_SM90_MAINLOOP_SM90_WS_H_
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_MAINLOOP_WS_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_MAINLOOP_WS_H_
 
 #include <math.h>
 
 #include <cstdint>
 
 #include "kernels/gpu/arch/sm80/mma.cuh"
+#include "kernels/gpu/arch/sm90/attention/softmax.h"
 #include "kernels/gpu/arch/sm90/pipeline.cuh"
 #include "kernels/gpu/arch/sm90/wgmma.cuh"
 #include "kernels/gpu/attention/flash_params.h"
-#include "kernels/gpu/attention/softmax.h"
 
 namespace kernelserve {
 namespace gpu {
-namespace sm90 {
+namespace attention {
 
 // Shared-memory addresses of one CTA's tiles and barriers.
 template <typename Traits>
@@ -50,43 +49,32 @@ struct WsSmem {
   __device__ uint32_t KEmpty(int stage) const { return bars + 8u * (1 + kStages + stage); }
   __device__ uint32_t VFull(int stage) const { return bars + 8u * (1 + 2 * kStages + stage); }
   __device__ uint32_t VEmpty(int stage) const { return bars + 8u * (1 + 3 * kStages + stage); }
-  // 8 bytes per consumer warp after the barriers (MainloopSm90Ws::PinBeforeWait).
+  // 8 bytes per consumer warp after the barriers (WsMainloop::PinBeforeWait).
   __device__ uint32_t Scratch(int consumer_warp) const {
     return bars + 8u * (1 + 4 * kStages) + 8u * consumer_warp;
   }
 
   // One thread, before the CTA barrier that precedes the role split.
   __device__ void InitBarriers() const {
-    MbarInit(QFull(), 1);
+    sm90::MbarInit(QFull(), 1);
     for (int s = 0; s < kStages; ++s) {
-      MbarInit(KFull(s), 1);
-      MbarInit(VFull(s), 1);
-      MbarInit(KEmpty(s), Traits::kConsumerWarps);
-      MbarInit(VEmpty(s), Traits::kConsumerWarps);
+      sm90::MbarInit(KFull(s), 1);
+      sm90::MbarInit(VFull(s), 1);
+      sm90::MbarInit(KEmpty(s), Traits::kConsumerWarps);
+      sm90::MbarInit(VEmpty(s), Traits::kConsumerWarps);
     }
-    FenceMbarInit();
+    sm90::FenceMbarInit();
   }
 };
 
 template <typename Traits>
-struct MainloopSm90Ws {
+struct WsMainloop {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kD = Traits::kHeadDim;
   static constexpr int kStages = Traits::kStages;
   static constexpr int kNTiles = kBlockN / 8;
   static_assert(kD == 128 && kBlockN == 128, "the wgmma wrappers are m64n128k16");
-
-  // Key tiles a CTA of query rows [m0, m0 + kBlockM) visits; the same value
-  // for every role (each computes it).
-  __device__ static int KvBlocks(const FlashFwdParams& p, int m0) {
-    int n_blocks = (p.seq_kv + kBlockN - 1) / kBlockN;
-    if (Traits::kCausal) {
-      const int last_key = min(p.seq_kv - 1, m0 + kBlockM - 1 + p.causal_offset);
-      n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / kBlockN + 1);
-    }
-    return n_blocks;
-  }
 
   // ---- Producer: one thread. ----
 
@@ -99,8 +87,8 @@ struct MainloopSm90Ws {
                                   int batch, bool heads_inner) {
     const int c1 = heads_inner ? head : row;
     const int c2 = heads_inner ? row : head;
-    TmaLoad4d(dst, map, bar, 0, c1, c2, batch);
-    TmaLoad4d(dst + kRows * 128, map, bar, 64, c1, c2, batch);
+    sm90::TmaLoad4d(dst, map, bar, 0, c1, c2, batch);
+    sm90::TmaLoad4d(dst + kRows * 128, map, bar, 64, c1, c2, batch);
   }
 
   // Q once, then K and V of every key tile through the ring. Each stage is
@@ -108,20 +96,20 @@ struct MainloopSm90Ws {
   __device__ static void Produce(const void* map_q, const void* map_k, const void* map_v,
                                  bool heads_inner, const WsSmem<Traits>& sm, int m0, int head,
                                  int kv_head, int batch, int n_blocks) {
-    PrefetchTensorMap(map_q);
-    PrefetchTensorMap(map_k);
-    PrefetchTensorMap(map_v);
-    MbarArriveExpectTx(sm.QFull(), Traits::kTileQBytes);
+    sm90::PrefetchTensorMap(map_q);
+    sm90::PrefetchTensorMap(map_k);
+    sm90::PrefetchTensorMap(map_v);
+    sm90::MbarArriveExpectTx(sm.QFull(), Traits::kTileQBytes);
     LoadTile<kBlockM>(map_q, sm.q, sm.QFull(), m0, head, batch, heads_inner);
     for (int nb = 0; nb < n_blocks; ++nb) {
       const int stage = nb % kStages;
       const uint32_t phase = (nb / kStages) & 1;
-      MbarWait(sm.KEmpty(stage), phase ^ 1);
-      MbarArriveExpectTx(sm.KFull(stage), Traits::kTileKVBytes);
+      sm90::MbarWait(sm.KEmpty(stage), phase ^ 1);
+      sm90::MbarArriveExpectTx(sm.KFull(stage), Traits::kTileKVBytes);
       LoadTile<kBlockN>(map_k, sm.KTile(stage), sm.KFull(stage), nb * kBlockN, kv_head, batch,
                         heads_inner);
-      MbarWait(sm.VEmpty(stage), phase ^ 1);
-      MbarArriveExpectTx(sm.VFull(stage), Traits::kTileKVBytes);
+      sm90::MbarWait(sm.VEmpty(stage), phase ^ 1);
+      sm90::MbarArriveExpectTx(sm.VFull(stage), Traits::kTileKVBytes);
       LoadTile<kBlockN>(map_v, sm.VTile(stage), sm.VFull(stage), nb * kBlockN, kv_head, batch,
                         heads_inner);
     }
@@ -129,7 +117,7 @@ struct MainloopSm90Ws {
 
   // ---- Consumers: one warpgroup of 64 query rows each. ----
 
-  // S = Q K^T over d: as v3, k-step kk in column block kk / 4 at byte offset
+  // S = Q K^T over d: k-step kk in column block kk / 4 at byte offset
   // 32 * (kk % 4) within the 128-byte rows.
   __device__ static void IssueScores(float (&s)[kNTiles][4], uint32_t sq_wg, uint32_t sk) {
 #pragma unroll
@@ -137,25 +125,25 @@ struct MainloopSm90Ws {
       const uint32_t k_off = 32u * (kk & 3);
       const uint32_t q_blk = (kk >> 2) * 2u * (kBlockM * 64);
       const uint32_t k_blk = (kk >> 2) * 2u * (kBlockN * 64);
-      const uint64_t da = MakeSmemDesc(sq_wg + q_blk + k_off, 16, 1024);
-      const uint64_t db = MakeSmemDesc(sk + k_blk + k_off, 16, 1024);
-      WgmmaSS<kBlockN, Bf16>(s, da, db, kk > 0 ? 1 : 0);
+      const uint64_t da = sm90::MakeSmemDesc(sq_wg + q_blk + k_off, 16, 1024);
+      const uint64_t db = sm90::MakeSmemDesc(sk + k_blk + k_off, 16, 1024);
+      sm90::WgmmaSS<kBlockN, sm90::Bf16>(s, da, db, kk > 0 ? 1 : 0);
     }
   }
 
-  // O += P V: as v3, V the MN-major operand (d blocks kBlockN * 128 bytes
-  // apart, 8-key groups 1024 bytes apart), P from registers.
+  // O += P V: V the MN-major operand (d blocks kBlockN * 128 bytes apart,
+  // 8-key groups 1024 bytes apart), P from registers.
   __device__ static void IssuePv(float (&acc)[kD / 8][4], const uint32_t (&pa)[kBlockN / 16][4],
                                  uint32_t sv) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t db = MakeSmemDesc(sv + kk * 16u * 128u, kBlockN * 128, 1024);
-      WgmmaRS<128, Bf16, true>(acc, pa[kk], db, 1);
+      const uint64_t db = sm90::MakeSmemDesc(sv + kk * 16u * 128u, kBlockN * 128, 1024);
+      sm90::WgmmaRS<128, sm90::Bf16, true>(acc, pa[kk], db, 1);
     }
   }
 
   // Masks (softmax.h's MaskScores) only the tiles that reach seq_kv or the
-  // causal diagonal, as v3 does; the condition is CTA-uniform.
+  // causal diagonal; the condition is CTA-uniform.
   __device__ static void MaskTile(float (&s)[kNTiles][4], const FlashFwdParams& p, int n0,
                                   int first_masked_key, int row_base, int lane) {
     if (n0 + kBlockN > p.seq_kv || n0 + kBlockN > first_masked_key) {
@@ -184,7 +172,7 @@ struct MainloopSm90Ws {
     }
   }
 
-  // P rounded to bf16 (RTNE) in the A-fragment layout, as v3.
+  // P rounded to bf16 (RTNE) in the A-fragment layout.
   __device__ static void PackP(const float (&s)[kNTiles][4], uint32_t (&pa)[kBlockN / 16][4]) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -200,9 +188,8 @@ struct MainloopSm90Ws {
   // Intra-warpgroup overlap: iteration nb issues S(nb) = Q K(nb)^T and then
   // O += P(nb-1) V(nb-1) as two commit groups; wait_group 1 retires S(nb), so
   // the softmax of tile nb runs while PV(nb-1) is still on the tensor cores.
-  // The rescale by alpha(nb) and the conversion of P(nb) follow wait_group 0.
-  // The arithmetic is v3's in the same order: O(nb) = O(nb-1) * alpha(nb) +
-  // P(nb) V(nb). No wgmma group is in flight across the loop's back edge
+  // The rescale by alpha(nb) and the conversion of P(nb) follow wait_group 0,
+  // so O(nb) = O(nb-1) * alpha(nb) + P(nb) V(nb). No wgmma group is in flight across the loop's back edge
   // (ptxas would serialize every wgmma otherwise).
   //
   // Ping-pong between the two consumers: each issues its products only in
@@ -232,20 +219,20 @@ struct MainloopSm90Ws {
     for (int j = 0; j < kNTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
     float alpha[2];
 
-    NamedBarrierArriveIf(Traits::kTurnBarrier, kTurnThreads, wg == 1);
-    MbarWait(sm.QFull(), 0);
+    sm90::NamedBarrierArriveIf(Traits::kTurnBarrier, kTurnThreads, wg == 1);
+    sm90::MbarWait(sm.QFull(), 0);
 
     // Tile 0: S(0) alone.
-    MbarWait(sm.KFull(0), 0);
-    NamedBarrierSync(my_turn, kTurnThreads);
-    FenceOperand(s);
-    WgmmaFence();
+    sm90::MbarWait(sm.KFull(0), 0);
+    sm90::NamedBarrierSync(my_turn, kTurnThreads);
+    sm90::FenceOperand(s);
+    sm90::WgmmaFence();
     IssueScores(s, sq_wg, sm.KTile(0));
-    WgmmaCommit();
-    NamedBarrierArrive(other_turn, kTurnThreads);
-    WgmmaWait<0>();
-    FenceOperand(s);
-    MbarArriveIf(sm.KEmpty(0), release);
+    sm90::WgmmaCommit();
+    sm90::NamedBarrierArrive(other_turn, kTurnThreads);
+    sm90::WgmmaWait<0>();
+    sm90::FenceOperand(s);
+    sm90::MbarArriveIf(sm.KEmpty(0), release);
     MaskTile(s, p, 0, first_masked_key, row_base, lane);
     softmax.Update(s, p.scale_log2, alpha);
     Rescale(acc, alpha);
@@ -256,51 +243,51 @@ struct MainloopSm90Ws {
       const uint32_t phase = (nb / kStages) & 1;
       const int prev = (nb - 1) % kStages;
       const uint32_t prev_phase = ((nb - 1) / kStages) & 1;
-      MbarWait(sm.KFull(stage), phase);
-      MbarWait(sm.VFull(prev), prev_phase);
-      NamedBarrierSync(my_turn, kTurnThreads);
+      sm90::MbarWait(sm.KFull(stage), phase);
+      sm90::MbarWait(sm.VFull(prev), prev_phase);
+      sm90::NamedBarrierSync(my_turn, kTurnThreads);
       // Registers feeding or receiving a wgmma are pinned before the fence.
-      FenceOperand(s);
-      FenceOperand(pa);
-      FenceOperand(acc);
-      WgmmaFence();
+      sm90::FenceOperand(s);
+      sm90::FenceOperand(pa);
+      sm90::FenceOperand(acc);
+      sm90::WgmmaFence();
       IssueScores(s, sq_wg, sm.KTile(stage));
-      WgmmaCommit();
+      sm90::WgmmaCommit();
       IssuePv(acc, pa, sm.VTile(prev));
-      WgmmaCommit();
-      NamedBarrierArrive(other_turn, kTurnThreads);
-      WgmmaWait<1>();  // S(nb) done; PV(nb-1) may still run
-      FenceOperand(s);
-      MbarArriveIf(sm.KEmpty(stage), release);
+      sm90::WgmmaCommit();
+      sm90::NamedBarrierArrive(other_turn, kTurnThreads);
+      sm90::WgmmaWait<1>();  // S(nb) done; PV(nb-1) may still run
+      sm90::FenceOperand(s);
+      sm90::MbarArriveIf(sm.KEmpty(stage), release);
       MaskTile(s, p, nb * kBlockN, first_masked_key, row_base, lane);
       softmax.Update(s, p.scale_log2, alpha);
       PinBeforeWait(scratch, softmax);
-      WgmmaWait<0>();
-      FenceOperand(pa);  // PV(nb-1) read pa until here
-      FenceOperand(acc);
-      FenceOperand(s);
-      MbarArriveIf(sm.VEmpty(prev), release);
+      sm90::WgmmaWait<0>();
+      sm90::FenceOperand(pa);  // PV(nb-1) read pa until here
+      sm90::FenceOperand(acc);
+      sm90::FenceOperand(s);
+      sm90::MbarArriveIf(sm.VEmpty(prev), release);
       Rescale(acc, alpha);
       PackP(s, pa);
     }
 
     // The last tile's PV.
     const int last = (n_blocks - 1) % kStages;
-    MbarWait(sm.VFull(last), ((n_blocks - 1) / kStages) & 1);
-    NamedBarrierSync(my_turn, kTurnThreads);
-    FenceOperand(pa);
-    FenceOperand(acc);
-    WgmmaFence();
+    sm90::MbarWait(sm.VFull(last), ((n_blocks - 1) / kStages) & 1);
+    sm90::NamedBarrierSync(my_turn, kTurnThreads);
+    sm90::FenceOperand(pa);
+    sm90::FenceOperand(acc);
+    sm90::WgmmaFence();
     IssuePv(acc, pa, sm.VTile(last));
-    WgmmaCommit();
-    NamedBarrierArriveIf(other_turn, kTurnThreads, wg == 0);
-    WgmmaWait<0>();
-    FenceOperand(acc);
+    sm90::WgmmaCommit();
+    sm90::NamedBarrierArriveIf(other_turn, kTurnThreads, wg == 0);
+    sm90::WgmmaWait<0>();
+    sm90::FenceOperand(acc);
   }
 };
 
-}  // namespace sm90
+}  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_ATTENTION_SM90_MAINLOOP_SM90_WS_H_
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_MAINLOOP_WS_H_

@@ -1,14 +1,15 @@
 // Tile shapes of the mma.sync (FA2-style) forward kernel. Each warp owns
 // 16 * kMTiles query rows of a kBlockM-row tile and walks the keys kBlockN
 // at a time.
-#ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_KERNEL_TRAITS_H_
-#define KERNELSERVE_KERNELS_CUDA_ATTENTION_KERNEL_TRAITS_H_
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_MMA_SYNC_TRAITS_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_MMA_SYNC_TRAITS_H_
 
 namespace kernelserve {
 namespace gpu {
+namespace attention {
 
 template <int kHeadDim_, bool kCausal_>
-struct FlashFwdTraits {
+struct MmaSyncTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kCausal = kCausal_;
   static constexpr int kWarps = 4;
@@ -43,7 +44,8 @@ __device__ __forceinline__ int SwizzledOffset(int row, int col) {
   return row * kHeadDim + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
+}  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_ATTENTION_KERNEL_TRAITS_H_
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_MMA_SYNC_TRAITS_H_

@@ -6,16 +6,16 @@
 // Non-finite values follow IEEE as the fp64 oracle does: a NaN score makes
 // its row's sum NaN and hence the whole row NaN; masked scores are -inf and
 // contribute exactly 0; a row that sees no key keeps l = 0 and is written as 0.
-#ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_SOFTMAX_H_
-#define KERNELSERVE_KERNELS_CUDA_ATTENTION_SOFTMAX_H_
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_SOFTMAX_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_SOFTMAX_H_
 
 #include <math.h>
 
-#include "kernels/gpu/arch/sm80/mma.cuh"
 #include "kernels/gpu/common/gpu.h"
 
 namespace kernelserve {
 namespace gpu {
+namespace attention {
 
 // Sets masked scores to -inf in that layout: keys at or past seq_kv and,
 // under the causal mask, keys j > i + causal_offset for query row i (rows
@@ -93,7 +93,8 @@ struct OnlineSoftmax {
   }
 };
 
+}  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_ATTENTION_SOFTMAX_H_
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_SOFTMAX_H_
