@@ -69,11 +69,6 @@ if [ -x .bundle/bin/mla_cuda_bench ]; then
     echo "mla_cuda_bench --only=wgmma_pipe: rc=$?" >>"$LOG/mla_pipe.txt"
   timeout ${BENCH_TIMEOUT:-90} .bundle/bin/mla_cuda_bench --only=wgmma_pv >"$LOG/mla_pv.txt" 2>&1
 fi
-# The FP8 mma.sync kernel (the backend serves QGMMA at (128, 128)), for the ratio.
-if [ -x .bundle/bin/fp8_attention_cuda_bench ]; then
-  timeout ${BENCH_TIMEOUT:-90} .bundle/bin/fp8_attention_cuda_bench --kernel=mma >"$LOG/fp8_attention_mma.txt" 2>&1 ||
-    echo "fp8_attention_cuda_bench --kernel=mma: rc=$?" >>"$LOG/fp8_attention_mma.txt"
-fi
 if [ $run_peers = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py >"$LOG/peers.txt" 2>&1
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers_moe_mla.py >"$LOG/peers_moe_mla.txt" 2>&1
@@ -87,7 +82,7 @@ for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_b
   echo "-- $f --"
   grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40
 done
-for f in mla_pv mla_pipe fp8_attention_mma; do
+for f in mla_pv mla_pipe; do
   [ -f "$LOG/$f.txt" ] && { echo "-- $f --"; grep -E '^\||paged:|rc=|rror' "$LOG/$f.txt" | grep -vE '^\| -+' | head -20; }
 done
 [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C "$(dirname "$LOG")" "$(basename "$LOG")"

@@ -24,6 +24,7 @@ namespace gpu {
 constexpr int kWarpSize = 32;
 
 __device__ __forceinline__ float ShflXor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+__device__ __forceinline__ double ShflXor(double v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 
 // 2^x on the special-function unit alone (exp2f adds a denormal-range
 // fix-up around it): -Inf -> +0, NaN -> NaN, results below 2^-126 flush to 0.

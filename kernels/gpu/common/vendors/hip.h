@@ -135,6 +135,7 @@ namespace gpu {
 constexpr int kWarpSize = 64;
 
 __device__ __forceinline__ float ShflXor(float v, int mask) { return __shfl_xor(v, mask); }
+__device__ __forceinline__ double ShflXor(double v, int mask) { return __shfl_xor(v, mask); }
 
 // 2^x on the transcendental unit (v_exp_f32), as CUDA's ex2.approx.
 __device__ __forceinline__ float Exp2Approx(float x) { return __builtin_amdgcn_exp2f(x); }

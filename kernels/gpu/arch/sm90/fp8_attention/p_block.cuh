@@ -1,16 +1,28 @@
-// ZYFA's per-64-key-block P frame (DESIGN §4), shared by the FP8 attention
-// kernels so that the numerics are written once: for the two query rows a
-// thread holds, a block's power-of-two reference R = ceil(max t) - 8, the
-// factor that moves the accumulators into it, and dropped blocks.
-#ifndef KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_P_BLOCK_CUH_
-#define KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_P_BLOCK_CUH_
+// Device pieces shared by the FP8 attention kernels: the row offset of a
+// BHSD/BSHD tensor, and ZYFA's per-64-key-block P frame (DESIGN §4), so that
+// the numerics are written once: for the two query rows a thread holds, a
+// block's power-of-two reference R = ceil(max t) - 8, the factor that moves
+// the accumulators into it, and dropped blocks. It relies on CUDA's exp2f
+// (exact at integers), which the AMD build (no device math library) lacks.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_P_BLOCK_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_P_BLOCK_CUH_
 
 #include <math.h>
 
-namespace kernelserve {
-namespace cuda_fp8 {
+#include <cstdint>
 
-// P modes, as the kernels' template argument.
+namespace kernelserve {
+namespace gpu {
+namespace fp8_attention {
+
+// Element offset of row s of head h of batch b in a [B,H,S,D] (or, bshd,
+// [B,S,H,D]) tensor of head dim d.
+__device__ __forceinline__ int64_t RowOff(int bshd, int64_t b, int64_t h, int64_t s, int64_t heads, int64_t seq,
+                                          int64_t d) {
+  return bshd ? ((b * seq + s) * heads + h) * d : ((b * heads + h) * seq + s) * d;
+}
+
+// P modes (PMode's values), as the kernels' template argument.
 constexpr int kExact = 1, kLean = 2, kNaive = 3;
 
 // From the block's row maxima `bmax` (base-2 scores; -inf: no key in the
@@ -49,7 +61,8 @@ __device__ __forceinline__ void UpdateBlockFrame(const float (&bmax)[2], float (
   }
 }
 
-}  // namespace cuda_fp8
+}  // namespace fp8_attention
+}  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_P_BLOCK_CUH_
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_P_BLOCK_CUH_

@@ -1,6 +1,6 @@
 // FP8 (e4m3fn) attention forward on sm_90a wgmma (QGMMA), (d_qk, d_v) =
-// (128, 128): v2 of bench/NOTES.md's FP8 attention section, written without a
-// device. Numerics are fp8_attention_kernel.cu's (DESIGN §4) step for step:
+// (128, 128). Numerics are the mma.sync kernel's (fp8_mma_sync_kernel.cuh,
+// DESIGN §4) step for step:
 // the same t, the same per-64-key-block R, the same exact / lean / naive P
 // codes, the same frame changes by exact powers of two, the same dropped
 // blocks, and the row sum of the rounded P accumulated by the tensor cores.
@@ -12,7 +12,8 @@
 // m64n128k32 per warpgroup (both operands from shared memory). fp8 wgmma
 // wants B K-major, so V is transposed once per tile into V^T[d_v][key],
 // swizzled, its keys permuted within each 32 so that the S accumulator
-// layout is directly the register A operand of P V (as v1 does it). V^T has
+// layout is directly the register A operand of P V (as the mma.sync kernel
+// does it). V^T has
 // 8 more rows of ones (1.0 = code 0x38): P V^T over 136 columns puts the sum
 // of the rounded P of each row into columns 128..135, with the same rescales
 // as O.
@@ -21,27 +22,28 @@
 // barrier (V^T ready) -> per 64-key block: R, codes, B = P V^T into a fresh
 // accumulator (2 wgmma m64n136k32 from registers), then O = O 2^(R_prev - R)
 // + B in fp32 on the CUDA cores (fp8 wgmma accumulation truncates: see the
-// comment at the fold). Block 1's codes are computed under block 0's P V. No warp
-// specialization yet: the two warpgroups overlap each other only through the
+// comment at the fold). Block 1's codes are computed under block 0's P V. No
+// warp specialization: the two warpgroups overlap each other only through the
 // warp schedulers.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_QGMMA_KERNEL_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_QGMMA_KERNEL_CUH_
+
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/gpu/arch/sm80/mma.cuh"
+#include "kernels/gpu/arch/sm90/fp8_attention/p_block.cuh"
 #include "kernels/gpu/arch/sm90/wgmma.cuh"
 #include "kernels/gpu/common/bf16.cuh"
-#include "kernels/gpu/common/fp8.cuh"
-#include "kernels/gpu/fp8_attention/fp8_attention_qgmma.h"
-#include "kernels/gpu/fp8_attention/p_block.cuh"
+#include "kernels/gpu/common/gpu.h"
+#include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
 
 namespace kernelserve {
-namespace cuda_fp8 {
-namespace {
+namespace gpu {
+namespace fp8_attention {
+namespace qgmma {
 
-using namespace ::kernelserve::gpu;        // NOLINT: device helpers
-using namespace ::kernelserve::gpu::sm80;  // NOLINT
-using namespace ::kernelserve::gpu::sm90;  // NOLINT
-namespace sm90 = ::kernelserve::gpu::sm90;
+using namespace ::kernelserve::gpu::sm80;  // NOLINT: the instruction wrappers
 
 constexpr int kRows = 128;  // query rows per CTA: 2 warpgroups x 64
 constexpr int kTile = 128;  // keys per tile: two 64-key P blocks
@@ -67,19 +69,6 @@ static_assert(kOffVt % 1024 == 0 && kOffK % 1024 == 0, "swizzled tiles must be 1
 // 16-byte chunk c of row r is stored at chunk c ^ (r & 7).
 __device__ __forceinline__ uint32_t Swz(int row, int col) {
   return static_cast<uint32_t>(row * 128 + ((((col >> 4) ^ (row & 7)) << 4) | (col & 15)));
-}
-
-__device__ __forceinline__ int64_t RowOff(int bshd, int64_t b, int64_t h, int64_t s, int64_t heads, int64_t seq,
-                                          int64_t d) {
-  return bshd ? ((b * seq + s) * heads + h) * d : ((b * heads + h) * seq + s) * d;
-}
-
-// e4m3 codes of two fp32 (RNE, saturating: v1's conversion, two per
-// instruction): lo in bits 0-7, hi in bits 8-15.
-__device__ __forceinline__ uint32_t E4m3x2(float lo, float hi) {
-  uint16_t c;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c) : "f"(hi), "f"(lo));
-  return c;
 }
 
 // O = O * factor + B per row (fp32 on the CUDA cores): one 64-key block's
@@ -207,12 +196,13 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const Fp8Kerne
     }
     sm90::WgmmaCommit();
 
-    // V^T[dv][position], positions permuted within each 32 keys as v1:
-    // position 4c+i (and 16+4c+i) holds key 2c + (i&1) + 8(i>>1) (+16).
-    // A task moves 4 keys x 4 dv. A warp takes 4 position words x 8 dv words
-    // (v1: 32 x 1): its raw-V reads then fall in 32 distinct banks (v1's
-    // mapping, with the 144-byte rows, hit 4 banks: 8-way conflicts), at the
-    // price of 4-way conflicts on the swizzled stores.
+    // V^T[dv][position], positions permuted within each 32 keys as in the
+    // mma.sync kernel: position 4c+i (and 16+4c+i) holds key 2c + (i&1) +
+    // 8(i>>1) (+16). A task moves 4 keys x 4 dv. A warp takes 4 position
+    // words x 8 dv words (the mma.sync kernel: 32 x 1): its raw-V reads then
+    // fall in 32 distinct banks (32 x 1, with the 144-byte rows, hits 4
+    // banks: 8-way conflicts), at the price of 4-way conflicts on the
+    // swizzled stores.
     for (int task = tid; task < (kD / 4) * (kTile / 4); task += kThreads) {
       const int pw = ((task >> 5) & 7) * 4 + (task & 3), dq = (task >> 8) * 8 + ((task >> 2) & 7);
       const int kc = pw / 8, p0 = (pw % 8) * 4;
@@ -293,11 +283,11 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const Fp8Kerne
                 pair = static_cast<uint32_t>(min(max(l0, 0), 120)) | (static_cast<uint32_t>(min(max(l1, 0), 120)) << 8);
               } else {
                 const float p0 = exp2f(y0), p1 = exp2f(y1);
-                if (kMode == kNaive) {  // v1's order of the fp32 sum
+                if (kMode == kNaive) {  // the mma.sync kernel's order of the fp32 sum
                   psum[hf] += p0;
                   psum[hf] += p1;
                 }
-                pair = E4m3x2(p0, p1);
+                pair = F32x2ToE4m3fnX2(p0, p1);
               }
               word |= pair << (16 * q);
             }
@@ -358,35 +348,9 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const Fp8Kerne
   }
 }
 
-template <bool kCausal, int kMode>
-cudaError_t LaunchKernel(const Fp8KernelParams& p, int batch, cudaStream_t stream) {
-  const auto kernel = Fp8AttnQgmmaKernel<kCausal, kMode>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  if (e != cudaSuccess) return e;
-  const dim3 grid((p.seq_q + kRows - 1) / kRows, p.heads_q, batch);
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
-}
-
-template <bool kCausal>
-cudaError_t LaunchMode(int mode, const Fp8KernelParams& p, int batch, cudaStream_t s) {
-  switch (mode) {
-    case kLean:
-      return LaunchKernel<kCausal, kLean>(p, batch, s);
-    case kNaive:
-      return LaunchKernel<kCausal, kNaive>(p, batch, s);
-    default:
-      return LaunchKernel<kCausal, kExact>(p, batch, s);
-  }
-}
-
-}  // namespace
-
-bool QgmmaServes(int d_qk, int d_v) { return d_qk == kD && d_v == kD; }
-
-cudaError_t LaunchFp8AttentionQgmma(const Fp8KernelParams& p, int batch, bool causal, int p_mode, cudaStream_t stream) {
-  return causal ? LaunchMode<true>(p_mode, p, batch, stream) : LaunchMode<false>(p_mode, p, batch, stream);
-}
-
-}  // namespace cuda_fp8
+}  // namespace qgmma
+}  // namespace fp8_attention
+}  // namespace gpu
 }  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_QGMMA_KERNEL_CUH_

@@ -1,4 +1,5 @@
-// FP8 (e4m3fn) attention forward with ZYFA numerics (DESIGN §4) for sm_90.
+// FP8 (e4m3fn) attention forward with ZYFA numerics (DESIGN §4) on
+// mma.sync e4m3 (sm_89+), instantiated for (d_qk, d_v) = (192, 128).
 //
 // One CTA = 128 query rows of one (batch, head), 8 warps of 16 rows; keys in
 // tiles of 64, which are exactly the P blocks. Q fragments stay in registers;
@@ -16,25 +17,24 @@
 // are dropped (they contribute below fp32 precision). naive: p = 2^(t - running
 // max) rounded to e4m3 without block scaling, divided by the sum of the
 // unrounded p.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_MMA_SYNC_KERNEL_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_MMA_SYNC_KERNEL_CUH_
+
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/gpu/arch/sm80/mma.cuh"
-#include "kernels/gpu/arch/sm90/wgmma.cuh"
+#include "kernels/gpu/arch/sm90/fp8_attention/p_block.cuh"
 #include "kernels/gpu/common/bf16.cuh"
-#include "kernels/gpu/common/fp8.cuh"
-#include "kernels/gpu/fp8_attention/fp8_attention_launch.h"
-#include "kernels/gpu/fp8_attention/fp8_attention_qgmma.h"
-#include "kernels/gpu/fp8_attention/fp8_quantize.h"
-#include "kernels/gpu/fp8_attention/p_block.cuh"
+#include "kernels/gpu/common/gpu.h"
+#include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
 
 namespace kernelserve {
-namespace cuda_fp8 {
-namespace {
+namespace gpu {
+namespace fp8_attention {
+namespace mma_sync {
 
-using namespace ::kernelserve::gpu;        // NOLINT: device helpers
-using namespace ::kernelserve::gpu::sm80;  // NOLINT
-using namespace ::kernelserve::gpu::sm90;  // NOLINT
+using namespace ::kernelserve::gpu::sm80;  // NOLINT: the instruction wrappers
 
 constexpr int kRows = 128;
 constexpr int kTok = 64;
@@ -55,22 +55,12 @@ struct Smem {
   static constexpr int kBytes = 2 * kStage + kVt;
 };
 
-// Offset (elements) of row s of head h of batch b.
-__device__ __forceinline__ int64_t RowOff(int bshd, int64_t b, int64_t h, int64_t s, int64_t heads, int64_t seq,
-                                          int64_t d) {
-  return bshd ? ((b * seq + s) * heads + h) * d : ((b * heads + h) * seq + s) * d;
-}
-
 __device__ __forceinline__ uint32_t PackCodes(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
   return c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
 }
 
 // e4m3 code of one fp32 (RNE, saturating).
-__device__ __forceinline__ uint32_t E4m3(float x) {
-  uint16_t c;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c) : "f"(0.f), "f"(x));
-  return c & 0xFFu;
-}
+__device__ __forceinline__ uint32_t E4m3(float x) { return F32x2ToE4m3fnX2(x, 0.f) & 0xFFu; }
 
 template <int DQK, bool kCausal, int kMode>
 __global__ void __launch_bounds__(kThreads, 1) Fp8AttnKernel(const KParams p) {
@@ -310,137 +300,9 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnKernel(const KParams p) {
   }
 }
 
-template <int DQK, bool kCausal, int kMode>
-cudaError_t LaunchKernel(const KParams& p, int batch, cudaStream_t stream) {
-  const auto kernel = Fp8AttnKernel<DQK, kCausal, kMode>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<DQK>::kBytes);
-  if (e != cudaSuccess) return e;
-  const dim3 grid((p.seq_q + kRows - 1) / kRows, p.heads_q, batch);
-  kernel<<<grid, kThreads, Smem<DQK>::kBytes, stream>>>(p);
-  return cudaGetLastError();
-}
-
-template <int DQK, bool kCausal>
-cudaError_t LaunchMode(int mode, const KParams& p, int batch, cudaStream_t s) {
-  switch (mode) {
-    case kLean:
-      return LaunchKernel<DQK, kCausal, kLean>(p, batch, s);
-    case kNaive:
-      return LaunchKernel<DQK, kCausal, kNaive>(p, batch, s);
-    default:
-      return LaunchKernel<DQK, kCausal, kExact>(p, batch, s);
-  }
-}
-
-}  // namespace
-
-const char* Fp8AttentionUnsupported(const Fp8AttentionArgs& a) {
-  if (a.d_v != 128 || (a.d_qk != 128 && a.d_qk != 192)) return "fp8_attention: cuda serves (d_qk, d_v) = (128|192, 128)";
-  if (a.heads_kv <= 0 || a.heads_q % a.heads_kv != 0) return "fp8_attention: heads_q must be a multiple of heads_kv";
-  return nullptr;
-}
-
-cudaError_t LaunchFp8Attention(const Fp8AttentionArgs& a, cudaStream_t stream) {
-  KParams p{};
-  p.heads_q = a.heads_q;
-  p.heads_kv = a.heads_kv;
-  p.seq_q = a.seq_q;
-  p.seq_kv = a.seq_kv;
-  p.bshd = a.bshd ? 1 : 0;
-  p.rounding = a.rounding;
-  p.scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
-  p.out = static_cast<uint16_t*>(a.out);
-
-  const int64_t nq = static_cast<int64_t>(a.batch) * a.heads_q * a.seq_q;
-  const int64_t nk = static_cast<int64_t>(a.batch) * a.heads_kv * a.seq_kv;
-  const int bhq = a.batch * a.heads_q, bhk = a.batch * a.heads_kv;
-  uint8_t* ws = nullptr;
-  cudaError_t e = cudaSuccess;
-  if (a.fp8_inputs) {
-    p.q = static_cast<const uint8_t*>(a.q);
-    p.k = static_cast<const uint8_t*>(a.k);
-    p.v = static_cast<const uint8_t*>(a.v);
-    p.q_ds = a.q_descale;
-    p.k_ds = a.k_descale;
-    p.v_ds = a.v_descale;
-    p.q_ds_per_head = a.q_descale_per_head;
-    p.k_ds_per_head = a.k_descale_per_head;
-    p.v_ds_per_head = a.v_descale_per_head;
-  } else {
-    // Workspace: codes (q, k, v), descales (expanded), amax bits, rotated fp32 rows.
-    auto align = [](size_t x) { return (x + 255) & ~size_t{255}; };
-    const size_t codes_q = align(nq * a.d_qk), codes_k = align(nk * a.d_qk), codes_v = align(nk * a.d_v);
-    const size_t ds = align((bhq + 2 * bhk) * 4), am = align((bhq + 2 * bhk) * 4);
-    const size_t rot = a.hadamard ? align(std::max(nq, nk) * a.d_qk * 4) : 0;
-    const size_t total = codes_q + codes_k + codes_v + ds + am + rot;
-    if ((e = cudaMallocAsync(reinterpret_cast<void**>(&ws), total, stream)) != cudaSuccess) return e;
-    uint8_t* cq = a.q_codes_out ? a.q_codes_out : ws;
-    uint8_t* ck = a.k_codes_out ? a.k_codes_out : ws + codes_q;
-    uint8_t* cv = a.v_codes_out ? a.v_codes_out : ws + codes_q + codes_k;
-    float* dsp = a.descales_out ? a.descales_out : reinterpret_cast<float*>(ws + codes_q + codes_k + codes_v);
-    unsigned int* amax = reinterpret_cast<unsigned int*>(ws + codes_q + codes_k + codes_v + ds);
-    float* rotated = a.hadamard ? reinterpret_cast<float*>(ws + codes_q + codes_k + codes_v + ds + am) : nullptr;
-    e = cudaMemsetAsync(amax, 0, (bhq + 2 * bhk) * 4, stream);
-    struct Op {
-      const void* x;
-      int64_t rows;
-      int dim, heads, seq;
-      bool rot;
-      uint8_t* codes;
-      float* descale;
-      unsigned int* amax;
-    } ops[3] = {
-        {a.q, nq, a.d_qk, a.heads_q, a.seq_q, a.hadamard, cq, dsp, amax},
-        {a.k, nk, a.d_qk, a.heads_kv, a.seq_kv, a.hadamard, ck, dsp + bhq, amax + bhq},
-        {a.v, nk, a.d_v, a.heads_kv, a.seq_kv, false, cv, dsp + bhq + bhk, amax + bhq + bhk},
-    };
-    for (const Op& op : ops) {
-      if (e != cudaSuccess) break;
-      QuantizeArgs qa;
-      qa.x = static_cast<const uint16_t*>(op.x);
-      qa.rows = op.rows;
-      qa.dim = op.dim;
-      qa.hadamard = op.rot;
-      qa.per_head = a.per_head;
-      qa.bshd = a.bshd;
-      qa.heads = op.heads;
-      qa.seq = op.seq;
-      qa.batch = a.batch;
-      qa.codes = op.codes;
-      qa.descale = op.descale;
-      qa.rotated = rotated;
-      qa.amax = op.amax;
-      e = LaunchQuantize(qa, stream);
-    }
-    p.q = cq;
-    p.k = ck;
-    p.v = cv;
-    p.q_ds = dsp;
-    p.k_ds = dsp + bhq;
-    p.v_ds = dsp + bhq + bhk;
-    p.q_ds_per_head = p.k_ds_per_head = p.v_ds_per_head = 1;  // expanded
-  }
-  if (e == cudaSuccess && a.kernel == kKernelQgmma && QgmmaServes(a.d_qk, a.d_v)) {
-    // The QGMMA kernel has only (128, 128); other shapes take the mma.sync
-    // kernel below (same numerics, so the fallback is invisible but in time).
-    e = LaunchFp8AttentionQgmma(p, a.batch, a.causal, a.p_mode, stream);
-  } else if (e == cudaSuccess) {
-    const bool c = a.causal;
-    switch (a.d_qk) {
-      case 192:
-        e = c ? LaunchMode<192, true>(a.p_mode, p, a.batch, stream) : LaunchMode<192, false>(a.p_mode, p, a.batch, stream);
-        break;
-      default:
-        e = c ? LaunchMode<128, true>(a.p_mode, p, a.batch, stream) : LaunchMode<128, false>(a.p_mode, p, a.batch, stream);
-        break;
-    }
-  }
-  if (ws != nullptr) {
-    const cudaError_t f = cudaFreeAsync(ws, stream);
-    if (e == cudaSuccess) e = f;
-  }
-  return e;
-}
-
-}  // namespace cuda_fp8
+}  // namespace mma_sync
+}  // namespace fp8_attention
+}  // namespace gpu
 }  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_MMA_SYNC_KERNEL_CUH_
