@@ -1,10 +1,10 @@
-// Times the CUDA bf16 MHA forward at the seed shapes with CUDA events and
+// Times the GPU bf16 MHA forward at the seed shapes with CUDA events and
 // prints TFLOP/s (causal counts only unmasked query-key pairs). Inputs are
 // random bf16 (never zeros: zeros can run faster than real data).
 //
-//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--kernel=all|mma|wgmma|ws|auto]
-// At d128 all three kernels are timed by default: mma.sync, wgmma (v3) and
-// the warp-specialized wgmma-ws (v4, what the backend serves at d128).
+//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--only=NAME]
+// Times every entry of the variant table (attention_variants.h) that serves
+// the head dim on this device, or only the one named.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,7 +19,9 @@
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
-#include "kernels/gpu/attention/attention_cuda.h"
+#include "kernels/api/op_call.h"
+#include "kernels/gpu/attention/attention_variants.h"
+#include "kernels/gpu/common/kernel_variant.h"
 
 namespace kernelserve {
 namespace {
@@ -54,10 +56,10 @@ double Pairs(int64_t sq, int64_t skv, bool causal) {
 int Main(int argc, char** argv) {
   int iters = 20, warmup = 5;
   int64_t dim = 128;
-  std::string which = "all";
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (const char* v = bench::FlagValue(a, "--kernel=")) which = v;
+    if (const char* v = bench::FlagValue(a, "--only=")) only = v;
     if (const char* v = bench::FlagValue(a, "--iters=")) iters = std::atoi(v);
     if (const char* v = bench::FlagValue(a, "--warmup=")) warmup = std::atoi(v);
     if (const char* v = bench::FlagValue(a, "--dim=")) dim = std::atoll(v);
@@ -92,25 +94,33 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaEventCreate(&ev0));
   CHECK_CUDA(cudaEventCreate(&ev1));
 
-  struct KernelChoice {
-    const char* name;
-    gpu::AttentionKernel kernel;
-  };
-  std::vector<KernelChoice> kernels;
-  if (which == "all" || which == "mma") {
-    kernels.push_back({"mma.sync", gpu::AttentionKernel::kMmaSync});
+  auto caps = gpu::QueryDeviceCaps(0);
+  if (!caps.ok()) {
+    std::fprintf(stderr, "%s\n", caps.status().ToString().c_str());
+    return 1;
   }
-  if ((which == "all" && dim == 128) || which == "wgmma") {
-    kernels.push_back({"wgmma", gpu::AttentionKernel::kWgmma});
+  // The table's entries that serve this head dim here (the predicates read
+  // the device and the head dim only).
+  std::vector<const gpu::KernelVariant*> kernels;
+  OpCall probe;
+  probe.attention.head_dim = dim;
+  for (const gpu::KernelVariant& v : gpu::AttentionVariants()) {
+    if (!only.empty() && only != v.name) continue;
+    const std::string no = v.unsupported(*caps, probe);
+    if (no.empty()) {
+      kernels.push_back(&v);
+    } else {
+      std::printf("%s: not timed (%s)\n", v.name, no.c_str());
+    }
   }
-  if ((which == "all" && dim == 128) || which == "ws") {
-    kernels.push_back({"wgmma-ws", gpu::AttentionKernel::kWgmmaWs});
+  if (kernels.empty()) {
+    std::fprintf(stderr, "no table entry to time (--only=%s, --dim=%lld)\n", only.c_str(), static_cast<long long>(dim));
+    return 1;
   }
-  if (which == "auto") kernels.push_back({"auto", gpu::AttentionKernel::kAuto});
   std::printf(
       "\n| kernel | (B, H, S) | d | causal | ms (median) | TFLOP/s |\n"
       "| --- | --- | --- | --- | --- | --- |\n");
-  for (const KernelChoice& kc : kernels) {
+  for (const gpu::KernelVariant* kc : kernels) {
     for (const auto& s : shapes) {
       for (bool causal : {false, true}) {
         AttentionParams p;
@@ -118,13 +128,19 @@ int Main(int argc, char** argv) {
         p.causal = causal;
         const TensorDesc desc{DType::kBf16, {s.b, s.h, s.s, dim}};
         if (!p.Validate(desc, desc, desc).ok()) return 1;
-        TensorView tq{desc, q}, tk{desc, k}, tv{desc, v}, to{desc, o};
+        OpCall call;
+        call.op = BenchOp::kAttention;
+        call.attention = p;
+        call.q = TensorView{desc, q};
+        call.k = TensorView{desc, k};
+        call.v = TensorView{desc, v};
+        TensorView to{desc, o};
         std::vector<float> ms;
         for (int it = 0; it < warmup + iters; ++it) {
           CHECK_CUDA(cudaEventRecord(ev0, stream));
-          const absl::Status st = gpu::RunAttention(p, tq, tk, tv, to, stream, kc.kernel);
+          const absl::Status st = kc->run(call, to, stream);
           if (!st.ok()) {
-            std::fprintf(stderr, "attention (%s) failed: %s\n", kc.name, st.ToString().c_str());
+            std::fprintf(stderr, "attention (%s) failed: %s\n", kc->name, st.ToString().c_str());
             return 1;
           }
           CHECK_CUDA(cudaEventRecord(ev1, stream));
@@ -141,7 +157,7 @@ int Main(int argc, char** argv) {
         CHECK_CUDA(cudaMemcpy(out.data(), o, out.size() * 2, cudaMemcpyDeviceToHost));
         int64_t nonfinite = 0;
         for (uint16_t b : out) nonfinite += ((b & 0x7F80) == 0x7F80);
-        std::printf("| %s | (%lld, %lld, %lld) | %lld | %s | %.3f | %.1f |%s\n", kc.name,
+        std::printf("| %s | (%lld, %lld, %lld) | %lld | %s | %.3f | %.1f |%s\n", kc->name,
                     static_cast<long long>(s.b), static_cast<long long>(s.h),
                     static_cast<long long>(s.s), static_cast<long long>(dim), causal ? "yes" : "no",
                     med, flops / (med * 1e-3) / 1e12, nonfinite ? " NON-FINITE OUTPUT" : "");

@@ -5,9 +5,8 @@
 // replays, median of 10. TFLOP/s counts 2 * (d_qk + d_v) per visible
 // (query, key) pair. Prints a markdown table.
 //
-// --kernel=auto (the default) times what the backend serves: the wgmma e4m3
-// kernel (bench/NOTES.md FP8 attention v2) at (128, 128), mma.sync at
-// (192, 128); --kernel=mma forces mma.sync, --kernel=qgmma the wgmma kernel.
+// Times every entry of the variant table (fp8_attention_variants.h) on the
+// head shapes it serves on this device, or with --only=NAME the one named.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,7 +19,9 @@
 
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
-#include "kernels/gpu/fp8_attention/fp8_attention.h"
+#include "kernels/api/op_call.h"
+#include "kernels/gpu/common/kernel_variant.h"
+#include "kernels/gpu/fp8_attention/fp8_attention_variants.h"
 
 namespace kernelserve {
 namespace {
@@ -39,22 +40,12 @@ double TimeUs(const bench::StreamCall& call) { return bench::TimeGraphUs({call},
 
 int Main(int argc, char** argv) {
   int64_t S = 16384, H = 16, B = 1;
-  gpu::Fp8AttentionKernel kernel = gpu::Fp8AttentionKernel::kAuto;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (const char* v = bench::FlagValue(a, "--seq=")) S = std::atoll(v);
     if (const char* v = bench::FlagValue(a, "--heads=")) H = std::atoll(v);
-    if (const char* v = bench::FlagValue(a, "--kernel=")) {
-      const std::string k = v;
-      if (k == "qgmma") {
-        kernel = gpu::Fp8AttentionKernel::kQgmma;
-      } else if (k == "mma") {
-        kernel = gpu::Fp8AttentionKernel::kMmaSync;
-      } else if (k != "auto") {
-        std::fprintf(stderr, "--kernel= takes auto, mma or qgmma\n");
-        return 1;
-      }
-    }
+    if (const char* v = bench::FlagValue(a, "--only=")) only = v;
   }
   if (!bench::HaveCudaDevice()) {
     std::printf("fp8_attention_cuda_bench: no CUDA device, nothing to time\n");
@@ -83,45 +74,60 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("\n%s; B=%lld H=%lld S=%lld, e4m3fn, BHSD, CUDA-graph timed\n\n", prop.name, static_cast<long long>(B),
               static_cast<long long>(H), static_cast<long long>(S));
-  if (kernel == gpu::Fp8AttentionKernel::kMmaSync) {
-    std::printf("kernel: mma.sync e4m3\n\n");
-  } else {
-    std::printf("kernel: %s: qgmma (wgmma e4m3) at (128, 128), mma.sync at (192, 128)\n\n",
-                kernel == gpu::Fp8AttentionKernel::kAuto ? "auto (the backend's)" : "qgmma");
+  auto caps = gpu::QueryDeviceCaps(0);
+  if (!caps.ok()) {
+    std::fprintf(stderr, "%s\n", caps.status().ToString().c_str());
+    return 1;
   }
-  std::printf("| (d_qk, d_v) | causal | P | fp8 in: us | TFLOP/s | bf16 in (+quant): us | TFLOP/s |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
-  for (int dqk : {128, 192}) {
-    for (bool causal : {true, false}) {
-      for (PMode mode : {PMode::kLean, PMode::kExact, PMode::kNaive}) {
-        if (dqk == 192 && mode == PMode::kNaive) continue;
-        const TensorDesc qd8{DType::kFp8E4M3Fn, {B, H, S, dqk}}, vd8{DType::kFp8E4M3Fn, {B, H, S, 128}};
-        const TensorDesc qd16{DType::kBf16, {B, H, S, dqk}}, vd16{DType::kBf16, {B, H, S, 128}};
-        const TensorDesc d1{DType::kFp32, {1}};
-        Fp8AttentionParams p8;
-        p8.causal = causal;
-        p8.p_mode = mode;
-        if (!p8.Validate(qd8, qd8, vd8, &d1, &d1, &d1).ok()) return 1;
-        Fp8AttentionParams p16 = p8;
-        if (!p16.Validate(qd16, qd16, vd16, nullptr, nullptr, nullptr).ok()) return 1;
-        Fp8AttentionInputs i8, i16;
-        i8.q = TensorView{qd8, q};
-        i8.k = TensorView{qd8, k};
-        i8.v = TensorView{vd8, v};
-        i8.q_descale = i8.k_descale = i8.v_descale = TensorView{d1, ds};
-        i16.q = TensorView{qd16, qb};
-        i16.k = TensorView{qd16, kb};
-        i16.v = TensorView{vd16, vb};
-        TensorView ov{p8.OutputDesc(), out};
-        const double us8 = TimeUs([&](cudaStream_t s) { return gpu::RunFp8Attention(p8, i8, ov, s, kernel); });
-        const double us16 = TimeUs([&](cudaStream_t s) { return gpu::RunFp8Attention(p16, i16, ov, s, kernel); });
-        const double pairs = causal ? static_cast<double>(S) * (S + 1) / 2 : static_cast<double>(S) * S;
-        const double flops = 2.0 * B * H * pairs * (dqk + 128);
-        std::printf("| (%d, 128) | %s | %s | %.0f | %.0f | %.0f | %.0f |\n", dqk, causal ? "yes" : "no",
-                    PModeName(mode).c_str(), us8, flops / us8 / 1e6, us16, flops / us16 / 1e6);
-        std::fflush(stdout);
+  std::printf("| kernel | (d_qk, d_v) | causal | P | fp8 in: us | TFLOP/s | bf16 in (+quant): us | TFLOP/s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  int timed = 0;
+  for (const gpu::KernelVariant& kv : gpu::Fp8AttentionVariants()) {
+    if (!only.empty() && only != kv.name) continue;
+    for (int dqk : {128, 192}) {
+      for (bool causal : {true, false}) {
+        for (PMode mode : {PMode::kLean, PMode::kExact, PMode::kNaive}) {
+          if (dqk == 192 && mode == PMode::kNaive) continue;
+          const TensorDesc qd8{DType::kFp8E4M3Fn, {B, H, S, dqk}}, vd8{DType::kFp8E4M3Fn, {B, H, S, 128}};
+          const TensorDesc qd16{DType::kBf16, {B, H, S, dqk}}, vd16{DType::kBf16, {B, H, S, 128}};
+          const TensorDesc d1{DType::kFp32, {1}};
+          Fp8AttentionParams p8;
+          p8.causal = causal;
+          p8.p_mode = mode;
+          if (!p8.Validate(qd8, qd8, vd8, &d1, &d1, &d1).ok()) return 1;
+          Fp8AttentionParams p16 = p8;
+          if (!p16.Validate(qd16, qd16, vd16, nullptr, nullptr, nullptr).ok()) return 1;
+          Fp8AttentionInputs i8, i16;
+          i8.q = TensorView{qd8, q};
+          i8.k = TensorView{qd8, k};
+          i8.v = TensorView{vd8, v};
+          i8.q_descale = i8.k_descale = i8.v_descale = TensorView{d1, ds};
+          i16.q = TensorView{qd16, qb};
+          i16.k = TensorView{qd16, kb};
+          i16.v = TensorView{vd16, vb};
+          TensorView ov{p8.OutputDesc(), out};
+          OpCall c8, c16;
+          c8.op = c16.op = BenchOp::kFp8Attention;
+          c8.fp8 = p8;
+          c8.fp8_in = i8;
+          c16.fp8 = p16;
+          c16.fp8_in = i16;
+          if (!kv.unsupported(*caps, c8).empty()) continue;  // a head shape the entry does not serve
+          const double us8 = TimeUs([&](cudaStream_t s) { return kv.run(c8, ov, s); });
+          const double us16 = TimeUs([&](cudaStream_t s) { return kv.run(c16, ov, s); });
+          ++timed;
+          const double pairs = causal ? static_cast<double>(S) * (S + 1) / 2 : static_cast<double>(S) * S;
+          const double flops = 2.0 * B * H * pairs * (dqk + 128);
+          std::printf("| %s | (%d, 128) | %s | %s | %.0f | %.0f | %.0f | %.0f |\n", kv.name, dqk, causal ? "yes" : "no",
+                      PModeName(mode).c_str(), us8, flops / us8 / 1e6, us16, flops / us16 / 1e6);
+          std::fflush(stdout);
+        }
       }
     }
+  }
+  if (timed == 0) {
+    std::fprintf(stderr, "no table entry to time (--only=%s)\n", only.c_str());
+    return 1;
   }
   return 0;
 }

@@ -62,10 +62,6 @@ for b in .bundle/bin/*_bench; do
   [ "$n" = loopback_bench ] && args=(--backend=cuda)  # uploads into device memory
   timeout ${BENCH_TIMEOUT:-90} "$b" "${args[@]}" >"$LOG/$n.txt" 2>&1
 done
-# The FP8 mma.sync kernel (the backend serves QGMMA at (128, 128)), for the ratio.
-if [ -x .bundle/bin/fp8_attention_cuda_bench ]; then
-  timeout ${BENCH_TIMEOUT:-90} .bundle/bin/fp8_attention_cuda_bench --kernel=mma >"$LOG/fp8_attention_mma.txt" 2>&1 ||
-    echo "fp8_attention_cuda_bench --kernel=mma: rc=$?" >>"$LOG/fp8_attention_mma.txt"
 fi
 if [ $run_peers = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py >"$LOG/peers.txt" 2>&1
@@ -79,8 +75,5 @@ for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_b
   [ -f "$LOG/$f.txt" ] || continue
   echo "-- $f --"
   grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40
-done
-for f in fp8_attention_mma; do
-  [ -f "$LOG/$f.txt" ] && { echo "-- $f --"; grep -E '^\||paged:|rc=|rror' "$LOG/$f.txt" | grep -vE '^\| -+' | head -20; }
 done
 [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C "$(dirname "$LOG")" "$(basename "$LOG")"

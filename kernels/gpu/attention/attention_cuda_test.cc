@@ -1,5 +1,7 @@
-// The CUDA bf16 MHA forward against the fp64 oracle on fresh random inputs.
-// Needs a GPU; without one every case skips with "no CUDA device".
+// The GPU bf16 MHA forward against the fp64 oracle on fresh random inputs:
+// every case runs the backend's dispatch and then every entry of the variant
+// table (attention_variants.h) that serves it, each into a poisoned output.
+// Needs a GPU; without one every device case skips with "no CUDA device".
 //
 // Tolerance (documented in bench/README.md too): the kernel rounds P to bf16
 // for the tensor cores (as FlashAttention does) and accumulates in fp32. We
@@ -21,6 +23,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -30,7 +33,9 @@
 #include "kernels/api/backend.h"
 #include "kernels/api/ops.h"
 #include "kernels/cpu/oracle.h"
-#include "kernels/gpu/attention/attention_cuda.h"
+#include "kernels/gpu/attention/attention.h"
+#include "kernels/gpu/attention/attention_variants.h"
+#include "kernels/gpu/common/kernel_variant.h"
 #include "kernels/gpu/gpu_backend.h"
 #include "kernels/numerics/numerics.h"
 #include "kernels/numerics/test_inputs.h"
@@ -51,6 +56,8 @@ class CudaTest : public ::testing::Test {
     auto b = CreateCudaBackend();
     if (b.ok()) {
       backend_ = std::move(b).value().release();
+      auto caps = gpu::QueryDeviceCaps(0);
+      if (caps.ok()) caps_ = *caps;
     } else {
       skip_reason_ = new std::string(b.status().ToString());
     }
@@ -71,10 +78,12 @@ class CudaTest : public ::testing::Test {
 
   static Backend* backend_;
   static std::string* skip_reason_;
+  static gpu::DeviceCaps caps_;
   std::vector<std::unique_ptr<DeviceMemory>> mems_;
 };
 Backend* CudaTest::backend_ = nullptr;
 std::string* CudaTest::skip_reason_ = nullptr;
+gpu::DeviceCaps CudaTest::caps_;
 
 struct Case {
   int64_t batch, heads_q, heads_kv, seq_q, seq_kv, dim;
@@ -157,44 +166,39 @@ Compared Compare(const HostTensor& out, const std::vector<double>& ref, Rounding
   return c;
 }
 
-const char* KernelName(gpu::AttentionKernel kernel) {
-  switch (kernel) {
-    case gpu::AttentionKernel::kAuto:
-      return "auto";
-    case gpu::AttentionKernel::kMmaSync:
-      return "mma.sync";
-    case gpu::AttentionKernel::kWgmma:
-      return "wgmma";
-    case gpu::AttentionKernel::kWgmmaWs:
-      return "wgmma-ws";
+// The call a case makes, on device views.
+OpCall AttentionCall(const AttentionParams& p, const TensorView& q, const TensorView& k, const TensorView& v) {
+  OpCall call;
+  call.op = BenchOp::kAttention;
+  call.attention = p;
+  call.q = q;
+  call.k = k;
+  call.v = v;
+  return call;
+}
+
+// The table entries that serve `call` on this device, in dispatch order.
+std::vector<const gpu::KernelVariant*> Serving(const gpu::DeviceCaps& caps, const OpCall& call) {
+  std::vector<const gpu::KernelVariant*> out;
+  for (const gpu::KernelVariant& v : gpu::AttentionVariants()) {
+    if (v.unsupported(caps, call).empty()) out.push_back(&v);
   }
-  return "?";
+  return out;
 }
 
 class AttentionCudaTest : public CudaTest {
  protected:
-  // The kernels every case runs: the backend's default, then at d128 each
-  // kernel explicitly (the warp-specialized one has its own suite below).
-  virtual std::vector<gpu::AttentionKernel> KernelsFor(int64_t dim) const {
-    std::vector<gpu::AttentionKernel> kernels = {gpu::AttentionKernel::kAuto};
-    if (dim == 128) {
-      kernels.push_back(gpu::AttentionKernel::kMmaSync);
-      kernels.push_back(gpu::AttentionKernel::kWgmma);
-    }
-    return kernels;
-  }
-
-  // Runs `kernel` on uploaded inputs into a poisoned output and copies it back.
-  void RunKernel(const AttentionParams& p, const TensorView& dq, const TensorView& dk,
-                 const TensorView& dv, gpu::AttentionKernel kernel, HostTensor& out) {
+  // Runs `kernel` (nullptr: the backend's dispatch) on uploaded inputs into a
+  // poisoned output and copies it back.
+  void RunKernel(const OpCall& call, const gpu::KernelVariant* kernel, HostTensor& out) {
     for (int64_t i = 0; i < out.num_elements(); ++i) out.data<uint16_t>()[i] = kPoison;
     TensorView dout = Upload(out);
-    if (kernel == gpu::AttentionKernel::kAuto) {
-      ASSERT_TRUE(backend_->Attention(0, p, dq, dk, dv, dout).ok());
+    if (kernel == nullptr) {
+      ASSERT_TRUE(backend_->Attention(0, call.attention, call.q, call.k, call.v, dout).ok());
       ASSERT_TRUE(backend_->Synchronize(0).ok());
     } else {
       // Directly on the default stream; the backend's copies are synchronous.
-      const absl::Status st = gpu::RunAttention(p, dq, dk, dv, dout, nullptr, kernel);
+      const absl::Status st = kernel->run(call, dout, nullptr);
       ASSERT_TRUE(st.ok()) << st;
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
@@ -202,8 +206,7 @@ class AttentionCudaTest : public CudaTest {
   }
 
   // Fresh random inputs for a case (Gaussian or the long-tail generator).
-  static void MakeInputs(const Case& cs, uint64_t seed, HostTensor& q, HostTensor& k,
-                         HostTensor& v) {
+  static void MakeInputs(const Case& cs, uint64_t seed, HostTensor& q, HostTensor& k, HostTensor& v) {
     if (cs.long_tail) {
       numerics::LongTailOptions lt;
       lt.batch = cs.batch;
@@ -219,45 +222,47 @@ class AttentionCudaTest : public CudaTest {
       k = std::move(t.k);
       v = std::move(t.v);
     } else {
-      q = numerics::GaussianBf16(AttnShape(cs.layout, cs.batch, cs.heads_q, cs.seq_q, cs.dim),
-                                 seed);
-      k = numerics::GaussianBf16(AttnShape(cs.layout, cs.batch, cs.heads_kv, cs.seq_kv, cs.dim),
-                                 seed + 1);
-      v = numerics::GaussianBf16(AttnShape(cs.layout, cs.batch, cs.heads_kv, cs.seq_kv, cs.dim),
-                                 seed + 2);
+      q = numerics::GaussianBf16(AttnShape(cs.layout, cs.batch, cs.heads_q, cs.seq_q, cs.dim), seed);
+      k = numerics::GaussianBf16(AttnShape(cs.layout, cs.batch, cs.heads_kv, cs.seq_kv, cs.dim), seed + 1);
+      v = numerics::GaussianBf16(AttnShape(cs.layout, cs.batch, cs.heads_kv, cs.seq_kv, cs.dim), seed + 2);
     }
   }
 
-  // Runs one case on every kernel of KernelsFor against the fp64 oracle;
-  // inputs may be edited by `mutate` before upload.
-  void Run(const Case& cs, void (*mutate)(HostTensor&, HostTensor&, HostTensor&) = nullptr,
-           Compared* result = nullptr) {
-    const std::vector<gpu::AttentionKernel> kernels = KernelsFor(cs.dim);
-    if (kernels.empty()) return;
+  static AttentionParams Params(const Case& cs) {
+    AttentionParams p;
+    p.layout = cs.layout;
+    p.causal = cs.causal;
+    p.rounding = cs.rounding;
+    return p;
+  }
+
+  // Runs one case through the dispatch and every table entry that serves it
+  // against the fp64 oracle; inputs may be edited by `mutate` before upload.
+  void Run(const Case& cs, void (*mutate)(HostTensor&, HostTensor&, HostTensor&) = nullptr) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE(absl::StrCat(CaseName(cs), " seed ", seed));
     HostTensor q, k, v;
     MakeInputs(cs, seed, q, k, v);
     if (mutate) mutate(q, k, v);
-    AttentionParams p;
-    p.layout = cs.layout;
-    p.causal = cs.causal;
-    p.rounding = cs.rounding;
+    AttentionParams p = Params(cs);
     ASSERT_TRUE(p.Validate(q.desc(), k.desc(), v.desc()).ok());
 
     auto ref = oracle::Attention(p, q, k, v);
     ASSERT_TRUE(ref.ok()) << ref.status();
-    TensorView dq = Upload(q), dk = Upload(k), dv = Upload(v);
+    const OpCall call = AttentionCall(p, Upload(q), Upload(k), Upload(v));
+    std::vector<const gpu::KernelVariant*> kernels = Serving(caps_, call);
+    ASSERT_FALSE(kernels.empty()) << "no table entry serves the case";
+    kernels.insert(kernels.begin(), nullptr);  // the dispatch first
 
-    for (gpu::AttentionKernel kernel : kernels) {
-      const char* kname = KernelName(kernel);
+    for (const gpu::KernelVariant* kernel : kernels) {
+      const char* kname = kernel == nullptr ? "dispatch" : kernel->name;
       SCOPED_TRACE(kname);
       HostTensor out(DType::kBf16, p.OutputDesc().shape);
-      RunKernel(p, dq, dk, dv, kernel, out);
+      RunKernel(call, kernel, out);
       if (HasFatalFailure()) return;
       const Compared c = Compare(out, *ref, cs.rounding);
-      std::printf("  %-70s %-8s rel_rms %.3e within1ulp %.5f max_err %.2f ulp\n",
-                  CaseName(cs).c_str(), kname, c.rel_rms, c.frac_within_1ulp, c.max_err_ulps);
+      std::printf("  %-70s %-8s rel_rms %.3e within1ulp %.5f max_err %.2f ulp\n", CaseName(cs).c_str(), kname,
+                  c.rel_rms, c.frac_within_1ulp, c.max_err_ulps);
       EXPECT_EQ(c.bad_nonfinite, 0);
       EXPECT_EQ(c.nan_mismatch, 0);
       EXPECT_LT(c.rel_rms, 5e-3);
@@ -266,56 +271,52 @@ class AttentionCudaTest : public CudaTest {
       // rounded to bf16 before PV), at 1.5 ulp with rel. RMS 2.4e-3.
       EXPECT_LE(c.beyond_1ulp, static_cast<int64_t>(0.005 * out.num_elements()) + 4);
       EXPECT_LE(c.max_err_ulps, 16.0);
-      if (result) *result = c;
     }
   }
 
-  // Test bodies shared with the Ws suite, whose KernelsFor keeps only the
-  // d128 cases.
-  void RunHeadDim128Cases() {
-    Run({1, 2, 2, 256, 256, 128, true, Layout::kBhsd, Rounding::kRtne});
-    Run({1, 2, 2, 200, 200, 128, false, Layout::kBshd, Rounding::kRtne});
-    Run({2, 8, 2, 1024, 1024, 128, true, Layout::kBhsd, Rounding::kRtne});
-    Run({1, 3, 1, 1, 513, 128, true, Layout::kBhsd, Rounding::kRtne});
-  }
-
-  void RunRoundingModeCases() {
-    for (Rounding r : {Rounding::kRtne, Rounding::kRtna, Rounding::kRtz}) {
-      Run({1, 2, 1, 160, 333, 128, true, Layout::kBshd, r});
-      Run({1, 2, 2, 96, 96, 64, false, Layout::kBhsd, r});
+  // Each serving entry three times on the same inputs: the same bytes each
+  // time. A difference while the oracle cases pass points at a hand-off race
+  // (a stage refilled or read too early), not at the numerics.
+  void RunDeterministic(const Case& cs) {
+    const uint64_t seed = FreshSeed();
+    SCOPED_TRACE(absl::StrCat(CaseName(cs), " seed ", seed));
+    HostTensor q, k, v;
+    MakeInputs(cs, seed, q, k, v);
+    AttentionParams p = Params(cs);
+    ASSERT_TRUE(p.Validate(q.desc(), k.desc(), v.desc()).ok());
+    const OpCall call = AttentionCall(p, Upload(q), Upload(k), Upload(v));
+    const std::vector<const gpu::KernelVariant*> kernels = Serving(caps_, call);
+    ASSERT_FALSE(kernels.empty()) << "no table entry serves the case";
+    const Shape shape = p.OutputDesc().shape;
+    for (const gpu::KernelVariant* kernel : kernels) {
+      SCOPED_TRACE(kernel->name);
+      HostTensor first(DType::kBf16, shape), again(DType::kBf16, shape);
+      RunKernel(call, kernel, first);
+      if (HasFatalFailure()) return;
+      int64_t diff = 0;
+      for (int rerun = 0; rerun < 2; ++rerun) {
+        RunKernel(call, kernel, again);
+        if (HasFatalFailure()) return;
+        for (int64_t i = 0; i < first.num_elements(); ++i) {
+          const uint16_t w = first.data<uint16_t>()[i], g = again.data<uint16_t>()[i];
+          if (g != w && diff++ < 5) {
+            ADD_FAILURE() << "element " << i << ": rerun 0x" << std::hex << g << ", first 0x" << w;
+          }
+        }
+      }
+      std::printf("  %-70s %-8s reruns: %lld of %lld differ\n", CaseName(cs).c_str(), kernel->name,
+                  static_cast<long long>(diff), static_cast<long long>(first.num_elements()));
+      EXPECT_EQ(diff, 0);
     }
-  }
-
-  void RunCrossLengthCases() {
-    Run({1, 2, 2, 333, 47, 128, true, Layout::kBhsd, Rounding::kRtne});  // Sq > Skv
-    Run({1, 2, 2, 47, 333, 128, true, Layout::kBshd, Rounding::kRtne});  // Sq < Skv
-    Run({3, 5, 5, 17, 1, 128, false, Layout::kBhsd, Rounding::kRtne});
-    Run({1, 1, 1, 1, 1, 64, true, Layout::kBhsd, Rounding::kRtne});
-  }
-
-  void RunLongTailCases() {
-    Case c{1, 2, 1, 1024, 2048, 128, true, Layout::kBhsd, Rounding::kRtne};
-    c.long_tail = true;
-    Run(c);
-  }
-
-  // NaN in Q poisons its row; NaN in K at key j poisons the rows that see j;
-  // NaN in V at key 0 poisons column d of every row (all rows see key 0 when
-  // Sq == Skv). The oracle propagates the same way.
-  void RunNaNCases() {
-    auto mutate = [](HostTensor& q, HostTensor& k, HostTensor& v) {
-      const uint16_t nan = 0x7FC0;
-      q.data<uint16_t>()[5 * 128 + 3] = nan;    // BHSD: row 5 of head 0, d 3
-      k.data<uint16_t>()[100 * 128 + 7] = nan;  // key 100 of head 0
-      v.data<uint16_t>()[0 * 128 + 11] = nan;   // key 0, d 11
-    };
-    Compared c;
-    Run({1, 2, 2, 200, 200, 128, true, Layout::kBhsd, Rounding::kRtne}, mutate, &c);
-    Run({1, 2, 2, 200, 200, 128, false, Layout::kBhsd, Rounding::kRtz}, mutate, &c);
   }
 };
 
-TEST_F(AttentionCudaTest, HeadDim128) { RunHeadDim128Cases(); }
+TEST_F(AttentionCudaTest, HeadDim128) {
+  Run({1, 2, 2, 256, 256, 128, true, Layout::kBhsd, Rounding::kRtne});
+  Run({1, 2, 2, 200, 200, 128, false, Layout::kBshd, Rounding::kRtne});
+  Run({2, 8, 2, 1024, 1024, 128, true, Layout::kBhsd, Rounding::kRtne});
+  Run({1, 3, 1, 1, 513, 128, true, Layout::kBhsd, Rounding::kRtne});
+}
 
 TEST_F(AttentionCudaTest, HeadDim64) {
   Run({1, 4, 2, 77, 300, 64, true, Layout::kBhsd, Rounding::kRtne});
@@ -329,90 +330,83 @@ TEST_F(AttentionCudaTest, HeadDim256) {
   Run({1, 2, 1, 65, 190, 256, false, Layout::kBhsd, Rounding::kRtna});
 }
 
-TEST_F(AttentionCudaTest, RoundingModes) { RunRoundingModeCases(); }
-
-TEST_F(AttentionCudaTest, CrossLengthsAndOddSizes) { RunCrossLengthCases(); }
-
-TEST_F(AttentionCudaTest, LongTailInputs) { RunLongTailCases(); }
-
-TEST_F(AttentionCudaTest, NaNInputsPropagateLikeTheOracle) { RunNaNCases(); }
-
-// The warp-specialized kernel (kWgmmaWs, bench/NOTES.md v4: TMA producer,
-// mbarrier ring, ping-ponging consumers; kAuto's choice at d128), by name:
-// every d128 case the wgmma kernel is tested on, against the oracle, plus
-// shapes aimed at the stage ring and the bytes of the v3 kernel.
-class AttentionCudaWsTest : public AttentionCudaTest {
- protected:
-  std::vector<gpu::AttentionKernel> KernelsFor(int64_t dim) const override {
-    if (dim != 128) return {};
-    return {gpu::AttentionKernel::kWgmmaWs};
+TEST_F(AttentionCudaTest, RoundingModes) {
+  for (Rounding r : {Rounding::kRtne, Rounding::kRtna, Rounding::kRtz}) {
+    Run({1, 2, 1, 160, 333, 128, true, Layout::kBshd, r});
+    Run({1, 2, 2, 96, 96, 64, false, Layout::kBhsd, r});
   }
+}
 
-  // v4 does v3's arithmetic in v3's order (same wgmma sequence, softmax,
-  // rescale and epilogue; TMA zero-fills the rows cp.async zero-fills), so
-  // it should write v3's bytes, and the same bytes twice. A mismatch while
-  // the oracle cases pass points at a hand-off race (a stage refilled or
-  // read too early), not at the numerics.
-  void RunSameBits(const Case& cs) {
-    const uint64_t seed = FreshSeed();
-    SCOPED_TRACE(absl::StrCat(CaseName(cs), " seed ", seed));
-    HostTensor q, k, v;
-    MakeInputs(cs, seed, q, k, v);
-    AttentionParams p;
-    p.layout = cs.layout;
-    p.causal = cs.causal;
-    p.rounding = cs.rounding;
-    ASSERT_TRUE(p.Validate(q.desc(), k.desc(), v.desc()).ok());
-    TensorView dq = Upload(q), dk = Upload(k), dv = Upload(v);
-    const Shape shape = p.OutputDesc().shape;
-    HostTensor want(DType::kBf16, shape), got(DType::kBf16, shape), again(DType::kBf16, shape);
-    RunKernel(p, dq, dk, dv, gpu::AttentionKernel::kWgmma, want);
-    if (HasFatalFailure()) return;
-    RunKernel(p, dq, dk, dv, gpu::AttentionKernel::kWgmmaWs, got);
-    if (HasFatalFailure()) return;
-    RunKernel(p, dq, dk, dv, gpu::AttentionKernel::kWgmmaWs, again);
-    if (HasFatalFailure()) return;
-    int64_t diff_v3 = 0, diff_rerun = 0;
-    for (int64_t i = 0; i < want.num_elements(); ++i) {
-      const uint16_t w = want.data<uint16_t>()[i], g = got.data<uint16_t>()[i];
-      if (g != w && diff_v3++ < 5) {
-        ADD_FAILURE() << "element " << i << ": ws 0x" << std::hex << g << ", wgmma 0x" << w;
-      }
-      diff_rerun += again.data<uint16_t>()[i] != g;
-    }
-    std::printf("  %-70s wgmma-ws vs wgmma: %lld of %lld differ; rerun: %lld\n",
-                CaseName(cs).c_str(), static_cast<long long>(diff_v3),
-                static_cast<long long>(want.num_elements()), static_cast<long long>(diff_rerun));
-    EXPECT_EQ(diff_v3, 0);
-    EXPECT_EQ(diff_rerun, 0);
-  }
-};
+TEST_F(AttentionCudaTest, CrossLengthsAndOddSizes) {
+  Run({1, 2, 2, 333, 47, 128, true, Layout::kBhsd, Rounding::kRtne});  // Sq > Skv
+  Run({1, 2, 2, 47, 333, 128, true, Layout::kBshd, Rounding::kRtne});  // Sq < Skv
+  Run({3, 5, 5, 17, 1, 128, false, Layout::kBhsd, Rounding::kRtne});
+  Run({1, 1, 1, 1, 1, 64, true, Layout::kBhsd, Rounding::kRtne});
+}
 
-TEST_F(AttentionCudaWsTest, HeadDim128) { RunHeadDim128Cases(); }
+TEST_F(AttentionCudaTest, LongTailInputs) {
+  Case c{1, 2, 1, 1024, 2048, 128, true, Layout::kBhsd, Rounding::kRtne};
+  c.long_tail = true;
+  Run(c);
+}
 
-TEST_F(AttentionCudaWsTest, RoundingModes) { RunRoundingModeCases(); }
+// NaN in Q poisons its row; NaN in K at key j poisons the rows that see j;
+// NaN in V at key 0 poisons column d of every row (all rows see key 0 when
+// Sq == Skv). The oracle propagates the same way.
+TEST_F(AttentionCudaTest, NaNInputsPropagateLikeTheOracle) {
+  auto mutate = [](HostTensor& q, HostTensor& k, HostTensor& v) {
+    const uint16_t nan = 0x7FC0;
+    q.data<uint16_t>()[5 * 128 + 3] = nan;    // BHSD: row 5 of head 0, d 3
+    k.data<uint16_t>()[100 * 128 + 7] = nan;  // key 100 of head 0
+    v.data<uint16_t>()[0 * 128 + 11] = nan;   // key 0, d 11
+  };
+  Run({1, 2, 2, 200, 200, 128, true, Layout::kBhsd, Rounding::kRtne}, mutate);
+  Run({1, 2, 2, 200, 200, 128, false, Layout::kBhsd, Rounding::kRtz}, mutate);
+}
 
-TEST_F(AttentionCudaWsTest, CrossLengthsAndOddSizes) { RunCrossLengthCases(); }
-
-TEST_F(AttentionCudaWsTest, LongTailInputs) { RunLongTailCases(); }
-
-TEST_F(AttentionCudaWsTest, NaNInputsPropagateLikeTheOracle) { RunNaNCases(); }
-
-// The stage ring and the turn schedule: many key tiles (the 2-stage ring
-// wraps 16 times), one tile (no loop iteration), CTAs with no key tile next
-// to CTAs with one, GQA in both layouts.
-TEST_F(AttentionCudaWsTest, RingAndScheduleShapes) {
+// The warp-specialized kernel's stage ring and turn schedule: many key tiles
+// (the 2-stage ring wraps 16 times), one tile (no loop iteration), CTAs with
+// no key tile next to CTAs with one, GQA in both layouts.
+TEST_F(AttentionCudaTest, RingAndScheduleShapes) {
   Run({1, 2, 1, 128, 4096, 128, false, Layout::kBhsd, Rounding::kRtne});
   Run({1, 4, 2, 130, 128, 128, false, Layout::kBshd, Rounding::kRtne});
   Run({1, 2, 2, 700, 100, 128, true, Layout::kBshd, Rounding::kRtna});
   Run({2, 4, 1, 640, 640, 128, true, Layout::kBshd, Rounding::kRtz});
 }
 
-TEST_F(AttentionCudaWsTest, SameBitsAsWgmmaAndDeterministic) {
-  RunSameBits({2, 4, 2, 1536, 1536, 128, true, Layout::kBhsd, Rounding::kRtne});
-  RunSameBits({1, 4, 1, 300, 1100, 128, false, Layout::kBshd, Rounding::kRtna});
-  RunSameBits({1, 2, 2, 1000, 129, 128, true, Layout::kBhsd, Rounding::kRtz});
-  RunSameBits({2, 3, 3, 64, 4096, 128, true, Layout::kBshd, Rounding::kRtne});
+TEST_F(AttentionCudaTest, Deterministic) {
+  RunDeterministic({2, 4, 2, 1536, 1536, 128, true, Layout::kBhsd, Rounding::kRtne});
+  RunDeterministic({1, 4, 1, 300, 1100, 128, false, Layout::kBshd, Rounding::kRtna});
+  RunDeterministic({1, 2, 2, 1000, 129, 128, true, Layout::kBhsd, Rounding::kRtz});
+  RunDeterministic({2, 3, 3, 64, 4096, 128, true, Layout::kBshd, Rounding::kRtne});
+  RunDeterministic({1, 4, 2, 700, 900, 64, true, Layout::kBshd, Rounding::kRtne});
+  RunDeterministic({1, 2, 1, 300, 500, 256, false, Layout::kBhsd, Rounding::kRtz});
+}
+
+// The table's dispatch order, without a device: on sm_90a each head dim of
+// DESIGN §4 has exactly one entry, and nothing serves another device.
+TEST(AttentionVariantsTest, OneEntryPerHeadDimOnSm90a) {
+  gpu::DeviceCaps h200;
+  h200.cc_major = 9;
+  h200.cc_minor = 0;
+  h200.sms = 132;
+  h200.smem_per_block_optin = 227 * 1024;
+  gpu::DeviceCaps ampere = h200;
+  ampere.cc_major = 8;
+  for (auto [dim, want] : {std::pair<int64_t, const char*>{64, "mma_sync"}, {128, "wgmma_ws"}, {256, "mma_sync"}}) {
+    OpCall call;
+    call.attention.head_dim = dim;
+    auto v = gpu::SelectVariant(gpu::AttentionVariants(), "attention", h200, call);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_STREQ((*v)->name, want) << "d" << dim;
+    EXPECT_EQ(Serving(h200, call).size(), 1u) << "d" << dim;
+    EXPECT_EQ(gpu::SelectVariant(gpu::AttentionVariants(), "attention", ampere, call).status().code(),
+              absl::StatusCode::kUnimplemented);
+  }
+  OpCall d96;
+  d96.attention.head_dim = 96;
+  EXPECT_EQ(gpu::SelectVariant(gpu::AttentionVariants(), "attention", h200, d96).status().code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 // The epilogue's rounding functions are bit-for-bit numerics::FloatToBf16.

@@ -1,13 +1,20 @@
 #include "kernels/gpu/attention/attention_variants.h"
 
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
 #include "absl/strings/str_cat.h"
-#include "kernels/gpu/attention/attention_cuda.h"
+#include "kernels/gpu/attention/attention.h"
 
 namespace kernelserve {
 namespace gpu {
 namespace {
 
-std::string HeadDims(const OpCall& c, std::initializer_list<int64_t> dims, const char* names) {
+std::string HeadDims(const DeviceCaps& caps, const OpCall& c, std::initializer_list<int64_t> dims,
+                     const char* names) {
+  const std::string arch = NeedsSm90a(caps);
+  if (!arch.empty()) return arch;
   for (int64_t d : dims) {
     if (c.attention.head_dim == d) return "";
   }
@@ -16,26 +23,19 @@ std::string HeadDims(const OpCall& c, std::initializer_list<int64_t> dims, const
 
 }  // namespace
 
+// Every (valid) call has one entry that serves it: the head dims are apart.
 const VariantTable& AttentionVariants() {
   static const VariantTable table = {
       {"wgmma_ws", "warp-specialized wgmma: TMA producer warpgroup, two consumer warpgroups in ping-pong",
        "sm_90a, head_dim 128",
-       [](const DeviceCaps& caps, const OpCall& c) {
-         const std::string arch = NeedsSm90a(caps);
-         return arch.empty() ? HeadDims(c, {128}, "128") : arch;
-       },
-       nullptr,
+       [](const DeviceCaps& caps, const OpCall& c) { return HeadDims(caps, c, {128}, "128"); }, nullptr,
        [](const OpCall& c, TensorView& out, cudaStream_t s) {
-         return RunAttention(c.attention, c.q, c.k, c.v, out, s, AttentionKernel::kWgmmaWs);
+         return RunAttentionWgmmaWs(c.attention, c.q, c.k, c.v, out, s);
        }},
-      {"mma_sync", "mma.sync m16n8k16 with cp.async double buffering", "sm_90a, head_dim 64, 128, 256",
-       [](const DeviceCaps& caps, const OpCall& c) {
-         const std::string arch = NeedsSm90a(caps);
-         return arch.empty() ? HeadDims(c, {64, 128, 256}, "64, 128, 256") : arch;
-       },
-       nullptr,
+      {"mma_sync", "mma.sync m16n8k16 with cp.async double buffering", "sm_90a, head_dim 64 and 256",
+       [](const DeviceCaps& caps, const OpCall& c) { return HeadDims(caps, c, {64, 256}, "64, 256"); }, nullptr,
        [](const OpCall& c, TensorView& out, cudaStream_t s) {
-         return RunAttention(c.attention, c.q, c.k, c.v, out, s, AttentionKernel::kMmaSync);
+         return RunAttentionMmaSync(c.attention, c.q, c.k, c.v, out, s);
        }},
   };
   return table;

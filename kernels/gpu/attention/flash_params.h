@@ -1,16 +1,15 @@
-// Device-side parameters of the bf16 MHA forward kernel and the entry point
-// of each explicit instantiation. Host arguments (AttentionParams + views)
-// become a FlashFwdParams in attention_cuda.cc; this header has no device
-// code, so host-only files include it too.
-#ifndef KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_PARAMS_H_
-#define KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_PARAMS_H_
+// Device-side parameters of the bf16 MHA forward kernels: what the host entry
+// (attention_params.cc) makes of validated AttentionParams and the views.
+// Plain data without a vendor header, so that the host entry, its CPU tests
+// and the kernels (kernels/gpu/arch/sm90/attention/) all include it.
+#ifndef KERNELSERVE_KERNELS_GPU_ATTENTION_FLASH_PARAMS_H_
+#define KERNELSERVE_KERNELS_GPU_ATTENTION_FLASH_PARAMS_H_
 
 #include <cstdint>
 
-#include <cuda_runtime_api.h>
-
 namespace kernelserve {
 namespace gpu {
+namespace attention {
 
 // Rounding of the bf16 output; values as kernelserve::Rounding.
 enum FlashRounding : int { kFlashRtne = 1, kFlashRtna = 2, kFlashRtz = 3 };
@@ -32,25 +31,8 @@ struct FlashFwdParams {
   int rounding = kFlashRtne;
 };
 
-// One explicit instantiation per (head dim, causal), each in its own .cu file.
-template <int kHeadDim, bool kCausal>
-cudaError_t RunFlashFwd(const FlashFwdParams& params, cudaStream_t stream);
-
-// The sm_90a wgmma kernel (kernels/cuda/attention/sm90/), head dim 128 only.
-template <bool kCausal>
-cudaError_t RunFlashFwdSm90Hdim128(const FlashFwdParams& params, cudaStream_t stream);
-
-// The warp-specialized sm_90a kernel (TMA producer, ping-ponging wgmma
-// consumers; sm90/flash_fwd_sm90_ws.h), head dim 128 only. Not the default.
-template <bool kCausal>
-cudaError_t RunFlashFwdSm90WsHdim128(const FlashFwdParams& params, cudaStream_t stream);
-
-// Test hook for the epilogue's rounding functions: out[i] = bf16 bits of
-// in[i] rounded in `rounding` by the same device function the kernel uses.
-cudaError_t RoundToBf16OnDevice(const float* in, uint16_t* out, int64_t n, int rounding,
-                                cudaStream_t stream);
-
+}  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_ATTENTION_FLASH_PARAMS_H_
+#endif  // KERNELSERVE_KERNELS_GPU_ATTENTION_FLASH_PARAMS_H_

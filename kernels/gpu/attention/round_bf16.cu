@@ -1,11 +1,15 @@
-// Test hook: the epilogue's rounding functions applied elementwise.
+// Test hook: the epilogue's rounding functions applied elementwise. Portable:
+// built by nvcc into the CUDA kernels and for every AMD architecture
+// (BUILD: round_bf16_hip).
+#include "kernels/gpu/attention/round_bf16.h"
+
 #include <cstdint>
 
-#include "kernels/gpu/attention/epilogue.h"
-#include "kernels/gpu/attention/flash_params.h"
+#include "kernels/gpu/attention/round_bf16.cuh"
 
 namespace kernelserve {
 namespace gpu {
+namespace attention {
 namespace {
 
 __global__ void RoundKernel(const float* in, uint16_t* out, int64_t n, int rounding) {
@@ -23,8 +27,7 @@ __global__ void RoundKernel(const float* in, uint16_t* out, int64_t n, int round
 
 }  // namespace
 
-cudaError_t RoundToBf16OnDevice(const float* in, uint16_t* out, int64_t n, int rounding,
-                                cudaStream_t stream) {
+cudaError_t RoundToBf16OnDevice(const float* in, uint16_t* out, int64_t n, int rounding, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const int threads = 256;
   const int64_t blocks = (n + threads - 1) / threads;
@@ -32,5 +35,6 @@ cudaError_t RoundToBf16OnDevice(const float* in, uint16_t* out, int64_t n, int r
   return cudaGetLastError();
 }
 
+}  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve

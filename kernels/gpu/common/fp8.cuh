@@ -1,10 +1,12 @@
 // FP8 codes on the device, vendor-neutral where the arithmetic is: decoding
-// e4m3fnuz (MI300X's format) exactly by bit arithmetic.
+// e4m3fnuz (MI300X's format) exactly by bit arithmetic; encoding e4m3fn
+// (fp8_encode.h).
 #ifndef KERNELSERVE_KERNELS_GPU_COMMON_FP8_CUH_
 #define KERNELSERVE_KERNELS_GPU_COMMON_FP8_CUH_
 
 #include <cstdint>
 
+#include "kernels/gpu/common/fp8_encode.h"
 #include "kernels/gpu/common/gpu.h"
 
 namespace kernelserve {

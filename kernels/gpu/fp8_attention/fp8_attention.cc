@@ -1,67 +1,170 @@
 #include "kernels/gpu/fp8_attention/fp8_attention.h"
 
+#include <algorithm>
+#include <cstddef>
+
 #include "absl/strings/str_cat.h"
+#include "kernels/api/status_macros.h"
 #include "kernels/gpu/common/gpu_status.h"
-#include "kernels/gpu/fp8_attention/fp8_attention_launch.h"
+#include "kernels/gpu/fp8_attention/fp8_quantize.h"
 
 namespace kernelserve {
 namespace gpu {
+namespace {
 
-absl::Status RunFp8Attention(const Fp8AttentionParams& p, const Fp8AttentionInputs& in, TensorView& out,
-                             cudaStream_t stream, Fp8AttentionKernel kernel) {
-  return RunFp8AttentionKeepQuantized(p, in, out, Fp8QuantizedOut{}, stream, kernel);
+using fp8_attention::Fp8KernelParams;
+using fp8_attention::QuantizeArgs;
+
+absl::Status CheckFormat(const Fp8AttentionParams& p) {
+  if (p.format == Fp8Format::kE4M3Fn) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat("fp8_attention: the " KS_GPU_VENDOR " backend serves e4m3fn, not ", Fp8FormatName(p.format)));
 }
 
-absl::Status RunFp8AttentionKeepQuantized(const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
-                                          TensorView& out, const Fp8QuantizedOut& keep, cudaStream_t stream,
-                                          Fp8AttentionKernel kernel) {
-  if (p.format != Fp8Format::kE4M3Fn) {
-    return absl::UnimplementedError(absl::StrCat("fp8_attention: the cuda backend serves e4m3fn, not ",
-                                                 Fp8FormatName(p.format)));
+// What no GPU kernel takes (UNIMPLEMENTED): e4m3fnuz, a head shape other than
+// (128|192, 128), heads that did not pass Validate.
+absl::Status CheckCall(const Fp8AttentionParams& p) {
+  KS_RETURN_IF_ERROR(CheckFormat(p));
+  if (p.d_v != 128 || (p.d_qk != 128 && p.d_qk != 192)) {
+    return absl::UnimplementedError("fp8_attention: " KS_GPU_VENDOR " serves (d_qk, d_v) = (128|192, 128)");
   }
+  if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0) {
+    return absl::UnimplementedError("fp8_attention: heads_q must be a multiple of heads_kv");
+  }
+  return absl::OkStatus();
+}
+
+bool HasWork(const Fp8AttentionParams& p) { return p.batch > 0 && p.heads_q > 0 && p.seq_q > 0; }
+
+// The kernel params of a call, and for bf16 inputs the quantization into a
+// stream-ordered workspace (*ws, freed by the caller after the kernel) or
+// into `keep`'s buffers where given: codes (q, k, v), descales (expanded),
+// amax bits, rotated fp32 rows.
+cudaError_t Prepare(const Fp8AttentionParams& a, const Fp8AttentionInputs& in, const Fp8QuantizedOut& keep,
+                    cudaStream_t stream, Fp8KernelParams* kp, uint8_t** ws) {
+  Fp8KernelParams& p = *kp;
+  p = Fp8KernelParams{};
+  p.heads_q = static_cast<int>(a.heads_q);
+  p.heads_kv = static_cast<int>(a.heads_kv);
+  p.seq_q = static_cast<int>(a.seq_q);
+  p.seq_kv = static_cast<int>(a.seq_kv);
+  p.bshd = a.layout == Layout::kBshd ? 1 : 0;
+  p.rounding = static_cast<int>(a.rounding);
+  p.scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
+  *ws = nullptr;
+  if (a.fp8_inputs) {
+    p.q = static_cast<const uint8_t*>(in.q.data);
+    p.k = static_cast<const uint8_t*>(in.k.data);
+    p.v = static_cast<const uint8_t*>(in.v.data);
+    p.q_ds = in.q_descale.as<const float>();
+    p.k_ds = in.k_descale.as<const float>();
+    p.v_ds = in.v_descale.as<const float>();
+    p.q_ds_per_head = in.q_descale.desc.num_elements() > 1;
+    p.k_ds_per_head = in.k_descale.desc.num_elements() > 1;
+    p.v_ds_per_head = in.v_descale.desc.num_elements() > 1;
+    return cudaSuccess;
+  }
+  const int batch = static_cast<int>(a.batch);
+  const int d_qk = static_cast<int>(a.d_qk), d_v = static_cast<int>(a.d_v);
+  const int64_t nq = a.batch * a.heads_q * a.seq_q;
+  const int64_t nk = a.batch * a.heads_kv * a.seq_kv;
+  const int bhq = batch * p.heads_q, bhk = batch * p.heads_kv;
+  auto align = [](size_t x) { return (x + 255) & ~size_t{255}; };
+  const size_t codes_q = align(nq * d_qk), codes_k = align(nk * d_qk), codes_v = align(nk * d_v);
+  const size_t ds = align((bhq + 2 * bhk) * 4), am = align((bhq + 2 * bhk) * 4);
+  const size_t rot = a.hadamard ? align(std::max(nq, nk) * d_qk * 4) : 0;
+  const size_t total = codes_q + codes_k + codes_v + ds + am + rot;
+  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(ws), total, stream);
+  if (e != cudaSuccess) return e;
+  uint8_t* w = *ws;
+  uint8_t* cq = keep.q_codes ? keep.q_codes : w;
+  uint8_t* ck = keep.k_codes ? keep.k_codes : w + codes_q;
+  uint8_t* cv = keep.v_codes ? keep.v_codes : w + codes_q + codes_k;
+  float* dsp = keep.descales ? keep.descales : reinterpret_cast<float*>(w + codes_q + codes_k + codes_v);
+  unsigned int* amax = reinterpret_cast<unsigned int*>(w + codes_q + codes_k + codes_v + ds);
+  float* rotated = a.hadamard ? reinterpret_cast<float*>(w + codes_q + codes_k + codes_v + ds + am) : nullptr;
+  e = cudaMemsetAsync(amax, 0, (bhq + 2 * bhk) * 4, stream);
+  struct Op {
+    const void* x;
+    int64_t rows;
+    int dim, heads, seq;
+    bool rot;
+    uint8_t* codes;
+    float* descale;
+    unsigned int* amax;
+  } ops[3] = {
+      {in.q.data, nq, d_qk, p.heads_q, p.seq_q, a.hadamard, cq, dsp, amax},
+      {in.k.data, nk, d_qk, p.heads_kv, p.seq_kv, a.hadamard, ck, dsp + bhq, amax + bhq},
+      {in.v.data, nk, d_v, p.heads_kv, p.seq_kv, false, cv, dsp + bhq + bhk, amax + bhq + bhk},
+  };
+  for (const Op& op : ops) {
+    if (e != cudaSuccess) break;
+    QuantizeArgs qa;
+    qa.x = static_cast<const uint16_t*>(op.x);
+    qa.rows = op.rows;
+    qa.dim = op.dim;
+    qa.hadamard = op.rot;
+    qa.per_head = a.descale_mode == DescaleMode::kPerHead;
+    qa.bshd = p.bshd != 0;
+    qa.heads = op.heads;
+    qa.seq = op.seq;
+    qa.batch = batch;
+    qa.codes = op.codes;
+    qa.descale = op.descale;
+    qa.rotated = rotated;
+    qa.amax = op.amax;
+    e = fp8_attention::LaunchQuantize(qa, stream);
+  }
+  p.q = cq;
+  p.k = ck;
+  p.v = cv;
+  p.q_ds = dsp;
+  p.k_ds = dsp + bhq;
+  p.v_ds = dsp + bhq + bhk;
+  p.q_ds_per_head = p.k_ds_per_head = p.v_ds_per_head = 1;  // expanded
+  return e;
+}
+
+// Frees the workspace in stream order; the first error wins.
+cudaError_t Release(uint8_t* ws, cudaError_t e, cudaStream_t stream) {
+  if (ws == nullptr) return e;
+  const cudaError_t f = cudaFreeAsync(ws, stream);
+  return e == cudaSuccess ? f : e;
+}
+
+}  // namespace
+
+absl::Status RunFp8Attention(const Fp8AttentionParams& p, const Fp8AttentionInputs& in, TensorView& out,
+                             cudaStream_t stream, const char* kernel_name, fp8_attention::KernelLaunch kernel) {
+  KS_RETURN_IF_ERROR(CheckFormat(p));
   const TensorDesc want = p.OutputDesc();
   if (out.desc.dtype != want.dtype || out.desc.shape != want.shape) {
     return absl::InvalidArgumentError(
         absl::StrCat("fp8_attention: out must be ", want.DebugString(), ", got ", out.desc.DebugString()));
   }
-  cuda_fp8::Fp8AttentionArgs a;
-  a.q = in.q.data;
-  a.k = in.k.data;
-  a.v = in.v.data;
-  a.fp8_inputs = p.fp8_inputs;
-  if (p.fp8_inputs) {
-    a.q_descale = in.q_descale.as<const float>();
-    a.k_descale = in.k_descale.as<const float>();
-    a.v_descale = in.v_descale.as<const float>();
-    a.q_descale_per_head = in.q_descale.desc.num_elements() > 1;
-    a.k_descale_per_head = in.k_descale.desc.num_elements() > 1;
-    a.v_descale_per_head = in.v_descale.desc.num_elements() > 1;
+  KS_RETURN_IF_ERROR(CheckCall(p));
+  if (kernel == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("fp8_attention: the ", kernel_name, " kernel has no (d_qk, d_v) = (",
+                                                 p.d_qk, ", ", p.d_v, ")"));
   }
-  a.hadamard = p.hadamard;
-  a.per_head = p.descale_mode == DescaleMode::kPerHead;
-  a.bshd = p.layout == Layout::kBshd;
-  a.causal = p.causal;
-  a.p_mode = static_cast<int>(p.p_mode);
-  a.rounding = static_cast<int>(p.rounding);
-  a.batch = static_cast<int>(p.batch);
-  a.heads_q = static_cast<int>(p.heads_q);
-  a.heads_kv = static_cast<int>(p.heads_kv);
-  a.seq_q = static_cast<int>(p.seq_q);
-  a.seq_kv = static_cast<int>(p.seq_kv);
-  a.d_qk = static_cast<int>(p.d_qk);
-  a.d_v = static_cast<int>(p.d_v);
-  a.scale = p.scale;
-  // kAuto: the QGMMA kernel passed every GPU test on the H200 (2026-12-02)
-  // and ran 2.1-2.3x mma.sync's speed at (128, 128) (bench/RESULTS.md).
-  a.kernel = kernel == Fp8AttentionKernel::kMmaSync ? cuda_fp8::kKernelMmaSync : cuda_fp8::kKernelQgmma;
-  a.out = out.data;
-  a.q_codes_out = keep.q_codes;
-  a.k_codes_out = keep.k_codes;
-  a.v_codes_out = keep.v_codes;
-  a.descales_out = keep.descales;
-  if (const char* why = cuda_fp8::Fp8AttentionUnsupported(a)) return absl::UnimplementedError(why);
-  if (p.batch == 0 || p.heads_q == 0 || p.seq_q == 0) return absl::OkStatus();
-  return GpuStatus(cuda_fp8::LaunchFp8Attention(a, stream), "fp8_attention launch");
+  if (!HasWork(p)) return absl::OkStatus();
+  Fp8KernelParams kp;
+  uint8_t* ws = nullptr;
+  cudaError_t e = Prepare(p, in, Fp8QuantizedOut{}, stream, &kp, &ws);
+  kp.out = static_cast<uint16_t*>(out.data);
+  if (e == cudaSuccess) e = kernel(kp, static_cast<int>(p.batch), static_cast<int>(p.p_mode), stream);
+  return GpuStatus(Release(ws, e, stream), absl::StrCat("fp8_attention launch (", kernel_name, ")"));
+}
+
+absl::Status QuantizeFp8AttentionInputs(const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
+                                        const Fp8QuantizedOut& out, cudaStream_t stream) {
+  KS_RETURN_IF_ERROR(CheckCall(p));
+  if (p.fp8_inputs) return absl::InvalidArgumentError("fp8_attention: the inputs are FP8 already");
+  if (!HasWork(p)) return absl::OkStatus();
+  Fp8KernelParams kp;
+  uint8_t* ws = nullptr;
+  const cudaError_t e = Prepare(p, in, out, stream, &kp, &ws);
+  return GpuStatus(Release(ws, e, stream), "fp8_attention quantization");
 }
 
 }  // namespace gpu

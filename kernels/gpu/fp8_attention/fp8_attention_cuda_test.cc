@@ -1,4 +1,7 @@
-// FP8 attention on the GPU against the fp64 oracle. Skips without a device.
+// FP8 attention on the GPU against the fp64 oracle: every case checks the
+// GPU quantization bit for bit against the oracle's, then runs the dispatch
+// and every entry of the variant table (fp8_attention_variants.h) that
+// serves it, each into a poisoned output. Device cases skip without a GPU.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -6,12 +9,17 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/api/op_call.h"
 #include "kernels/api/ops.h"
 #include "kernels/cpu/oracle.h"
+#include "kernels/gpu/common/kernel_variant.h"
 #include "kernels/gpu/fp8_attention/fp8_attention.h"
+#include "kernels/gpu/fp8_attention/fp8_attention_variants.h"
 #include "kernels/gpu/gpu_test_util.h"
 #include "kernels/numerics/numerics.h"
 #include "kernels/numerics/test_inputs.h"
@@ -32,7 +40,6 @@ struct Case {
   bool hadamard = false;
   DescaleMode descale = DescaleMode::kPerTensor;
   bool long_tail = false;
-  gpu::Fp8AttentionKernel kernel = gpu::Fp8AttentionKernel::kMmaSync;
 };
 
 Shape AttnShape(Layout l, int64_t b, int64_t h, int64_t s, int64_t d) {
@@ -70,99 +77,140 @@ Fp8AttentionParams Params(const Case& c) {
   return p;
 }
 
-struct Result {
-  HostTensor out, q_codes, k_codes, v_codes;
-  std::vector<float> descales;
+// One implementation of a case: the dispatch (kernel == nullptr) or a table entry.
+struct Impl {
+  const gpu::KernelVariant* kernel;
+  const char* name() const { return kernel == nullptr ? "dispatch" : kernel->name; }
 };
 
-Result RunGpu(const Fp8AttentionParams& p, const numerics::AttentionTensors& t,
-              gpu::Fp8AttentionKernel kernel) {
-  DeviceTensor q(t.q), k(t.k), v(t.v);
-  DeviceTensor out(p.OutputDesc());
+gpu::DeviceCaps Caps() {
+  static const gpu::DeviceCaps caps = [] {
+    auto c = gpu::QueryDeviceCaps(0);
+    return c.ok() ? *c : gpu::DeviceCaps{};
+  }();
+  return caps;
+}
+
+OpCall Fp8Call(const Fp8AttentionParams& p, const Fp8AttentionInputs& in) {
+  OpCall call;
+  call.op = BenchOp::kFp8Attention;
+  call.fp8 = p;
+  call.fp8_in = in;
+  return call;
+}
+
+// The dispatch, then every table entry that serves `call` on this device.
+std::vector<Impl> Impls(const gpu::DeviceCaps& caps, const OpCall& call) {
+  std::vector<Impl> out = {Impl{nullptr}};
+  for (const gpu::KernelVariant& v : gpu::Fp8AttentionVariants()) {
+    if (v.unsupported(caps, call).empty()) out.push_back(Impl{&v});
+  }
+  return out;
+}
+
+absl::Status RunImpl(const Impl& impl, const OpCall& call, TensorView& out) {
+  // On the default stream; the copies around it are synchronous.
+  const absl::Status st = impl.kernel == nullptr
+                              ? gpu::RunSelected(gpu::Fp8AttentionVariants(), "fp8_attention", Caps(), call, out, nullptr)
+                              : impl.kernel->run(call, out, nullptr);
+  if (!st.ok()) return st;
+  return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus() : absl::InternalError("cudaDeviceSynchronize");
+}
+
+// `impl` into a poisoned output, copied back.
+HostTensor RunGpu(const Impl& impl, const OpCall& call) {
+  DeviceTensor out(call.fp8.OutputDesc());
   EXPECT_EQ(out.Fill(0xFF), cudaSuccess);
-  DeviceTensor qc(TensorDesc{DType::kFp8E4M3Fn, t.q.shape()}), kc(TensorDesc{DType::kFp8E4M3Fn, t.k.shape()}),
-      vc(TensorDesc{DType::kFp8E4M3Fn, t.v.shape()});
-  const int64_t nds = p.batch * (p.heads_q + 2 * p.heads_kv);
-  DeviceTensor ds(TensorDesc{DType::kFp32, {nds}});
-  Fp8AttentionInputs in;
-  in.q = q.view();
-  in.k = k.view();
-  in.v = v.view();
   TensorView ov = out.view();
-  gpu::Fp8QuantizedOut keep{static_cast<uint8_t*>(qc.data()), static_cast<uint8_t*>(kc.data()),
-                             static_cast<uint8_t*>(vc.data()), static_cast<float*>(ds.data())};
-  const absl::Status st = gpu::RunFp8AttentionKeepQuantized(p, in, ov, keep, nullptr, kernel);
-  EXPECT_TRUE(st.ok()) << st;
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  Result r;
-  r.out = out.ToHost();
-  r.q_codes = qc.ToHost();
-  r.k_codes = kc.ToHost();
-  r.v_codes = vc.ToHost();
-  const HostTensor d = ds.ToHost();
-  r.descales.assign(d.data<float>(), d.data<float>() + nds);
-  return r;
+  const absl::Status st = RunImpl(impl, call, ov);
+  EXPECT_TRUE(st.ok()) << impl.name() << ": " << st;
+  return out.ToHost();
 }
 
 double RelRms(const std::vector<double>& out, const std::vector<double>& ref) {
   return numerics::CompareToReference(out.data(), ref.data(), static_cast<int64_t>(ref.size())).rel_rms;
 }
 
-// Runs a case; checks the quantized inputs bit for bit against the oracle's
-// quantization and the output against the oracle with P quantized as the
-// params say. Returns {gpu error, oracle P-quant error} against fp64
-// attention on the same quantized inputs.
-std::pair<double, double> Check(const Case& c, double tol = 4e-3) {
+// Runs a case: the GPU quantization against the oracle's bit for bit, then
+// each implementation against the oracle with P quantized as the params say.
+// Returns per implementation (Impls order) {gpu error, oracle P-quant error}
+// against fp64 attention on the same quantized inputs.
+std::vector<std::pair<double, double>> Check(const Case& c, double tol = 4e-3) {
   const uint64_t seed = FreshSeed();
   const numerics::AttentionTensors t = MakeInputs(c, seed);
   Fp8AttentionParams p = Params(c);
   const absl::Status vs = p.Validate(t.q.desc(), t.k.desc(), t.v.desc(), nullptr, nullptr, nullptr);
   EXPECT_TRUE(vs.ok()) << vs;
-  if (!vs.ok()) return {1, 1};
-  const Result r = RunGpu(p, t, c.kernel);
+  if (!vs.ok()) return {};
+  DeviceTensor q(t.q), k(t.k), v(t.v);
+  Fp8AttentionInputs in;
+  in.q = q.view();
+  in.k = k.view();
+  in.v = v.view();
+
+  DeviceTensor qc(TensorDesc{DType::kFp8E4M3Fn, t.q.shape()}), kc(TensorDesc{DType::kFp8E4M3Fn, t.k.shape()}),
+      vc(TensorDesc{DType::kFp8E4M3Fn, t.v.shape()});
+  const int64_t nds = p.batch * (p.heads_q + 2 * p.heads_kv);
+  DeviceTensor ds(TensorDesc{DType::kFp32, {nds}});
+  const gpu::Fp8QuantizedOut keep{static_cast<uint8_t*>(qc.data()), static_cast<uint8_t*>(kc.data()),
+                                  static_cast<uint8_t*>(vc.data()), static_cast<float*>(ds.data())};
+  const absl::Status qs = gpu::QuantizeFp8AttentionInputs(p, in, keep, nullptr);
+  EXPECT_TRUE(qs.ok()) << qs;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Fp8AttentionInputs hin;
   hin.q = t.q.view();
   hin.k = t.k.view();
   hin.v = t.v.view();
   const auto qin = oracle::QuantizeAttentionInputs(p, hin);
   EXPECT_TRUE(qin.ok()) << qin.status();
-  if (!qin.ok()) return {1, 1};
-  EXPECT_TRUE(SameBytes(r.q_codes, qin->q)) << "q codes differ from the oracle's quantization";
-  EXPECT_TRUE(SameBytes(r.k_codes, qin->k)) << "k codes differ";
-  EXPECT_TRUE(SameBytes(r.v_codes, qin->v)) << "v codes differ";
+  if (!qin.ok()) return {};
+  EXPECT_TRUE(SameBytes(qc.ToHost(), qin->q)) << "q codes differ from the oracle's quantization";
+  EXPECT_TRUE(SameBytes(kc.ToHost(), qin->k)) << "k codes differ";
+  EXPECT_TRUE(SameBytes(vc.ToHost(), qin->v)) << "v codes differ";
+  const HostTensor d = ds.ToHost();
   std::vector<float> want = qin->q_descale;
   want.insert(want.end(), qin->k_descale.begin(), qin->k_descale.end());
   want.insert(want.end(), qin->v_descale.begin(), qin->v_descale.end());
-  EXPECT_EQ(r.descales, want) << "descales differ";
+  EXPECT_EQ(std::vector<float>(d.data<float>(), d.data<float>() + nds), want) << "descales differ";
 
   const auto ref_p = oracle::Fp8Attention(p, *qin, oracle::PQuant::kAsParams);
   const auto ref = oracle::Fp8Attention(p, *qin, oracle::PQuant::kNone);
   EXPECT_TRUE(ref_p.ok() && ref.ok());
-  if (!ref_p.ok() || !ref.ok()) return {1, 1};
-  const std::vector<double> out = numerics::ToDoubles(r.out.view());
-  EXPECT_EQ(CountNan(out), 0) << "unwritten or NaN outputs";
-  const double vs_oracle = RelRms(out, *ref_p);
-  const double gpu_err = RelRms(out, *ref), oracle_err = RelRms(*ref_p, *ref);
-  EXPECT_LT(vs_oracle, tol);
-  std::printf("%s mode=%s d=%lld causal=%d sq=%lld skv=%lld tail=%d: vs oracle(P) %.3g; error vs exact attention: gpu %.3g oracle %.3g\n",
-              c.kernel == gpu::Fp8AttentionKernel::kQgmma ? "qgmma" : "mma.sync", PModeName(c.mode).c_str(),
-              static_cast<long long>(c.dqk), c.causal, static_cast<long long>(c.sq),
-              static_cast<long long>(c.skv), c.long_tail, vs_oracle, gpu_err, oracle_err);
-  return {gpu_err, oracle_err};
+  if (!ref_p.ok() || !ref.ok()) return {};
+  const OpCall call = Fp8Call(p, in);
+  const std::vector<Impl> impls = Impls(Caps(), call);
+  EXPECT_GE(impls.size(), 2u) << "no table entry serves the case";
+  std::vector<std::pair<double, double>> errs;
+  for (const Impl& impl : impls) {
+    SCOPED_TRACE(impl.name());
+    const std::vector<double> out = numerics::ToDoubles(RunGpu(impl, call).view());
+    EXPECT_EQ(CountNan(out), 0) << "unwritten or NaN outputs";
+    const double vs_oracle = RelRms(out, *ref_p);
+    const double gpu_err = RelRms(out, *ref), oracle_err = RelRms(*ref_p, *ref);
+    EXPECT_LT(vs_oracle, tol);
+    std::printf("%s mode=%s d=%lld causal=%d sq=%lld skv=%lld tail=%d: vs oracle(P) %.3g; error vs exact attention: gpu %.3g oracle %.3g\n",
+                impl.name(), PModeName(c.mode).c_str(), static_cast<long long>(c.dqk), c.causal,
+                static_cast<long long>(c.sq), static_cast<long long>(c.skv), c.long_tail, vs_oracle, gpu_err, oracle_err);
+    errs.push_back({gpu_err, oracle_err});
+  }
+  return errs;
 }
 
-void RunExactCausalGqaD128(gpu::Fp8AttentionKernel kernel) {
+class Fp8AttentionCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
+};
+
+TEST_F(Fp8AttentionCudaTest, ExactCausalGqaD128) {
   Case c;
-  c.kernel = kernel;
   c.batch = 2;
   c.hq = 4;
   c.hkv = 2;
   Check(c);
 }
 
-void RunLeanNonCausalCrossBshd(gpu::Fp8AttentionKernel kernel) {
+TEST_F(Fp8AttentionCudaTest, LeanNonCausalCrossBshd) {
   Case c;
-  c.kernel = kernel;
   c.mode = PMode::kLean;
   c.causal = false;
   c.layout = Layout::kBshd;
@@ -171,9 +219,8 @@ void RunLeanNonCausalCrossBshd(gpu::Fp8AttentionKernel kernel) {
   Check(c);
 }
 
-void RunExactCausalD192LongerKeys(gpu::Fp8AttentionKernel kernel) {
+TEST_F(Fp8AttentionCudaTest, ExactCausalD192LongerKeys) {
   Case c;
-  c.kernel = kernel;
   c.dqk = 192;
   c.sq = 200;
   c.skv = 333;
@@ -182,18 +229,18 @@ void RunExactCausalD192LongerKeys(gpu::Fp8AttentionKernel kernel) {
   Check(c);
 }
 
-void RunNaiveCausal(gpu::Fp8AttentionKernel kernel) {
+TEST_F(Fp8AttentionCudaTest, NaiveCausal) {
   Case c;
-  c.kernel = kernel;
   c.mode = PMode::kNaive;
   c.sq = 260;
   c.skv = 260;
   Check(c);
+  c.dqk = 192;
+  Check(c);
 }
 
-void RunHadamardPerHeadD192AndD128(gpu::Fp8AttentionKernel kernel) {
+TEST_F(Fp8AttentionCudaTest, HadamardPerHeadD192AndD128) {
   Case c;
-  c.kernel = kernel;
   c.hadamard = true;
   c.descale = DescaleMode::kPerHead;
   c.hq = 3;
@@ -205,89 +252,100 @@ void RunHadamardPerHeadD192AndD128(gpu::Fp8AttentionKernel kernel) {
   Check(c);
 }
 
-void RunMoreQueriesThanKeysCausalRowsSeeNothing(gpu::Fp8AttentionKernel kernel) {
-  Case c;
-  c.kernel = kernel;
-  c.sq = 200;
-  c.skv = 90;  // rows 0..109 see no key: zeros, as in the oracle
-  Check(c);
+TEST_F(Fp8AttentionCudaTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
+  for (int64_t dqk : {128, 192}) {
+    Case c;
+    c.dqk = dqk;
+    c.sq = 200;
+    c.skv = 90;  // rows 0..109 see no key: zeros, as in the oracle
+    Check(c);
+  }
 }
 
 // Long context with a sink, a local window and a diffuse tail: block-scaled P
-// stays close to exact attention, naive P (no block scaling) underflows the tail.
-void RunLongTailBlockScalingBeatsNaive(gpu::Fp8AttentionKernel kernel) {
-  Case c;
-  c.kernel = kernel;
-  c.long_tail = true;
-  c.sq = 256;
-  c.skv = 2048;
-  const auto exact = Check(c);
-  c.mode = PMode::kLean;
-  const auto lean = Check(c);
-  c.mode = PMode::kNaive;
-  const auto naive = Check(c);
-  EXPECT_LT(exact.first, 1.1 * exact.second + 1e-3);
-  EXPECT_LT(lean.first, 1.1 * lean.second + 1e-3);
-  EXPECT_LT(lean.first, 0.5 * naive.first) << "naive should be far worse on long-tail inputs";
+// stays close to exact attention, naive P (no block scaling) underflows the
+// tail. Both head shapes, every implementation.
+TEST_F(Fp8AttentionCudaTest, LongTailBlockScalingBeatsNaive) {
+  for (int64_t dqk : {128, 192}) {
+    Case c;
+    c.dqk = dqk;
+    c.long_tail = true;
+    c.sq = 256;
+    c.skv = 2048;
+    const auto exact = Check(c);
+    c.mode = PMode::kLean;
+    const auto lean = Check(c);
+    c.mode = PMode::kNaive;
+    const auto naive = Check(c);
+    ASSERT_EQ(exact.size(), lean.size());
+    ASSERT_EQ(exact.size(), naive.size());
+    for (size_t i = 0; i < exact.size(); ++i) {
+      SCOPED_TRACE(testing::Message() << "d_qk " << dqk << ", implementation " << i);
+      EXPECT_LT(exact[i].first, 1.1 * exact[i].second + 1e-3);
+      EXPECT_LT(lean[i].first, 1.1 * lean[i].second + 1e-3);
+      EXPECT_LT(lean[i].first, 0.5 * naive[i].first) << "naive should be far worse on long-tail inputs";
+    }
+  }
 }
 
-void RunFp8InputsWithDescalesAndDeterminism(gpu::Fp8AttentionKernel kernel) {
-  Case c;
-  c.kernel = kernel;
-  c.hq = 2;
-  c.hkv = 2;
-  const numerics::AttentionTensors t = MakeInputs(c, FreshSeed());
-  Fp8AttentionParams pb = Params(c);
-  ASSERT_TRUE(pb.Validate(t.q.desc(), t.k.desc(), t.v.desc(), nullptr, nullptr, nullptr).ok());
-  Fp8AttentionInputs hin;
-  hin.q = t.q.view();
-  hin.k = t.k.view();
-  hin.v = t.v.view();
-  auto qin = oracle::QuantizeAttentionInputs(pb, hin);
-  ASSERT_TRUE(qin.ok());
-  // Per-head descales [B,H] for q, a single one for k and v.
-  HostTensor qd(DType::kFp32, {c.batch, c.hq}), kd(DType::kFp32, {1}), vd(DType::kFp32, {1});
-  for (int64_t i = 0; i < c.batch * c.hq; ++i) qd.data<float>()[i] = qin->q_descale[i] * (1 + i);
-  kd.data<float>()[0] = qin->k_descale[0];
-  vd.data<float>()[0] = qin->v_descale[0];
-  Fp8AttentionParams p = Params(c);
-  ASSERT_TRUE(p.Validate(qin->q.desc(), qin->k.desc(), qin->v.desc(), &qd.desc(), &kd.desc(), &vd.desc()).ok());
-  DeviceTensor q(qin->q), k(qin->k), v(qin->v), dq(qd), dk(kd), dv(vd), out(p.OutputDesc());
-  Fp8AttentionInputs in;
-  in.q = q.view();
-  in.k = k.view();
-  in.v = v.view();
-  in.q_descale = dq.view();
-  in.k_descale = dk.view();
-  in.v_descale = dv.view();
-  TensorView ov = out.view();
-  KS_CUDA_OK(out.Fill(0xFF));
-  ASSERT_TRUE(gpu::RunFp8Attention(p, in, ov, nullptr, kernel).ok());
-  KS_CUDA_OK(cudaDeviceSynchronize());
-  const HostTensor first = out.ToHost();
-  KS_CUDA_OK(out.Fill(0xFF));
-  ASSERT_TRUE(gpu::RunFp8Attention(p, in, ov, nullptr, kernel).ok());
-  KS_CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_TRUE(SameBytes(first, out.ToHost())) << "not deterministic";
-
-  Fp8AttentionInputs hq;
-  hq.q = qin->q.view();
-  hq.k = qin->k.view();
-  hq.v = qin->v.view();
-  hq.q_descale = qd.view();
-  hq.k_descale = kd.view();
-  hq.v_descale = vd.view();
-  const auto q2 = oracle::QuantizeAttentionInputs(p, hq);
-  ASSERT_TRUE(q2.ok()) << q2.status();
-  const auto ref = oracle::Fp8Attention(p, *q2, oracle::PQuant::kAsParams);
-  ASSERT_TRUE(ref.ok());
-  const std::vector<double> o = numerics::ToDoubles(first.view());
-  EXPECT_LT(RelRms(o, *ref), 4e-3);
+// FP8 inputs with per-head descales for q and single ones for k and v: each
+// implementation twice (the same bytes) and against the oracle.
+TEST_F(Fp8AttentionCudaTest, Fp8InputsWithDescalesAndDeterminism) {
+  for (int64_t dqk : {128, 192}) {
+    Case c;
+    c.dqk = dqk;
+    c.hq = 2;
+    c.hkv = 2;
+    const numerics::AttentionTensors t = MakeInputs(c, FreshSeed());
+    Fp8AttentionParams pb = Params(c);
+    ASSERT_TRUE(pb.Validate(t.q.desc(), t.k.desc(), t.v.desc(), nullptr, nullptr, nullptr).ok());
+    Fp8AttentionInputs hin;
+    hin.q = t.q.view();
+    hin.k = t.k.view();
+    hin.v = t.v.view();
+    auto qin = oracle::QuantizeAttentionInputs(pb, hin);
+    ASSERT_TRUE(qin.ok());
+    HostTensor qd(DType::kFp32, {c.batch, c.hq}), kd(DType::kFp32, {1}), vd(DType::kFp32, {1});
+    for (int64_t i = 0; i < c.batch * c.hq; ++i) qd.data<float>()[i] = qin->q_descale[i] * (1 + i);
+    kd.data<float>()[0] = qin->k_descale[0];
+    vd.data<float>()[0] = qin->v_descale[0];
+    Fp8AttentionParams p = Params(c);
+    ASSERT_TRUE(p.Validate(qin->q.desc(), qin->k.desc(), qin->v.desc(), &qd.desc(), &kd.desc(), &vd.desc()).ok());
+    DeviceTensor q(qin->q), k(qin->k), v(qin->v), dq(qd), dk(kd), dv(vd);
+    Fp8AttentionInputs in;
+    in.q = q.view();
+    in.k = k.view();
+    in.v = v.view();
+    in.q_descale = dq.view();
+    in.k_descale = dk.view();
+    in.v_descale = dv.view();
+    Fp8AttentionInputs hq;
+    hq.q = qin->q.view();
+    hq.k = qin->k.view();
+    hq.v = qin->v.view();
+    hq.q_descale = qd.view();
+    hq.k_descale = kd.view();
+    hq.v_descale = vd.view();
+    const auto q2 = oracle::QuantizeAttentionInputs(p, hq);
+    ASSERT_TRUE(q2.ok()) << q2.status();
+    const auto ref = oracle::Fp8Attention(p, *q2, oracle::PQuant::kAsParams);
+    ASSERT_TRUE(ref.ok());
+    const OpCall call = Fp8Call(p, in);
+    const std::vector<Impl> impls = Impls(Caps(), call);
+    EXPECT_GE(impls.size(), 2u) << "no table entry serves d_qk " << dqk;
+    for (const Impl& impl : impls) {
+      SCOPED_TRACE(testing::Message() << impl.name() << " d_qk " << dqk);
+      const HostTensor first = RunGpu(impl, call);
+      EXPECT_TRUE(SameBytes(first, RunGpu(impl, call))) << "not deterministic";
+      EXPECT_LT(RelRms(numerics::ToDoubles(first.view()), *ref), 4e-3);
+    }
+  }
 }
 
-void RunFnuzIsUnimplemented(gpu::Fp8AttentionKernel kernel) {
+// e4m3fnuz: the dispatch and every entry (run directly, past its predicate)
+// answer UNIMPLEMENTED naming the format.
+TEST_F(Fp8AttentionCudaTest, FnuzIsUnimplemented) {
   Case c;
-  c.kernel = kernel;
   const numerics::AttentionTensors t = MakeInputs(c, 1);
   Fp8AttentionParams p = Params(c);
   p.format = Fp8Format::kE4M3Fnuz;
@@ -298,72 +356,20 @@ void RunFnuzIsUnimplemented(gpu::Fp8AttentionKernel kernel) {
   in.k = k.view();
   in.v = v.view();
   TensorView ov = out.view();
-  const absl::Status st = gpu::RunFp8Attention(p, in, ov, nullptr, kernel);
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
-  EXPECT_NE(st.message().find("e4m3fnuz"), absl::string_view::npos) << st;
+  const OpCall call = Fp8Call(p, in);
+  std::vector<Impl> impls = {Impl{nullptr}};
+  for (const gpu::KernelVariant& var : gpu::Fp8AttentionVariants()) impls.push_back(Impl{&var});
+  for (const Impl& impl : impls) {
+    const absl::Status st = RunImpl(impl, call, ov);
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << impl.name() << ": " << st;
+    EXPECT_NE(st.message().find("e4m3fnuz"), absl::string_view::npos) << impl.name() << ": " << st;
+  }
 }
 
-// The cases, each run by both kernels.
-
-class Fp8AttentionCudaTest : public ::testing::Test {
- protected:
-  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
-};
-
-// The wgmma e4m3 kernel (bench/NOTES.md FP8 attention v2; what kAuto serves
-// at (128, 128)). Its (192, 128) cases cover the fallback to mma.sync.
-class Fp8AttentionCudaQgmmaTest : public ::testing::Test {
- protected:
-  void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
-};
-
-TEST_F(Fp8AttentionCudaTest, ExactCausalGqaD128) { RunExactCausalGqaD128(gpu::Fp8AttentionKernel::kMmaSync); }
-TEST_F(Fp8AttentionCudaTest, LeanNonCausalCrossBshd) { RunLeanNonCausalCrossBshd(gpu::Fp8AttentionKernel::kMmaSync); }
-TEST_F(Fp8AttentionCudaTest, ExactCausalD192LongerKeys) {
-  RunExactCausalD192LongerKeys(gpu::Fp8AttentionKernel::kMmaSync);
-}
-TEST_F(Fp8AttentionCudaTest, NaiveCausal) { RunNaiveCausal(gpu::Fp8AttentionKernel::kMmaSync); }
-TEST_F(Fp8AttentionCudaTest, HadamardPerHeadD192AndD128) {
-  RunHadamardPerHeadD192AndD128(gpu::Fp8AttentionKernel::kMmaSync);
-}
-TEST_F(Fp8AttentionCudaTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
-  RunMoreQueriesThanKeysCausalRowsSeeNothing(gpu::Fp8AttentionKernel::kMmaSync);
-}
-TEST_F(Fp8AttentionCudaTest, LongTailBlockScalingBeatsNaive) {
-  RunLongTailBlockScalingBeatsNaive(gpu::Fp8AttentionKernel::kMmaSync);
-}
-TEST_F(Fp8AttentionCudaTest, Fp8InputsWithDescalesAndDeterminism) {
-  RunFp8InputsWithDescalesAndDeterminism(gpu::Fp8AttentionKernel::kMmaSync);
-}
-TEST_F(Fp8AttentionCudaTest, FnuzIsUnimplemented) { RunFnuzIsUnimplemented(gpu::Fp8AttentionKernel::kMmaSync); }
-
-TEST_F(Fp8AttentionCudaQgmmaTest, ExactCausalGqaD128) { RunExactCausalGqaD128(gpu::Fp8AttentionKernel::kQgmma); }
-TEST_F(Fp8AttentionCudaQgmmaTest, LeanNonCausalCrossBshd) {
-  RunLeanNonCausalCrossBshd(gpu::Fp8AttentionKernel::kQgmma);
-}
-TEST_F(Fp8AttentionCudaQgmmaTest, ExactCausalD192LongerKeys) {
-  RunExactCausalD192LongerKeys(gpu::Fp8AttentionKernel::kQgmma);
-}
-TEST_F(Fp8AttentionCudaQgmmaTest, NaiveCausal) { RunNaiveCausal(gpu::Fp8AttentionKernel::kQgmma); }
-TEST_F(Fp8AttentionCudaQgmmaTest, HadamardPerHeadD192AndD128) {
-  RunHadamardPerHeadD192AndD128(gpu::Fp8AttentionKernel::kQgmma);
-}
-TEST_F(Fp8AttentionCudaQgmmaTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
-  RunMoreQueriesThanKeysCausalRowsSeeNothing(gpu::Fp8AttentionKernel::kQgmma);
-}
-TEST_F(Fp8AttentionCudaQgmmaTest, LongTailBlockScalingBeatsNaive) {
-  RunLongTailBlockScalingBeatsNaive(gpu::Fp8AttentionKernel::kQgmma);
-}
-TEST_F(Fp8AttentionCudaQgmmaTest, Fp8InputsWithDescalesAndDeterminism) {
-  RunFp8InputsWithDescalesAndDeterminism(gpu::Fp8AttentionKernel::kQgmma);
-}
-TEST_F(Fp8AttentionCudaQgmmaTest, FnuzIsUnimplemented) { RunFnuzIsUnimplemented(gpu::Fp8AttentionKernel::kQgmma); }
-
-// QGMMA only: more key tiles than the shared cases (9 of 128 keys), and a
-// query count that leaves a partial CTA, causal and not.
-TEST_F(Fp8AttentionCudaQgmmaTest, ManyTilesBothMasks) {
+// More key tiles than the cases above (9 of 128 keys), and a query count that
+// leaves a partial CTA, causal and not.
+TEST_F(Fp8AttentionCudaTest, ManyTilesBothMasks) {
   Case c;
-  c.kernel = gpu::Fp8AttentionKernel::kQgmma;
   c.sq = 1100;
   c.skv = 1100;
   c.mode = PMode::kLean;
@@ -372,6 +378,36 @@ TEST_F(Fp8AttentionCudaQgmmaTest, ManyTilesBothMasks) {
   c.mode = PMode::kExact;
   c.layout = Layout::kBshd;
   Check(c);
+}
+
+// The table's dispatch order, without a device: on sm_90a each e4m3fn head
+// shape of DESIGN §4 has exactly one entry; nothing serves e4m3fnuz or
+// another device.
+TEST(Fp8AttentionVariantsTest, OneEntryPerHeadShapeOnSm90a) {
+  gpu::DeviceCaps h200;
+  h200.cc_major = 9;
+  h200.cc_minor = 0;
+  h200.sms = 132;
+  h200.smem_per_block_optin = 227 * 1024;
+  gpu::DeviceCaps ampere = h200;
+  ampere.cc_major = 8;
+  const gpu::VariantTable& table = gpu::Fp8AttentionVariants();
+  for (auto [dqk, want] : {std::pair<int64_t, const char*>{128, "qgmma"}, {192, "mma_sync"}}) {
+    OpCall call;
+    call.op = BenchOp::kFp8Attention;
+    call.fp8.d_qk = dqk;
+    call.fp8.d_v = 128;
+    auto v = gpu::SelectVariant(table, "fp8_attention", h200, call);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_STREQ((*v)->name, want) << "d_qk " << dqk;
+    EXPECT_EQ(Impls(h200, call).size(), 2u) << "d_qk " << dqk;
+    EXPECT_EQ(gpu::SelectVariant(table, "fp8_attention", ampere, call).status().code(),
+              absl::StatusCode::kUnimplemented);
+    call.fp8.format = Fp8Format::kE4M3Fnuz;
+    const auto fnuz = gpu::SelectVariant(table, "fp8_attention", h200, call);
+    EXPECT_EQ(fnuz.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(fnuz.status().message().find("e4m3fnuz"), absl::string_view::npos) << fnuz.status();
+  }
 }
 
 }  // namespace

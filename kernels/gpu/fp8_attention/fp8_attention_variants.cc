@@ -1,43 +1,53 @@
 #include "kernels/gpu/fp8_attention/fp8_attention_variants.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "kernels/gpu/arch/sm90/fp8_attention/fp8_kernels.h"
 #include "kernels/gpu/fp8_attention/fp8_attention.h"
 
 namespace kernelserve {
 namespace gpu {
 namespace {
 
-std::string Common(const DeviceCaps& caps, const OpCall& c) {
+std::string HeadShape(const DeviceCaps& caps, const OpCall& c, int64_t d_qk, const char* serves) {
   std::string arch = NeedsSm90a(caps);
   if (!arch.empty()) return arch;
-  if (c.fp8.format != Fp8Format::kE4M3Fn) {
-    return absl::StrCat("serves e4m3fn, not ", Fp8FormatName(c.fp8.format));
+  if (c.fp8.format != Fp8Format::kE4M3Fn) return absl::StrCat("serves e4m3fn, not ", Fp8FormatName(c.fp8.format));
+  if (c.fp8.d_qk != d_qk || c.fp8.d_v != 128) {
+    return absl::StrCat("(d_qk, d_v) = (", c.fp8.d_qk, ", ", c.fp8.d_v, ") (serves ", serves, ")");
   }
   return "";
 }
 
+absl::Status RunQgmma(const OpCall& c, TensorView& out, cudaStream_t s) {
+  fp8_attention::KernelLaunch launch = nullptr;
+  if (c.fp8.d_qk == 128 && c.fp8.d_v == 128) {
+    launch = c.fp8.causal ? &fp8_attention::LaunchFp8QgmmaD128<true> : &fp8_attention::LaunchFp8QgmmaD128<false>;
+  }
+  return RunFp8Attention(c.fp8, c.fp8_in, out, s, "qgmma", launch);
+}
+
+absl::Status RunMmaSync(const OpCall& c, TensorView& out, cudaStream_t s) {
+  fp8_attention::KernelLaunch launch = nullptr;
+  if (c.fp8.d_qk == 192 && c.fp8.d_v == 128) {
+    launch = c.fp8.causal ? &fp8_attention::LaunchFp8MmaSync<192, true> : &fp8_attention::LaunchFp8MmaSync<192, false>;
+  }
+  return RunFp8Attention(c.fp8, c.fp8_in, out, s, "mma_sync", launch);
+}
+
 }  // namespace
 
+// Every (valid) e4m3fn call has one entry that serves it: the head shapes are apart.
 const VariantTable& Fp8AttentionVariants() {
   static const VariantTable table = {
       {"qgmma", "wgmma e4m3 (QGMMA): each 64-key block in its own accumulator, folded into O in fp32",
        "sm_90a, e4m3fn, (d_qk, d_v) = (128, 128)",
-       [](const DeviceCaps& caps, const OpCall& c) {
-         std::string no = Common(caps, c);
-         if (no.empty() && !(c.fp8.d_qk == 128 && c.fp8.d_v == 128)) {
-           no = absl::StrCat("(d_qk, d_v) = (", c.fp8.d_qk, ", ", c.fp8.d_v, ") (serves (128, 128))");
-         }
-         return no;
-       },
-       nullptr,
-       [](const OpCall& c, TensorView& out, cudaStream_t s) {
-         return RunFp8Attention(c.fp8, c.fp8_in, out, s, Fp8AttentionKernel::kQgmma);
-       }},
-      {"mma_sync", "mma.sync m16n8k32 e4m3", "sm_90a, e4m3fn, (d_qk, d_v) = (128, 128) and (192, 128)", Common,
-       nullptr,
-       [](const OpCall& c, TensorView& out, cudaStream_t s) {
-         return RunFp8Attention(c.fp8, c.fp8_in, out, s, Fp8AttentionKernel::kMmaSync);
-       }},
+       [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 128, "(128, 128)"); }, nullptr,
+       RunQgmma},
+      {"mma_sync", "mma.sync m16n8k32 e4m3", "sm_90a, e4m3fn, (d_qk, d_v) = (192, 128)",
+       [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 192, "(192, 128)"); }, nullptr,
+       RunMmaSync},
   };
   return table;
 }

@@ -1,12 +1,14 @@
-// What the FP8 attention kernels (mma.sync and QGMMA) take from the launcher
-// after quantization: e4m3 codes in the input layout and their descales.
-#ifndef KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_KERNEL_PARAMS_H_
-#define KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_KERNEL_PARAMS_H_
+// What the FP8 attention kernels (kernels/gpu/arch/sm90/fp8_attention/) take
+// from the host entry after quantization: e4m3 codes in the input layout and
+// their descales. Plain data without a vendor header.
+#ifndef KERNELSERVE_KERNELS_GPU_FP8_ATTENTION_FP8_KERNEL_PARAMS_H_
+#define KERNELSERVE_KERNELS_GPU_FP8_ATTENTION_FP8_KERNEL_PARAMS_H_
 
 #include <cstdint>
 
 namespace kernelserve {
-namespace cuda_fp8 {
+namespace gpu {
+namespace fp8_attention {
 
 struct Fp8KernelParams {
   const uint8_t* q;
@@ -23,7 +25,8 @@ struct Fp8KernelParams {
   float scale_log2;  // softmax scale * log2(e)
 };
 
-}  // namespace cuda_fp8
+}  // namespace fp8_attention
+}  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_KERNEL_PARAMS_H_
+#endif  // KERNELSERVE_KERNELS_GPU_FP8_ATTENTION_FP8_KERNEL_PARAMS_H_

@@ -1,10 +1,33 @@
 #include "kernels/gpu/fp8_attention/fp8_quantize.h"
 
+#include <algorithm>
 #include <cstdint>
 
+#include "kernels/gpu/common/fp8.cuh"
+#include "kernels/gpu/common/gpu.h"
+#include "kernels/gpu/fp8_attention/hadamard_scale.h"
+#if defined(__CUDA_ARCH__)
+#include "kernels/gpu/arch/sm80/mma.cuh"
+#endif
+
 namespace kernelserve {
-namespace cuda_fp8 {
+namespace gpu {
+namespace fp8_attention {
 namespace {
+
+// A row of the input is handled by 32 lanes: a warp on CUDA, half a wave64
+// on AMD (the shuffles below stay within their 32 lanes either way).
+constexpr int kRowLanes = 32;
+
+// The e4m3fn code of y: CUDA's conversion instruction, elsewhere the same
+// codes by bit arithmetic (common/fp8_encode.h).
+__device__ __forceinline__ uint8_t E4m3fnCode(float y) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint8_t>(sm80::F32x2ToE4m3fnX2(y, 0.f) & 0xFF);
+#else
+  return static_cast<uint8_t>(FloatToE4m3fn(y));
+#endif
+}
 
 __device__ __forceinline__ float Bf16(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
@@ -17,11 +40,11 @@ __device__ __forceinline__ int HeadOf(const QuantizeArgs& a, int64_t row) {
   return static_cast<int>(row / a.seq);  // row = (b*H + h)*S + s
 }
 
-// Normalized Walsh-Hadamard of n (power of two, <= 128) values spread over a
-// warp, `per` consecutive values per lane, in fp64 (exact sums of bf16
-// inputs), scaled by 1/sqrt(n) once.
-template <int kPer>
-__device__ __forceinline__ void WarpHadamard(double (&x)[kPer], int n, int lane) {
+// Normalized Walsh-Hadamard of kN (64 or 128) values spread over a row's
+// lanes, kPer consecutive values per lane, in fp64 (exact sums of bf16
+// inputs), scaled by 1/sqrt(kN) once.
+template <int kPer, int kN>
+__device__ __forceinline__ void RowHadamard(double (&x)[kPer], int lane) {
   for (int len = 1; len < kPer; len <<= 1) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -32,26 +55,26 @@ __device__ __forceinline__ void WarpHadamard(double (&x)[kPer], int n, int lane)
       }
     }
   }
-  for (int len = kPer; len < n; len <<= 1) {
+  for (int len = kPer; len < kN; len <<= 1) {
     const int lane_bit = len / kPer;
     const bool upper = (lane & lane_bit) != 0;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const double other = __shfl_xor_sync(0xffffffffu, x[i], lane_bit);
+      const double other = ShflXor(x[i], lane_bit);
       x[i] = upper ? other - x[i] : x[i] + other;
     }
   }
-  const double s = 1.0 / sqrt(static_cast<double>(n));
+  const double s = HadamardScale<kN>::kValue;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) x[i] *= s;
 }
 
-// One warp per row: optional rotation, amax.
+// kRowLanes lanes per row: optional rotation, amax.
 __global__ void AmaxKernel(const QuantizeArgs a) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < a.rows;
-       row += warps) {
+  const int lane = threadIdx.x & (kRowLanes - 1);
+  const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / kRowLanes);
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kRowLanes) + threadIdx.x / kRowLanes;
+       row < a.rows; row += groups) {
     const uint16_t* x = a.x + row * a.dim;
     float m = 0.f;
     if (a.hadamard) {
@@ -62,7 +85,7 @@ __global__ void AmaxKernel(const QuantizeArgs a) {
         double v[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) v[i] = Bf16(x[lane * 4 + i]);
-        WarpHadamard<4>(v, 128, lane);
+        RowHadamard<4, 128>(v, lane);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float f = static_cast<float>(v[i]);
@@ -75,7 +98,7 @@ __global__ void AmaxKernel(const QuantizeArgs a) {
         double v[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) v[i] = Bf16(x[off + lane * 2 + i]);
-        WarpHadamard<2>(v, 64, lane);
+        RowHadamard<2, 64>(v, lane);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const float f = static_cast<float>(v[i]);
@@ -84,10 +107,10 @@ __global__ void AmaxKernel(const QuantizeArgs a) {
         }
       }
     } else {
-      for (int i = lane; i < a.dim; i += 32) m = fmaxf(m, fabsf(Bf16(x[i])));
+      for (int i = lane; i < a.dim; i += kRowLanes) m = fmaxf(m, fabsf(Bf16(x[i])));
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int o = kRowLanes / 2; o > 0; o >>= 1) m = fmaxf(m, ShflXor(m, o));
     // Non-negative floats order like their bits: an integer max is exact and
     // independent of the order of the atomics. NaN never wins (as in numerics).
     if (lane == 0 && m > 0.f) atomicMax(a.amax + HeadOf(a, row), __float_as_uint(m));
@@ -103,9 +126,7 @@ __global__ void QuantizeKernel(const QuantizeArgs a) {
     const float descale = amax == 0.f ? 1.f : __fdiv_rn(amax, 448.f);
     const float x = a.hadamard ? a.rotated[i] : Bf16(a.x[i]);
     const float y = __fdiv_rn(x, descale);
-    uint16_t c;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c) : "f"(0.f), "f"(y));
-    a.codes[i] = static_cast<uint8_t>(c & 0xFF);
+    a.codes[i] = E4m3fnCode(y);
   }
 }
 
@@ -130,5 +151,6 @@ cudaError_t LaunchQuantize(const QuantizeArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-}  // namespace cuda_fp8
+}  // namespace fp8_attention
+}  // namespace gpu
 }  // namespace kernelserve

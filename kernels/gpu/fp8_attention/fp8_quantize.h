@@ -2,15 +2,18 @@
 // numerics::QuantizeFp8 does it (descale = amax / 448 in fp32, 1 when amax is
 // 0; code = RNE-saturating e4m3 of x / descale with an IEEE division), with
 // the optional normalized Hadamard rotation computed in fp64 and rounded once
-// to fp32 (as the oracle does). Per tensor or per (batch, head).
-#ifndef KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_QUANTIZE_H_
-#define KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_QUANTIZE_H_
+// to fp32 (as the oracle does). Per tensor or per (batch, head). Portable
+// device code: built by nvcc and for AMD (BUILD: fp8_quantize_hip).
+#ifndef KERNELSERVE_KERNELS_GPU_FP8_ATTENTION_FP8_QUANTIZE_H_
+#define KERNELSERVE_KERNELS_GPU_FP8_ATTENTION_FP8_QUANTIZE_H_
 
-#include <cuda_runtime.h>
 #include <cstdint>
 
+#include "kernels/gpu/common/gpu.h"
+
 namespace kernelserve {
-namespace cuda_fp8 {
+namespace gpu {
+namespace fp8_attention {
 
 struct QuantizeArgs {
   const uint16_t* x = nullptr;  // bf16 rows of `dim` elements
@@ -31,7 +34,8 @@ struct QuantizeArgs {
 // Enqueues the amax and quantize passes; the scratch must be zeroed by the caller (amax).
 cudaError_t LaunchQuantize(const QuantizeArgs& a, cudaStream_t stream);
 
-}  // namespace cuda_fp8
+}  // namespace fp8_attention
+}  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_FP8_ATTENTION_FP8_QUANTIZE_H_
+#endif  // KERNELSERVE_KERNELS_GPU_FP8_ATTENTION_FP8_QUANTIZE_H_

@@ -1,7 +1,8 @@
 // The sm_80+ warp-level instructions of the mma.sync kernels (built for
 // sm_90a here): cp.async (global -> shared, zero-filled out of bounds),
 // ldmatrix, mma.sync m16n8k16 bf16 and m16n8k32 e4m3 (sm_89+) with fp32
-// accumulation, and the packed conversions feeding them. One copy each.
+// accumulation, and the packed conversions feeding them and from fp32 to
+// e4m3fn (sm_89+). One copy each.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM80_MMA_CUH_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM80_MMA_CUH_
 
@@ -74,6 +75,15 @@ __device__ __forceinline__ uint32_t PackBf16x2Rn(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+
+// Two floats -> two e4m3fn codes, lo in bits 0-7 and hi in bits 8-15, round
+// to nearest even, saturating to +-448 (sm_89+); the codes of
+// common/fp8_encode.h's FloatToE4m3fn.
+__device__ __forceinline__ uint32_t F32x2ToE4m3fnX2(float lo, float hi) {
+  uint16_t c;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c) : "f"(hi), "f"(lo));
+  return c;
 }
 
 // Two e4m3fn codes (low two bytes of v) -> two floats, exact (through f16; sm_89+).

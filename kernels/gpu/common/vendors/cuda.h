@@ -27,6 +27,7 @@ namespace gpu {
 constexpr int kWarpSize = 32;
 
 __device__ __forceinline__ float ShflXor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+__device__ __forceinline__ double ShflXor(double v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 
 // The value of lane (lane - delta) of the warp; lanes below delta keep their own.
 __device__ __forceinline__ int ShflUp(int v, int delta) { return __shfl_up_sync(0xffffffffu, v, delta); }

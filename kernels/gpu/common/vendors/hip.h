@@ -155,6 +155,7 @@ namespace gpu {
 constexpr int kWarpSize = 64;
 
 __device__ __forceinline__ float ShflXor(float v, int mask) { return __shfl_xor(v, mask); }
+__device__ __forceinline__ double ShflXor(double v, int mask) { return __shfl_xor(v, mask); }
 
 // The value of lane (lane - delta) of the wavefront; lanes below delta keep their own.
 __device__ __forceinline__ int ShflUp(int v, int delta) { return __shfl_up(v, delta); }

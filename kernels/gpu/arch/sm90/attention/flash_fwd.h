@@ -1,0 +1,28 @@
+// The bf16 MHA forward kernels of this folder as the host entry
+// (kernels/gpu/attention/attention.cc) launches them: one explicit
+// instantiation per (head dim, mask), each in its own .cu file.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_H_
+
+#include "kernels/gpu/attention/flash_params.h"
+#include "kernels/gpu/common/gpu.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace attention {
+
+// mma.sync m16n8k16 with cp.async double buffering (flash_fwd_mma_sync_*):
+// head dims 64 and 256.
+template <int kHeadDim, bool kCausal>
+cudaError_t RunFlashFwdMmaSync(const FlashFwdParams& params, cudaStream_t stream);
+
+// Warp-specialized wgmma (flash_fwd_ws_*): a TMA producer warpgroup and two
+// consumer warpgroups in ping-pong; head dim 128, seq_kv >= 1.
+template <bool kCausal>
+cudaError_t RunFlashFwdWsHdim128(const FlashFwdParams& params, cudaStream_t stream);
+
+}  // namespace attention
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_H_

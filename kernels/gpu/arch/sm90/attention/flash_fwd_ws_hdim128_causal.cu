@@ -1,0 +1,16 @@
+// Explicit instantiation: warp-specialized wgmma kernel, head dim 128, causal.
+#include "kernels/gpu/arch/sm90/attention/flash_fwd_ws_launch.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace attention {
+
+// A 2-stage K/V ring.
+template <>
+cudaError_t RunFlashFwdWsHdim128<true>(const FlashFwdParams& params, cudaStream_t stream) {
+  return LaunchFlashFwdWs<true, 2>(params, stream);
+}
+
+}  // namespace attention
+}  // namespace gpu
+}  // namespace kernelserve

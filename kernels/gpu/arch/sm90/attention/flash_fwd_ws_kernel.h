@@ -1,0 +1,140 @@
+// Hopper (sm_90a) bf16 MHA forward, head dim 128, warp-specialized in
+// FlashAttention-3's structure.
+//
+// Three warpgroups per CTA of kBlockM = 128 query rows:
+//   warpgroup 0, the producer: setmaxnreg down to 24 registers; one thread
+//     loads Q once and K/V tiles of 128 keys through TMA into a kStages ring
+//     of shared-memory stages with full/empty mbarriers;
+//   warpgroups 1 and 2, the consumers: setmaxnreg up to 240; 64 query rows
+//     each, wgmma for S = Q K^T and O += P V, the online softmax between,
+//     the shared epilogue at the end.
+// No CTA-wide barrier after the role split: consumers wait on the full
+// barriers, release stages on the empty ones and alternate their wgmma issue
+// on two named barriers (mainloop_ws.h).
+//
+// The TMA maps (flash_fwd_ws_launch.h) are passed as __grid_constant__
+// kernel parameters. Out-of-bounds rows are zero-filled by TMA.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_KERNEL_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_KERNEL_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/gpu/arch/sm80/mma.cuh"
+#include "kernels/gpu/arch/sm90/attention/epilogue.h"
+#include "kernels/gpu/arch/sm90/attention/mainloop_ws.h"
+#include "kernels/gpu/arch/sm90/attention/softmax.h"
+#include "kernels/gpu/arch/sm90/pipeline.cuh"
+#include "kernels/gpu/attention/flash_params.h"
+#include "kernels/gpu/attention/tile_scheduler.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace attention {
+
+template <bool kCausal_, int kStages_>
+struct WsTraits {
+  static constexpr bool kCausal = kCausal_;
+  static constexpr int kHeadDim = 128;
+  static constexpr int kConsumers = 2;  // warpgroups of 64 query rows
+  static constexpr int kConsumerWarps = 4 * kConsumers;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kBlockN = 128;
+  static constexpr int kStages = kStages_;
+  // The launch bounds cap every thread at 65536 / 384 -> 168 registers;
+  // setmaxnreg moves the producer's share to the consumers:
+  // 24 + 2 * 240 = 3 * 168.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs <=
+                    (kConsumers + 1) * (65536 / kThreads / 8 * 8),
+                "setmaxnreg asks for more registers than the launch holds");
+  static constexpr uint32_t kTurnBarrier = 1;        // named barriers 1, 2: the consumers' turns
+  static constexpr int kTileQ = kBlockM * kHeadDim;  // elements
+  static constexpr int kTileKV = kBlockN * kHeadDim;
+  static constexpr uint32_t kTileQBytes = 2 * kTileQ;
+  static constexpr uint32_t kTileKVBytes = 2 * kTileKV;
+  static constexpr int kBarriers = 1 + 4 * kStages;
+  // Q, kStages x (K, V), the barriers, the consumer warps' scratch, and
+  // slack to align the base to 1024 bytes (the 128-byte swizzle pattern
+  // repeats every 1024).
+  static constexpr int kSmemBytes =
+      1024 + kTileQBytes + 2 * kStages * kTileKVBytes + 8 * kBarriers + 8 * kConsumerWarps;
+};
+
+struct FlashFwdWsParams {
+  FlashFwdParams p;
+  CUtensorMap map_q, map_k, map_v;
+  // 1: the maps' dimensions are (d, head, seq, batch) (BSHD strides),
+  // 0: (d, seq, head, batch) (BHSD). Both keep strides non-decreasing.
+  int heads_inner;
+};
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    FlashFwdWsKernel(const __grid_constant__ FlashFwdWsParams wp) {
+  using Mainloop = WsMainloop<Traits>;
+  constexpr int kD = Traits::kHeadDim;
+  const FlashFwdParams& p = wp.p;
+
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (sm80::SmemAddr(smem_raw) + 1023u) & ~1023u;
+  const WsSmem<Traits> sm = WsSmem<Traits>::At(base);
+
+  const WorkTile tile = SingleTileScheduler<Traits::kBlockM>::Get();
+  const int m0 = tile.m_block * Traits::kBlockM;
+  const int n_blocks = KvBlocks(p.seq_kv, m0, Traits::kBlockM, Traits::kBlockN, p.causal_offset, Traits::kCausal);
+  // Roles from a shfl-broadcast warpgroup index, which ptxas knows to be
+  // warp-uniform (48 fewer instructions than threadIdx.x / 128 here).
+  const int wg = sm90::WarpUniform(static_cast<int>(threadIdx.x) / 128);
+
+  if (threadIdx.x == 0) sm.InitBarriers();
+  __syncthreads();
+
+  if (wg == 0) {
+    sm90::SetMaxNRegDec<Traits::kProducerRegs>();
+    if (threadIdx.x == 0 && n_blocks > 0) {
+      Mainloop::Produce(&wp.map_q, &wp.map_k, &wp.map_v, wp.heads_inner != 0, sm, m0, tile.head,
+                        tile.head / p.group, tile.batch, n_blocks);
+    }
+  } else {
+    sm90::SetMaxNRegInc<Traits::kConsumerRegs>();
+    const int cwg = wg - 1;  // consumer: query rows [64 cwg, 64 cwg + 64) of the tile
+    float acc[kD / 8][4];
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    OnlineSoftmax<Traits::kBlockN / 8> softmax;
+    softmax.Init();
+    if (n_blocks > 0) Mainloop::Consume(p, sm, cwg, m0, n_blocks, acc, softmax);
+
+    // The shared epilogue: rows that saw no key (n_blocks == 0 included) are
+    // written as zeros.
+    float inv[2];
+    softmax.Finalize(inv);
+    uint16_t* o = static_cast<uint16_t*>(p.o) + tile.batch * p.o_batch_stride +
+                  tile.head * p.o_head_stride + m0 * p.o_row_stride;
+    const int rows_valid = min(Traits::kBlockM, p.seq_q - m0);
+    const int lane = threadIdx.x & 31;
+    const int row0 = 64 * cwg + 16 * ((threadIdx.x >> 5) & 3);
+    switch (p.rounding) {
+      case kFlashRtna:
+        StoreOutputTile<kD, kFlashRtna>(acc, inv, o, p.o_row_stride, row0, rows_valid, lane);
+        break;
+      case kFlashRtz:
+        StoreOutputTile<kD, kFlashRtz>(acc, inv, o, p.o_row_stride, row0, rows_valid, lane);
+        break;
+      default:
+        StoreOutputTile<kD, kFlashRtne>(acc, inv, o, p.o_row_stride, row0, rows_valid, lane);
+        break;
+    }
+  }
+}
+
+}  // namespace attention
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_KERNEL_H_
+

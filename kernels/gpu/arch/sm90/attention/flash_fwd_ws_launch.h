@@ -1,0 +1,141 @@
+// Host side of the warp-specialized kernel: the TMA maps of Q, K and V,
+// built per launch (cuTensorMapEncodeTiled from the driver, reached through
+// the runtime's entry-point query: no -lcuda), and the launcher that
+// flash_fwd_ws_hdim128_*.cu instantiate.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/gpu/arch/sm90/attention/flash_fwd.h"
+#include "kernels/gpu/arch/sm90/attention/flash_fwd_ws_kernel.h"
+#include "kernels/gpu/attention/flash_params.h"
+#include "kernels/gpu/attention/tile_scheduler.h"
+#include "kernels/gpu/common/gpu.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace attention {
+
+// cuTensorMapEncodeTiled's signature (CUDA 12.0 ABI).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's encoder, looked up once; nullptr if the driver has none.
+inline EncodeTiledFn TensorMapEncoder() {
+  static const EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return static_cast<EncodeTiledFn>(nullptr);
+    }
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// One bf16 tensor of `seq` rows of 128 per (batch, head), strides in
+// elements, as a 4-D map whose box is 64 columns x kRows rows of one (head,
+// batch): a [kRows][64] 128-byte-swizzled block of the kernel's tiles.
+struct TileMapDesc {
+  const void* base;
+  int seq, heads, batch;
+  int64_t row_stride, head_stride, batch_stride;
+};
+
+// TMA's limits: dimensions of at least 1 (ints, so below its 2^32), strides
+// multiples of 16 bytes and below 2^40.
+inline bool TileMapFits(const TileMapDesc& t) {
+  if (t.seq < 1 || t.heads < 1 || t.batch < 1) return false;
+  constexpr int64_t kMaxStride = int64_t{1} << 40;
+  for (int64_t s : {t.row_stride, t.head_stride, t.batch_stride}) {
+    if (s <= 0 || (2 * s) % 16 != 0 || 2 * s >= kMaxStride) return false;
+  }
+  return true;
+}
+
+template <int kRows>
+cudaError_t EncodeTileMap(EncodeTiledFn encode, const TileMapDesc& t, bool heads_inner,
+                          CUtensorMap* map) {
+  const cuuint64_t dims[4] = {128, static_cast<cuuint64_t>(heads_inner ? t.heads : t.seq),
+                              static_cast<cuuint64_t>(heads_inner ? t.seq : t.heads),
+                              static_cast<cuuint64_t>(t.batch)};
+  const cuuint64_t strides[3] = {
+      static_cast<cuuint64_t>(2 * (heads_inner ? t.head_stride : t.row_stride)),
+      static_cast<cuuint64_t>(2 * (heads_inner ? t.row_stride : t.head_stride)),
+      static_cast<cuuint64_t>(2 * t.batch_stride)};
+  const cuuint32_t box[4] = {64, heads_inner ? 1u : static_cast<cuuint32_t>(kRows),
+                             heads_inner ? static_cast<cuuint32_t>(kRows) : 1u, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(t.base), dims, strides,
+             box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// Tensors TMA cannot describe are an error (cudaErrorInvalidValue): an empty
+// K/V (the host entry writes the zeros of seq_kv = 0 itself), or a stride of
+// 2^40 bytes or more or not a multiple of 16 bytes (neither occurs for
+// BHSD/BSHD tensors a device can hold). So are a driver without the
+// tensor-map encoder and an encoding it rejects.
+template <bool kCausal, int kStages>
+cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, cudaStream_t stream) {
+  using Traits = WsTraits<kCausal, kStages>;
+  const TileMapDesc q{params.q,
+                      params.seq_q,
+                      params.heads_q,
+                      params.batch,
+                      params.q_row_stride,
+                      params.q_head_stride,
+                      params.q_batch_stride};
+  const TileMapDesc k{params.k,
+                      params.seq_kv,
+                      params.heads_kv,
+                      params.batch,
+                      params.k_row_stride,
+                      params.k_head_stride,
+                      params.k_batch_stride};
+  const TileMapDesc v{params.v,
+                      params.seq_kv,
+                      params.heads_kv,
+                      params.batch,
+                      params.v_row_stride,
+                      params.v_head_stride,
+                      params.v_batch_stride};
+  if (!TileMapFits(q) || !TileMapFits(k) || !TileMapFits(v)) return cudaErrorInvalidValue;
+  const EncodeTiledFn encode = TensorMapEncoder();
+  if (encode == nullptr) return cudaErrorNotSupported;
+
+  FlashFwdWsParams wp;
+  wp.p = params;
+  // BSHD (row stride > head stride in any tensor): (d, head, seq, batch),
+  // so that every map's strides grow with the dimension.
+  const bool heads_inner = params.q_row_stride > params.q_head_stride ||
+                           params.k_row_stride > params.k_head_stride ||
+                           params.v_row_stride > params.v_head_stride;
+  wp.heads_inner = heads_inner ? 1 : 0;
+  cudaError_t e = EncodeTileMap<Traits::kBlockM>(encode, q, heads_inner, &wp.map_q);
+  if (e == cudaSuccess) e = EncodeTileMap<Traits::kBlockN>(encode, k, heads_inner, &wp.map_k);
+  if (e == cudaSuccess) e = EncodeTileMap<Traits::kBlockN>(encode, v, heads_inner, &wp.map_v);
+  if (e != cudaSuccess) return e;
+
+  auto kernel = &FlashFwdWsKernel<Traits>;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  const dim3 grid = SingleTileScheduler<Traits::kBlockM>::Grid(params);
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(wp);
+  return cudaGetLastError();
+}
+
+}  // namespace attention
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_

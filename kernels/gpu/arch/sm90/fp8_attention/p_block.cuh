@@ -1,0 +1,68 @@
+// Device pieces shared by the FP8 attention kernels: the row offset of a
+// BHSD/BSHD tensor, and ZYFA's per-64-key-block P frame (DESIGN §4), so that
+// the numerics are written once: for the two query rows a thread holds, a
+// block's power-of-two reference R = ceil(max t) - 8, the factor that moves
+// the accumulators into it, and dropped blocks. It relies on CUDA's exp2f
+// (exact at integers), which the AMD build (no device math library) lacks.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_P_BLOCK_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_P_BLOCK_CUH_
+
+#include <math.h>
+
+#include <cstdint>
+
+namespace kernelserve {
+namespace gpu {
+namespace fp8_attention {
+
+// Element offset of row s of head h of batch b in a [B,H,S,D] (or, bshd,
+// [B,S,H,D]) tensor of head dim d.
+__device__ __forceinline__ int64_t RowOff(int bshd, int64_t b, int64_t h, int64_t s, int64_t heads, int64_t seq,
+                                          int64_t d) {
+  return bshd ? ((b * seq + s) * heads + h) * d : ((b * heads + h) * seq + s) * d;
+}
+
+// P modes (PMode's values), as the kernels' template argument.
+constexpr int kExact = 1, kLean = 2, kNaive = 3;
+
+// From the block's row maxima `bmax` (base-2 scores; -inf: no key in the
+// block): `factor` rescales the accumulators into the block's frame and
+// `ref` is subtracted from the scores before encoding (+inf: every code of
+// the row is 0). Exact and lean P keep the frame in r_last / r_max (a block
+// more than 60 binades under the row's largest R is dropped); naive P is a
+// plain running max m_run.
+template <int kMode>
+__device__ __forceinline__ void UpdateBlockFrame(const float (&bmax)[2], float (&m_run)[2],
+                                                 int (&r_last)[2], int (&r_max)[2], float (&factor)[2],
+                                                 float (&ref)[2]) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    if (kMode == kNaive) {
+      const float mn = fmaxf(m_run[hf], bmax[hf]);
+      const float mu = mn == -INFINITY ? 0.f : mn;
+      factor[hf] = exp2f(m_run[hf] - mu);
+      m_run[hf] = mn;
+      ref[hf] = mu;
+    } else if (bmax[hf] == -INFINITY) {
+      factor[hf] = 1.f;    // empty block for this row: no change of frame
+      ref[hf] = INFINITY;  // t - inf = -inf: code 0
+    } else {
+      const int rb = static_cast<int>(ceilf(bmax[hf])) - 8;
+      if (rb < r_max[hf] - 60) {
+        factor[hf] = 1.f;  // negligible block: dropped
+        ref[hf] = INFINITY;
+      } else {
+        factor[hf] = exp2f(static_cast<float>(r_last[hf] - rb));  // exact power of two (0 at the start)
+        r_last[hf] = rb;
+        r_max[hf] = max(r_max[hf], rb);
+        ref[hf] = static_cast<float>(rb);
+      }
+    }
+  }
+}
+
+}  // namespace fp8_attention
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_P_BLOCK_CUH_

@@ -1,0 +1,65 @@
+#include "kernels/gpu/attention/attention.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/api/status_macros.h"
+#include "kernels/gpu/arch/sm90/attention/flash_fwd.h"
+#include "kernels/gpu/attention/attention_params.h"
+#include "kernels/gpu/attention/round_bf16.h"
+#include "kernels/gpu/common/gpu_status.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace {
+
+using attention::FlashFwdParams;
+using FlashFwdLaunch = cudaError_t (*)(const FlashFwdParams&, cudaStream_t);
+
+// `launch`: the instantiation for the call's head dim and mask, nullptr when
+// the kernel has none.
+absl::Status Run(const char* kernel, FlashFwdLaunch launch, const AttentionParams& p, const TensorView& q,
+                 const TensorView& k, const TensorView& v, TensorView& out, cudaStream_t stream) {
+  KS_ASSIGN_OR_RETURN(const FlashFwdParams fp, attention::MakeFlashFwdParams(p, q, k, v, out));
+  if (launch == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat(KS_GPU_VENDOR " attention: the ", kernel, " kernel has no head_dim ", p.head_dim));
+  }
+  if (!attention::HasWork(fp)) return absl::OkStatus();
+  // No key at all: every row sees none and is written as zeros, as the
+  // kernels write such rows.
+  if (fp.seq_kv == 0) {
+    const size_t bytes = static_cast<size_t>(out.desc.num_bytes());
+    return GpuStatus(cudaMemsetAsync(out.data, 0, bytes, stream), KS_GPU_VENDOR " attention (no keys)");
+  }
+  return GpuStatus(launch(fp, stream), absl::StrCat(KS_GPU_VENDOR " attention launch (", kernel, " d", p.head_dim,
+                                                    p.causal ? ", causal)" : ")"));
+}
+
+}  // namespace
+
+absl::Status RunAttentionWgmmaWs(const AttentionParams& p, const TensorView& q, const TensorView& k,
+                                 const TensorView& v, TensorView& out, cudaStream_t stream) {
+  FlashFwdLaunch launch = nullptr;
+  if (p.head_dim == 128) {
+    launch = p.causal ? &attention::RunFlashFwdWsHdim128<true> : &attention::RunFlashFwdWsHdim128<false>;
+  }
+  return Run("wgmma_ws", launch, p, q, k, v, out, stream);
+}
+
+absl::Status RunAttentionMmaSync(const AttentionParams& p, const TensorView& q, const TensorView& k,
+                                 const TensorView& v, TensorView& out, cudaStream_t stream) {
+  FlashFwdLaunch launch = nullptr;
+  if (p.head_dim == 64) {
+    launch = p.causal ? &attention::RunFlashFwdMmaSync<64, true> : &attention::RunFlashFwdMmaSync<64, false>;
+  } else if (p.head_dim == 256) {
+    launch = p.causal ? &attention::RunFlashFwdMmaSync<256, true> : &attention::RunFlashFwdMmaSync<256, false>;
+  }
+  return Run("mma_sync", launch, p, q, k, v, out, stream);
+}
+
+absl::Status RoundToBf16(const float* in, uint16_t* out, int64_t n, Rounding mode, cudaStream_t stream) {
+  return GpuStatus(attention::RoundToBf16OnDevice(in, out, n, static_cast<int>(mode), stream),
+                   "bf16 rounding kernel");
+}
+
+}  // namespace gpu
+}  // namespace kernelserve
