@@ -62,7 +62,6 @@ for b in .bundle/bin/*_bench; do
   [ "$n" = loopback_bench ] && args=(--backend=cuda)  # uploads into device memory
   timeout ${BENCH_TIMEOUT:-90} "$b" "${args[@]}" >"$LOG/$n.txt" 2>&1
 done
-fi
 if [ $run_peers = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py >"$LOG/peers.txt" 2>&1
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers_moe_mla.py >"$LOG/peers_moe_mla.txt" 2>&1
