@@ -25,3 +25,10 @@ shape=(--op=attention --batch=1 --heads=16 --seq=8192 --head-dim=128 --causal --
 # The same decode on a paged pool with shuffled slots (page size 1), as a decode server holds it.
 "${KS[@]}" bench --op=mla_decode --batch=8 --heads=16 --seq=32768 --q-len=4 --page-size=1 --variants=cuda \
   --name=mla-paged-graph --method=graph --warmup=20 --iters=100
+# The variant tables through the server: each entry by name ("cuda.<entry>")
+# beside the dispatcher's choice; an entry that does not serve the shape is
+# reported failed with its reason, not run.
+"${KS[@]}" bench --op=attention --batch=1 --heads=16 --seq=4096 --head-dim=128 --causal \
+  --variants=cuda,cuda.wgmma_ws,cuda.mma_sync --name=attn-table --method=kernel --warmup=10 --iters=20
+"${KS[@]}" bench --op=mla_decode --batch=8 --heads=16 --seq=32768 --q-len=4 \
+  --variants=cuda,cuda.wgmma_rega,cuda.wgmma_roles --name=mla-table --method=graph --warmup=20 --iters=100
