@@ -256,36 +256,6 @@ TEST(GpuBackendTest, GemmCeilingThroughCublasOrUnavailable) {
   EXPECT_TRUE(be.GetDeviceInfo(0).healthy);
 }
 
-// Last: a kernel reading an unmapped address faults the context for good.
-TEST(GpuBackendTest, StickyFaultMarksDeviceUnhealthy) {
-  auto b = CreateCudaBackend();
-  if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
-  Backend& be = **b;
-  AttentionParams p;
-  TensorDesc qd{DType::kBf16, {1, 1, 256, 128}};
-  ASSERT_TRUE(p.Validate(qd, qd, qd).ok());
-  auto out_mem = be.Allocate(0, qd.num_bytes());
-  ASSERT_TRUE(out_mem.ok());
-  void* bogus = reinterpret_cast<void*>(uintptr_t{0x7f0000000000});
-  TensorView q{qd, bogus}, k{qd, bogus}, v{qd, bogus}, out{qd, (*out_mem)->data()};
-  absl::Status s = be.Attention(0, p, q, k, v, out);
-  if (s.ok()) s = be.Synchronize(0);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
-  const DeviceInfo info = be.GetDeviceInfo(0);
-  EXPECT_FALSE(info.healthy);
-  EXPECT_FALSE(info.health_reason.empty());
-  std::printf("after the fault: healthy=%d reason=%s\n", info.healthy, info.health_reason.c_str());
-  // Later calls answer UNAVAILABLE without touching the device.
-  EXPECT_EQ(be.Allocate(0, 16).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(be.Synchronize(0).code(), absl::StatusCode::kUnavailable);
-}
-
-}  // namespace
-}  // namespace kernelserve
-
-namespace kernelserve {
-namespace {
-
 // The variant tables are what the backend lists and runs by name; an entry
 // that does not serve a call declines it before touching anything.
 TEST(GpuBackendTest, VariantTablesAreListedAndRunByName) {
@@ -318,6 +288,30 @@ TEST(GpuBackendTest, VariantTablesAreListedAndRunByName) {
   EXPECT_TRUE(caps.device_timer);
   EXPECT_TRUE(caps.graph_replay);
   EXPECT_GT(caps.cache_bytes, 0);
+}
+
+// Last: a kernel reading an unmapped address faults the context for good.
+TEST(GpuBackendTest, StickyFaultMarksDeviceUnhealthy) {
+  auto b = CreateCudaBackend();
+  if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
+  Backend& be = **b;
+  AttentionParams p;
+  TensorDesc qd{DType::kBf16, {1, 1, 256, 128}};
+  ASSERT_TRUE(p.Validate(qd, qd, qd).ok());
+  auto out_mem = be.Allocate(0, qd.num_bytes());
+  ASSERT_TRUE(out_mem.ok());
+  void* bogus = reinterpret_cast<void*>(uintptr_t{0x7f0000000000});
+  TensorView q{qd, bogus}, k{qd, bogus}, v{qd, bogus}, out{qd, (*out_mem)->data()};
+  absl::Status s = be.Attention(0, p, q, k, v, out);
+  if (s.ok()) s = be.Synchronize(0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  const DeviceInfo info = be.GetDeviceInfo(0);
+  EXPECT_FALSE(info.healthy);
+  EXPECT_FALSE(info.health_reason.empty());
+  std::printf("after the fault: healthy=%d reason=%s\n", info.healthy, info.health_reason.c_str());
+  // Later calls answer UNAVAILABLE without touching the device.
+  EXPECT_EQ(be.Allocate(0, 16).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(be.Synchronize(0).code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
