@@ -108,6 +108,19 @@ class CpuBackend : public Backend {
 
   std::string Name() const override { return "cpu"; }
   int DeviceCount() const override { return 1; }
+  // No device timer or graphs: launches are host calls, timed on the host
+  // clock. An L2 flush overwrites 64 MiB: more than the L2 and the usual L3
+  // slice a core sees, while a flush the size of a large server CPU's whole
+  // last-level cache (hundreds of MiB) would take longer than the launches
+  // it separates.
+  BackendCapabilities Capabilities() const override {
+    BackendCapabilities c;
+    c.device_timer = false;
+    c.graph_replay = false;
+    c.cache_bytes = int64_t{64} << 20;
+    c.timer = "host clock around synchronised launches";
+    return c;
+  }
   DeviceInfo GetDeviceInfo(int device) const override {
     DeviceInfo info = info_;
     if (device != 0) {
