@@ -109,9 +109,9 @@ class CpuBackend : public Backend {
   std::string Name() const override { return "cpu"; }
   int DeviceCount() const override { return 1; }
   // No device timer or graphs: launches are host calls, timed on the host
-  // clock. An L2 flush overwrites 64 MiB: more than the L2 and the usual L3
-  // slice a core sees, while a flush the size of a large server CPU's whole
-  // last-level cache (hundreds of MiB) would take longer than the launches
+  // clock. cache_bytes is what an L2 flush copies: 64 MiB, far more than a
+  // core's L2 and most L3s; the whole last-level cache of a big server CPU
+  // (several hundred MiB) would make each flush cost more than the launches
   // it separates.
   BackendCapabilities Capabilities() const override {
     BackendCapabilities c;

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -15,11 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "kernels/api/status_macros.h"
-#include "kernels/numerics/numerics.h"
 #include "server/bench/job_run.h"
 #include "server/bench/op_registry.h"
 #include "server/bench/timing.h"

@@ -190,7 +190,7 @@ unsigned NvmlIndex(int device) {
 ClockSampler::ClockSampler(const Backend& backend, int device, int period_ms) : period_ms_(period_ms) {
   if (!backend.Capabilities().device_timer) {
     note_ = absl::StrCat("no clock telemetry on backend ", backend.Name(),
-                         " (it runs on no GPU; NVML samples NVIDIA GPUs)");
+                         " (no device timer, so no GPU; NVML is NVIDIA only)");
     return;
   }
   auto n = std::make_unique<Nvml>();
