@@ -108,6 +108,19 @@ class CpuBackend : public Backend {
 
   std::string Name() const override { return "cpu"; }
   int DeviceCount() const override { return 1; }
+  // No device timer or graphs: launches are host calls, timed on the host
+  // clock. cache_bytes is what an L2 flush copies: 64 MiB, far more than a
+  // core's L2 and most L3s; the whole last-level cache of a big server CPU
+  // (several hundred MiB) would make each flush cost more than the launches
+  // it separates.
+  BackendCapabilities Capabilities() const override {
+    BackendCapabilities c;
+    c.device_timer = false;
+    c.graph_replay = false;
+    c.cache_bytes = int64_t{64} << 20;
+    c.timer = "host clock around synchronised launches";
+    return c;
+  }
   DeviceInfo GetDeviceInfo(int device) const override {
     DeviceInfo info = info_;
     if (device != 0) {

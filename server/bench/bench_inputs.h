@@ -1,6 +1,8 @@
 // From a job spec to a validated op call with its host inputs: shapes,
 // seeded inputs (Gaussian, long-tail, or uploaded buffers), and the FLOPs and
-// bytes that the throughput numbers count.
+// bytes that the throughput numbers count. What differs per op comes from
+// the op's registry entry (op_registry.h, server/bench/ops/); this file is
+// the same for every op.
 #ifndef KERNELSERVE_SERVER_BENCH_BENCH_INPUTS_H_
 #define KERNELSERVE_SERVER_BENCH_BENCH_INPUTS_H_
 
@@ -13,6 +15,7 @@
 #include "kernels/api/tensor.h"
 #include "kernels/api/variants.h"
 #include "kernelserve/v1/bench.pb.h"
+#include "server/bench/op_registry.h"
 
 namespace kernelserve {
 namespace bench {
@@ -28,12 +31,10 @@ using BufferReader =
 using BufferDescriber =
     std::function<absl::StatusOr<TensorDesc>(const std::string& buffer_id, const std::string& tenant)>;
 
-// Default rel RMS tolerance of the correctness gate per op.
-double DefaultTolerance(BenchOp op);
-
 struct PreparedJob {
+  const BenchOpEntry* op = nullptr;  // the spec's op
   OpCall host_call;  // views into `tensors`
-  std::map<std::string, HostTensor> tensors;  // by input name ("q", "kv", "w13", ...)
+  HostTensors tensors;  // by input name ("q", "kv", "w13", ...)
   double flops = 0;  // per launch
   double bytes = 0;  // per launch: inputs read and output written
   std::string shape_desc;
@@ -63,9 +64,6 @@ using BufferContentCheck = std::function<absl::Status(const std::string& buffer_
 // bytes never change).
 absl::Status CheckSpecBuffers(const pb::BenchJobSpec& spec, const BufferDescriber& describe,
                               const std::string& tenant, const BufferContentCheck& check_contents = nullptr);
-
-// Human-readable shape ("B=1 Hq=8 Hkv=8 Sq=512 Skv=512 D=128 causal").
-std::string ShapeDesc(const pb::BenchJobSpec& spec);
 
 // Generates (or reads) the inputs and validates the call. `reader` may be
 // empty when the spec names no buffers.

@@ -12,17 +12,19 @@
 // Every job has a hard time limit; Cancel stops a running job between two
 // launches (within a second unless one launch takes longer).
 //
-// Method. Every variant is first run once on the job's inputs and compared
-// with the fp64 oracle (the correctness gate); a variant with a NaN/Inf
-// output or an error over the tolerance is reported as failed and neither
-// timed nor ranked. Then, per method:
+// Method (run by a JobRun, job_run.h, one method per phase; what differs per
+// op comes from the op registry, op_registry.h). Every variant is first run
+// once on the job's inputs and compared with the fp64 oracle (the
+// correctness gate); a variant with a NaN/Inf output or an error over the
+// tolerance is reported as failed and neither timed nor ranked. Then, per
+// method:
 //   kernel     warm-up launches, then N timed launches (in up to 10 batches;
 //              each batch's mean is one sample; mean = total / N). A batch is
 //              timed by device events (Backend::TimeLaunches) where the
-//              backend has them (cuda), else by the host clock around the
-//              launches and one synchronisation (cpu; host variants). With
-//              l2_flush every launch is timed alone with the flush before it,
-//              outside the timed region.
+//              backend has a device timer (Backend::Capabilities), else by
+//              the host clock around the launches and one synchronisation
+//              (cpu; host variants). With l2_flush every launch is timed
+//              alone with the flush before it, outside the timed region.
 //   passes     the same per pass, P passes, the variants alternating (pass p
 //              starts at variant p mod V); the value is the median pass mean.
 //   sustained  launches back to back for the warm-in, then a window, with the
@@ -31,9 +33,10 @@
 //   graph      warm-up launches, then R replays (graph_replays, else iters) of
 //              a CUDA graph holding one launch (Backend::TimeGraphReplays), in
 //              up to 10 batches of one capture each, timed by device events.
-//              Cuda backend only (FAILED_PRECONDITION at submit elsewhere); a
-//              variant that cannot be captured is reported untimed with the
-//              reason; host variants are timed as in kernel.
+//              Only where the backend has graph replay (FAILED_PRECONDITION
+//              at submit elsewhere); a variant that cannot be captured is
+//              reported untimed with the reason; host variants are timed as
+//              in kernel.
 // Each result's method names the timer that was used.
 //
 // Persistence. Each state change and event is committed to SQLite before it
@@ -60,57 +63,12 @@
 #include "kernels/api/variants.h"
 #include "kernelserve/v1/bench.pb.h"
 #include "server/bench/bench_inputs.h"
+#include "server/bench/bench_options.h"
 #include "server/bench/job_store.h"
+#include "server/bench/timing.h"
 
 namespace kernelserve {
 namespace bench {
-
-struct BenchOptions {
-  std::string data_dir;  // holds bench.db; "" keeps jobs in memory only
-  std::string server_version = "dev";
-  int max_jobs_per_submitter = 8;     // queued + running
-  // Per-tenant job limits (server/security/limits.h), set by the server; null: none.
-  // submit_check(tenant, its queued jobs): OK or RESOURCE_EXHAUSTED naming the limit.
-  std::function<absl::Status(const std::string&, int64_t)> submit_check;
-  // start_check(tenant, its running jobs, all devices): not OK keeps the job
-  // queued for now (other tenants' and later jobs may start first); the
-  // status's message is what the job's watchers are told it waits for.
-  std::function<absl::Status(const std::string&, int64_t)> start_check;
-  // Device memory accounting (the server's MemoryAccountant), null: none.
-  // reserve_memory(device, tenant, bytes, what) holds `bytes` against the
-  // device's limit and the tenant's max_device_memory until the returned
-  // handle is destroyed, or fails with RESOURCE_EXHAUSTED naming the limit.
-  // A job reserves its device memory (inputs, output, flush buffers) before
-  // allocating it and releases it when the run ends (done, failed or
-  // cancelled); a job that does not fit fails with that message.
-  std::function<absl::StatusOr<std::shared_ptr<void>>(int, const std::string&, int64_t, const std::string&)>
-      reserve_memory;
-  // The dtype and shape of a tenant's buffer, so that Submit refuses a job
-  // naming a buffer that does not exist; null: checked only when the job starts.
-  BufferDescriber describe_buffer;
-  // --reject_nonfinite: Submit refuses a job whose named buffers hold NaN or
-  // Inf (INVALID_ARGUMENT naming the input and the element); null: no check.
-  BufferContentCheck check_buffer;
-  double default_time_limit_s = 900;  // when a job gives none
-  double max_time_limit_s = 3600;
-  double min_warmin_s = 1.0;   // sustained: at least this warm-in (tests lower it)
-  double min_window_s = 3.0;   // sustained: at least this window (tests lower it)
-  bool test_variants = false;  // register test.wrong / test.nan
-  int max_attempts = 2;        // starts before a job found running at start-up is marked interrupted
-  double gemm_tflops = 0;      // GEMM ceiling measured elsewhere; replaces the backend's (0: measure)
-  double gemm_fp8_tflops = 0;  // FP8 GEMM ceiling measured elsewhere (0: none)
-  int max_host_launches = 3;   // timed launches of host variants (the oracle is slow)
-  // Above this many FLOPs the gate checks a sample of the output (exact
-  // smaller problems, kernels/api/variants.h OracleReferenceSample).
-  double max_gate_flops = 4e9;
-  // Largest job (inputs, output, oracle reference) in bytes; 0: a quarter of
-  // the host's memory or half of the smallest device's, whichever is less.
-  double max_job_bytes = 0;
-};
-
-// Runs `fn` on the device's worker and returns its status (or the worker's
-// refusal). The server passes its DeviceWorker; tests may run fn inline.
-using DeviceRunner = std::function<absl::Status(int device, std::function<absl::Status()> fn)>;
 
 class BenchScheduler {
  public:
@@ -155,13 +113,13 @@ class BenchScheduler {
  private:
   int lock_fd_ = -1;  // flock on <data_dir>/bench.lock
   struct Job;
-  struct RunState;
+  class RunSink;  // how a JobRun reports into its Job
 
   BenchScheduler(Backend* backend, BenchOptions options, DeviceRunner runner, BufferReader reader,
                  std::unique_ptr<JobStore> store);
   absl::Status Recover();
   void RunnerLoop(int device);
-  // Runs the job; returns its final status (OK: DONE).
+  // Runs the job (a JobRun, job_run.h); returns its final status (OK: DONE).
   absl::Status Execute(const std::shared_ptr<Job>& job, int device);
   void Finish(const std::shared_ptr<Job>& job, const absl::Status& status);
 
@@ -182,6 +140,7 @@ class BenchScheduler {
   BufferReader reader_;
   std::unique_ptr<JobStore> store_;
   VariantRegistry registry_;
+  CeilingCache ceilings_;  // per device, measured by its first job
 
   mutable absl::Mutex mu_;
   absl::CondVar work_cv_;   // runners: new work or shutdown
@@ -189,7 +148,7 @@ class BenchScheduler {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::optional<pb::DeviceCeilings>> ceilings_ ABSL_GUARDED_BY(mu_);
+
   std::vector<std::thread> threads_;
 };
 

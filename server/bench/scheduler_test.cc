@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -775,18 +776,32 @@ TEST_F(SchedulerTest, GracefulShutdownRequeuesTheRunningJob) {
   ASSERT_TRUE(s->Cancel(id, "").ok());
 }
 
+// What a GPU backend reports (kernels/gpu/gpu_backend.cc), with a 50 MiB L2.
+BackendCapabilities GpuLikeCapabilities() {
+  BackendCapabilities c;
+  c.device_timer = true;
+  c.graph_replay = true;
+  c.cache_bytes = int64_t{50} << 20;
+  c.timer = "test events";
+  return c;
+}
+
 // The real cpu backend under another name, with the optional device timers
 // implemented the only way a host can: the real launches, timed on the host
-// clock. It lets the scheduler's "cuda" paths (graph, device events) run
-// here; `fail_capture` makes every capture fail as a non-capturable op would.
+// clock. What the scheduler does with it follows the capabilities it
+// reports, whatever its name: with GpuLikeCapabilities() the device-timer
+// and graph paths run here. `fail_capture` makes every capture fail as a
+// non-capturable op would.
 class TimedCpuBackend : public Backend {
  public:
-  explicit TimedCpuBackend(std::string name) : cpu_(CreateCpuBackend(2)), name_(std::move(name)) {}
+  TimedCpuBackend(std::string name, BackendCapabilities caps)
+      : cpu_(CreateCpuBackend(2)), name_(std::move(name)), caps_(std::move(caps)) {}
   std::string Name() const override { return name_; }
+  BackendCapabilities Capabilities() const override { return caps_; }
   int DeviceCount() const override { return cpu_->DeviceCount(); }
   DeviceInfo GetDeviceInfo(int device) const override { return cpu_->GetDeviceInfo(device); }
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
-    // Small "device": the copy ceiling's 512 MiB buffers do not fit.
+    // Small "device": the copy ceiling's buffers (8x a 50 MiB cache: 512 MiB) do not fit.
     if (bytes >= (size_t{128} << 20)) return absl::ResourceExhaustedError("test device: 128 MiB at most");
     return cpu_->Allocate(device, bytes);
   }
@@ -841,6 +856,7 @@ class TimedCpuBackend : public Backend {
 
   std::unique_ptr<Backend> cpu_;
   std::string name_;
+  BackendCapabilities caps_;
 };
 
 // The cpu backend as `n` devices, all of them its one device: enough for the
@@ -981,7 +997,7 @@ TEST_F(SchedulerTest, CpuBackendHasNoDeviceTimersAndTimesOnTheHostClock) {
 }
 
 TEST_F(SchedulerTest, DeviceTimersArePreferredAndGraphCaptureFailuresLeaveTheVariantUntimed) {
-  TimedCpuBackend be("cuda");
+  TimedCpuBackend be("gpu", GpuLikeCapabilities());
   BenchOptions o;
   o.test_variants = true;
   o.server_version = "test";
@@ -990,7 +1006,7 @@ TEST_F(SchedulerTest, DeviceTimersArePreferredAndGraphCaptureFailuresLeaveTheVar
   BenchScheduler& s = **made;
 
   // Kernel and passes: TimeLaunches, once per batch; the oracle stays on the host clock.
-  pb::BenchJobSpec spec = AttentionSpec({"cuda", "oracle"});
+  pb::BenchJobSpec spec = AttentionSpec({"gpu", "oracle"});
   auto job = s.Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status();
   pb::BenchJob j = WaitFinal(s, job->id());
@@ -1037,13 +1053,103 @@ TEST_F(SchedulerTest, DeviceTimersArePreferredAndGraphCaptureFailuresLeaveTheVar
   EXPECT_FALSE(j.results(0).timed());
   EXPECT_EQ(j.results(0).rank(), 0);
   EXPECT_THAT(j.results(0).error_message(), HasSubstr("not capturable"));
-  EXPECT_THAT(absl::StrJoin(j.notes(), ";"), HasSubstr("cuda not timed: method graph could not capture it"));
+  EXPECT_THAT(absl::StrJoin(j.notes(), ";"), HasSubstr("gpu not timed: method graph could not capture it"));
   EXPECT_TRUE(j.results(1).timed());
   EXPECT_EQ(j.results(1).rank(), 1);
 
   // Graph replays are counted like launches.
   spec.mutable_method()->set_graph_replays(-1);
   EXPECT_EQ(s.Submit(spec).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// What the server derives from a backend's capabilities: the flush covers
+// the cache it reports, and the copy ceiling streams well past it.
+TEST(BackendCapabilitiesTest, FlushAndCopySizesFollowTheReportedCache) {
+  const BackendCapabilities cpu = CreateCpuBackend(1)->Capabilities();
+  EXPECT_FALSE(cpu.device_timer);
+  EXPECT_FALSE(cpu.graph_replay);
+  EXPECT_EQ(cpu.cache_bytes, int64_t{64} << 20);
+  EXPECT_THAT(cpu.timer, HasSubstr("host clock"));
+  EXPECT_EQ(FlushBytes(cpu), int64_t{64} << 20);
+  EXPECT_EQ(CeilingCopyPlan(cpu).bytes, int64_t{64} << 20);
+  EXPECT_EQ(CeilingCopyPlan(cpu).per_batch, 2);
+
+  const BackendCapabilities gpu = GpuLikeCapabilities();
+  EXPECT_EQ(FlushBytes(gpu), int64_t{50} << 20);
+  EXPECT_EQ(CeilingCopyPlan(gpu).bytes, int64_t{512} << 20);  // 8 x 50 MiB, rounded up to a power of two
+  EXPECT_EQ(CeilingCopyPlan(gpu).per_batch, 10);
+
+  EXPECT_EQ(FlushBytes(BackendCapabilities{}), 0);  // no cache, nothing to flush
+}
+
+// A backend's name decides nothing: one called "cuda" that reports no device
+// timer and no graph replay is timed on the host clock (its TimeLaunches is
+// never called), gets no clock telemetry, and is refused method graph with
+// a message naming it.
+TEST_F(SchedulerTest, CapabilitiesNotNamesDecideTimersGraphsAndClocks) {
+  TimedCpuBackend be("cuda", BackendCapabilities{});
+  BenchOptions o;
+  o.min_warmin_s = 0.02;
+  o.min_window_s = 0.05;
+  auto made = BenchScheduler::Create(&be, o, InlineRunner(), nullptr);
+  ASSERT_TRUE(made.ok()) << made.status();
+  BenchScheduler& s = **made;
+
+  auto job = s.Submit(AttentionSpec({"cuda"}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  pb::BenchJob j = WaitFinal(s, job->id());
+  ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+  EXPECT_THAT(j.results(0).method(), HasSubstr("timer: host clock"));
+  EXPECT_EQ(be.time_launches_calls.load(), 0);
+
+  pb::BenchJobSpec graph = AttentionSpec({"cuda"});
+  graph.mutable_method()->set_method(pb::METHOD_GRAPH);
+  const absl::Status refused = s.Submit(graph).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("method graph"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("needs a backend with graph capture"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("backend cuda"));
+  EXPECT_EQ(be.graph_calls.load(), 0);
+
+  pb::BenchJobSpec sustained = LongSpec(0.05);
+  sustained.set_variants(0, "cuda");
+  job = s.Submit(sustained);
+  ASSERT_TRUE(job.ok()) << job.status();
+  j = WaitFinal(s, job->id());
+  ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+  EXPECT_FALSE(j.results(0).clocks().available());
+  EXPECT_THAT(j.results(0).clocks().note(), HasSubstr("no clock telemetry on backend cuda"));
+}
+
+// With l2_flush a job reserves (and allocates) two flush buffers of the
+// cache size the backend reports; a backend reporting no cache flushes
+// nothing and the job says so.
+TEST_F(SchedulerTest, TheL2FlushCoversTheCacheTheBackendReports) {
+  const int64_t io_bytes = 4 * (2 * 48 * 64 * 2);  // q, k, v and the output: bf16 [1,2,48,64]
+  for (const int64_t cache : {int64_t{0}, int64_t{1} << 20, int64_t{3} << 20}) {
+    SCOPED_TRACE(cache);
+    BackendCapabilities caps;
+    caps.cache_bytes = cache;
+    TimedCpuBackend be("test", caps);
+    std::atomic<int64_t> reserved{0};
+    BenchOptions o;
+    o.reserve_memory = [&reserved](int, const std::string&, int64_t bytes,
+                                   const std::string&) -> absl::StatusOr<std::shared_ptr<void>> {
+      reserved = bytes;
+      return std::make_shared<int>(0);
+    };
+    auto made = BenchScheduler::Create(&be, o, InlineRunner(), nullptr);
+    ASSERT_TRUE(made.ok()) << made.status();
+    pb::BenchJobSpec spec = AttentionSpec({"test"});
+    spec.mutable_method()->set_l2_flush(true);
+    auto job = (*made)->Submit(spec);
+    ASSERT_TRUE(job.ok()) << job.status();
+    const pb::BenchJob j = WaitFinal(**made, job->id());
+    ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+    EXPECT_TRUE(j.results(0).timed());
+    EXPECT_EQ(reserved.load(), io_bytes + 2 * cache);
+    EXPECT_EQ(absl::StrContains(absl::StrJoin(j.notes(), ";"), "reports no cache to flush"), cache == 0);
+  }
 }
 
 }  // namespace

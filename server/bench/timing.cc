@@ -23,7 +23,46 @@ double NowS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+int64_t RoundUpToPowerOfTwo(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
 }  // namespace
+
+int64_t FlushBytes(const BackendCapabilities& caps) { return std::max<int64_t>(0, caps.cache_bytes); }
+
+// A backend with its own device timer has device memory, which copies ~10x
+// faster than host memory: eight times its cache, rounded up to a power of
+// two (512 MiB on an H200's 50 MiB L2), at least 64 MiB, ten copies a batch.
+// A host backend's cache_bytes is already a size past its cache, and its
+// copies are slow: one such copy, twice a batch.
+CopyPlan CeilingCopyPlan(const BackendCapabilities& caps) {
+  constexpr int64_t kMin = int64_t{64} << 20;
+  if (caps.device_timer) return {std::max(kMin, RoundUpToPowerOfTwo(8 * caps.cache_bytes)), 10};
+  return {std::max(kMin, caps.cache_bytes), 2};
+}
+
+std::optional<pb::DeviceCeilings> CeilingCache::Get(int device) const {
+  absl::MutexLock l(&mu_);
+  if (device < 0 || device >= static_cast<int>(ceilings_.size())) return std::nullopt;
+  return ceilings_[static_cast<size_t>(device)];
+}
+
+void CeilingCache::Put(int device, const pb::DeviceCeilings& c) {
+  absl::MutexLock l(&mu_);
+  if (device >= 0 && device < static_cast<int>(ceilings_.size())) ceilings_[static_cast<size_t>(device)] = c;
+}
+
+std::vector<pb::DeviceCeilings> CeilingCache::All() const {
+  absl::MutexLock l(&mu_);
+  std::vector<pb::DeviceCeilings> all;
+  for (const auto& c : ceilings_) {
+    if (c) all.push_back(*c);
+  }
+  return all;
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -56,14 +95,14 @@ absl::StatusOr<pb::DeviceCeilings> MeasureCeilings(Backend& backend, int device,
   pb::DeviceCeilings c;
   c.set_measured_unix_ms(absl::ToUnixMillis(absl::Now()));
   std::vector<std::string> notes;
-  const bool cpu = backend.Name() == "cpu";
 
   // Copy: best of a few batches of device-to-device copies.
-  const size_t bytes = cpu ? (size_t{64} << 20) : (size_t{512} << 20);
+  const CopyPlan plan = CeilingCopyPlan(backend.Capabilities());
+  const size_t bytes = static_cast<size_t>(plan.bytes);
   auto src = backend.Allocate(device, bytes);
   auto dst = backend.Allocate(device, bytes);
   if (src.ok() && dst.ok()) {
-    const int per_batch = cpu ? 2 : 10;
+    const int per_batch = plan.per_batch;
     double best = 1e30;
     absl::Status st = backend.CopyOnDevice(device, (*dst)->data(), (*src)->data(), bytes);  // warm
     if (st.ok()) st = backend.Synchronize(device);
@@ -148,10 +187,10 @@ unsigned NvmlIndex(int device) {
 
 }  // namespace
 
-ClockSampler::ClockSampler(const std::string& backend, int device, int period_ms)
-    : period_ms_(period_ms) {
-  if (backend != "cuda") {
-    note_ = absl::StrCat("no clock telemetry on backend ", backend, " (NVML is NVIDIA only)");
+ClockSampler::ClockSampler(const Backend& backend, int device, int period_ms) : period_ms_(period_ms) {
+  if (!backend.Capabilities().device_timer) {
+    note_ = absl::StrCat("no clock telemetry on backend ", backend.Name(),
+                         " (no device timer, so no GPU; NVML is NVIDIA only)");
     return;
   }
   auto n = std::make_unique<Nvml>();

@@ -4,9 +4,12 @@
 #ifndef KERNELSERVE_SERVER_BENCH_TIMING_H_
 #define KERNELSERVE_SERVER_BENCH_TIMING_H_
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,10 +31,24 @@ double Median(std::vector<double> v);
 // DeviceCeilings.gemm_desc when no GEMM ceiling is known (gemm_tflops 0).
 inline constexpr char kGemmNotMeasured[] = "not measured";
 
+// Bytes of each of the two buffers an L2 flush copies between (so twice
+// that passes through the cache): the cache the backend reports it must
+// cover (BackendCapabilities::cache_bytes); 0, nothing to flush, where it
+// reports none.
+int64_t FlushBytes(const BackendCapabilities& caps);
+
+// The copies that measure the copy ceiling: large enough to stream from
+// memory rather than from the cache.
+struct CopyPlan {
+  int64_t bytes = 0;  // per buffer
+  int per_batch = 0;  // copies per timed batch
+};
+CopyPlan CeilingCopyPlan(const BackendCapabilities& caps);
+
 // Measures the device's ceilings through the Backend interface: copy
 // throughput with CopyOnDevice (read + write bytes), and the GEMM ceiling with
 // Backend::MeasureGemmCeiling (cpu: a blocked fp32 GEMM; cuda: cuBLAS bf16,
-// loaded at run time). `gemm_tflops_override` > 0 replaces the GEMM
+// loaded at run time), sized by CeilingCopyPlan. `gemm_tflops_override` > 0 replaces the GEMM
 // measurement; the FP8 GEMM ceiling exists only as `gemm_fp8_tflops_override`.
 // Without either, gemm_tflops is 0 with gemm_desc "not measured" and a note.
 // Call it on the device's worker, with nothing else running there.
@@ -41,12 +58,28 @@ absl::StatusOr<pb::DeviceCeilings> MeasureCeilings(Backend& backend, int device,
                                                    double gemm_fp8_tflops_override,
                                                    const std::function<bool()>& cancelled = nullptr);
 
+// The ceilings measured on each device, kept for the jobs that run there
+// later. Thread-safe.
+class CeilingCache {
+ public:
+  explicit CeilingCache(int devices) : ceilings_(static_cast<size_t>(std::max(0, devices))) {}
+  std::optional<pb::DeviceCeilings> Get(int device) const;
+  void Put(int device, const pb::DeviceCeilings& c);
+  std::vector<pb::DeviceCeilings> All() const;  // the measured ones, by device
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::optional<pb::DeviceCeilings>> ceilings_ ABSL_GUARDED_BY(mu_);
+};
+
 // Samples SM clock, power and temperature of one GPU every `period_ms` while
-// running, through libnvidia-ml.so.1 opened with dlopen. Without the library
-// (or on a non-NVIDIA backend) Stop() returns ClockStats{available=false, note}.
+// running, through libnvidia-ml.so.1 opened with dlopen. A backend without a
+// device timer runs on no GPU and is not sampled; without the library (a GPU
+// that is not NVIDIA's, or no driver) Stop() returns
+// ClockStats{available=false, note} too.
 class ClockSampler {
  public:
-  ClockSampler(const std::string& backend, int device, int period_ms = 50);
+  ClockSampler(const Backend& backend, int device, int period_ms = 50);
   ~ClockSampler();
   void Start();
   pb::ClockStats Stop();
