@@ -27,8 +27,8 @@
 #include "client/kernelctl_bench.h"
 #include "client/kernelctl_flags.h"
 #include "client/npy.h"
+#include "common/status_macros.h"
 #include "server/security/tls.h"
-#include "kernels/api/status_macros.h"
 
 namespace kernelserve {
 namespace kernelctl {

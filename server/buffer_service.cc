@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "server/call_log.h"
 #include "server/ids.h"
 #include "server/input_checks.h"

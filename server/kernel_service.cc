@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "kernels/api/error_report.h"
 #include "kernels/api/ops.h"
-#include "kernels/api/status_macros.h"
 #include "server/call_log.h"
 #include "server/ids.h"
 #include "server/input_checks.h"

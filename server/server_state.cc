@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "server/input_checks.h"
 #include "server/tensor_proto.h"
 #include "spdlog/spdlog.h"

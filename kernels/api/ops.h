@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/api/tensor.h"
 
 namespace kernelserve {

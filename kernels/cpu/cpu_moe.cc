@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/api/ops.h"
-#include "kernels/api/status_macros.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_simd.h"
 #include "kernels/cpu/moe_routing.h"

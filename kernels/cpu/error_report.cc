@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/cpu/oracle.h"
 #include "kernels/numerics/numerics.h"
 

@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/numerics/numerics.h"
 
 namespace kernelserve {

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/api/variants.h"
 #include "kernels/cpu/oracle.h"
 #include "kernels/numerics/numerics.h"

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/gpu/attention/attention_variants.h"
 #include "kernels/gpu/common/gpu.h"
 #include "kernels/gpu/common/gpu_status.h"

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "server/input_checks.h"
 
 namespace kernelserve {

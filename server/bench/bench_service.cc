@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "server/call_log.h"
 #include "server/input_checks.h"
 

@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/numerics/numerics.h"
 
 namespace kernelserve {

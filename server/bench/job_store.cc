@@ -3,7 +3,7 @@
 #include <sqlite3.h>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 
 namespace kernelserve {
 namespace bench {

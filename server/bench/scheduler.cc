@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "server/bench/job_run.h"
 #include "server/bench/op_registry.h"
 #include "server/bench/timing.h"

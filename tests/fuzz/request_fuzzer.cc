@@ -595,7 +595,7 @@ std::vector<std::string> SeedInputs() {
     u.mutable_method()->set_window_s(std::numeric_limits<double>::infinity());
     u.set_time_limit_s(1e18);
     seeds.push_back(SubmitInput(u));
-    u = SmallJob(pb::OP_MOE_GATEUP);  // the graph method needs the cuda backend
+    u = SmallJob(pb::OP_MOE_GATEUP);  // the graph method needs a backend with graph replay
     u.mutable_method()->set_method(pb::METHOD_GRAPH);
     u.set_tolerance(std::numeric_limits<double>::quiet_NaN());
     seeds.push_back(SubmitInput(u));

@@ -1,7 +1,7 @@
 #include "kernels/gpu/attention/attention.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/gpu/arch/sm90/attention/flash_fwd.h"
 #include "kernels/gpu/attention/attention_params.h"
 #include "kernels/gpu/attention/round_bf16.h"

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 
 namespace kernelserve {
 namespace gpu {

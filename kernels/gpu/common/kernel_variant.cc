@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/gpu/common/gpu_status.h"
 
 namespace kernelserve {

@@ -4,7 +4,7 @@
 #include <cstddef>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/gpu/common/gpu_status.h"
 #include "kernels/gpu/fp8_attention/fp8_quantize.h"
 

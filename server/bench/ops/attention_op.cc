@@ -1,5 +1,5 @@
 // Benchmark jobs of bf16 attention (BenchOp::kAttention).
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "server/bench/op_registry.h"
 #include "server/bench/ops/op_util.h"
 

@@ -1,6 +1,6 @@
 // Benchmark jobs of FP8 attention (BenchOp::kFp8Attention, ZYFA numerics).
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "server/bench/op_registry.h"
 #include "server/bench/ops/op_util.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/api/status_macros.h"
+#include "common/status_macros.h"
 #include "kernels/numerics/test_inputs.h"
 #include "server/bench/op_registry.h"
 #include "server/bench/ops/op_util.h"

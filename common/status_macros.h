@@ -1,6 +1,7 @@
-// Status propagation macros. Abseil 20220623 has none of its own.
-#ifndef KERNELSERVE_KERNELS_API_STATUS_MACROS_H_
-#define KERNELSERVE_KERNELS_API_STATUS_MACROS_H_
+// Status propagation macros for every package (kernels, server, client):
+// Abseil 20220623 has none of its own.
+#ifndef KERNELSERVE_COMMON_STATUS_MACROS_H_
+#define KERNELSERVE_COMMON_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,4 +25,4 @@
   if (!tmp.ok()) return tmp.status();             \
   lhs = std::move(tmp).value()
 
-#endif  // KERNELSERVE_KERNELS_API_STATUS_MACROS_H_
+#endif  // KERNELSERVE_COMMON_STATUS_MACROS_H_
