@@ -32,3 +32,9 @@ shape=(--op=attention --batch=1 --heads=16 --seq=8192 --head-dim=128 --causal --
   --variants=cuda,cuda.wgmma_ws,cuda.mma_sync --name=attn-table --method=kernel --warmup=10 --iters=20
 "${KS[@]}" bench --op=mla_decode --batch=8 --heads=16 --seq=32768 --q-len=4 \
   --variants=cuda,cuda.wgmma_rega,cuda.wgmma_roles --name=mla-table --method=graph --warmup=20 --iters=100
+# The L2 flush before every launch (two buffers of the cache size the backend
+# reports), on a shape whose inputs fit in L2: flushed it must be slower.
+"${KS[@]}" bench --op=mla_decode --batch=1 --heads=16 --seq=8192 --q-len=4 --variants=cuda \
+  --name=mla-small-warm --method=kernel --warmup=20 --iters=100
+"${KS[@]}" bench --op=mla_decode --batch=1 --heads=16 --seq=8192 --q-len=4 --variants=cuda --l2-flush \
+  --name=mla-small-flushed --method=kernel --warmup=20 --iters=100
