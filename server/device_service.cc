@@ -1,5 +1,6 @@
 #include "absl/strings/str_cat.h"
 #include "server/call_log.h"
+#include "server/input_checks.h"
 #include "server/security/auth.h"
 #include "server/services.h"
 #include "spdlog/spdlog.h"
@@ -65,6 +66,9 @@ grpc::Status DeviceServiceImpl::Drain(grpc::ServerContext* ctx, const pb::DrainD
     return log.Done(absl::InvalidArgumentError(absl::StrCat(
         "index: expected a device index in [0, ", state_->device_count(), "), got ", req->index())));
   }
+  // The reason is kept and shown in every later List: bounded like any
+  // client string the server keeps.
+  if (absl::Status s = CheckLength("reason", req->reason()); !s.ok()) return log.Done(s);
   const std::string reason = req->undrain() ? ""
                              : req->reason().empty() ? std::string("drained by an admin")
                                                      : req->reason();

@@ -562,6 +562,10 @@ void DeviceCases(Builder* b) {
   d.set_index(-1);
   b->Add("Drain: device -1", kDrain, d, Code::INVALID_ARGUMENT, "index");
   b->last().auth = Auth::kAdmin;
+  d.set_index(0);
+  d.set_reason(std::string(64 << 10, 'r'));
+  b->Add("Drain: 64 KiB reason", kDrain, d, Code::INVALID_ARGUMENT, "reason: expected at most 256 bytes, got 65536");
+  b->last().auth = Auth::kAdmin;
 }
 
 void BenchCases(const CorpusIds& ids, Builder* b) {
