@@ -1,6 +1,7 @@
 #include "tests/test_util.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -10,6 +11,10 @@ namespace kernelserve {
 namespace testutil {
 
 uint64_t FreshSeed() {
+  // KERNELSERVE_TEST_SEED replays a failure: the seed its SCOPED_TRACE printed.
+  if (const char* replay = std::getenv("KERNELSERVE_TEST_SEED"); replay != nullptr && *replay != '\0') {
+    return std::strtoull(replay, nullptr, 10);
+  }
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }

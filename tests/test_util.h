@@ -11,7 +11,8 @@
 namespace kernelserve {
 namespace testutil {
 
-// A seed that differs run to run (tests log it so a failure can be replayed).
+// A seed that differs run to run (tests log it so a failure can be replayed:
+// KERNELSERVE_TEST_SEED=<seed> makes every call return it).
 uint64_t FreshSeed();
 
 // Checks a bf16 output against the unrounded fp64 oracle: no NaN/Inf where
