@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -19,8 +20,12 @@
 namespace kernelserve {
 namespace cpu_test {
 
-// A fresh seed per call; tests print it (SCOPED_TRACE) so a failure can be replayed.
+// A fresh seed per call; tests print it (SCOPED_TRACE) so a failure can be
+// replayed with KERNELSERVE_TEST_SEED=<seed>, which every call then returns.
 inline uint64_t FreshSeed() {
+  if (const char* replay = std::getenv("KERNELSERVE_TEST_SEED"); replay != nullptr && *replay != '\0') {
+    return std::strtoull(replay, nullptr, 10);
+  }
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
