@@ -6,8 +6,14 @@
 // O bytes once per call. Prints a markdown table: every entry of the variant
 // table (kernels/gpu/mla/mla_decode_variants.cc) paged, each in the first KV
 // format it serves, then the dispatcher's choice for e4m3fn KV contiguous.
+// Every row also gives its roofline, max(bytes / copy, FLOP / GEMM) with both
+// ceilings measured in this run, and each time as a fraction of it: at
+// H * q_len = 64 query rows per fp8 token the op is compute-bound on the
+// H200, so bandwidth alone understates the gap. A second table sweeps
+// H in {16, 128} and q_len in {1, 4, 8} for the dispatcher's choice.
 //
 //   mla_cuda_bench [--shapes=B:S,B:S,...] [--heads=16] [--q_len=4]
+//                  [--sweep_shapes=B:S,...] [--no_sweep]
 //                  [--only=NAME]   (one table entry, paged: for ncu)
 #include <cuda_runtime.h>
 
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.h"
+#include "bench/roofline.h"
 #include "kernels/api/ops.h"
 #include "kernels/gpu/common/kernel_variant.h"
 #include "kernels/gpu/mla/mla_decode_variants.h"
@@ -58,6 +65,28 @@ DType FirstServedFormat(const gpu::KernelVariant& v, const gpu::DeviceCaps& caps
     if (v.unsupported(caps, gpu::MlaDecodeCall(p, MlaDecodeInputs{})).empty()) return kv;
   }
   return DType::kInvalid;
+}
+
+// QK^T over the 576-wide row and PV over its first 512, for the keys each
+// draft position sees (position t of q_len attends S - q_len + t + 1 keys).
+double MlaFlops(int64_t B, int64_t S, int64_t H, int64_t Q) {
+  double keys = 0;
+  for (int64_t t = 0; t < Q; ++t) keys += static_cast<double>(S - Q + t + 1);
+  return 2.0 * static_cast<double>(B * H) * keys * (kMlaRowDim + kMlaLatentDim);
+}
+
+// KV bytes plus Q and O once per call.
+double MlaBytes(int64_t B, int64_t S, int64_t H, int64_t Q) {
+  return static_cast<double>(B * S) * kMlaRowDim + static_cast<double>(B * Q * H) * (576 + 512) * 2;
+}
+
+std::vector<Shape2> ParseShapes(const char* v) {
+  std::vector<Shape2> shapes;
+  for (const std::string& item : bench::SplitCommas(v)) {
+    const size_t colon = item.find(':');
+    shapes.push_back({std::atoll(item.substr(0, colon).c_str()), std::atoll(item.substr(colon + 1).c_str())});
+  }
+  return shapes;
 }
 
 struct Result {
@@ -143,6 +172,8 @@ Result TimeOne(const gpu::KernelVariant& kernel, DType kv_dtype, int64_t B, int6
 int Main(int argc, char** argv) {
   std::vector<Shape2> shapes = {{1, 150000}, {2, 150000}, {8, 8192},   {8, 32768},
                                 {8, 65536},  {8, 150000}, {16, 150000}, {32, 8192}};
+  std::vector<Shape2> sweep_shapes = {{8, 65536}, {8, 150000}};
+  constexpr int64_t kSweepHeads[] = {16, 128}, kSweepQLens[] = {1, 4, 8};
   int64_t H = 16, Q = 4;
   std::string only;
   for (int i = 1; i < argc; ++i) {
@@ -150,13 +181,9 @@ int Main(int argc, char** argv) {
     if (const char* v = bench::FlagValue(a, "--only=")) only = v;
     if (const char* v = bench::FlagValue(a, "--heads=")) H = std::atoll(v);
     if (const char* v = bench::FlagValue(a, "--q_len=")) Q = std::atoll(v);
-    if (const char* v = bench::FlagValue(a, "--shapes=")) {
-      shapes.clear();
-      for (const std::string& item : bench::SplitCommas(v)) {
-        const size_t colon = item.find(':');
-        shapes.push_back({std::atoll(item.substr(0, colon).c_str()), std::atoll(item.substr(colon + 1).c_str())});
-      }
-    }
+    if (const char* v = bench::FlagValue(a, "--shapes=")) shapes = ParseShapes(v);
+    if (const char* v = bench::FlagValue(a, "--sweep_shapes=")) sweep_shapes = ParseShapes(v);
+    if (a == "--no_sweep") sweep_shapes.clear();
   }
   if (!bench::HaveCudaDevice()) {
     std::printf("mla_cuda_bench: no CUDA device, nothing to time\n");
@@ -201,7 +228,11 @@ int Main(int argc, char** argv) {
   const size_t kMinBytes = 3 * static_cast<size_t>(prop.l2CacheSize);
   size_t pool_bytes = 0;
   int64_t max_rows = 0, max_bh = 0;
-  for (const auto& sh : shapes) {
+  std::vector<Shape2> all_shapes = shapes;
+  if (only.empty()) all_shapes.insert(all_shapes.end(), sweep_shapes.begin(), sweep_shapes.end());
+  const int64_t max_h = std::max<int64_t>(H, only.empty() && !sweep_shapes.empty() ? 128 : 0);
+  const int64_t max_q = std::max<int64_t>(Q, only.empty() && !sweep_shapes.empty() ? 8 : 0);
+  for (const auto& sh : all_shapes) {
     const size_t kvb = static_cast<size_t>(sh.b * sh.s) * kMlaRowDim;
     const int64_t copies = std::max<int64_t>(1, (kMinBytes + kvb - 1) / kvb);
     pool_bytes = std::max(pool_bytes, kvb * copies);
@@ -213,7 +244,8 @@ int Main(int argc, char** argv) {
   int32_t* idx;
   CHECK_CUDA(cudaMalloc(&kv, pool_bytes));
   FillRandom(kv, pool_bytes, 1, true);
-  const size_t qlat_bytes = max_bh * Q * H * kMlaLatentDim * 2, qpe_bytes = max_bh * Q * H * kMlaRopeDim * 2;
+  const size_t qlat_bytes = max_bh * max_q * max_h * kMlaLatentDim * 2,
+               qpe_bytes = max_bh * max_q * max_h * kMlaRopeDim * 2;
   CHECK_CUDA(cudaMalloc(&q_lat, qlat_bytes));
   CHECK_CUDA(cudaMalloc(&q_pe, qpe_bytes));
   CHECK_CUDA(cudaMalloc(&out, qlat_bytes));
@@ -221,16 +253,20 @@ int Main(int argc, char** argv) {
   FillRandom(q_pe, qpe_bytes, 3, false);
   CHECK_CUDA(cudaMalloc(&idx, max_rows * 4));
 
-  std::printf("\n%s, %d SMs, L2 %d MB; H = %lld, q_len = %lld, CUDA-graph timed\n\n", prop.name,
+  const bench::Ceilings ceil = bench::MeasureCeilings();
+  std::printf("\n%s, %d SMs, L2 %d MB; H = %lld, q_len = %lld, CUDA-graph timed\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(H), static_cast<long long>(Q));
+  bench::PrintCeilings(ceil);
+  std::printf("\n");
   if (only.empty()) {
-    std::string head = "| (B, S) | KV (MB) |", rule = "| --- | --- |";
+    std::string head = "| (B, S) | KV (MB) | roofline (us) | bound |", rule = "| --- | --- | --- | --- |";
     for (const Column& col : columns) {
-      head += std::string(" ") + col.v->name + " " + DTypeName(col.kv) + " paged p1 (us) | TB/s |";
-      rule += " --- | --- |";
+      head += std::string(" ") + col.v->name + " " + DTypeName(col.kv) + " paged p1 (us) | TB/s | of roofline |";
+      rule += " --- | --- | --- |";
     }
-    head += std::string(" ") + (*chosen)->name + " " + DTypeName(DType::kFp8E4M3Fn) + " contiguous (us) | TB/s |";
-    rule += " --- | --- |";
+    head += std::string(" ") + (*chosen)->name + " " + DTypeName(DType::kFp8E4M3Fn) +
+            " contiguous (us) | TB/s | of roofline |";
+    rule += " --- | --- | --- |";
     std::printf("%s\n%s\n", head.c_str(), rule.c_str());
   }
   std::mt19937_64 rng(7);
@@ -243,7 +279,8 @@ int Main(int argc, char** argv) {
     std::iota(h.begin(), h.end(), 0);
     for (int64_t c = 0; c < copies; ++c) std::shuffle(h.begin() + c * B * S, h.begin() + (c + 1) * B * S, rng);
     CHECK_CUDA(cudaMemcpy(idx, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-    const double bytes = static_cast<double>(kvb) + static_cast<double>(B * Q * H) * (576 + 512) * 2;
+    const double bytes = MlaBytes(B, S, H, Q), flops = MlaFlops(B, S, H, Q);
+    const double roof = ceil.RooflineUs(bytes, flops);
     if (!only.empty()) {
       const Result r =
           TimeOne(*columns[0].v, columns[0].kv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
@@ -251,15 +288,46 @@ int Main(int argc, char** argv) {
                   static_cast<long long>(S), r.us);
       continue;
     }
-    std::printf("| (%lld, %lld) | %.0f |", static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6);
+    std::printf("| (%lld, %lld) | %.0f | %.1f | %s |", static_cast<long long>(B), static_cast<long long>(S), kvb / 1e6,
+                roof, ceil.Bound(bytes, flops));
     for (const Column& col : columns) {
       const Result r = TimeOne(*col.v, col.kv, B, S, H, Q, true, kv, pool_bytes, q_lat, q_pe, out, idx, copies);
-      std::printf(" %.1f | %.2f |", r.us, bytes / r.us / 1e6);
+      std::printf(" %.1f | %.2f | %.0f %% |", r.us, bytes / r.us / 1e6, 100 * roof / r.us);
     }
     const Result rc = TimeOne(**chosen, DType::kFp8E4M3Fn, B, S, H, Q, false, kv, pool_bytes, q_lat, q_pe, out, idx,
                               copies);
-    std::printf(" %.1f | %.2f |\n", rc.us, bytes / rc.us / 1e6);
+    std::printf(" %.1f | %.2f | %.0f %% |\n", rc.us, bytes / rc.us / 1e6, 100 * roof / rc.us);
     std::fflush(stdout);
+  }
+  if (!only.empty() || sweep_shapes.empty()) return 0;
+
+  // Heads and draft lengths: the dispatcher's choice, e4m3fn KV, paged p1.
+  std::printf("\n| H | q_len | (B, S) | roofline (us) | bound | %s (us) | TFLOP/s | TB/s | of roofline |\n",
+              (*chosen)->name);
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const int64_t h : kSweepHeads) {
+    for (const int64_t q : kSweepQLens) {
+      for (const auto& sh : sweep_shapes) {
+        const int64_t B = sh.b, S = sh.s;
+        const size_t kvb = static_cast<size_t>(B * S) * kMlaRowDim;
+        const int64_t copies = std::max<int64_t>(1, (kMinBytes + kvb - 1) / kvb);
+        std::vector<int32_t> hidx(B * S * copies);
+        std::iota(hidx.begin(), hidx.end(), 0);
+        for (int64_t c = 0; c < copies; ++c) {
+          std::shuffle(hidx.begin() + c * B * S, hidx.begin() + (c + 1) * B * S, rng);
+        }
+        CHECK_CUDA(cudaMemcpy(idx, hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice));
+        const double bytes = MlaBytes(B, S, h, q), flops = MlaFlops(B, S, h, q);
+        const double roof = ceil.RooflineUs(bytes, flops);
+        const Result r = TimeOne(**chosen, DType::kFp8E4M3Fn, B, S, h, q, true, kv, pool_bytes, q_lat, q_pe, out, idx,
+                                 copies);
+        std::printf("| %lld | %lld | (%lld, %lld) | %.1f | %s | %.1f | %.0f | %.2f | %.0f %% |\n",
+                    static_cast<long long>(h), static_cast<long long>(q), static_cast<long long>(B),
+                    static_cast<long long>(S), roof, ceil.Bound(bytes, flops), r.us, flops / r.us / 1e6,
+                    bytes / r.us / 1e6, 100 * roof / r.us);
+        std::fflush(stdout);
+      }
+    }
   }
   return 0;
 }

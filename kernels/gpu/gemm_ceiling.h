@@ -2,8 +2,8 @@
 // the server measures its GEMM and copy ceilings once per device). Measured
 // with cuBLAS loaded at run time (dlopen, like NVML for clocks), so the
 // server links no vendor library and runs where cuBLAS is absent.
-#ifndef KERNELSERVE_KERNELS_CUDA_GEMM_CEILING_H_
-#define KERNELSERVE_KERNELS_CUDA_GEMM_CEILING_H_
+#ifndef KERNELSERVE_KERNELS_GPU_GEMM_CEILING_H_
+#define KERNELSERVE_KERNELS_GPU_GEMM_CEILING_H_
 
 #include <cuda_runtime_api.h>
 
@@ -27,4 +27,4 @@ absl::StatusOr<GemmRate> MeasureCublasBf16Gemm(cudaStream_t stream, int n = 8192
 }  // namespace gpu
 }  // namespace kernelserve
 
-#endif  // KERNELSERVE_KERNELS_CUDA_GEMM_CEILING_H_
+#endif  // KERNELSERVE_KERNELS_GPU_GEMM_CEILING_H_
