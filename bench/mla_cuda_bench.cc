@@ -89,6 +89,18 @@ std::vector<Shape2> ParseShapes(const char* v) {
   return shapes;
 }
 
+// Enough copies of `rows` KV rows for `min_bytes` per replay, each copy a
+// shuffled permutation of its own rows of the pool, uploaded to `idx`.
+int64_t UploadShuffledSlots(int32_t* idx, int64_t rows, size_t min_bytes, std::mt19937_64& rng) {
+  const size_t kvb = static_cast<size_t>(rows) * kMlaRowDim;
+  const int64_t copies = std::max<int64_t>(1, (min_bytes + kvb - 1) / kvb);
+  std::vector<int32_t> h(rows * copies);
+  std::iota(h.begin(), h.end(), 0);
+  for (int64_t c = 0; c < copies; ++c) std::shuffle(h.begin() + c * rows, h.begin() + (c + 1) * rows, rng);
+  CHECK_CUDA(cudaMemcpy(idx, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  return copies;
+}
+
 struct Result {
   double us = 0;
   int splits = 0;
@@ -273,12 +285,7 @@ int Main(int argc, char** argv) {
   for (const auto& sh : shapes) {
     const int64_t B = sh.b, S = sh.s;
     const size_t kvb = static_cast<size_t>(B * S) * kMlaRowDim;
-    const int64_t copies = std::max<int64_t>(1, (kMinBytes + kvb - 1) / kvb);
-    // Every copy is a shuffled permutation of its own rows of the pool.
-    std::vector<int32_t> h(B * S * copies);
-    std::iota(h.begin(), h.end(), 0);
-    for (int64_t c = 0; c < copies; ++c) std::shuffle(h.begin() + c * B * S, h.begin() + (c + 1) * B * S, rng);
-    CHECK_CUDA(cudaMemcpy(idx, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    const int64_t copies = UploadShuffledSlots(idx, B * S, kMinBytes, rng);
     const double bytes = MlaBytes(B, S, H, Q), flops = MlaFlops(B, S, H, Q);
     const double roof = ceil.RooflineUs(bytes, flops);
     if (!only.empty()) {
@@ -309,14 +316,7 @@ int Main(int argc, char** argv) {
     for (const int64_t q : kSweepQLens) {
       for (const auto& sh : sweep_shapes) {
         const int64_t B = sh.b, S = sh.s;
-        const size_t kvb = static_cast<size_t>(B * S) * kMlaRowDim;
-        const int64_t copies = std::max<int64_t>(1, (kMinBytes + kvb - 1) / kvb);
-        std::vector<int32_t> hidx(B * S * copies);
-        std::iota(hidx.begin(), hidx.end(), 0);
-        for (int64_t c = 0; c < copies; ++c) {
-          std::shuffle(hidx.begin() + c * B * S, hidx.begin() + (c + 1) * B * S, rng);
-        }
-        CHECK_CUDA(cudaMemcpy(idx, hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice));
+        const int64_t copies = UploadShuffledSlots(idx, B * S, kMinBytes, rng);
         const double bytes = MlaBytes(B, S, h, q), flops = MlaFlops(B, S, h, q);
         const double roof = ceil.RooflineUs(bytes, flops);
         const Result r = TimeOne(**chosen, DType::kFp8E4M3Fn, B, S, h, q, true, kv, pool_bytes, q_lat, q_pe, out, idx,
