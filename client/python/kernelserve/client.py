@@ -100,6 +100,9 @@ class Pool:
         c, info = self._client, self.stats(as_dict=False)
         dtype = _t.dtype_name(info.dtype)
         slots = np.asarray(slots)
+        if dtype.startswith("fp8") and not isinstance(rows, _t.Tensor) and np.asarray(rows).dtype != np.uint8:
+            raise TypeError("Pool.write: an %s pool takes rows as uint8 codes (kernelserve.fp8_encode makes them), "
+                            "got dtype %s" % (dtype, np.asarray(rows).dtype))
         rows = _t.to_tensor(rows, dtype).array
         rows = rows.reshape(len(slots), -1)
         per = max(1, CHUNK_BYTES // max(1, rows[0].nbytes if len(rows) else 1))

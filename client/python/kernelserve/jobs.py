@@ -20,7 +20,7 @@ _TERMINAL = (bench_pb2.JOB_DONE, bench_pb2.JOB_FAILED, bench_pb2.JOB_CANCELLED, 
 
 def to_dict(message):
     """A proto message as a dict with the proto's field names and every field present (ints as ints)."""
-    d = json_format.MessageToDict(message, preserving_proto_field_names=True, including_default_value_fields=True)
+    d = json_format.MessageToDict(message, preserving_proto_field_name=True, including_default_value_fields=True)
     return _report.normalize(d)
 
 
