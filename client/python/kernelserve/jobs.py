@@ -89,19 +89,19 @@ class ProgressBar:
 
 
 def _event_text(e):
-    phase = bench_pb2.BenchPhase.Name(e.phase).replace("PHASE_", "").lower()
-    parts = [phase]
-    if e.phase == bench_pb2.PHASE_QUEUED and e.queue_position:
-        parts.append("position %d" % e.queue_position)
-    if e.variant:
-        parts.append(e.variant)
-    if e.passes:
-        parts.append("pass %d/%d" % (getattr(e, "pass"), e.passes))
+    """'phase: what' for the bar: the server's message when it has one, else the variant and pass."""
+    parts = [bench_pb2.BenchPhase.Name(e.phase).replace("PHASE_", "").lower() + ":"]
     if e.phase == bench_pb2.PHASE_RESULT and e.result.variant:
         r = e.result
-        parts.append(("%.4g ms" % r.time.value_ms) if r.timed else ("gate FAILED" if not r.correct else "untimed"))
+        parts.append("%s %s" % (r.variant, ("%.4g ms" % r.time.value_ms) if r.timed else
+                                ("gate FAILED" if not r.correct else "untimed")))
     elif e.message:
         parts.append(e.message[:60])
+    else:
+        if e.variant:
+            parts.append(e.variant)
+        if e.passes:
+            parts.append("pass %d/%d" % (getattr(e, "pass"), e.passes))
     return " ".join(parts)
 
 

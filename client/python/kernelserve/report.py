@@ -89,7 +89,7 @@ def records(job):
             "sm_clock_mhz_max": float(c.get("sm_clock_mhz_max", 0.0)),
             "power_w_mean": float(c.get("power_w_mean", 0.0)), "power_w_max": float(c.get("power_w_max", 0.0)),
             "temperature_c_max": float(c.get("temperature_c_max", 0.0)),
-            "error_message": r.get("error_message", ""),
+            "error_message": r.get("error_message", ""), "ceiling_note": r.get("ceiling_note", ""),
         })
     return out
 
@@ -111,6 +111,9 @@ def _time_panel(ax, recs):
         if not r["timed"]:
             ax.text(i, 0, "gate failed" if not r["correct"] else "not timed", rotation=90, ha="center",
                     va="bottom", fontsize=8, color=_color(r))
+    timed = [v for v in vals if v > 0]
+    if timed and max(timed) > 20 * min(timed):
+        ax.set_yscale("log")  # an oracle next to a kernel: thousands of times apart
     ax.set_xticks(x, [r["variant"] for r in recs], rotation=20, ha="right")
     ax.set_ylabel("time (ms): value, ±sd, min..max")
     ax.set_title("time per variant")
@@ -189,7 +192,9 @@ def _clock_panel(ax, recs):
     import numpy as np
     have = [r for r in recs if r["clocks_available"]]
     if not have:
-        notes = sorted({r["clocks_note"] for r in recs if r["clocks_note"]})
+        notes = sorted({r["clocks_note"] for r in recs if r["clocks_note"]}) or [
+            "method %s samples none; method=sustained does" % (recs[0]["method"].split()[0] if recs[0]["method"]
+                                                                else "kernel")]
         ax.text(0.5, 0.5, "clocks not sampled\n" + "\n".join(n[:70] for n in notes[:3]), ha="center",
                 va="center", fontsize=8, transform=ax.transAxes, wrap=True)
         ax.set_axis_off()
@@ -234,7 +239,9 @@ def _draw(fig, job):
         lines.append("%s: %s%s" % (r["variant"], "rank %d" % r["rank"] if r["rank"] else "not ranked",
                                    (" — " + (r["gate_message"] or r["error_message"])[:50])
                                    if (r["gate_message"] or r["error_message"]) else ""))
-    info.text(0, 1, "\n".join(lines), va="top", fontsize=8, family="monospace", transform=info.transAxes)
+    lines += sorted({"note: " + r["ceiling_note"][:80] for r in recs if r["ceiling_note"]})
+    info.text(0, 1, "\n".join(lines), va="top", fontsize=8, family="monospace", transform=info.transAxes,
+              wrap=True)
 
 
 def plot_jobs(jobs, path=None, dpi=100):
