@@ -218,6 +218,18 @@ class Check:
         self.expect_error("moe_gateup topk_ids[1,1] = E", lambda: self.c.moe_gateup(x, bad, w13, w13s),
                           "INVALID_ARGUMENT", "topk_ids[1,1]")
 
+    def rounding(self):
+        """float64 inputs are rounded to bf16 once (not through float32): near-ties on both sides."""
+        x = self.rng.standard_normal(20000)
+        base = ks.round_bf16(x).astype(np.float64)
+        half = np.ldexp(1.0, np.frexp(base)[1] - 8) / 2
+        y = np.concatenate([x, base + half * (1 + 1e-12), base + half * (1 - 1e-12), -(base + half * (1 + 1e-12))])
+        bad = np.count_nonzero(ks.round_bf16(y).astype(np.float64) != ref.round_f64_to_bf16(y))
+        if bad:
+            self.fail("round_bf16 float64", "%d of %d differ from rounding once" % (bad, len(y)))
+        else:
+            self.ok("round_bf16 float64", "%d values incl. near-ties rounded once" % len(y))
+
     # ------------------------------------------------------------ buffers
     def buffers(self):
         name = "buffers"
@@ -443,6 +455,7 @@ def main():
             client.wait_ready()
             print("devices:", [(d["backend"], d["name"]) for d in client.devices()])
             check = Check(client, np.random.default_rng(seed))
+            check.rounding()
             check.attention()
             check.fp8_attention()
             check.mla()

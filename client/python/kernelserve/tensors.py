@@ -54,9 +54,15 @@ def is_torch(x):
 
 
 def bf16_bits(x):
-    """float values -> bf16 bit patterns (uint16), rounded to nearest even; NaN stays NaN."""
+    """float values -> bf16 bit patterns (uint16), rounded once to nearest even; NaN stays NaN."""
+    x = np.asarray(x)
     f = np.ascontiguousarray(x, dtype=np.float32)
     b = f.view(np.uint32).astype(np.uint64)
+    if x.dtype == np.float64:
+        # float64 goes through float32 first; where that rounding landed exactly on a bf16 tie the tie
+        # is not real: nudge it toward the float64 value so the result is x rounded once.
+        tie = ((b & 0xFFFF) == 0x8000) & (f.astype(np.float64) != x) & np.isfinite(x)
+        b = np.where(tie & (np.abs(x) > np.abs(f.astype(np.float64))), b + 1, np.where(tie, b - 1, b))
     bits = (((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF).astype(np.uint16)
     nan = np.isnan(f)
     if nan.any():
@@ -142,7 +148,7 @@ def to_tensor(x, default):
         if a.dtype == np.uint8:
             raise TypeError("a uint8 array for a %s field is ambiguous: pass float values, or wrap codes as "
                             "kernelserve.Tensor(codes, 'fp8_e4m3fn')" % default)
-        return Tensor(a.astype(np.float32), default)
+        return Tensor(a if a.dtype == np.float64 else a.astype(np.float32), default)
     if default == "int32":
         if a.dtype.kind not in "iu":
             raise TypeError("expected an integer array for an int32 field, got dtype %s" % a.dtype)
