@@ -2,7 +2,8 @@
 # pip-installs client/python (the `kernelserve` package; its stubs generated
 # from proto/ by protoc at build time) into a venv over Debian's
 # /usr/bin/python3, offline, and runs tests/python_package_check.py with it
-# against the real server. Skips with a message when a Debian package it
+# against the real server (with --bazel-stubs: the sources and the Bazel-built
+# stubs on PYTHONPATH instead). Skips with a message when a Debian package it
 # needs is missing.
 set -u
 PY=/usr/bin/python3
@@ -14,6 +15,13 @@ if [[ ! -x "$PY" ]] || ! "$PY" -c "import numpy, grpc, google.protobuf, matplotl
 fi
 R="${TEST_SRCDIR}/kernelserve"
 W="${TEST_TMPDIR:-$(mktemp -d)}"
+if [[ "${1:-}" == "--bazel-stubs" ]]; then
+  # No pip: the package's sources with the stubs //client/python:stubs generated, side by side in the
+  # runfiles tree, as a user puts client/python and bazel-bin/client/python on PYTHONPATH.
+  shift
+  cd "$W" && PYTHONPATH="$R/client/python" exec "$PY" "$R/tests/python_package_check.py" \
+    --kernelserve="$R/server/kernelserve" "$@"
+fi
 mkdir -p "$W/src/client"
 cp -rL "$R/client/python" "$W/src/client/python" && cp -rL "$R/proto" "$W/src/proto" || exit 1
 "$PY" -m venv --system-site-packages "$W/venv" || exit 1

@@ -4,12 +4,17 @@
     c = ks.Client("127.0.0.1:50051")
     out = c.attention(q, k, v, causal=True, report_error=True)
 """
+# The stubs may live in another kernelserve/ folder on sys.path (Bazel's
+# bazel-bin/client/python, next to this source folder): look there too.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
 try:
     from kernelserve.v1 import tensor_pb2 as _probe  # noqa: F401
 except ImportError as e:  # the stubs are generated when the package is built
     raise ImportError("kernelserve's gRPC stubs (kernelserve.v1) are missing: install the package with "
-                      "`pip install --no-build-isolation ./client/python` (it runs protoc) rather than "
-                      "importing it from the source tree") from e
+                      "`pip install --no-build-isolation ./client/python` (it runs protoc), or build them with "
+                      "`bazel build //client/python:stubs` and put bazel-bin/client/python on PYTHONPATH "
+                      "too") from e
 
 from kernelserve.client import Buffer, Client, Error, OpResult, Pool  # noqa: E402
 from kernelserve.jobs import Job, ProgressBar  # noqa: E402
