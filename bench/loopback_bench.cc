@@ -8,7 +8,10 @@
 // attention (B=1, H=16, S=16384, D=128 on a GPU; H=8, S=2048 on the cpu) timed
 // as a client call whose inputs and output stay in server buffers, and as the
 // bare backend call (a second backend instance in this process, launch +
-// synchronize); medians of 10 after 2 warm-ups. Prints a short markdown table.
+// synchronize); medians of 10 after 2 warm-ups. Transfers are printed next to
+// a bare memcpy of the same bytes in the same run, and a small kernel call's
+// round trip (p50 / p99) next to DeviceService.List's. Prints a short markdown
+// table.
 //
 //   bazel run //bench:loopback_bench -- [--backend=cpu|cuda|auto] [--server=HOST:PORT] [--mib=512]
 //                                       [--attn_seq=N] [--attn_heads=N]
@@ -149,6 +152,33 @@ int Main(int argc, char** argv) {
   std::printf("| measurement (%s) | value |\n| --- | --- |\n", where.c_str());
   std::printf("| DeviceService.List round trip p50 / p99 | %.1f / %.1f us |\n", us[us.size() / 2],
               us[us.size() * 99 / 100]);
+  // A small kernel call with inline tensors (what DESIGN §7's "small call" is
+  // for a user): attention B=1 H=1 S=16 D=64, 2 KiB per tensor.
+  {
+    const Shape small = {1, 1, 16, 64};
+    const HostTensor sq = numerics::GaussianBf16(small, 21);
+    AttentionArgs sa;
+    sa.q = sq;
+    sa.k = sq;
+    sa.v = sq;
+    std::vector<double> call_us, run_us;
+    for (int i = 0; i < 1200; ++i) {
+      const absl::Time t0 = absl::Now();
+      auto r = (*client)->Attention(sa);
+      if (!r.ok()) {
+        std::fprintf(stderr, "small attention: %s\n", r.status().ToString().c_str());
+        return 1;
+      }
+      if (i >= 200) {
+        call_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+        run_us.push_back(1e3 * r->info.run_ms);
+      }
+    }
+    std::sort(call_us.begin(), call_us.end());
+    std::printf("| small call (attention 1x1x16x64 inline) round trip p50 / p99; server run p50 | %.1f / %.1f us; "
+                "%.1f us |\n",
+                call_us[call_us.size() / 2], call_us[call_us.size() * 99 / 100], Median(run_us));
+  }
 
   HostTensor t(DType::kUint8, {mib << 20});
   std::mt19937_64 rng(1);
@@ -157,6 +187,29 @@ int Main(int argc, char** argv) {
     std::memcpy(t.bytes() + i, &r, 8);
   }
   const double gb = static_cast<double>(t.num_bytes()) / 1e9;
+  // The same bytes through a bare memcpy in this process: into a warm
+  // destination (the copy ceiling the transfers are compared with) and into a
+  // fresh one (new[], 4 KiB page faults included, as a download's new host
+  // tensor has them; the CPU backend's buffers use huge pages and fault less,
+  // so an upload can beat this one).
+  double memcpy_fresh = 0, memcpy_warm = 0;
+  {
+    std::vector<double> fresh, warm;
+    for (int rep = 0; rep < 3; ++rep) {
+      const absl::Time t0 = absl::Now();
+      std::unique_ptr<uint8_t[]> dst(new uint8_t[t.num_bytes()]);
+      std::memcpy(dst.get(), t.bytes(), t.num_bytes());
+      fresh.push_back(gb / absl::ToDoubleSeconds(absl::Now() - t0));
+      const absl::Time t1 = absl::Now();
+      std::memcpy(dst.get(), t.bytes(), t.num_bytes());
+      warm.push_back(gb / absl::ToDoubleSeconds(absl::Now() - t1));
+      if (dst[t.num_bytes() - 1] != t.bytes()[t.num_bytes() - 1]) return 1;  // keeps the copies
+    }
+    memcpy_fresh = Median(fresh);
+    memcpy_warm = Median(warm);
+    std::printf("| bare memcpy of the same %lld MiB, fresh / warm destination (median of 3) | %.2f / %.2f GB/s |\n",
+                static_cast<long long>(mib), memcpy_fresh, memcpy_warm);
+  }
   // Each chunk size three times (a fresh buffer each time, as a client's
   // upload gets); the median and the best of the three are printed.
   for (int64_t chunk : {1 << 20, 4 << 20, 16 << 20}) {
@@ -188,10 +241,12 @@ int Main(int argc, char** argv) {
     std::sort(up.begin(), up.end());
     std::sort(down.begin(), down.end());
     const long long cm = static_cast<long long>(chunk >> 20);
-    std::printf("| upload %lld MiB, %lld MiB chunks, median / best of 3 | %.2f / %.2f GB/s |\n",
-                static_cast<long long>(mib), cm, up[1], up[2]);
-    std::printf("| download %lld MiB, %lld MiB chunks, median / best of 3 | %.2f / %.2f GB/s |\n",
-                static_cast<long long>(mib), cm, down[1], down[2]);
+    std::printf("| upload %lld MiB, %lld MiB chunks, median / best of 3 (median / warm memcpy) | %.2f / %.2f GB/s "
+                "(%.0f %%) |\n",
+                static_cast<long long>(mib), cm, up[1], up[2], 100 * up[1] / memcpy_warm);
+    std::printf("| download %lld MiB, %lld MiB chunks, median / best of 3 (median / warm memcpy) | %.2f / %.2f "
+                "GB/s (%.0f %%) |\n",
+                static_cast<long long>(mib), cm, down[1], down[2], 100 * down[1] / memcpy_warm);
   }
 
   // A remote attention call on server-resident inputs against the bare kernel.

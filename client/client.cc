@@ -110,6 +110,14 @@ std::string CallInfoString(const CallInfo& i) {
                          i.run_ms);
 }
 
+std::string WallSplitString(const CallInfo& i) {
+  // The RPC holds the server's queue and run time; what is left of it is the
+  // transfer of inline tensors, (de)serialization and the network.
+  return absl::StrFormat(
+      "wall_ms=%.3f: upload_ms=%.3f queue_ms=%.3f run_ms=%.3f transfer_ms=%.3f download_ms=%.3f", i.wall_ms,
+      i.upload_ms, i.queue_ms, i.run_ms, std::max(0.0, i.rpc_ms - i.queue_ms - i.run_ms), i.download_ms);
+}
+
 std::string HealthStateName(HealthState s) {
   switch (s) {
     case HealthState::kServing: return "SERVING";
@@ -315,7 +323,7 @@ absl::Status DoFree(Client::Impl& impl, const CallCtx& c, const std::string& id)
 class TempBuffers {
  public:
   TempBuffers(Client::Impl& impl, const ClientOptions& o, int64_t* leaked)
-      : impl_(impl), options_(o), leaked_(leaked) {}
+      : impl_(impl), options_(o), leaked_(leaked), start_(absl::Now()) {}
   ~TempBuffers() {
     for (const std::string& id : ids_) {
       CallCtx c{absl::Now() + kCleanupTimeout, &options_};
@@ -324,12 +332,16 @@ class TempBuffers {
   }
   void Add(std::string id) { ids_.push_back(std::move(id)); }
   bool empty() const { return ids_.empty(); }
+  // The call's wall-time phases (CallInfo): the op's clock starts with it.
+  absl::Time start() const { return start_; }
+  absl::Duration upload;
 
  private:
   Client::Impl& impl_;
   const ClientOptions& options_;
   int64_t* leaked_;
   std::vector<std::string> ids_;
+  absl::Time start_;
 };
 
 // Fills `ref` from `arg`: buffer id, inline tensor, or an automatic upload.
@@ -342,7 +354,9 @@ absl::Status SetRef(Client::Impl& impl, const CallCtx& c, const TensorArg& arg, 
   const HostTensor* t = arg.host();
   if (t == nullptr) return absl::OkStatus();
   if (t->num_bytes() > c.options->upload_threshold_bytes) {
+    const absl::Time start = absl::Now();
     KS_ASSIGN_OR_RETURN(v1::BufferInfo info, DoUpload(impl, c, *t, "kernelserve-client-temp", device));
+    temps.upload += absl::Now() - start;
     temps.Add(info.id());
     ref->set_buffer_id(info.id());
     *uploaded = true;
@@ -361,17 +375,27 @@ absl::StatusOr<OpResult> FinishOp(Client::Impl& impl, const CallCtx& c, const Ou
   OpResult r;
   if (has_error) r.error = FromProto(error);
   r.info = FromProto(info);
+  const absl::Time rpc_done = absl::Now();
+  r.info.upload_ms = absl::ToDoubleMilliseconds(temps.upload);
+  r.info.rpc_ms = absl::ToDoubleMilliseconds(rpc_done - temps.start() - temps.upload);
+  auto finish = [&]() {
+    r.info.wall_ms = absl::ToDoubleMilliseconds(absl::Now() - temps.start());
+    r.info.download_ms = absl::ToDoubleMilliseconds(absl::Now() - rpc_done);
+  };
   if (out.has_tensor()) {
     KS_ASSIGN_OR_RETURN(r.out, FromProtoTensor(out.tensor()));
+    finish();
     return r;
   }
   if (out.buffer_id().empty()) return absl::DataLossError("op response carries no output");
   if (out_opts.to_buffer) {
     r.out_buffer_id = out.buffer_id();
+    finish();
     return r;
   }
   if (output_via_temp) temps.Add(out.buffer_id());
   KS_ASSIGN_OR_RETURN(r.out, DoDownload(impl, c, out.buffer_id()));
+  finish();
   return r;
 }
 

@@ -106,8 +106,16 @@ struct OutputOptions {
 struct CallInfo {
   std::string backend;
   int device = 0;
-  double queue_ms = 0;
-  double run_ms = 0;
+  double queue_ms = 0;  // server: waiting for the device worker
+  double run_ms = 0;    // server: the op, transfers to and from the device included
+  // Measured here, the wall time of the whole call split by phase: uploads of
+  // large inputs (automatic temporary buffers), the op's RPC (its inline
+  // tensors' transfer, queue_ms and run_ms inside it), and the download of an
+  // output that came back through a temporary buffer.
+  double upload_ms = 0;
+  double rpc_ms = 0;
+  double download_ms = 0;
+  double wall_ms = 0;
 };
 
 struct OpResult {
@@ -255,6 +263,8 @@ v1::Tensor ToProtoTensor(const HostTensor& t);
 absl::StatusOr<HostTensor> FromProtoTensor(const v1::Tensor& t);
 std::string ErrorReportString(const ErrorReport& e);
 std::string CallInfoString(const CallInfo& info);
+// "wall_ms=..: upload_ms=.. queue_ms=.. run_ms=.. transfer_ms=.. download_ms=..": where a call's time went.
+std::string WallSplitString(const CallInfo& info);
 
 }  // namespace kernelserve
 

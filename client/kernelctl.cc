@@ -109,6 +109,7 @@ void PrintResult(const OpResult& r, const std::string& out_path) {
   }
   if (r.error) std::cout << "error_report: " << ErrorReportString(*r.error) << "\n";
   std::cout << "call: " << CallInfoString(r.info) << "\n";
+  std::cout << "wall: " << WallSplitString(r.info) << "\n";
 }
 
 // Writes the op's output unless it stayed in a buffer.
@@ -584,6 +585,21 @@ int CmdMoe(Env& env, const std::vector<std::string>& args) {
     a.stage = MoeStage::kLayer;
   } else {
     return Fail(absl::InvalidArgumentError(absl::StrCat("--stage must be gateup, down or layer, not \"", stage, "\"")), 2);
+  }
+  // Each stage's weights are flags that only that stage needs: missing ones are usage errors here, not a
+  // server INVALID_ARGUMENT after the inputs were read and sent.
+  std::vector<std::pair<const std::string*, const char*>> needed;
+  if (a.stage != MoeStage::kDown) needed.insert(needed.end(), {{&w13, "--w13"}, {&w13s, "--w13-scales"}});
+  if (a.stage != MoeStage::kGateUp) needed.insert(needed.end(), {{&w2, "--w2"}, {&w2s, "--w2-scales"}});
+  if (a.stage == MoeStage::kLayer || (a.stage == MoeStage::kDown && weighted)) {
+    needed.push_back({&weights, "--topk-weights"});
+  }
+  for (const auto& [value, flag] : needed) {
+    if (value->empty()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("moe --stage=", stage, weighted ? " --weighted-sum" : "",
+                                                          ": missing required flag ", flag)),
+                  2);
+    }
   }
   auto r = ParseRounding(round);
   if (!r.ok()) return Fail(r.status(), 2);

@@ -1,8 +1,10 @@
 #include "client/kernelctl_bench.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <fstream>
 #include <iostream>
@@ -18,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "client/bench_client.h"
 #include "client/kernelctl_flags.h"
+#include "client/report_py.h"
 #include "kernels/api/variants.h"
 
 namespace kernelserve {
@@ -464,19 +467,75 @@ int CmdJobs(const std::vector<std::string>& args, const ClientOptions& options, 
   return Usage(absl::StrCat("jobs: unknown action \"", action, "\"; give list, get, watch, cancel or variants"));
 }
 
+// Draws jobs with the Python package's plotting module (embedded as kReportPy)
+// run by `python` on their export JSON. Exit code 3 from the script means
+// matplotlib is missing.
+int PlotJobs(const std::vector<pb::BenchJob>& jobs, const std::string& python, const std::string& plot,
+             const std::string& html) {
+  char dir_template[] = "/tmp/kernelctl-plot-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  if (dir == nullptr) return Fail(absl::InternalError("export: cannot make a temporary directory"), 1);
+  const std::string script = absl::StrCat(dir, "/report.py"), json = absl::StrCat(dir, "/jobs.json");
+  absl::Status st = WriteFile(script, kReportPy);
+  if (st.ok()) st = WriteFile(json, ExportJson(jobs));
+  if (!st.ok()) return Fail(st, 1);
+  std::vector<std::string> argv_s = {python, script, "--json=" + json};
+  if (!plot.empty()) argv_s.push_back("--plot=" + plot);
+  if (!html.empty()) argv_s.push_back("--html=" + html);
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execv(python.c_str(), argv.data());
+    _exit(127);
+  }
+  int wstatus = 0;
+  if (pid < 0 || waitpid(pid, &wstatus, 0) < 0) wstatus = 127 << 8;
+  unlink(script.c_str());
+  unlink(json.c_str());
+  rmdir(dir);
+  const int rc = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
+  if (rc == 0) return 0;
+  if (rc == 127) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+                    "export --plot/--html runs ", python, ", which could not be started; install python3 and "
+                    "python3-matplotlib (apt-get install python3-matplotlib) or pass --python=PATH")),
+                1);
+  }
+  if (rc == 3) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+                    "export --plot/--html needs matplotlib for ", python,
+                    ": apt-get install python3-matplotlib, or pass --python=PATH of a Python that has it")),
+                1);
+  }
+  return Fail(absl::InternalError(absl::StrCat("export: the plotting script failed (", python, " exit ", rc, ")")),
+              1);
+}
+
 int CmdExport(const std::vector<std::string>& args, const ClientOptions& options, bool help) {
   FlagSet f("export");
-  std::string format = "json", out, states, submitter;
+  std::string format = "json", out, states, submitter, plot, html;
+  const char* python_env = std::getenv("KERNELCTL_PYTHON");
+  std::string python = python_env != nullptr && *python_env != '\0' ? python_env : "/usr/bin/python3";
   int64_t limit = 100;
   f.String("format", &format, "json|markdown|junit", "output format");
   f.String("out", &out, "FILE", "write here instead of stdout");
+  f.String("plot", &plot, "FILE.png|FILE.svg",
+           "draw the jobs' results (time, rate vs roofline, gate, clocks) with matplotlib");
+  f.String("html", &html, "FILE.html", "one self-contained HTML report: the plots embedded and the table");
+  f.String("python", &python, "PATH",
+           "the Python that draws --plot/--html; needs matplotlib (default $KERNELCTL_PYTHON or /usr/bin/python3)");
   f.String("state", &states, "S,...", "without ids: only these states");
   f.String("submitter", &submitter, "NAME", "without ids: only this submitter");
   f.Int("limit", &limit, "without ids: newest N (default 100)");
   if (help) {
-    PrintUsage("kernelctl export [JOB_ID...] [--format=json|markdown|junit] [--out=FILE]",
+    PrintUsage("kernelctl export [JOB_ID...] [--format=json|markdown|junit] [--out=FILE] [--plot=FILE.png|svg] "
+               "[--html=FILE.html]",
                "Exports finished (and other) jobs with their results. The JSON is what 'kernelctl ci\n"
-               "--baseline' reads.",
+               "--baseline' reads. --plot and --html draw them (python3 with matplotlib); with either, the\n"
+               "--format text is written only with --out.",
                f);
     return 0;
   }
@@ -484,6 +543,9 @@ int CmdExport(const std::vector<std::string>& args, const ClientOptions& options
   if (absl::Status st = f.Parse(args, &ids); !st.ok()) return Fail(st, 2);
   if (format != "json" && format != "markdown" && format != "junit") {
     return Usage("--format must be json, markdown or junit");
+  }
+  if (!plot.empty() && !absl::EndsWithIgnoreCase(plot, ".png") && !absl::EndsWithIgnoreCase(plot, ".svg")) {
+    return Usage(absl::StrCat("--plot must name a .png or .svg file, got \"", plot, "\""));
   }
   auto client = Connect(options);
   if (!client.ok()) return Fail(client.status(), 1);
@@ -509,6 +571,12 @@ int CmdExport(const std::vector<std::string>& args, const ClientOptions& options
   }
   const std::string text =
       format == "json" ? ExportJson(jobs) : format == "markdown" ? ExportMarkdown(jobs) : ExportJUnit(jobs);
+  if (!plot.empty() || !html.empty()) {
+    if (!out.empty()) {
+      if (absl::Status st = WriteFile(out, text); !st.ok()) return Fail(st, 1);
+    }
+    return PlotJobs(jobs, python, plot, html);
+  }
   if (out.empty()) {
     std::cout << text;
     return 0;

@@ -48,12 +48,25 @@ absl::Status CallLog::OutOfHostMemory() {
       "the server has no host memory left for this call; retry later or with smaller tensors");
 }
 
+std::string CallLog::PhasesString(absl::Time end) const {
+  if (num_marks_ == 0) return "";
+  std::string out;
+  absl::Time prev = start_;
+  for (int i = 0; i < num_marks_; ++i) {
+    absl::StrAppend(&out, marks_[i].phase, "=", absl::ToDoubleMilliseconds(marks_[i].at - prev), " ");
+    prev = marks_[i].at;
+  }
+  absl::StrAppend(&out, "reply=", absl::ToDoubleMilliseconds(end - prev));
+  return out;
+}
+
 grpc::Status CallLog::Done(const absl::Status& status) {
-  const double ms = absl::ToDoubleMilliseconds(absl::Now() - start_);
+  const absl::Time end = absl::Now();
+  const double ms = absl::ToDoubleMilliseconds(end - start_);
   const std::string code = absl::StatusCodeToString(status.code());
   if (status.ok()) {
-    spdlog::debug("call {} code={} ms={:.3f} in={} out={} peer={}", method_, code, ms, bytes_in_,
-                  bytes_out_, peer_);
+    spdlog::debug("call {} code={} ms={:.3f} in={} out={} peer={}{}{}", method_, code, ms, bytes_in_, bytes_out_,
+                  peer_, num_marks_ > 0 ? " phases_ms: " : "", PhasesString(end));
   } else {
     spdlog::warn("call {} code={} ms={:.3f} in={} out={} peer={}: {}", method_, code, ms, bytes_in_,
                  bytes_out_, peer_, std::string(status.message()));

@@ -45,6 +45,16 @@ class CallLog {
   CallLog& operator=(const CallLog&) = delete;
   void AddBytesIn(int64_t n) { bytes_in_ += n; }
   void AddBytesOut(int64_t n) { bytes_out_ += n; }
+  // Marks the end of a phase of the call (resolve, queue, validate, stage,
+  // launch, sync, copy_out); the log line gives each phase's milliseconds from
+  // the previous mark, and `reply` up to Done, so a call's service overhead can
+  // be split from the kernel's time. Calls on one CallLog are sequential (the
+  // handler thread waits while the device worker marks).
+  void Mark(const char* phase) {
+    if (num_marks_ < kMaxMarks) marks_[num_marks_++] = {phase, absl::Now()};
+  }
+  // "resolve=0.012 queue=0.004 ... reply=0.020" (ms), or "" without marks.
+  std::string PhasesString(absl::Time end) const;
   // Logs the call and maps its status (status_mapping.h).
   grpc::Status Done(const absl::Status& status);
   // Done(body()). A handler that still runs out of host memory (std::bad_alloc
@@ -72,6 +82,13 @@ class CallLog {
   absl::Time start_;
   int64_t bytes_in_ = 0;
   int64_t bytes_out_ = 0;
+  struct PhaseMark {
+    const char* phase;
+    absl::Time at;
+  };
+  static constexpr int kMaxMarks = 12;
+  PhaseMark marks_[kMaxMarks];
+  int num_marks_ = 0;
 };
 
 }  // namespace kernelserve

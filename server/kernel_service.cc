@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -132,12 +133,15 @@ class OpCall {
     const int device = device_;
     std::string* inline_out = output.to_buffer() ? nullptr : out_ref->mutable_tensor()->mutable_data();
     std::shared_ptr<Buffer> out_buffer;
+    log_->Mark("resolve");
     absl::Status status = state_->RunOnDevice(device, ctx_, [&]() -> absl::Status {
+      log_->Mark("queue");
       for (Input* in : pre_validate_host_) {
         KS_RETURN_IF_ERROR(Charge(in->desc.num_bytes(), absl::StrCat("host copy of ", in->field)));
         KS_RETURN_IF_ERROR(FetchHost(in));
       }
-      KS_RETURN_IF_ERROR(op.validate());
+      KS_RETURN_IF_ERROR(WithUploadHint(op.validate()));
+      log_->Mark("validate");
       const TensorDesc od = op.out_desc();
       const int64_t out_bytes = od.num_bytes();
       if (inline_out != nullptr && out_bytes > state_->max_payload_bytes()) {
@@ -162,8 +166,11 @@ class OpCall {
       KS_RETURN_IF_ERROR(state_->Allocate(device, tenant_, out_bytes, absl::StrCat("out ", od.DebugString()),
                                           &out_buffer->reservation, &out_buffer->memory));
       TensorView out = out_buffer->view();
+      log_->Mark("stage");
       KS_RETURN_IF_ERROR(op.run(out));
+      log_->Mark("launch");
       KS_RETURN_IF_ERROR(backend.Synchronize(device));
+      log_->Mark("sync");
       if (inline_out != nullptr) {
         inline_out->resize(static_cast<size_t>(out_bytes));
         KS_RETURN_IF_ERROR(backend.CopyToHost(device, inline_out->data(), out.data,
@@ -184,6 +191,7 @@ class OpCall {
         in->staged.reset();
         in->staged_reservation.Release();
       }
+      log_->Mark("copy_out");
       return absl::OkStatus();
     }, &timing_);
     if (!status.ok()) return status;
@@ -213,6 +221,28 @@ class OpCall {
   }
 
  private:
+  // A buffer of the wrong element type was almost always uploaded without
+  // naming its type (packed FP4 weights and FP8 codes arrive as uint8 arrays),
+  // so the fix is at upload time: say so. `st` is Validate's "FIELD: expected
+  // WANT, got HAVE".
+  absl::Status WithUploadHint(absl::Status st) const {
+    if (st.code() != absl::StatusCode::kInvalidArgument) return st;
+    for (const Input* in : inputs_) {
+      if (!in->buffer) continue;
+      const std::string prefix = absl::StrCat(in->field, ": expected ");
+      const std::string got = absl::StrCat(", got ", DTypeName(in->desc.dtype));
+      const absl::string_view msg = st.message();
+      const size_t at = msg.find(got);
+      if (!absl::StartsWith(msg, prefix) || at == absl::string_view::npos) continue;
+      absl::string_view want = msg.substr(prefix.size(), at - prefix.size());
+      want = want.substr(0, want.find(' '));
+      return absl::InvalidArgumentError(absl::StrCat(
+          msg, " (buffer ", in->buffer->id, " holds ", in->desc.DebugString(), "; upload the array again with its type: ",
+          "kernelctl buffers upload --dtype=", want, ", or upload(..., dtype=\"", want, "\") in Python)"));
+    }
+    return st;
+  }
+
   // Worker thread only.
   absl::Status FetchHost(Input* in) {
     if (in->has_host) return absl::OkStatus();

@@ -15,10 +15,10 @@ def fresh_seed(seed):
     return seed
 
 
-def start_server(binary, workdir):
+def start_server(binary, workdir, extra_args=()):
     """Starts the server on port 0 and returns (process, the port it reports)."""
     log_path = os.path.join(workdir, "server.log")
-    proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=2"],
+    proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=2"] + list(extra_args),
                             stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     for _ in range(400):
         m = re.search(r"listening on port (\d+)", open(log_path).read())

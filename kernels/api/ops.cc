@@ -300,10 +300,14 @@ absl::Status MlaDecodeParams::Validate(const TensorDesc& q_lat, const TensorDesc
     KS_RETURN_IF_ERROR(CheckIndexTensor("q_lens", *q_lens, batch));
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t ql = IndexAt(*q_lens, b);
-      if (ql < 1 || ql > q_len || ql > lens[b]) {
-        return Invalid(absl::StrCat("q_lens[", b, "]"),
-                       absl::StrCat("1..", std::min(q_len, lens[b]), " (q_len and seq_len)"),
-                       absl::StrCat(ql));
+      if (ql < 1 || ql > q_len) {
+        return Invalid(absl::StrCat("q_lens[", b, "]"), absl::StrCat("1..", q_len, " (q_len)"), absl::StrCat(ql));
+      }
+      // A request's draft tokens are the last q_lens[b] of its own seq_lens[b]
+      // tokens, so each request needs at least its own window, not q_len.
+      if (lens[b] < ql) {
+        return Invalid(absl::StrCat("seq_lens[", b, "]"), absl::StrCat("at least q_lens[", b, "] (", ql, ")"),
+                       absl::StrCat(lens[b]));
       }
     }
   } else {

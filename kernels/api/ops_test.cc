@@ -102,6 +102,14 @@ TEST(MlaDecodeValidate, ContiguousAndPaged) {
   HostTensor ql = Ints({1, 5});
   ExpectInvalid(p.Validate(q_lat, q_pe, kv, false, 1, nullptr, nullptr, nullptr, &ql), "q_lens[1]",
                 "1..4");
+  // Each request's seq_lens[b] against its own q_lens[b], not against q_len (4): request 0 with 2
+  // tokens and a window of 2 is fine; request 1 with 2 tokens and a window of 3 is not.
+  HostTensor ragged = Ints({2, 3}), short_seq = Ints({2, 2}), enough = Ints({2, 3});
+  ASSERT_TRUE(p.Validate(q_lat, q_pe, kv, false, 1, &enough, nullptr, nullptr, &ragged).ok());
+  ExpectInvalid(p.Validate(q_lat, q_pe, kv, false, 1, &short_seq, nullptr, nullptr, &ragged), "seq_lens[1]",
+                "at least q_lens[1] (3), got 2");
+  ExpectInvalid(p.Validate(q_lat, q_pe, kv, false, 1, &short_seq, nullptr, nullptr, nullptr), "seq_lens[0]",
+                "at least q_len (4)");
 
   const TensorDesc pool{DType::kFp8E4M3Fn, {64, 576}};
   HostTensor seq = Ints({4, 5}), indptr = Ints({0, 4, 9});

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -175,7 +176,8 @@ class CpuBackend : public Backend {
     if (q.empty() || k.empty() || v.empty() || out.empty()) {
       return absl::InvalidArgumentError("attention: a tensor has no data");
     }
-    return Guarded("attention", [&] { return cpu::Attention(p, q, k, v, out, threads_); });
+    const int threads = ThreadsFor(4.0 * p.batch * p.heads_q * p.seq_q * p.seq_kv * p.head_dim);
+    return Guarded("attention", [&] { return cpu::Attention(p, q, k, v, out, threads); });
   }
   absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
                             TensorView& out) override {
@@ -183,7 +185,8 @@ class CpuBackend : public Backend {
     if (in.q.empty() || in.k.empty() || in.v.empty() || out.empty()) {
       return absl::InvalidArgumentError("fp8 attention: a tensor has no data");
     }
-    return Guarded("fp8 attention", [&] { return cpu::Fp8Attention(p, in, out, threads_); });
+    const int threads = ThreadsFor(2.0 * p.batch * p.heads_q * p.seq_q * p.seq_kv * (p.d_qk + p.d_v));
+    return Guarded("fp8 attention", [&] { return cpu::Fp8Attention(p, in, out, threads); });
   }
   absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                          TensorView& out) override {
@@ -191,7 +194,8 @@ class CpuBackend : public Backend {
     if (in.q_lat.empty() || in.q_pe.empty() || in.kv.empty() || out.empty()) {
       return absl::InvalidArgumentError("mla decode: a tensor has no data");
     }
-    return Guarded("mla decode", [&] { return cpu::MlaDecode(p, in, out, threads_); });
+    const int threads = ThreadsFor(2.0 * p.batch * p.q_len * p.heads * p.max_seq * (576 + 512));
+    return Guarded("mla decode", [&] { return cpu::MlaDecode(p, in, out, threads); });
   }
   // The ceiling for "% GEMM": a packed, cache-blocked fp32 GEMM with the
   // ops' thread count and the widest vectors this CPU has (kernels/cpu/cpu_gemm.h),
@@ -211,7 +215,8 @@ class CpuBackend : public Backend {
     if (in.x.empty() || in.topk_ids.empty() || out.empty()) {
       return absl::InvalidArgumentError("moe: a tensor has no data");
     }
-    return Guarded("moe", [&] { return cpu::Moe(p, in, out, threads_); });
+    const int threads = ThreadsFor(6.0 * p.tokens * p.top_k * p.inter * std::max(p.hidden, p.out_dim));
+    return Guarded("moe", [&] { return cpu::Moe(p, in, out, threads); });
   }
 
  private:
@@ -224,6 +229,15 @@ class CpuBackend : public Backend {
     std::memmove(dst, src, bytes);
     return absl::OkStatus();
   }
+
+  // An op this small runs on the calling thread: waking the other OpenMP
+  // threads costs ~0.05 ms on an idle machine and up to a scheduler time slice
+  // (milliseconds) when the cores are busy, more than the op itself (a
+  // 1x1x16x64 attention: 0.02 ms on one thread, 9 ms median with two on the
+  // loaded 2-core VM, bench/NOTES.md 2026-12-03). 4 MFLOP is ~0.3 ms on one
+  // core here.
+  static constexpr double kSerialFlops = 4e6;
+  int ThreadsFor(double flops) const { return flops < kSerialFlops ? 1 : threads_; }
 
   int threads_;
   DeviceInfo info_;
