@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "client/bench_client.h"
 #include "client/client.h"
+#include "client/user_kernels.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/numerics/test_inputs.h"
@@ -390,6 +391,32 @@ TEST_F(UserKernelTest, AnotherTenantsCallsKeepWorkingBesideACrashingKernel) {
   // bob does not see alice's jobs.
   EXPECT_TRUE(bob_->List(pb::ListBenchRequest())->empty());
   ExpectServerFine();
+}
+
+// The client library's side: a kernel from a file, the leaderboard.
+TEST_F(UserKernelTest, ClientApiSubmitsAFileAndRanksTheLeaderboard) {
+  auto k = UserKernelFromFile("kernels/api/examples/cpu/attention.cc", "", {"-O3"});
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->name(), "attention");
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "lb", "", {"cpu", "oracle"});
+  *spec.mutable_user_kernels(0) = *k;
+  pb::BenchJob job = Run(spec);
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  auto so = UserKernelFromFile("kernels/api/examples/cpu_attention.so", "prebuilt");
+  ASSERT_TRUE(so.ok());
+  EXPECT_FALSE(so->shared_object().empty());
+  auto listed = alice_->List(pb::ListBenchRequest());
+  ASSERT_TRUE(listed.ok());
+  std::vector<LeaderboardRow> rows = Leaderboard(*listed, pb::OP_ATTENTION);
+  ASSERT_EQ(rows.size(), 3u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].rank, static_cast<int>(i) + 1);
+    if (i > 0) EXPECT_LE(rows[i - 1].value_ms, rows[i].value_ms);
+    EXPECT_EQ(rows[i].tenant, "alice");
+  }
+  EXPECT_THAT(LeaderboardMarkdown(rows), HasSubstr("user:attention"));
+  EXPECT_TRUE(Leaderboard(*listed, pb::OP_ATTENTION, "Sq=4096").empty());
+  EXPECT_TRUE(Leaderboard(*listed, pb::OP_MOE_DOWN).empty());
 }
 
 class NoToolchainTest : public UserKernelTest {
