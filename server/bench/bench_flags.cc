@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, user_kernel_nvcc, "",
           "CUDA compiler for cuda user kernels; empty: nvcc on PATH, else /usr/local/cuda/bin/nvcc");
 ABSL_FLAG(std::string, user_kernel_worker, "",
           "the kernel worker binary; empty: user_kernels/kernel_worker beside the server binary");
+ABSL_FLAG(std::string, user_kernel_worker_cuda, "",
+          "the cuda kernel worker (//server/user_kernels:kernel_worker_cuda); empty: "
+          "user_kernels/kernel_worker_cuda beside the server binary");
 ABSL_FLAG(std::string, user_kernel_cache_dir, "",
           "build cache of user kernels; empty: <--data_dir>/user_kernels, or a temp dir without one");
 ABSL_FLAG(std::string, user_kernel_work_dir, "/tmp", "where private build and run directories are made");
@@ -65,6 +68,7 @@ void ApplyBenchFlags(BenchOptions* o) {
   u.cxx = absl::GetFlag(FLAGS_user_kernel_cxx);
   u.nvcc = absl::GetFlag(FLAGS_user_kernel_nvcc);
   u.worker = absl::GetFlag(FLAGS_user_kernel_worker);
+  u.worker_cuda = absl::GetFlag(FLAGS_user_kernel_worker_cuda);
   u.cache_dir = absl::GetFlag(FLAGS_user_kernel_cache_dir);
   u.work_dir = absl::GetFlag(FLAGS_user_kernel_work_dir);
   u.max_source_bytes = int64_t{absl::GetFlag(FLAGS_user_kernel_max_source_kb)} << 10;

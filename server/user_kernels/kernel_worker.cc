@@ -1,17 +1,13 @@
 // The kernel worker: runs one user kernel (kernels/api/user_kernel_abi.h) in
-// a process of its own, for one job run, on the cpu backend. The server
+// a process of its own, for one job run (kernel_worker on cpu with
+// host_memory.cc, kernel_worker_cuda with cuda_memory.cc). The server
 // (worker_client.h) starts it with the built shared object, hands it the
 // job's spec and a secret seed over the protocol of worker_protocol.h, and
 // reads back the output of the gate launch and the timings. A fault, an
 // abort or a hang here ends this process only.
-//
-// Memory: every input is a private copy mapped read-only (a write faults);
-// the output ends at a PROT_NONE guard page, with another before it and
-// canary bytes in between, so a write past either end faults or is found
-// after the launch. The SIGSEGV handler names what was touched.
+// Where the tensors live and how a write outside the output is caught is
+// the memory's (worker_memory.h).
 #include <dlfcn.h>
-#include <signal.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,6 +22,7 @@
 #include "kernels/api/user_kernel_abi.h"
 #include "kernels/numerics/numerics.h"
 #include "server/bench/bench_inputs.h"
+#include "server/user_kernels/worker_memory.h"
 #include "server/user_kernels/worker_protocol.h"
 
 namespace kernelserve {
@@ -33,157 +30,6 @@ namespace user_kernels {
 namespace {
 
 namespace pb = ::kernelserve::v1;
-
-constexpr uint8_t kCanary = 0xA5;
-
-// ------------------------------------------------- regions, for the handler
-
-enum class RegionKind { kInput, kGuardBefore, kGuardAfter };
-struct Region {
-  uintptr_t lo = 0, hi = 0;  // [lo, hi)
-  RegionKind kind = RegionKind::kInput;
-  char name[48] = {0};
-};
-Region g_regions[32];
-int g_num_regions = 0;
-uintptr_t g_out_lo = 0, g_out_hi = 0;
-
-void AddRegion(const void* lo, size_t len, RegionKind kind, const std::string& name) {
-  if (g_num_regions >= 32) return;
-  Region& r = g_regions[g_num_regions];
-  r.lo = reinterpret_cast<uintptr_t>(lo);
-  r.hi = r.lo + len;
-  r.kind = kind;
-  strncpy(r.name, name.c_str(), sizeof(r.name) - 1);
-  ++g_num_regions;
-}
-
-// Async-signal-safe text building.
-struct SafeText {
-  char buf[512];
-  size_t n = 0;
-  void Add(const char* s) {
-    while (*s != 0 && n + 1 < sizeof(buf)) buf[n++] = *s++;
-  }
-  void AddNum(uint64_t v, int base) {
-    char tmp[32];
-    int k = 0;
-    do {
-      tmp[k++] = "0123456789abcdef"[v % static_cast<uint64_t>(base)];
-      v /= static_cast<uint64_t>(base);
-    } while (v != 0 && k < 31);
-    if (base == 16) Add("0x");
-    while (k > 0 && n + 1 < sizeof(buf)) buf[n++] = tmp[--k];
-  }
-};
-
-void OnFault(int sig, siginfo_t* info, void*) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(info->si_addr);
-  SafeText t;
-  bool named = false;
-  for (int i = 0; i < g_num_regions && !named; ++i) {
-    const Region& r = g_regions[i];
-    if (a < r.lo || a >= r.hi) continue;
-    named = true;
-    if (r.kind == RegionKind::kInput) {
-      t.Add("the kernel wrote into its input ");
-      t.Add(r.name);
-      t.Add(" (inputs are read-only), at byte ");
-      t.AddNum(a - r.lo, 10);
-    } else if (r.kind == RegionKind::kGuardAfter) {
-      t.Add("the kernel wrote outside its output: byte ");
-      t.AddNum(a - g_out_hi, 10);
-      t.Add(" past its end (a guard page)");
-    } else {
-      t.Add("the kernel wrote outside its output: ");
-      t.AddNum(g_out_lo - a, 10);
-      t.Add(" bytes before its start (a guard page)");
-    }
-  }
-  if (!named) {
-    t.Add("the kernel faulted at address ");
-    t.AddNum(a, 16);
-    t.Add(a < 4096 ? " (a null pointer)" : " (outside every buffer of the job)");
-  }
-  // A kError frame, written by hand: [tag][len][code][message].
-  char frame[600];
-  const uint32_t tag = kError;
-  const uint64_t len = 4 + t.n;
-  const int32_t code = static_cast<int32_t>(absl::StatusCode::kAborted);
-  memcpy(frame, &tag, 4);
-  memcpy(frame + 4, &len, 8);
-  memcpy(frame + 12, &code, 4);
-  memcpy(frame + 16, t.buf, t.n);
-  ssize_t w = write(kWorkerProtocolFd, frame, 16 + t.n);
-  (void)w;
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-void InstallFaultHandler() {
-  static std::vector<char> alt(1 << 16);
-  stack_t ss = {};
-  ss.ss_sp = alt.data();
-  ss.ss_size = alt.size();
-  sigaltstack(&ss, nullptr);
-  struct sigaction sa = {};
-  sa.sa_sigaction = OnFault;
-  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-  sigaction(SIGSEGV, &sa, nullptr);
-  sigaction(SIGBUS, &sa, nullptr);
-}
-
-// ------------------------------------------------------------ memory
-
-size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
-size_t RoundUp(size_t n) { return (n + PageSize() - 1) / PageSize() * PageSize(); }
-
-// A read-only private copy of `bytes`.
-absl::StatusOr<const void*> ReadOnlyCopy(const std::string& name, const void* bytes, size_t n) {
-  const size_t len = RoundUp(std::max<size_t>(n, 1));
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return absl::ResourceExhaustedError(absl::StrCat("mmap of input ", name, " (", n, " bytes)"));
-  memcpy(p, bytes, n);
-  mprotect(p, len, PROT_READ);
-  AddRegion(p, len, RegionKind::kInput, name);
-  return static_cast<const void*>(p);
-}
-
-struct Output {
-  uint8_t* data = nullptr;
-  size_t bytes = 0;
-  uint8_t* slack = nullptr;  // canary bytes between the first guard page and data
-  size_t slack_bytes = 0;
-};
-
-absl::StatusOr<Output> GuardedOutput(size_t bytes) {
-  const size_t page = PageSize(), body = RoundUp(std::max<size_t>(bytes, 1));
-  uint8_t* base = static_cast<uint8_t*>(
-      mmap(nullptr, body + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  if (base == MAP_FAILED) return absl::ResourceExhaustedError(absl::StrCat("mmap of the output (", bytes, " bytes)"));
-  mprotect(base, page, PROT_NONE);
-  mprotect(base + page + body, page, PROT_NONE);
-  Output o;
-  o.bytes = bytes;
-  o.data = base + page + body - bytes;
-  o.slack = base + page;
-  o.slack_bytes = body - bytes;
-  g_out_lo = reinterpret_cast<uintptr_t>(o.data);
-  g_out_hi = g_out_lo + bytes;
-  AddRegion(base, page, RegionKind::kGuardBefore, "guard");
-  AddRegion(base + page + body, page, RegionKind::kGuardAfter, "guard");
-  return o;
-}
-
-absl::Status CheckCanaries(const Output& o) {
-  for (size_t i = 0; i < o.slack_bytes; ++i) {
-    if (o.slack[i] != kCanary) {
-      return absl::AbortedError(absl::StrCat("the kernel wrote outside its output: ", o.slack_bytes - i,
-                                             " bytes before its start (canary bytes changed)"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 // ------------------------------------------------------- the ABI call
 
@@ -210,7 +56,8 @@ const T* In(const Inputs& in, const std::string& name) {
 
 // The FP8 attention inputs, quantized per tensor as the oracle quantizes
 // the job's bf16 inputs.
-absl::Status QuantizeFp8Inputs(const bench::HostTensors& t, Fp8Format format, Inputs* in, float descale[3]) {
+absl::Status QuantizeFp8Inputs(WorkerMemory& mem, const bench::HostTensors& t, Fp8Format format, Inputs* in,
+                               float descale[3]) {
   const char* names[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
     const HostTensor& x = t.at(names[i]);
@@ -218,12 +65,12 @@ absl::Status QuantizeFp8Inputs(const bench::HostTensors& t, Fp8Format format, In
     numerics::Bf16ToFloat(x.data<uint16_t>(), f.data(), x.num_elements());
     std::vector<uint8_t> codes(f.size());
     descale[i] = numerics::QuantizeFp8(f.data(), x.num_elements(), Fp8FormatDType(format), codes.data());
-    KS_ASSIGN_OR_RETURN((*in)[names[i]], ReadOnlyCopy(names[i], codes.data(), codes.size()));
+    KS_ASSIGN_OR_RETURN((*in)[names[i]], mem.Input(names[i], codes.data(), codes.size()));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Launcher> BindAttention(void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
+absl::StatusOr<Launcher> BindAttention(WorkerMemory& mem, void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
   auto* a = new ks_attention_args_v1{};
   const AttentionParams& p = c.attention;
   a->struct_size = sizeof(*a);
@@ -236,14 +83,14 @@ absl::StatusOr<Launcher> BindAttention(void* fn, const OpCall& c, const Inputs& 
   Strides(p.layout, p.heads_q, p.seq_q, p.head_dim, a->out_stride);
   a->softmax_scale = static_cast<float>(p.scale), a->causal = p.causal, a->rounding = static_cast<int32_t>(p.rounding);
   auto f = reinterpret_cast<ks_attention_fn_v1>(fn);
-  return Launcher{[f, a] { return f(a, nullptr); }, "attention"};
+  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "attention"};
 }
 
-absl::StatusOr<Launcher> BindFp8Attention(void* fn, const OpCall& c, const bench::HostTensors& t, Inputs* in,
+absl::StatusOr<Launcher> BindFp8Attention(WorkerMemory& mem, void* fn, const OpCall& c, const bench::HostTensors& t, Inputs* in,
                                           uint16_t* out) {
   const Fp8AttentionParams& p = c.fp8;
   float descale[3];
-  KS_RETURN_IF_ERROR(QuantizeFp8Inputs(t, p.format, in, descale));
+  KS_RETURN_IF_ERROR(QuantizeFp8Inputs(mem, t, p.format, in, descale));
   auto* a = new ks_fp8_attention_args_v1{};
   a->struct_size = sizeof(*a);
   a->q = In<uint8_t>(*in, "q"), a->k = In<uint8_t>(*in, "k"), a->v = In<uint8_t>(*in, "v"), a->out = out;
@@ -258,10 +105,10 @@ absl::StatusOr<Launcher> BindFp8Attention(void* fn, const OpCall& c, const bench
   a->format = static_cast<int32_t>(p.format), a->p_mode = static_cast<int32_t>(p.p_mode);
   a->rounding = static_cast<int32_t>(p.rounding);
   auto f = reinterpret_cast<ks_fp8_attention_fn_v1>(fn);
-  return Launcher{[f, a] { return f(a, nullptr); }, "fp8_attention"};
+  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "fp8_attention"};
 }
 
-absl::StatusOr<Launcher> BindMla(void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
+absl::StatusOr<Launcher> BindMla(WorkerMemory& mem, void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
   const MlaDecodeParams& p = c.mla;
   auto* a = new ks_mla_decode_args_v1{};
   a->struct_size = sizeof(*a);
@@ -272,10 +119,10 @@ absl::StatusOr<Launcher> BindMla(void* fn, const OpCall& c, const Inputs& in, ui
   a->kv_format = p.kv_dtype == DType::kFp8E4M3Fnuz ? KS_FP8_E4M3FNUZ : KS_FP8_E4M3FN;
   a->rounding = static_cast<int32_t>(p.rounding);
   auto f = reinterpret_cast<ks_mla_decode_fn_v1>(fn);
-  return Launcher{[f, a] { return f(a, nullptr); }, "mla_decode"};
+  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "mla_decode"};
 }
 
-absl::StatusOr<Launcher> BindMoe(void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
+absl::StatusOr<Launcher> BindMoe(WorkerMemory& mem, void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
   const MoeParams& p = c.moe;
   if (p.stage == MoeStage::kGateUp) {
     auto* a = new ks_moe_gateup_args_v1{};
@@ -286,7 +133,7 @@ absl::StatusOr<Launcher> BindMoe(void* fn, const OpCall& c, const Inputs& in, ui
     a->tokens = p.tokens, a->top_k = p.top_k, a->experts = p.experts, a->hidden = p.hidden, a->inter = p.inter;
     a->swiglu = p.swiglu, a->rounding = static_cast<int32_t>(p.rounding);
     auto f = reinterpret_cast<ks_moe_gateup_fn_v1>(fn);
-    return Launcher{[f, a] { return f(a, nullptr); }, "moe_gateup"};
+    return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "moe_gateup"};
   }
   auto* a = new ks_moe_down_args_v1{};
   a->struct_size = sizeof(*a);
@@ -296,7 +143,7 @@ absl::StatusOr<Launcher> BindMoe(void* fn, const OpCall& c, const Inputs& in, ui
   a->tokens = p.tokens, a->top_k = p.top_k, a->experts = p.experts, a->inter = p.inter, a->out_dim = p.out_dim;
   a->weighted_sum = p.weighted_sum, a->rounding = static_cast<int32_t>(p.rounding);
   auto f = reinterpret_cast<ks_moe_down_fn_v1>(fn);
-  return Launcher{[f, a] { return f(a, nullptr); }, "moe_down"};
+  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "moe_down"};
 }
 
 const char* EntryPoint(BenchOp op) {
@@ -347,7 +194,7 @@ absl::StatusOr<void*> Load(const std::string& so, BenchOp op) {
 
 struct Worker {
   std::unique_ptr<bench::PreparedJob> job;
-  Output out;
+  std::unique_ptr<WorkerMemory> mem;
   Launcher launcher;
 };
 
@@ -362,47 +209,45 @@ absl::Status Setup(const std::string& so, const std::string& payload, Worker* w)
   KS_ASSIGN_OR_RETURN(w->job, bench::PrepareJob(spec, bench::BufferReader(), ""));
   const OpCall& c = w->job->host_call;
   KS_ASSIGN_OR_RETURN(void* fn, Load(so, c.op));
-  KS_ASSIGN_OR_RETURN(w->out, GuardedOutput(static_cast<size_t>(c.OutputDesc().num_bytes())));
+  w->mem = MakeWorkerMemory();
+  WorkerMemory& mem = *w->mem;
+  KS_ASSIGN_OR_RETURN(void* out_data, mem.Output(static_cast<size_t>(c.OutputDesc().num_bytes())));
   Inputs in;
   for (const auto& [name, t] : w->job->tensors) {
     if (c.op == BenchOp::kFp8Attention) continue;  // quantized below
-    KS_ASSIGN_OR_RETURN(in[name], ReadOnlyCopy(name, t.bytes(), static_cast<size_t>(t.num_bytes())));
+    KS_ASSIGN_OR_RETURN(in[name], mem.Input(name, t.bytes(), static_cast<size_t>(t.num_bytes())));
   }
-  uint16_t* out = reinterpret_cast<uint16_t*>(w->out.data);
+  uint16_t* out = static_cast<uint16_t*>(out_data);
   absl::StatusOr<Launcher> bound;
   switch (c.op) {
     case BenchOp::kAttention:
-      bound = BindAttention(fn, c, in, out);
+      bound = BindAttention(mem, fn, c, in, out);
       break;
     case BenchOp::kFp8Attention:
-      bound = BindFp8Attention(fn, c, w->job->tensors, &in, out);
+      bound = BindFp8Attention(mem, fn, c, w->job->tensors, &in, out);
       break;
     case BenchOp::kMlaDecode:
-      bound = BindMla(fn, c, in, out);
+      bound = BindMla(mem, fn, c, in, out);
       break;
     default:
-      bound = BindMoe(fn, c, in, out);
+      bound = BindMoe(mem, fn, c, in, out);
   }
   KS_RETURN_IF_ERROR(bound.status());
   w->launcher = std::move(*bound);
-  memset(w->out.slack, kCanary, w->out.slack_bytes);
   return absl::OkStatus();
 }
 
 absl::Status LaunchOnce(Worker* w) {
   const int rc = w->launcher.launch();
   if (rc != 0) return absl::AbortedError(absl::StrCat("the kernel returned ", rc, " (0 is success)"));
-  return CheckCanaries(w->out);
+  return w->mem->Check();
 }
 
 absl::Status Gate(Worker* w) {
-  memset(w->out.data, 0xFF, w->out.bytes);  // bf16 NaN everywhere
+  KS_RETURN_IF_ERROR(w->mem->Poison());  // bf16 NaN everywhere
   KS_RETURN_IF_ERROR(LaunchOnce(w));
-  return WriteFrame(kWorkerProtocolFd, kOutput, std::string(reinterpret_cast<char*>(w->out.data), w->out.bytes));
-}
-
-double NowMs() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  KS_ASSIGN_OR_RETURN(const std::string out, w->mem->ReadOutput());
+  return WriteFrame(kWorkerProtocolFd, kOutput, out);
 }
 
 absl::Status Time(Worker* w, const std::string& payload) {
@@ -419,13 +264,7 @@ absl::Status Time(Worker* w, const std::string& payload) {
   batches = std::max(1, std::min(batches, std::max(timed, 1)));
   for (int b = 0; b < batches && timed > 0; ++b) {
     const int m = (timed - done) / (batches - b);
-    const double t0 = NowMs();
-    for (int i = 0; i < m; ++i) {
-      const int rc = w->launcher.launch();
-      if (rc != 0) return absl::AbortedError(absl::StrCat("the kernel returned ", rc, " (0 is success)"));
-    }
-    const double ms = NowMs() - t0;
-    KS_RETURN_IF_ERROR(CheckCanaries(w->out));
+    KS_ASSIGN_OR_RETURN(const double ms, w->mem->Time(w->launcher.launch, m));
     total += ms;
     samples.push_back(ms / m);
     done += m;
@@ -443,7 +282,6 @@ int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (absl::StartsWith(argv[i], "--so=")) so = argv[i] + 5;
   }
-  InstallFaultHandler();
   Worker w;
   while (true) {
     uint32_t tag = 0;
