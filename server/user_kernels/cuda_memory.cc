@@ -6,6 +6,7 @@
 // with the CUDA error's name.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -27,7 +28,10 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
 
 class CudaMemory : public WorkerMemory {
  public:
-  CudaMemory() { init_ = CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  explicit CudaMemory(int device) {
+    init_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+    if (init_.ok()) init_ = CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
   ~CudaMemory() override {
     for (void* p : allocs_) cudaFree(p);
   }
@@ -121,7 +125,7 @@ class CudaMemory : public WorkerMemory {
 
 }  // namespace
 
-std::unique_ptr<WorkerMemory> MakeWorkerMemory() { return std::make_unique<CudaMemory>(); }
+std::unique_ptr<WorkerMemory> MakeWorkerMemory(int device) { return std::make_unique<CudaMemory>(device); }
 
 }  // namespace user_kernels
 }  // namespace kernelserve

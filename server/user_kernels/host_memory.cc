@@ -215,7 +215,7 @@ class HostMemory : public WorkerMemory {
 
 }  // namespace
 
-std::unique_ptr<WorkerMemory> MakeWorkerMemory() { return std::make_unique<HostMemory>(); }
+std::unique_ptr<WorkerMemory> MakeWorkerMemory(int /*device*/) { return std::make_unique<HostMemory>(); }
 
 }  // namespace user_kernels
 }  // namespace kernelserve

@@ -209,7 +209,7 @@ absl::Status Setup(const std::string& so, const std::string& payload, Worker* w)
   KS_ASSIGN_OR_RETURN(w->job, bench::PrepareJob(spec, bench::BufferReader(), ""));
   const OpCall& c = w->job->host_call;
   KS_ASSIGN_OR_RETURN(void* fn, Load(so, c.op));
-  w->mem = MakeWorkerMemory();
+  w->mem = MakeWorkerMemory(spec.device());
   WorkerMemory& mem = *w->mem;
   KS_ASSIGN_OR_RETURN(void* out_data, mem.Output(static_cast<size_t>(c.OutputDesc().num_bytes())));
   Inputs in;

@@ -84,6 +84,9 @@ absl::StatusOr<std::unique_ptr<KernelWorker>> KernelWorker::Start(const UserKern
   s.env = {"PATH=/usr/bin:/bin", "LANG=C", absl::StrCat("HOME=", w->dir_->path()),
            absl::StrCat("TMPDIR=", w->dir_->path())};
   if (const char* cvd = getenv("CUDA_VISIBLE_DEVICES")) s.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", cvd));
+  // The worker is the server's own binary: it finds its shared libraries
+  // where the server found them (a bundle carried to a GPU node).
+  if (const char* lib = getenv("LD_LIBRARY_PATH")) s.env.push_back(absl::StrCat("LD_LIBRARY_PATH=", lib));
   s.cwd = w->dir_->path();
   s.limits.cpu_s = 0;  // the wall-clock deadlines bound it
   s.limits.memory_bytes = backend == "cuda" ? 0 : options.worker_memory_bytes;

@@ -35,7 +35,8 @@ class WorkerMemory {
   virtual std::string Describe() const = 0;
 };
 
-std::unique_ptr<WorkerMemory> MakeWorkerMemory();
+// `device`: the job's device (the CUDA ordinal on cuda).
+std::unique_ptr<WorkerMemory> MakeWorkerMemory(int device);
 
 }  // namespace user_kernels
 }  // namespace kernelserve
