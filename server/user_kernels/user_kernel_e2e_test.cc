@@ -276,6 +276,29 @@ TEST_F(UserKernelTest, KernelThatNeverReturnsIsKilledAtItsDeadline) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(60));
 }
 
+TEST_F(UserKernelTest, CancelKillsAHangingKernelsWorker) {
+  auto job = alice_->Submit(Spec(pb::OP_ATTENTION, "spin", AttentionKernel("volatile int spin = 1; while (spin) {}")));
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Wait until its gate runs (the worker is spinning), then cancel.
+  auto seen = std::make_shared<std::atomic<bool>>(false);
+  std::thread watcher([this, id = job->id(), seen] {
+    alice_->Watch(id, [&](const pb::BenchEvent& e) {
+      if (e.phase() == pb::PHASE_CHECKING && e.variant() == "user:spin") *seen = true;
+    }, absl::Seconds(60)).IgnoreError();
+  });
+  const absl::Time t0 = absl::Now();
+  while (!*seen && absl::Now() - t0 < absl::Seconds(30)) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(*seen);
+  const absl::Time cancelled = absl::Now();
+  ASSERT_TRUE(alice_->Cancel(job->id(), "enough").ok());
+  watcher.join();
+  auto got = alice_->Get(job->id());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state(), pb::JOB_CANCELLED);
+  EXPECT_LT(absl::Now() - cancelled, absl::Seconds(2.5));  // well before the 3 s deadline would kill it
+  ExpectServerFine();
+}
+
 TEST_F(UserKernelTest, AbortKillsOnlyTheWorker) {
   ExpectFails(Spec(pb::OP_ATTENTION, "aborts", AttentionKernel("abort();")), absl::StatusCode::kAborted,
               {"user:aborts", "SIGABRT"});
