@@ -451,5 +451,14 @@ TEST_F(NoToolchainTest, JobFailsNamingTheMissingCompiler) {
               {"no C++ compiler on this node", "--user_kernel_cxx=/nonexistent/g++ is not an executable"});
 }
 
+class BrokenWorkerTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override { o->bench.user_kernels.worker = "/bin/false"; }
+};
+
+TEST_F(BrokenWorkerTest, AWorkerThatDiesAtStartFailsTheJobSayingHow) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "attention", Example("attention")), absl::StatusCode::kAborted,
+              {"user:attention", "worker process ended (exit code 1)"});
+}
+
 }  // namespace
 }  // namespace kernelserve

@@ -109,7 +109,8 @@ absl::StatusOr<std::unique_ptr<KernelWorker>> KernelWorker::Start(const UserKern
   std::string setup;
   AppendPod(&setup, seed);
   setup += spec.SerializeAsString();
-  KS_RETURN_IF_ERROR(WriteFrame(w->to_worker_, kSetup, setup));
+  // A worker that cannot start (a missing shared library) is gone before it reads.
+  if (absl::Status st = WriteFrame(w->to_worker_, kSetup, setup); !st.ok()) return w->Gone(st, Reap(w->pid_, 2.0));
   uint32_t tag = 0;
   std::string payload;
   // Generating a large job's inputs takes a while: the launch deadline plus a minute.
@@ -175,7 +176,7 @@ absl::Status KernelWorker::Gone(const absl::Status& why, const Exit& exit) {
 
 absl::Status KernelWorker::Gate(uint8_t* out, size_t out_bytes) {
   if (pid_ < 0) return absl::FailedPreconditionError(absl::StrCat(label_, ": the worker is gone"));
-  KS_RETURN_IF_ERROR(WriteFrame(to_worker_, kGate, ""));
+  if (absl::Status st = WriteFrame(to_worker_, kGate, ""); !st.ok()) return Gone(st, Reap(pid_, 2.0));
   uint32_t tag = 0;
   std::string payload;
   KS_RETURN_IF_ERROR(Await(options_.launch_deadline_s, &tag, &payload));
@@ -193,7 +194,7 @@ absl::StatusOr<WorkerTimes> KernelWorker::Time(int warmup, int timed, int batche
   AppendPod(&cmd, static_cast<int32_t>(warmup));
   AppendPod(&cmd, static_cast<int32_t>(timed));
   AppendPod(&cmd, static_cast<int32_t>(batches));
-  KS_RETURN_IF_ERROR(WriteFrame(to_worker_, kTime, cmd));
+  if (absl::Status st = WriteFrame(to_worker_, kTime, cmd); !st.ok()) return Gone(st, Reap(pid_, 2.0));
   uint32_t tag = 0;
   std::string payload;
   KS_RETURN_IF_ERROR(Await(timeout_s, &tag, &payload));
