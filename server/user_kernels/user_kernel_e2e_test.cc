@@ -3,6 +3,7 @@
 // kernels of every op pass the gate beside the built-in variants, and every
 // bad input of issue 18 ends in a clear status that leaves the server, and
 // the other tenant's calls, untouched.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -440,6 +441,39 @@ TEST_F(UserKernelTest, ClientApiSubmitsAFileAndRanksTheLeaderboard) {
   EXPECT_THAT(LeaderboardMarkdown(rows), HasSubstr("user:attention"));
   EXPECT_TRUE(Leaderboard(*listed, pb::OP_ATTENTION, "Sq=4096").empty());
   EXPECT_TRUE(Leaderboard(*listed, pb::OP_MOE_DOWN).empty());
+}
+
+// kernelctl submit and leaderboard, the binary as a user runs it.
+TEST_F(UserKernelTest, KernelctlSubmitAndLeaderboard) {
+  const std::string dir = ::testing::TempDir();
+  const std::string ctl = absl::StrCat("client/kernelctl --server=127.0.0.1:", server_->port(), " --token=tok-alice ");
+  const std::string out = dir + "/submit.txt", err = dir + "/submit.err";
+  const int rc = system((ctl + "submit --op=attention --kernel=kernels/api/examples/cpu/attention.cc --batch=1 "
+                               "--heads=2 --seq=64 --head-dim=64 --causal --baseline=cpu --kernel-flags=-O3 "
+                               "--warmup=2 --iters=5 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << ReadFile(err);
+  EXPECT_THAT(ReadFile(out), HasSubstr("| user:attention | pass |"));
+  EXPECT_THAT(ReadFile(err), HasSubstr("user:attention (sha256 "));
+  EXPECT_THAT(ReadFile(err), HasSubstr("passed the gate"));
+  ASSERT_EQ(system((ctl + "leaderboard --op=attention >" + out).c_str()), 0);
+  EXPECT_THAT(ReadFile(out), HasSubstr("| user:attention | "));
+  EXPECT_THAT(ReadFile(out), HasSubstr("| alice |"));
+  // A kernel that does not build: exit 1 and the compile log.
+  const std::string bad = dir + "/bad.cc";
+  {
+    std::ofstream f(bad);
+    f << "int broken( {\n";
+  }
+  const int bad_rc = system((ctl + "submit --op=attention --kernel=" + bad +
+                             " --heads=2 --seq=64 --head-dim=64 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(bad_rc), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("bad.cc does not compile"));
+  // A flag off the allow-list: refused at submit, named.
+  const int flag_rc = system((ctl + "submit --op=attention --kernel=kernels/api/examples/cpu/attention.cc "
+                                    "--heads=2 --seq=64 --head-dim=64 --kernel-flags=-fplugin=x.so >" +
+                              out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(flag_rc), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("\"-fplugin=x.so\" is not an allowed cpu compile flag"));
 }
 
 class NoToolchainTest : public UserKernelTest {
