@@ -653,12 +653,26 @@ int CmdCi(const std::vector<std::string>& args, const ClientOptions& options, bo
 
 }  // namespace
 
+struct JobSpecFlags::Impl : SpecFlags {};
+JobSpecFlags::JobSpecFlags() : impl_(std::make_unique<Impl>()) {}
+JobSpecFlags::~JobSpecFlags() = default;
+void JobSpecFlags::Define(FlagSet& f) { impl_->Define(f); }
+absl::StatusOr<pb::BenchJobSpec> JobSpecFlags::Build() const { return impl_->Build(); }
+
+absl::StatusOr<std::vector<pb::BenchJob>> RunJobsWithProgress(BenchClient& client,
+                                                              const std::vector<pb::BenchJobSpec>& specs) {
+  Progress progress;
+  return RunJobs(client, specs, progress);
+}
+
 const std::vector<std::pair<std::string, std::string>>& BenchSubcommands() {
   static const auto* v = new std::vector<std::pair<std::string, std::string>>{
       {"bench", "submit benchmark jobs (flags or a suite), follow them, print a table"},
       {"jobs", "list, get, watch and cancel benchmark jobs; list variants"},
       {"export", "export jobs and results as JSON, markdown or JUnit XML"},
       {"ci", "run a suite as a CI gate (correctness, regressions vs a baseline)"},
+      {"submit", "run your own kernel as a benchmark job: build, gate against the oracle, time, rank"},
+      {"leaderboard", "rank the passing results of an op per shape (user kernels and built-in variants)"},
   };
   return *v;
 }
@@ -669,6 +683,8 @@ int RunBenchSubcommand(const std::string& cmd, const std::vector<std::string>& a
   if (cmd == "jobs") return CmdJobs(args, options, help);
   if (cmd == "export") return CmdExport(args, options, help);
   if (cmd == "ci") return CmdCi(args, options, help);
+  if (cmd == "submit") return CmdSubmit(args, options, help);
+  if (cmd == "leaderboard") return CmdLeaderboard(args, options, help);
   return Usage(absl::StrCat("unknown benchmark subcommand \"", cmd, "\""));
 }
 

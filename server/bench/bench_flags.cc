@@ -1,5 +1,7 @@
 #include "server/bench/bench_flags.h"
 
+#include <string>
+
 #include "absl/flags/flag.h"
 
 ABSL_FLAG(bool, enable_test_variants, false,
@@ -25,6 +27,29 @@ ABSL_FLAG(double, bench_max_job_mb, 0,
 ABSL_FLAG(double, bench_min_sustained_s, 0,
           "tests only: lower the sustained method's minimum warm-in (1 s) and window (3 s) to this");
 
+ABSL_FLAG(bool, user_kernels, true, "accept users' own kernels in benchmark jobs (spec.user_kernels)");
+ABSL_FLAG(std::string, user_kernel_cxx, "",
+          "C++ compiler for cpu user kernels; empty: the first of g++, c++, clang++ on PATH");
+ABSL_FLAG(std::string, user_kernel_nvcc, "",
+          "CUDA compiler for cuda user kernels; empty: nvcc on PATH, else /usr/local/cuda/bin/nvcc");
+ABSL_FLAG(std::string, user_kernel_worker, "",
+          "the kernel worker binary; empty: user_kernels/kernel_worker beside the server binary");
+ABSL_FLAG(std::string, user_kernel_worker_cuda, "",
+          "the cuda kernel worker (//server/user_kernels:kernel_worker_cuda); empty: "
+          "user_kernels/kernel_worker_cuda beside the server binary");
+ABSL_FLAG(std::string, user_kernel_cache_dir, "",
+          "build cache of user kernels; empty: <--data_dir>/user_kernels, or a temp dir without one");
+ABSL_FLAG(std::string, user_kernel_work_dir, "/tmp", "where private build and run directories are made");
+ABSL_FLAG(int, user_kernel_max_source_kb, 1024, "largest user kernel source, KiB (refused before compiling)");
+ABSL_FLAG(int, user_kernel_max_object_mb, 64, "largest prebuilt user kernel object (and build output), MiB");
+ABSL_FLAG(double, user_kernel_compile_timeout_s, 60, "wall-clock and CPU limit of one user kernel compile");
+ABSL_FLAG(int, user_kernel_compile_memory_mb, 2048, "address-space limit of the C++ compiler's processes, MiB");
+ABSL_FLAG(double, user_kernel_deadline_s, 10,
+          "a user kernel's gate launch must return within this; timing gets this plus 10x its launches' time");
+ABSL_FLAG(int, user_kernel_worker_memory_mb, 4096, "address-space limit of a cpu user kernel's worker, MiB");
+ABSL_FLAG(bool, user_kernel_isolate_network, true,
+          "run compilers and workers in a new network namespace (unshare) where the kernel allows it");
+
 namespace kernelserve {
 namespace bench {
 
@@ -38,6 +63,21 @@ void ApplyBenchFlags(BenchOptions* o) {
   o->gemm_tflops = absl::GetFlag(FLAGS_bench_gemm_tflops);
   o->gemm_fp8_tflops = absl::GetFlag(FLAGS_bench_gemm_fp8_tflops);
   o->max_gate_flops = absl::GetFlag(FLAGS_bench_max_gate_gflops) * 1e9;
+  user_kernels::UserKernelOptions& u = o->user_kernels;
+  u.enabled = absl::GetFlag(FLAGS_user_kernels);
+  u.cxx = absl::GetFlag(FLAGS_user_kernel_cxx);
+  u.nvcc = absl::GetFlag(FLAGS_user_kernel_nvcc);
+  u.worker = absl::GetFlag(FLAGS_user_kernel_worker);
+  u.worker_cuda = absl::GetFlag(FLAGS_user_kernel_worker_cuda);
+  u.cache_dir = absl::GetFlag(FLAGS_user_kernel_cache_dir);
+  u.work_dir = absl::GetFlag(FLAGS_user_kernel_work_dir);
+  u.max_source_bytes = int64_t{absl::GetFlag(FLAGS_user_kernel_max_source_kb)} << 10;
+  u.max_object_bytes = int64_t{absl::GetFlag(FLAGS_user_kernel_max_object_mb)} << 20;
+  u.compile_timeout_s = absl::GetFlag(FLAGS_user_kernel_compile_timeout_s);
+  u.compile_memory_bytes = int64_t{absl::GetFlag(FLAGS_user_kernel_compile_memory_mb)} << 20;
+  u.launch_deadline_s = absl::GetFlag(FLAGS_user_kernel_deadline_s);
+  u.worker_memory_bytes = int64_t{absl::GetFlag(FLAGS_user_kernel_worker_memory_mb)} << 20;
+  u.isolate_network = absl::GetFlag(FLAGS_user_kernel_isolate_network);
   const double min_s = absl::GetFlag(FLAGS_bench_min_sustained_s);
   if (min_s > 0) {
     o->min_warmin_s = min_s;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/bench/bench_inputs.h"
+#include "server/user_kernels/builder.h"
 
 namespace kernelserve {
 namespace bench {
@@ -55,6 +56,9 @@ struct BenchOptions {
   // Largest job (inputs, output, oracle reference) in bytes; 0: a quarter of
   // the host's memory or half of the smallest device's, whichever is less.
   double max_job_bytes = 0;
+  // Users' kernels (server/user_kernels): toolchains, limits, the worker.
+  user_kernels::UserKernelOptions user_kernels;
+  int max_user_kernels_per_job = 8;
 };
 
 // Runs `fn` on the device's worker and returns its status (or the worker's

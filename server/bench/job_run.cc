@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -157,6 +158,8 @@ absl::Status JobRun::Run() {
   KS_RETURN_IF_ERROR(ResolveVariants());
   KS_RETURN_IF_ERROR(PrepareInputs());
   KS_RETURN_IF_ERROR(Stop());
+  KS_RETURN_IF_ERROR(BuildUserKernels());
+  KS_RETURN_IF_ERROR(Stop());
   KS_RETURN_IF_ERROR(EnsureCeilings());
   KS_RETURN_IF_ERROR(UploadInputs());
   KS_RETURN_IF_ERROR(Stop());
@@ -222,6 +225,19 @@ absl::Status JobRun::ResolveVariants() {
     KS_ASSIGN_OR_RETURN(const Variant* v, env_.variants->Find(op, name));
     runs_.push_back(VariantRun{v});
   }
+  for (const pb::UserKernel& k : spec_.user_kernels()) {
+    auto u = std::make_unique<UserRun>();
+    u->kernel = k;
+    u->variant = std::make_unique<Variant>();
+    u->variant->op = op;
+    u->variant->name = user_kernels::UserVariantName(k);
+    u->variant->backend = env_.backend->Name();
+    u->variant->description =
+        absl::StrCat("user kernel", k.filename().empty() ? "" : absl::StrCat(" ", k.filename()),
+                     k.code_case() == pb::UserKernel::kSharedObject ? " (prebuilt)" : "", ", in its own worker process");
+    runs_.push_back(VariantRun{u->variant.get(), u.get()});
+    users_.push_back(std::move(u));
+  }
   KS_ASSIGN_OR_RETURN(const BenchOpEntry* entry, BenchOpOf(spec_));
   tolerance_ = spec_.tolerance() > 0 ? spec_.tolerance() : entry->DefaultTolerance();
   return absl::OkStatus();
@@ -229,11 +245,40 @@ absl::Status JobRun::ResolveVariants() {
 
 absl::Status JobRun::PrepareInputs() {
   Note(pb::PHASE_NOTE, "preparing inputs", 0.0);
-  KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedJob> prepared, PrepareJob(spec_, *env_.reader, tenant_));
+  pb::BenchJobSpec spec = spec_;
+  if (!users_.empty()) {
+    // A user kernel must not be able to return answers it computed before:
+    // its inputs (and so every variant's in this job) come from a seed that
+    // is fresh per run and never reported (KernelBot does the same).
+    std::random_device rd;
+    secret_seed_ = (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;
+    spec.mutable_inputs()->set_seed(secret_seed_);
+    sink_->AddNote("inputs generated from a secret seed, fresh for this run (the job has user kernels)");
+  }
+  KS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedJob> prepared, PrepareJob(spec, *env_.reader, tenant_));
   host_ = std::make_shared<HostState>();
   host_->prepared = std::move(prepared);
   const TensorDesc out = host_->prepared->host_call.OutputDesc();
   host_->out = HostTensor(out.dtype, out.shape);
+  return absl::OkStatus();
+}
+
+// Each user kernel's shared object, from the build cache or compiled now, in
+// a sandboxed child process (server/user_kernels/builder.h).
+absl::Status JobRun::BuildUserKernels() {
+  for (const std::unique_ptr<UserRun>& u : users_) {
+    if (env_.builder == nullptr) return absl::FailedPreconditionError("this server runs no user kernels");
+    const std::string& name = u->variant->name;
+    Note(pb::PHASE_NOTE,
+         u->kernel.code_case() == pb::UserKernel::kSource ? absl::StrCat("building ", name) : absl::StrCat("storing ", name),
+         0.01);
+    absl::StatusOr<user_kernels::BuiltKernel> built =
+        env_.builder->Build(u->kernel, env_.backend->Name(), [this] { return !Stop().ok(); });
+    KS_RETURN_IF_ERROR(Stop());
+    if (!built.ok()) return absl::Status(built.status().code(), absl::StrCat(name, ": ", built.status().message()));
+    u->built = std::move(*built);
+    if (u->built.cached) sink_->AddNote(absl::StrCat(name, ": build cache hit (", u->built.build_key.substr(0, 16), ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -279,9 +324,13 @@ absl::Status JobRun::UploadInputs() {
 absl::Status JobRun::ReserveMemory() {
   if (!env_.options->reserve_memory) return absl::OkStatus();
   int64_t bytes = std::max<int64_t>(1, host_->out.num_bytes()) + 2 * static_cast<int64_t>(dev_->flush_bytes);
-  for (const auto& [name, t] : host_->prepared->tensors) bytes += std::max<int64_t>(1, t.num_bytes());
-  const std::string what = absl::StrCat("benchmark job ", job_id_, " (inputs and output",
-                                        dev_->flush_bytes > 0 ? ", L2 flush buffers" : "", ")");
+  int64_t in_bytes = 0;
+  for (const auto& [name, t] : host_->prepared->tensors) in_bytes += std::max<int64_t>(1, t.num_bytes());
+  // Each user kernel's worker holds its own copy of the inputs and output.
+  bytes += in_bytes + static_cast<int64_t>(users_.size()) * (in_bytes + host_->out.num_bytes());
+  const std::string what =
+      absl::StrCat("benchmark job ", job_id_, " (inputs and output", dev_->flush_bytes > 0 ? ", L2 flush buffers" : "",
+                   users_.empty() ? "" : ", user kernel workers' copies", ")");
   KS_ASSIGN_OR_RETURN(dev_->reservation, env_.options->reserve_memory(device_, tenant_, bytes, what));
   return absl::OkStatus();
 }
@@ -356,7 +405,19 @@ absl::Status JobRun::Gate() {
     sink_->Emit(std::move(e));
     const double t0 = NowS();
     absl::Status ran;
-    if (v.on_host) {
+    if (runs_[i].user != nullptr) {
+      ran = GateLaunchUser(i);
+      if (!ran.ok()) {
+        // The kernel itself failed (build, load, fault, hang): the job fails
+        // with the reason, and its result says it too.
+        KS_RETURN_IF_ERROR(Stop());
+        KS_RETURN_IF_ERROR(Judge(i, ran));
+        pb::BenchEvent failed;
+        failed.set_message(absl::StrCat(v.name, " failed: ", ran.ToString()));
+        Report(i, std::move(failed), "");
+        return ran;
+      }
+    } else if (v.on_host) {
       ran = GateLaunchOnHost(i);
       if (absl::IsCancelled(ran) || absl::IsDeadlineExceeded(ran)) return ran;
     } else {
@@ -383,6 +444,30 @@ void JobRun::StartResult(size_t i) {
   r.set_tolerance(tolerance_);
   r.set_flops(host_->prepared->flops);
   r.set_bytes(host_->prepared->bytes);
+  if (runs_[i].user != nullptr) {
+    r.set_source_sha256(runs_[i].user->built.source_sha256);
+    r.set_build_log(runs_[i].user->built.log);
+  }
+}
+
+// The user kernel's worker: started here (it generates the inputs from the
+// secret seed and loads the kernel), one poisoned launch, its output back.
+absl::Status JobRun::GateLaunchUser(size_t i) {
+  UserRun& u = *runs_[i].user;
+  std::memcpy(host_->out.bytes(), poison_.data(), poison_.size());
+  KS_ASSIGN_OR_RETURN(u.worker, user_kernels::KernelWorker::Start(
+                                    env_.builder->options(), env_.backend->Name(), u.built.so_path, spec_,
+                                    secret_seed_, u.variant->name, [this] { return !Stop().ok(); }));
+  sink_->AddNote(absl::StrCat(u.variant->name, ": worker ", u.worker->network()));
+  return u.worker->Gate(host_->out.bytes(), poison_.size());
+}
+
+absl::StatusOr<user_kernels::WorkerTimes> JobRun::UserLaunches(size_t i, int warmup, int timed, int batches) {
+  const double per = std::max(runs_[i].gate_s, 1e-3);
+  const double timeout = std::max(1.0, std::min(deadline_s_ - NowS(), env_.builder->options().launch_deadline_s +
+                                                                         10.0 * per * (warmup + timed)));
+  runs_[i].timer = Timer::kWorkerClock;
+  return runs_[i].user->worker->Time(warmup, timed, batches, timeout);
 }
 
 absl::Status JobRun::GateLaunchOnHost(size_t i) {
@@ -456,6 +541,11 @@ absl::Status JobRun::TimeWindow() {
   for (size_t i = 0; i < runs_.size(); ++i) {
     if (runs_[i].result.correct()) timed_.push_back(i);
   }
+  if (!users_.empty() && plan_.l2_flush) sink_->AddNote("l2_flush does not apply to user kernels (their workers hold their own buffers)");
+  if (!users_.empty() && plan_.method == pb::METHOD_SUSTAINED) {
+    sink_->AddNote("sustained: each launch of a user kernel includes a pipe round trip to its worker");
+  }
+  if (!users_.empty() && plan_.method == pb::METHOD_GRAPH) sink_->AddNote("graph: user kernels are timed like method kernel");
   switch (plan_.method) {
     case pb::METHOD_PASSES:
       return TimePasses();
@@ -478,6 +568,7 @@ JobRun::Counts JobRun::LaunchCounts(size_t i) const {
 }
 
 absl::Status JobRun::Launch(size_t i) {
+  if (runs_[i].user != nullptr) return UserLaunches(i, 0, 1, 1).status();
   const Variant& v = *runs_[i].variant;
   if (v.on_host) {
     TensorView out = host_->out.view();
@@ -498,6 +589,7 @@ absl::Status JobRun::Flush() {
 }
 
 absl::Status JobRun::Warm(size_t i, int launches) {
+  if (runs_[i].user != nullptr) return launches > 0 ? UserLaunches(i, launches, 0, 1).status() : absl::OkStatus();
   double last_check = NowS();
   for (int k = 0; k < launches; ++k) {
     // Queued launches run asynchronously: check at least every ~0.1 s of host time.
@@ -554,6 +646,14 @@ absl::Status JobRun::TimedBatch(size_t i, int launches, double* ms) {
 // l2_flush); one sample, in ms per launch, per batch.
 absl::Status JobRun::TimeLaunches(size_t i, int launches, std::vector<double>* samples, double* total_ms) {
   *total_ms = 0;
+  if (runs_[i].user != nullptr) {
+    // Timed in the worker, in up to 10 batches (no L2 flush there).
+    KS_RETURN_IF_ERROR(Stop());
+    KS_ASSIGN_OR_RETURN(user_kernels::WorkerTimes t, UserLaunches(i, 0, launches, std::min(launches, 10)));
+    *total_ms = t.total_ms;
+    samples->insert(samples->end(), t.sample_ms.begin(), t.sample_ms.end());
+    return absl::OkStatus();
+  }
   const int batches = plan_.l2_flush ? launches : std::min(launches, 10);
   int done = 0;
   for (int b = 0; b < batches; ++b) {
@@ -633,8 +733,8 @@ absl::Status JobRun::TimeGraph() {
     KS_RETURN_IF_ERROR(WarmUp(i, 1));
     std::vector<double> samples;
     double total = 0;
-    if (runs_[i].variant->on_host) {
-      // Host code has no graph: timed like method kernel (host clock).
+    if (runs_[i].variant->on_host || runs_[i].user != nullptr) {
+      // Host code and user kernels have no graph here: timed like method kernel.
       Progress(pb::PHASE_TIMING, i, 1, absl::StrCat("timing ", name, " on the host clock: ", c.launches, " launches"));
       KS_RETURN_IF_ERROR(TimeLaunches(i, c.launches, &samples, &total));
     } else {
@@ -767,6 +867,8 @@ const char* JobRun::TimerName(Timer timer) {
       return "device events";
     case Timer::kGraphEvents:
       return "device events around CUDA-graph replays";
+    case Timer::kWorkerClock:
+      return "clock in the user kernel's worker process around its launches";
     default:
       return "host clock around synchronised launches";
   }

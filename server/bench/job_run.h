@@ -38,6 +38,8 @@
 #include "server/bench/bench_inputs.h"
 #include "server/bench/bench_options.h"
 #include "server/bench/timing.h"
+#include "server/user_kernels/builder.h"
+#include "server/user_kernels/worker_client.h"
 
 namespace kernelserve {
 namespace bench {
@@ -68,6 +70,7 @@ struct JobRunEnv {
   const BufferReader* reader = nullptr;
   const VariantRegistry* variants = nullptr;
   CeilingCache* ceilings = nullptr;
+  const user_kernels::KernelBuilder* builder = nullptr;  // null: no user kernels
 };
 
 class JobRun {
@@ -93,9 +96,17 @@ class JobRun {
   static MethodPlan PlanMethod(const pb::MethodOptions& m, const BenchOptions& options);
 
  private:
-  enum class Timer { kUnknown, kHostClock, kDeviceEvents, kGraphEvents };
+  enum class Timer { kUnknown, kHostClock, kDeviceEvents, kGraphEvents, kWorkerClock };
+  // A user kernel of the spec: its variant, its build and its worker.
+  struct UserRun {
+    pb::UserKernel kernel;
+    std::unique_ptr<Variant> variant;
+    user_kernels::BuiltKernel built;
+    std::unique_ptr<user_kernels::KernelWorker> worker;
+  };
   struct VariantRun {
     const Variant* variant = nullptr;
+    UserRun* user = nullptr;  // a user kernel's variant
     pb::VariantResult result;
     double gate_s = 0;  // how long its gate launch took
     Timer timer = Timer::kUnknown;
@@ -110,6 +121,7 @@ class JobRun {
   // Phases.
   absl::Status ResolveVariants();
   absl::Status PrepareInputs();
+  absl::Status BuildUserKernels();
   absl::Status EnsureCeilings();
   absl::Status UploadInputs();
   absl::Status ComputeReference();
@@ -128,6 +140,9 @@ class JobRun {
   void StartResult(size_t i);
   absl::Status GateLaunchOnHost(size_t i);
   absl::Status GateLaunchOnDevice(size_t i);
+  absl::Status GateLaunchUser(size_t i);
+  // A user kernel's warm-up (timed = 0) or timed launches, in its worker.
+  absl::StatusOr<user_kernels::WorkerTimes> UserLaunches(size_t i, int warmup, int timed, int batches);
   absl::Status Judge(size_t i, const absl::Status& ran);
   // Timing.
   Counts LaunchCounts(size_t i) const;
@@ -169,6 +184,8 @@ class JobRun {
   const double limit_s_;
   const double deadline_s_;
 
+  std::vector<std::unique_ptr<UserRun>> users_;
+  uint64_t secret_seed_ = 0;      // the inputs' seed when a user kernel runs: fresh, never reported
   std::vector<VariantRun> runs_;  // in the spec's order
   double tolerance_ = 0;
   std::shared_ptr<HostState> host_;

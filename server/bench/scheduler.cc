@@ -106,6 +106,10 @@ absl::StatusOr<std::unique_ptr<BenchScheduler>> BenchScheduler::Create(Backend* 
   vo.test_variants = s->options_.test_variants;
   KS_RETURN_IF_ERROR(RegisterBackendVariants(*backend, vo, &s->registry_));
   KS_RETURN_IF_ERROR(RegisterOracleVariants(&s->registry_));
+  if (s->options_.user_kernels.enabled) {
+    s->builder_ = user_kernels::KernelBuilder::Create(s->options_.user_kernels, s->options_.data_dir);
+    spdlog::info("user kernels: {}", s->builder_->Describe());
+  }
   KS_RETURN_IF_ERROR(s->Recover());
   for (int d = 0; d < backend->DeviceCount(); ++d) {
     s->threads_.emplace_back([p = s.get(), d] { p->RunnerLoop(d); });
@@ -326,7 +330,8 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec, const 
       return absl::InvalidArgumentError(absl::StrCat("spec.variants: ", QuoteClientText(name), " is listed twice"));
     }
   }
-  if (spec.variants().empty() && registry_.Default(op) == nullptr) {
+  KS_RETURN_IF_ERROR(ValidateUserKernels(spec));
+  if (spec.variants().empty() && spec.user_kernels().empty() && registry_.Default(op) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("spec.variants: no default variant for ", BenchOpName(op)));
   }
   const pb::MethodOptions& m = spec.method();
@@ -370,11 +375,55 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec, const 
   return absl::OkStatus();
 }
 
+// Users' kernels: checked before anything is compiled (sizes, flags, names)
+// against what ABI v1 gives each op (kernels/api/user_kernel_abi.h).
+absl::Status BenchScheduler::ValidateUserKernels(const pb::BenchJobSpec& spec) const {
+  if (spec.user_kernels().empty()) return absl::OkStatus();
+  if (builder_ == nullptr) {
+    return absl::FailedPreconditionError("spec.user_kernels: user kernels are off on this server (--user_kernels)");
+  }
+  if (spec.user_kernels_size() > options_.max_user_kernels_per_job) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.user_kernels: at most ", options_.max_user_kernels_per_job,
+                                                   " per job, got ", spec.user_kernels_size()));
+  }
+  if (spec.op() == pb::OP_MOE_LAYER) {
+    return absl::InvalidArgumentError(
+        "spec.user_kernels: op moe_layer has no user kernel entry point in ABI v1 (attention, fp8_attention, "
+        "mla_decode, moe_gateup and moe_down have)");
+  }
+  if (spec.inputs().kind() == pb::INPUT_BUFFERS) {
+    return absl::InvalidArgumentError(
+        "spec.inputs.kind: a job with user kernels generates its inputs from a secret seed (fresh per run), "
+        "so it cannot take INPUT_BUFFERS");
+  }
+  if (spec.op() == pb::OP_FP8_ATTENTION &&
+      (spec.attention().hadamard() || spec.attention().descale_mode() == pb::PER_HEAD)) {
+    return absl::InvalidArgumentError(
+        "spec.attention: user FP8 attention kernels (ABI v1) take per-tensor descales without a Hadamard "
+        "rotation; set hadamard false and descale_mode per-tensor");
+  }
+  if (spec.op() == pb::OP_MLA_DECODE && spec.mla().page_size() != 0) {
+    return absl::InvalidArgumentError(
+        "spec.mla.page_size: user MLA decode kernels (ABI v1) read contiguous KV; expected 0, got " +
+        std::to_string(spec.mla().page_size()));
+  }
+  std::set<std::string> names(spec.variants().begin(), spec.variants().end());
+  for (int i = 0; i < spec.user_kernels_size(); ++i) {
+    const std::string field = absl::StrCat("spec.user_kernels[", i, "]");
+    KS_RETURN_IF_ERROR(builder_->Check(spec.user_kernels(i), backend_->Name(), field));
+    if (!names.insert(user_kernels::UserVariantName(spec.user_kernels(i))).second) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".name: ",
+                                                     QuoteClientText(spec.user_kernels(i).name()), " is used twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const std::string& tenant) {
   if (!tenant.empty()) spec.set_submitter(tenant);
   if (spec.submitter().empty()) spec.set_submitter("anonymous");
   KS_RETURN_IF_ERROR(ValidateSubmit(spec, tenant));
-  if (spec.variants().empty()) {
+  if (spec.variants().empty() && spec.user_kernels().empty()) {
     spec.add_variants(registry_.Default(static_cast<BenchOp>(spec.op()))->name);
   }
   absl::MutexLock l(&mu_);
@@ -672,6 +721,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& job, int device
   env.reader = &reader_;
   env.variants = &registry_;
   env.ceilings = &ceilings_;
+  env.builder = builder_.get();
   RunSink sink(this, job.get());
   JobRun run(env, &sink, std::move(spec), std::move(id), std::move(tenant), device);
   return run.Run();

@@ -124,6 +124,7 @@ class BenchScheduler {
   void Finish(const std::shared_ptr<Job>& job, const absl::Status& status);
 
   absl::Status ValidateSubmit(const pb::BenchJobSpec& spec, const std::string& tenant) const;
+  absl::Status ValidateUserKernels(const pb::BenchJobSpec& spec) const;
   std::shared_ptr<Job> FindLocked(const std::string& id, const std::string& tenant) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends `event` (seq and time filled) and persists it with the job.
@@ -141,6 +142,7 @@ class BenchScheduler {
   std::unique_ptr<JobStore> store_;
   VariantRegistry registry_;
   CeilingCache ceilings_;  // per device, measured by its first job
+  std::unique_ptr<user_kernels::KernelBuilder> builder_;  // users' kernels; null when off
 
   mutable absl::Mutex mu_;
   absl::CondVar work_cv_;   // runners: new work or shutdown

@@ -1,0 +1,112 @@
+// kernelctl submit and kernelctl leaderboard: users' own kernels as
+// benchmark jobs (server/user_kernels, kernels/api/user_kernel_abi.h).
+#include <iostream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/bench_client.h"
+#include "client/kernelctl_bench.h"
+#include "client/user_kernels.h"
+
+namespace kernelserve {
+namespace kernelctl {
+namespace {
+
+int Fail(const absl::Status& s, int code) {
+  std::cerr << "error: " << s.ToString() << "\n";
+  return code;
+}
+
+void PrintUsage(const std::string& synopsis, const std::string& about, const FlagSet& f) {
+  std::cout << "usage: " << synopsis << "\n\n" << about << "\n\nflags:\n" << f.Usage();
+}
+
+// What a user wants to see of their kernel: the verdict, and why.
+void PrintUserResults(const pb::BenchJob& job) {
+  if (job.state() != pb::JOB_DONE) std::cerr << "job " << job.id() << " failed: " << job.error() << "\n";
+  for (const pb::VariantResult& r : job.results()) {
+    if (r.source_sha256().empty()) continue;
+    std::cerr << r.variant() << " (sha256 " << r.source_sha256() << "): "
+              << (r.correct() ? "passed the gate" : "FAILED the gate") << ": " << r.gate_message() << "\n";
+    if (!r.correct() && !r.build_log().empty()) std::cerr << "build log:\n" << r.build_log() << "\n";
+  }
+}
+
+}  // namespace
+
+int CmdSubmit(const std::vector<std::string>& args, const ClientOptions& options, bool help) {
+  FlagSet f("submit");
+  JobSpecFlags sf;
+  sf.Define(f);
+  std::string kernel, baseline, flags, kernel_name, backend, format = "markdown";
+  f.String("kernel", &kernel, "FILE", "your kernel: C++ (cpu) or CUDA C++ (cuda) source, or a built .so", true);
+  f.String("baseline", &baseline, "A,B,...", "built-in variants to run beside it (e.g. cpu, cuda, oracle)");
+  f.String("kernel-flags", &flags, "F,...", "compile flags from the server's allow-list (-O3,-march=native,...)");
+  f.String("kernel-name", &kernel_name, "NAME", "the variant is user:NAME (default: the file's stem)");
+  f.String("kernel-backend", &backend, "cpu|cuda", "the kernel's backend (default: the server's)");
+  f.String("output", &format, "markdown|json", "what to print when the job finishes");
+  if (help) {
+    PrintUsage("kernelctl submit --op=OP --kernel=FILE [shape flags] [--baseline=cpu] [flags]",
+               "Sends your kernel (kernels/api/user_kernel_abi.h) to the server, which builds it, runs it in a\n"
+               "worker process of its own on inputs from a secret seed, checks it against the fp64 oracle, times it\n"
+               "beside the baseline variants and ranks them. The compile log comes back when it does not build.",
+               f);
+    return 0;
+  }
+  if (absl::Status st = f.Parse(args); !st.ok()) return Fail(st, 2);
+  if (format != "markdown" && format != "json") return Fail(absl::InvalidArgumentError("--output: markdown or json"), 2);
+  auto spec = sf.Build();
+  if (!spec.ok()) return Fail(spec.status(), 2);
+  std::vector<std::string> flag_list = absl::StrSplit(flags, ',', absl::SkipEmpty());
+  auto k = UserKernelFromFile(kernel, kernel_name, flag_list, backend);
+  if (!k.ok()) return Fail(k.status(), 2);
+  spec->clear_variants();
+  for (absl::string_view b : absl::StrSplit(baseline, ',', absl::SkipEmpty())) spec->add_variants(std::string(b));
+  if (!f.IsSet("name")) spec->set_name(absl::StrCat(spec->name(), " ", k->name()));
+  *spec->add_user_kernels() = *k;
+  auto client = BenchClient::Connect(options);
+  if (!client.ok()) return Fail(client.status(), 1);
+  auto jobs = RunJobsWithProgress(**client, {*spec});
+  if (!jobs.ok()) return Fail(jobs.status(), 1);
+  std::cout << (format == "json" ? ExportJson(*jobs) : ExportMarkdown(*jobs));
+  PrintUserResults(jobs->front());
+  if (jobs->front().state() != pb::JOB_DONE) return 1;
+  for (const pb::VariantResult& r : jobs->front().results()) {
+    if (!r.correct()) return 1;
+  }
+  return 0;
+}
+
+int CmdLeaderboard(const std::vector<std::string>& args, const ClientOptions& options, bool help) {
+  FlagSet f("leaderboard");
+  std::string op, shape;
+  int64_t limit = 1000;
+  f.String("op", &op, "OP", "attention, fp8_attention, mla_decode, moe_gateup or moe_down", true);
+  f.String("shape", &shape, "TEXT", "only shapes whose description holds TEXT (e.g. \"Sq=512\")");
+  f.Int("limit", &limit, "the newest jobs to read (default 1000)");
+  if (help) {
+    PrintUsage("kernelctl leaderboard --op=OP [--shape=TEXT]",
+               "Ranks every passing result (correct and timed) of OP per shape, over the jobs you can see (an admin\n"
+               "sees every tenant's): the best time per variant and source hash, fastest first.",
+               f);
+    return 0;
+  }
+  if (absl::Status st = f.Parse(args); !st.ok()) return Fail(st, 2);
+  pb::BenchOp bench_op;
+  if (!pb::BenchOp_Parse(absl::StrCat("OP_", absl::AsciiStrToUpper(op)), &bench_op)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--op: unknown op \"", op, "\"")), 2);
+  }
+  auto client = BenchClient::Connect(options);
+  if (!client.ok()) return Fail(client.status(), 1);
+  pb::ListBenchRequest req;
+  req.add_states(pb::JOB_DONE);
+  req.set_limit(static_cast<int32_t>(limit));
+  auto jobs = (*client)->List(req);
+  if (!jobs.ok()) return Fail(jobs.status(), 1);
+  std::cout << LeaderboardMarkdown(Leaderboard(*jobs, bench_op, shape));
+  return 0;
+}
+
+}  // namespace kernelctl
+}  // namespace kernelserve

@@ -1,0 +1,362 @@
+#include "server/user_kernels/builder.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <regex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "kernels/api/user_kernel_abi.h"
+#include "server/input_checks.h"
+#include "server/security/tokens.h"
+#include "server/user_kernels/sandbox.h"
+
+namespace kernelserve {
+namespace user_kernels {
+namespace {
+
+bool IsExecutable(const std::string& path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
+
+std::string FindOnPath(const std::vector<std::string>& names) {
+  const char* path = getenv("PATH");
+  for (const std::string& name : names) {
+    for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+      const std::string p = absl::StrCat(dir, "/", name);
+      if (!dir.empty() && IsExecutable(p)) return p;
+    }
+  }
+  return "";
+}
+
+// The first line `tool --version` prints, run like a build (sandboxed).
+std::string VersionLine(const std::string& tool) {
+  absl::StatusOr<TempDir> dir = TempDir::Create("/tmp", "ks-uk-version-");
+  if (!dir.ok()) return "unknown version";
+  const std::string log = dir->path() + "/version.txt";
+  WriteFile(log, "").IgnoreError();
+  SpawnSpec s;
+  s.argv = {tool, "--version"};
+  s.env = {"PATH=/usr/bin:/bin", "LANG=C", absl::StrCat("HOME=", dir->path())};
+  s.cwd = dir->path();
+  s.limits.isolate_network = false;
+  FILE* f = fopen(log.c_str(), "w");
+  if (f == nullptr) return "unknown version";
+  s.stdout_fd = fileno(f);
+  s.stderr_fd = fileno(f);
+  absl::StatusOr<Spawned> p = Spawn(s);
+  fclose(f);
+  if (!p.ok()) return "unknown version";
+  Reap(p->pid, 20);
+  const std::string out = ReadTail(log, 4096);
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n');
+  std::string line = lines.empty() ? "" : lines[0];
+  // nvcc's first lines are a banner; its release line names the version.
+  for (const std::string& l : lines) {
+    if (absl::StrContains(l, "release")) line = l;
+  }
+  return line.empty() ? "unknown version" : line;
+}
+
+Toolchain Find(const std::string& configured, const std::vector<std::string>& names,
+               const std::vector<std::string>& fallbacks, const std::string& flag) {
+  Toolchain t;
+  std::string path = configured;
+  if (path.empty()) path = FindOnPath(names);
+  for (const std::string& f : fallbacks) {
+    if (path.empty() && IsExecutable(f)) path = f;
+  }
+  if (!IsExecutable(path)) {
+    t.why_missing = configured.empty()
+                        ? absl::StrCat("none of ", absl::StrJoin(names, ", "), " found on PATH; set ", flag)
+                        : absl::StrCat(flag, "=", configured, " is not an executable");
+    return t;
+  }
+  char resolved[PATH_MAX];
+  t.path = realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : path;
+  t.identity = absl::StrCat(t.path, ": ", VersionLine(t.path));
+  return t;
+}
+
+// One allowed flag: exact, or a prefix with what may follow it.
+struct FlagRule {
+  const char* prefix;
+  const char* rest;  // regex of what follows; nullptr: the flag is exact
+};
+
+const std::vector<FlagRule>& Rules(const std::string& backend) {
+  static const std::vector<FlagRule> kCommon = {
+      {"-O0", nullptr},
+      {"-O1", nullptr},
+      {"-O2", nullptr},
+      {"-O3", nullptr},
+      {"-D", "[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.+-]*)?"},
+      {"-U", "[A-Za-z_][A-Za-z0-9_]*"},
+      {"-std=", "(c|gnu)\\+\\+(11|14|17|20)"},
+      {"-g", nullptr},
+      {"-w", nullptr},
+  };
+  static const std::vector<FlagRule> kCpu = [] {
+    std::vector<FlagRule> r = kCommon;
+    r.insert(r.end(), {{"-Os", nullptr},
+                       {"-Ofast", nullptr},
+                       {"-march=", "[a-z0-9_.-]{1,32}"},
+                       {"-mtune=", "[a-z0-9_.-]{1,32}"},
+                       {"-m", "(avx|avx2|fma|f16c|bmi2|avx512f|avx512bw|avx512vl|avx512dq|avx512bf16|avx512fp16)"},
+                       {"-ffast-math", nullptr},
+                       {"-funroll-loops", nullptr},
+                       {"-fno-math-errno", nullptr},
+                       {"-fopenmp", nullptr},
+                       {"-Wall", nullptr},
+                       {"-Wextra", nullptr}});
+    return r;
+  }();
+  static const std::vector<FlagRule> kCuda = [] {
+    std::vector<FlagRule> r = kCommon;
+    r.insert(r.end(), {{"-lineinfo", nullptr},
+                       {"--use_fast_math", nullptr},
+                       {"-use_fast_math", nullptr},
+                       {"--ftz=", "(true|false)"},
+                       {"--prec-div=", "(true|false)"},
+                       {"--prec-sqrt=", "(true|false)"},
+                       {"--fmad=", "(true|false)"},
+                       {"--maxrregcount=", "[0-9]{1,3}"},
+                       {"--expt-relaxed-constexpr", nullptr},
+                       {"--extended-lambda", nullptr}});
+    return r;
+  }();
+  return backend == "cuda" ? kCuda : kCpu;
+}
+
+bool Allowed(const std::string& backend, const std::string& flag) {
+  for (const FlagRule& r : Rules(backend)) {
+    if (r.rest == nullptr) {
+      if (flag == r.prefix) return true;
+    } else if (absl::StartsWith(flag, r.prefix) &&
+               std::regex_match(flag.substr(strlen(r.prefix)), std::regex(r.rest))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ValidName(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::regex_match(name, std::regex("[A-Za-z0-9_.-]+"));
+}
+
+std::string BackendOf(const pb::UserKernel& k, const std::string& server_backend) {
+  return k.backend().empty() ? server_backend : k.backend();
+}
+
+}  // namespace
+
+std::string UserVariantName(const pb::UserKernel& kernel) { return absl::StrCat("user:", kernel.name()); }
+bool IsUserVariantName(const std::string& name) { return absl::StartsWith(name, "user:"); }
+
+std::unique_ptr<KernelBuilder> KernelBuilder::Create(UserKernelOptions options, const std::string& data_dir) {
+  std::string cache = options.cache_dir;
+  if (cache.empty() && !data_dir.empty()) cache = data_dir + "/user_kernels";
+  if (cache.empty()) {
+    std::string templ = absl::StrCat(options.work_dir, "/ks-uk-cache-XXXXXX");
+    if (mkdtemp(templ.data()) != nullptr) cache = templ;
+  }
+  mkdir(cache.c_str(), 0700);
+  auto b = std::unique_ptr<KernelBuilder>(new KernelBuilder(std::move(options), cache));
+  b->toolchains_["cpu"] = Find(b->options_.cxx, {"g++", "c++", "clang++"}, {}, "--user_kernel_cxx");
+  b->toolchains_["cuda"] = Find(b->options_.nvcc, {"nvcc"}, {"/usr/local/cuda/bin/nvcc"}, "--user_kernel_nvcc");
+  return b;
+}
+
+KernelBuilder::KernelBuilder(UserKernelOptions options, std::string cache_dir)
+    : options_(std::move(options)), cache_dir_(std::move(cache_dir)) {}
+
+const Toolchain& KernelBuilder::toolchain(const std::string& backend) const {
+  static const Toolchain kNone{"", "", "no toolchain for this backend"};
+  auto it = toolchains_.find(backend);
+  return it == toolchains_.end() ? kNone : it->second;
+}
+
+std::string KernelBuilder::Describe() const {
+  std::vector<std::string> parts;
+  for (const auto& [backend, t] : toolchains_) {
+    parts.push_back(absl::StrCat(backend, ": ", t.path.empty() ? absl::StrCat("none (", t.why_missing, ")") : t.identity));
+  }
+  return absl::StrCat(absl::StrJoin(parts, "; "), "; cache ", cache_dir_);
+}
+
+std::string KernelBuilder::AllowedFlags(const std::string& backend) {
+  std::vector<std::string> out;
+  for (const FlagRule& r : Rules(backend)) out.push_back(r.rest == nullptr ? r.prefix : absl::StrCat(r.prefix, "..."));
+  return absl::StrJoin(out, " ");
+}
+
+absl::Status KernelBuilder::Check(const pb::UserKernel& k, const std::string& server_backend,
+                                  const std::string& field) const {
+  if (!options_.enabled) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ": user kernels are off on this server (--user_kernels=false)"));
+  }
+  if (!ValidName(k.name())) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".name: expected 1 to 64 of [A-Za-z0-9_.-], got ",
+                                                   QuoteClientText(k.name())));
+  }
+  KS_RETURN_IF_ERROR(CheckLength(absl::StrCat(field, ".filename"), k.filename(), 256));
+  const std::string backend = BackendOf(k, server_backend);
+  if (backend != "cpu" && backend != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".backend: expected \"cpu\" or \"cuda\" (HIP is not "
+                                                   "supported yet), got ", QuoteClientText(k.backend())));
+  }
+  if (backend != server_backend) {
+    return absl::FailedPreconditionError(absl::StrCat(field, ".backend: a ", backend,
+                                                      " kernel, but this server runs the ", server_backend,
+                                                      " backend"));
+  }
+  switch (k.code_case()) {
+    case pb::UserKernel::kSource:
+      if (static_cast<int64_t>(k.source().size()) > options_.max_source_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".source: ", k.source().size(),
+                                                       " bytes, larger than the limit of ", options_.max_source_bytes,
+                                                       " bytes (--user_kernel_max_source_kb); not compiled"));
+      }
+      if (k.source().empty()) return absl::InvalidArgumentError(absl::StrCat(field, ".source: empty"));
+      break;
+    case pb::UserKernel::kSharedObject:
+      if (static_cast<int64_t>(k.shared_object().size()) > options_.max_object_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".shared_object: ", k.shared_object().size(),
+                                                       " bytes, larger than the limit of ", options_.max_object_bytes,
+                                                       " bytes (--user_kernel_max_object_mb)"));
+      }
+      if (!absl::StartsWith(k.shared_object(), "\x7f" "ELF")) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".shared_object: not an ELF shared object"));
+      }
+      if (!k.flags().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".flags: a prebuilt object takes no compile flags"));
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(field, ": expected source or shared_object"));
+  }
+  if (k.flags_size() > 64) return absl::InvalidArgumentError(absl::StrCat(field, ".flags: at most 64 flags"));
+  for (int i = 0; i < k.flags_size(); ++i) {
+    if (k.flags(i).size() > 128 || !Allowed(backend, k.flags(i))) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".flags[", i, "]: ", QuoteClientText(k.flags(i)),
+                                                     " is not an allowed ", backend,
+                                                     " compile flag; allowed: ", AllowedFlags(backend)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BuiltKernel> KernelBuilder::Build(const pb::UserKernel& k, const std::string& backend,
+                                                 const std::function<bool()>& stop) const {
+  if (cache_dir_.empty()) return absl::InternalError("no user kernel cache directory");
+  BuiltKernel built;
+  if (k.code_case() == pb::UserKernel::kSharedObject) {
+    built.source_sha256 = security::Sha256Hex(k.shared_object());
+    built.build_key = security::Sha256Hex(absl::StrCat("prebuilt\n", backend, "\n", k.shared_object()));
+    built.so_path = absl::StrCat(cache_dir_, "/", built.build_key, ".so");
+    built.cached = access(built.so_path.c_str(), R_OK) == 0;
+    if (!built.cached) {
+      const std::string tmp = absl::StrCat(built.so_path, ".tmp", getpid());
+      KS_RETURN_IF_ERROR(WriteFile(tmp, k.shared_object()));
+      if (rename(tmp.c_str(), built.so_path.c_str()) != 0) return absl::InternalError("cannot store the object");
+    }
+    built.log = "prebuilt shared object";
+    return built;
+  }
+  const Toolchain& tc = toolchain(backend);
+  if (tc.path.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no ", backend == "cuda" ? "CUDA compiler" : "C++ compiler", " on this node to build ",
+                     UserVariantName(k), ": ", tc.why_missing));
+  }
+  const std::string key = security::Sha256Hex(absl::StrCat(backend, "\n", tc.identity, "\nabi ", KS_USER_ABI_VERSION,
+                                                           "\n", absl::StrJoin(k.flags(), "\x1f"), "\n", k.source()));
+  const std::string so = absl::StrCat(cache_dir_, "/", key, ".so");
+  if (access(so.c_str(), R_OK) == 0) {
+    built.so_path = so;
+    built.build_key = key;
+    built.source_sha256 = security::Sha256Hex(k.source());
+    built.cached = true;
+    built.log = ReadTail(absl::StrCat(cache_dir_, "/", key, ".log"), options_.max_log_bytes);
+    return built;
+  }
+  return Compile(k, backend, key, stop);
+}
+
+absl::StatusOr<BuiltKernel> KernelBuilder::Compile(const pb::UserKernel& k, const std::string& backend,
+                                                   const std::string& key, const std::function<bool()>& stop) const {
+  const Toolchain& tc = toolchain(backend);
+  KS_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create(options_.work_dir, "ks-uk-build-"));
+  for (const auto& [path, text] : AbiHeaders()) {
+    const std::string full = absl::StrCat(dir.path(), "/include/", path);
+    for (size_t p = full.find('/', dir.path().size() + 1); p != std::string::npos; p = full.find('/', p + 1)) {
+      mkdir(full.substr(0, p).c_str(), 0700);
+    }
+    KS_RETURN_IF_ERROR(WriteFile(full, text));
+  }
+  const std::string src = absl::StrCat(dir.path(), backend == "cuda" ? "/kernel.cu" : "/kernel.cc");
+  KS_RETURN_IF_ERROR(WriteFile(src, k.source()));
+  SpawnSpec s;
+  s.argv = {tc.path};
+  if (backend == "cuda") {
+    s.argv.insert(s.argv.end(), {"-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90a,code=sm_90a",
+                                 "-std=c++17", "-O3"});
+  } else {
+    s.argv.insert(s.argv.end(), {"-shared", "-fPIC", "-std=c++17", "-O2"});
+  }
+  for (const std::string& f : k.flags()) s.argv.push_back(f);  // later flags win (-O3 over -O2)
+  s.argv.insert(s.argv.end(), {"-I", dir.path() + "/include", "-o", dir.path() + "/kernel.so", src});
+  const std::string tool_dir = tc.path.substr(0, tc.path.rfind('/'));
+  s.env = {absl::StrCat("PATH=", tool_dir, ":/usr/bin:/bin"), "LANG=C", absl::StrCat("HOME=", dir.path()),
+           absl::StrCat("TMPDIR=", dir.path())};
+  s.cwd = dir.path();
+  s.limits.cpu_s = options_.compile_timeout_s;
+  s.limits.memory_bytes = backend == "cuda" ? 0 : options_.compile_memory_bytes;
+  s.limits.file_bytes = options_.max_object_bytes;
+  s.limits.isolate_network = options_.isolate_network;
+  const std::string log = dir.path() + "/compile.log";
+  FILE* f = fopen(log.c_str(), "w");
+  if (f == nullptr) return absl::InternalError("cannot create the compile log");
+  s.stdout_fd = fileno(f);
+  s.stderr_fd = fileno(f);
+  absl::StatusOr<Spawned> p = Spawn(s);
+  fclose(f);
+  if (!p.ok()) return p.status();
+  const Exit e = WaitFor(p->pid, options_.compile_timeout_s, stop);
+  const std::string name = k.filename().empty() ? UserVariantName(k) : k.filename();
+  BuiltKernel built;
+  built.build_key = key;
+  built.source_sha256 = security::Sha256Hex(k.source());
+  built.log = absl::StrCat("$ ", absl::StrJoin(s.argv, " "), "\n", ReadTail(log, options_.max_log_bytes), p->network,
+                           "\n");
+  if (e.stopped) return absl::CancelledError(absl::StrCat("the build of ", name, " was stopped"));
+  if (e.timed_out) {
+    return absl::DeadlineExceededError(absl::StrCat(name, ": the compiler ran past ", options_.compile_timeout_s,
+                                                    " s (--user_kernel_compile_timeout_s) and was killed; log:\n",
+                                                    built.log));
+  }
+  if (!e.exited || e.exit_code != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " does not compile (", tc.path.substr(tc.path.rfind('/') + 1), " ", e.Describe(),
+                     "); compile log:\n", built.log));
+  }
+  built.so_path = absl::StrCat(cache_dir_, "/", key, ".so");
+  KS_RETURN_IF_ERROR(WriteFile(absl::StrCat(cache_dir_, "/", key, ".log"), built.log));
+  // The cache may be on another file system than the build dir: copy, then
+  // rename within the cache, so that a reader never sees half an object.
+  KS_ASSIGN_OR_RETURN(const std::string object, ReadFileBytes(dir.path() + "/kernel.so"));
+  const std::string tmp = absl::StrCat(built.so_path, ".tmp", getpid());
+  KS_RETURN_IF_ERROR(WriteFile(tmp, object));
+  if (rename(tmp.c_str(), built.so_path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot move the build into the cache ", cache_dir_));
+  }
+  return built;
+}
+
+}  // namespace user_kernels
+}  // namespace kernelserve

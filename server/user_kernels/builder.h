@@ -1,0 +1,106 @@
+// Building users' kernels (kernels/api/user_kernel_abi.h) into shared
+// objects: the node's toolchain found at start-up (g++ for cpu, nvcc for
+// cuda), flags from an allow-list, the compiler in a sandboxed child process
+// (sandbox.h: CPU time, memory and file-size limits, a wall-clock timeout, a
+// private temp dir, no network where the kernel allows it), the compile log
+// kept for the user, and a content-addressed cache of builds keyed by
+// sha256(backend, toolchain identity, ABI version, flags, source).
+#ifndef KERNELSERVE_SERVER_USER_KERNELS_BUILDER_H_
+#define KERNELSERVE_SERVER_USER_KERNELS_BUILDER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernelserve/v1/bench.pb.h"
+
+namespace kernelserve {
+namespace user_kernels {
+
+namespace pb = ::kernelserve::v1;
+
+struct UserKernelOptions {
+  bool enabled = true;
+  std::string cxx;     // --user_kernel_cxx; "": the first of g++, c++, clang++ on PATH
+  std::string nvcc;    // --user_kernel_nvcc; "": nvcc on PATH, else /usr/local/cuda/bin/nvcc
+  std::string worker;  // --user_kernel_worker; "": kernel_worker beside the server binary
+  std::string worker_cuda;  // the CUDA worker; "": kernel_worker_cuda beside the server binary
+  std::string cache_dir;    // "": <data_dir>/user_kernels, or a temp dir without one
+  std::string work_dir = "/tmp";  // private build and run dirs are made here
+  int64_t max_source_bytes = 1 << 20;
+  int64_t max_object_bytes = 64 << 20;
+  double compile_timeout_s = 60;
+  int64_t compile_memory_bytes = int64_t{2} << 30;
+  size_t max_log_bytes = 64 << 10;
+  double launch_deadline_s = 10;  // the gate's launch; timing gets this plus 10x its launches
+  int64_t worker_memory_bytes = int64_t{4} << 30;  // RLIMIT_AS of a cpu worker
+  bool isolate_network = true;
+};
+
+struct Toolchain {
+  std::string path;      // "" when none was found
+  std::string identity;  // path and the first line of `--version`
+  std::string why_missing;
+};
+
+struct BuiltKernel {
+  std::string so_path;  // in the cache
+  std::string source_sha256;  // of the source or the submitted object
+  std::string build_key;      // the cache key
+  std::string log;            // compiler output (and the network note)
+  bool cached = false;
+};
+
+class KernelBuilder {
+ public:
+  // Finds the toolchains (logged by the caller through Describe()).
+  static std::unique_ptr<KernelBuilder> Create(UserKernelOptions options, const std::string& data_dir);
+
+  const UserKernelOptions& options() const { return options_; }
+  const Toolchain& toolchain(const std::string& backend) const;
+  std::string Describe() const;  // "cpu: /usr/bin/g++ (g++ (Debian 12.2.0-14) 12.2.0); cuda: none (...)"
+
+  // At Submit, nothing compiled yet: the name, the backend, the code's size
+  // and every flag. INVALID_ARGUMENT naming `field` (spec.user_kernels[i]...)
+  // and what was expected; FAILED_PRECONDITION for another backend's kernel.
+  absl::Status Check(const pb::UserKernel& kernel, const std::string& server_backend,
+                     const std::string& field) const;
+
+  // The kernel's shared object, from the cache or compiled now. A source
+  // that does not compile is INVALID_ARGUMENT with the compiler's log; no
+  // toolchain is FAILED_PRECONDITION; a compile past its time limit
+  // DEADLINE_EXCEEDED. `stop` returning true kills the compiler (CANCELLED).
+  absl::StatusOr<BuiltKernel> Build(const pb::UserKernel& kernel, const std::string& backend,
+                                    const std::function<bool()>& stop) const;
+
+  // The flags a kernel of `backend` may pass, for messages and docs.
+  static std::string AllowedFlags(const std::string& backend);
+
+ private:
+  KernelBuilder(UserKernelOptions options, std::string cache_dir);
+  absl::StatusOr<BuiltKernel> Compile(const pb::UserKernel& kernel, const std::string& backend,
+                                      const std::string& key, const std::function<bool()>& stop) const;
+
+  const UserKernelOptions options_;
+  const std::string cache_dir_;
+  std::map<std::string, Toolchain> toolchains_;  // by backend
+};
+
+// The variant name of a user kernel: "user:<name>".
+std::string UserVariantName(const pb::UserKernel& kernel);
+// Whether a variant name is a user kernel's.
+bool IsUserVariantName(const std::string& name);
+
+// The headers a submitted source may include, by include path
+// ("kernels/api/user_kernel_abi.h"); generated from the real headers.
+const std::map<std::string, std::string>& AbiHeaders();
+
+}  // namespace user_kernels
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_SERVER_USER_KERNELS_BUILDER_H_

@@ -1,0 +1,312 @@
+// The kernel worker: runs one user kernel (kernels/api/user_kernel_abi.h) in
+// a process of its own, for one job run (kernel_worker on cpu with
+// host_memory.cc, kernel_worker_cuda with cuda_memory.cc). The server
+// (worker_client.h) starts it with the built shared object, hands it the
+// job's spec and a secret seed over the protocol of worker_protocol.h, and
+// reads back the output of the gate launch and the timings. A fault, an
+// abort or a hang here ends this process only.
+// Where the tensors live and how a write outside the output is caught is
+// the memory's (worker_memory.h).
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/api/user_kernel_abi.h"
+#include "kernels/numerics/numerics.h"
+#include "server/bench/bench_inputs.h"
+#include "server/user_kernels/worker_memory.h"
+#include "server/user_kernels/worker_protocol.h"
+
+namespace kernelserve {
+namespace user_kernels {
+namespace {
+
+namespace pb = ::kernelserve::v1;
+
+// ------------------------------------------------------- the ABI call
+
+struct Launcher {
+  std::function<int()> launch;
+  std::string what;
+};
+
+void Strides(Layout layout, int64_t heads, int64_t seq, int64_t d, int64_t s[3]) {
+  if (layout == Layout::kBhsd) {
+    s[0] = heads * seq * d, s[1] = seq * d, s[2] = d;
+  } else {
+    s[0] = seq * heads * d, s[1] = d, s[2] = heads * d;
+  }
+}
+
+using Inputs = std::map<std::string, const void*>;
+
+template <typename T>
+const T* In(const Inputs& in, const std::string& name) {
+  auto it = in.find(name);
+  return it == in.end() ? nullptr : static_cast<const T*>(it->second);
+}
+
+// The FP8 attention inputs, quantized per tensor as the oracle quantizes
+// the job's bf16 inputs.
+absl::Status QuantizeFp8Inputs(WorkerMemory& mem, const bench::HostTensors& t, Fp8Format format, Inputs* in,
+                               float descale[3]) {
+  const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    const HostTensor& x = t.at(names[i]);
+    std::vector<float> f(static_cast<size_t>(x.num_elements()));
+    numerics::Bf16ToFloat(x.data<uint16_t>(), f.data(), x.num_elements());
+    std::vector<uint8_t> codes(f.size());
+    descale[i] = numerics::QuantizeFp8(f.data(), x.num_elements(), Fp8FormatDType(format), codes.data());
+    KS_ASSIGN_OR_RETURN((*in)[names[i]], mem.Input(names[i], codes.data(), codes.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Launcher> BindAttention(WorkerMemory& mem, void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
+  auto* a = new ks_attention_args_v1{};
+  const AttentionParams& p = c.attention;
+  a->struct_size = sizeof(*a);
+  a->q = In<uint16_t>(in, "q"), a->k = In<uint16_t>(in, "k"), a->v = In<uint16_t>(in, "v"), a->out = out;
+  a->batch = p.batch, a->heads_q = p.heads_q, a->heads_kv = p.heads_kv;
+  a->seq_q = p.seq_q, a->seq_kv = p.seq_kv, a->head_dim = p.head_dim;
+  Strides(p.layout, p.heads_q, p.seq_q, p.head_dim, a->q_stride);
+  Strides(p.layout, p.heads_kv, p.seq_kv, p.head_dim, a->k_stride);
+  Strides(p.layout, p.heads_kv, p.seq_kv, p.head_dim, a->v_stride);
+  Strides(p.layout, p.heads_q, p.seq_q, p.head_dim, a->out_stride);
+  a->softmax_scale = static_cast<float>(p.scale), a->causal = p.causal, a->rounding = static_cast<int32_t>(p.rounding);
+  auto f = reinterpret_cast<ks_attention_fn_v1>(fn);
+  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "attention"};
+}
+
+absl::StatusOr<Launcher> BindFp8Attention(WorkerMemory& mem, void* fn, const OpCall& c, const bench::HostTensors& t, Inputs* in,
+                                          uint16_t* out) {
+  const Fp8AttentionParams& p = c.fp8;
+  float descale[3];
+  KS_RETURN_IF_ERROR(QuantizeFp8Inputs(mem, t, p.format, in, descale));
+  auto* a = new ks_fp8_attention_args_v1{};
+  a->struct_size = sizeof(*a);
+  a->q = In<uint8_t>(*in, "q"), a->k = In<uint8_t>(*in, "k"), a->v = In<uint8_t>(*in, "v"), a->out = out;
+  a->q_descale = descale[0], a->k_descale = descale[1], a->v_descale = descale[2];
+  a->batch = p.batch, a->heads_q = p.heads_q, a->heads_kv = p.heads_kv;
+  a->seq_q = p.seq_q, a->seq_kv = p.seq_kv, a->d_qk = p.d_qk, a->d_v = p.d_v;
+  Strides(p.layout, p.heads_q, p.seq_q, p.d_qk, a->q_stride);
+  Strides(p.layout, p.heads_kv, p.seq_kv, p.d_qk, a->k_stride);
+  Strides(p.layout, p.heads_kv, p.seq_kv, p.d_v, a->v_stride);
+  Strides(p.layout, p.heads_q, p.seq_q, p.d_v, a->out_stride);
+  a->softmax_scale = static_cast<float>(p.scale), a->causal = p.causal;
+  a->format = static_cast<int32_t>(p.format), a->p_mode = static_cast<int32_t>(p.p_mode);
+  a->rounding = static_cast<int32_t>(p.rounding);
+  auto f = reinterpret_cast<ks_fp8_attention_fn_v1>(fn);
+  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "fp8_attention"};
+}
+
+absl::StatusOr<Launcher> BindMla(WorkerMemory& mem, void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
+  const MlaDecodeParams& p = c.mla;
+  auto* a = new ks_mla_decode_args_v1{};
+  a->struct_size = sizeof(*a);
+  a->q_lat = In<uint16_t>(in, "q_lat"), a->q_pe = In<uint16_t>(in, "q_pe"), a->kv = In<uint8_t>(in, "kv");
+  a->seq_lens = In<int32_t>(in, "seq_lens"), a->out = out;
+  a->batch = p.batch, a->q_len = p.q_len, a->heads = p.heads, a->seq_len = p.max_seq;
+  a->softmax_scale = static_cast<float>(p.scale), a->kv_scale = static_cast<float>(p.kv_scale);
+  a->kv_format = p.kv_dtype == DType::kFp8E4M3Fnuz ? KS_FP8_E4M3FNUZ : KS_FP8_E4M3FN;
+  a->rounding = static_cast<int32_t>(p.rounding);
+  auto f = reinterpret_cast<ks_mla_decode_fn_v1>(fn);
+  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "mla_decode"};
+}
+
+absl::StatusOr<Launcher> BindMoe(WorkerMemory& mem, void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
+  const MoeParams& p = c.moe;
+  if (p.stage == MoeStage::kGateUp) {
+    auto* a = new ks_moe_gateup_args_v1{};
+    a->struct_size = sizeof(*a);
+    a->x = In<uint16_t>(in, "x"), a->topk_ids = In<int32_t>(in, "topk_ids");
+    a->topk_weights = In<float>(in, "topk_weights"), a->w13 = In<uint8_t>(in, "w13");
+    a->w13_scales = In<uint8_t>(in, "w13_scales"), a->out = out;
+    a->tokens = p.tokens, a->top_k = p.top_k, a->experts = p.experts, a->hidden = p.hidden, a->inter = p.inter;
+    a->swiglu = p.swiglu, a->rounding = static_cast<int32_t>(p.rounding);
+    auto f = reinterpret_cast<ks_moe_gateup_fn_v1>(fn);
+    return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "moe_gateup"};
+  }
+  auto* a = new ks_moe_down_args_v1{};
+  a->struct_size = sizeof(*a);
+  a->a = In<uint16_t>(in, "x"), a->topk_ids = In<int32_t>(in, "topk_ids");
+  a->topk_weights = In<float>(in, "topk_weights"), a->w2 = In<uint8_t>(in, "w2");
+  a->w2_scales = In<uint8_t>(in, "w2_scales"), a->out = out;
+  a->tokens = p.tokens, a->top_k = p.top_k, a->experts = p.experts, a->inter = p.inter, a->out_dim = p.out_dim;
+  a->weighted_sum = p.weighted_sum, a->rounding = static_cast<int32_t>(p.rounding);
+  auto f = reinterpret_cast<ks_moe_down_fn_v1>(fn);
+  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "moe_down"};
+}
+
+const char* EntryPoint(BenchOp op) {
+  switch (op) {
+    case BenchOp::kAttention:
+      return KS_USER_ATTENTION_V1;
+    case BenchOp::kFp8Attention:
+      return KS_USER_FP8_ATTENTION_V1;
+    case BenchOp::kMlaDecode:
+      return KS_USER_MLA_DECODE_V1;
+    case BenchOp::kMoeGateUp:
+      return KS_USER_MOE_GATEUP_V1;
+    case BenchOp::kMoeDown:
+      return KS_USER_MOE_DOWN_V1;
+    default:
+      return nullptr;
+  }
+}
+
+// The kernel's entry point for `op`, after its ABI version.
+absl::StatusOr<void*> Load(const std::string& so, BenchOp op) {
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return absl::InvalidArgumentError(absl::StrCat("the kernel does not load: ", dlerror()));
+  const auto* version = static_cast<const int32_t*>(dlsym(h, KS_USER_ABI_VERSION_SYMBOL));
+  if (version == nullptr) {
+    return absl::InvalidArgumentError(
+        "the kernel exports no ks_user_abi_version; define it with KS_USER_ABI_DEFINE_VERSION() "
+        "(kernels/api/user_kernel_abi.h)");
+  }
+  if (*version != KS_USER_ABI_VERSION) {
+    return absl::InvalidArgumentError(absl::StrCat("the kernel was built for user kernel ABI version ", *version,
+                                                   "; this server speaks version ", KS_USER_ABI_VERSION,
+                                                   " (kernels/api/user_kernel_abi.h)"));
+  }
+  const char* entry = EntryPoint(op);
+  if (entry == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("op ", BenchOpName(op), " has no user kernel entry point"));
+  }
+  void* fn = dlsym(h, entry);
+  if (fn == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("the kernel exports no ", entry, ", the entry point of op ",
+                                                   BenchOpName(op), " (declare it extern \"C\")"));
+  }
+  return fn;
+}
+
+// ------------------------------------------------------------- the loop
+
+struct Worker {
+  std::unique_ptr<bench::PreparedJob> job;
+  std::unique_ptr<WorkerMemory> mem;
+  Launcher launcher;
+};
+
+absl::Status Setup(const std::string& so, const std::string& payload, Worker* w) {
+  uint64_t seed = 0;
+  size_t pos = 0;
+  pb::BenchJobSpec spec;
+  if (!ReadPod(payload, &pos, &seed) || !spec.ParseFromString(payload.substr(pos))) {
+    return absl::InternalError("a malformed setup frame");
+  }
+  spec.mutable_inputs()->set_seed(seed);
+  KS_ASSIGN_OR_RETURN(w->job, bench::PrepareJob(spec, bench::BufferReader(), ""));
+  const OpCall& c = w->job->host_call;
+  KS_ASSIGN_OR_RETURN(void* fn, Load(so, c.op));
+  w->mem = MakeWorkerMemory(spec.device());
+  WorkerMemory& mem = *w->mem;
+  KS_ASSIGN_OR_RETURN(void* out_data, mem.Output(static_cast<size_t>(c.OutputDesc().num_bytes())));
+  Inputs in;
+  for (const auto& [name, t] : w->job->tensors) {
+    if (c.op == BenchOp::kFp8Attention) continue;  // quantized below
+    KS_ASSIGN_OR_RETURN(in[name], mem.Input(name, t.bytes(), static_cast<size_t>(t.num_bytes())));
+  }
+  uint16_t* out = static_cast<uint16_t*>(out_data);
+  absl::StatusOr<Launcher> bound;
+  switch (c.op) {
+    case BenchOp::kAttention:
+      bound = BindAttention(mem, fn, c, in, out);
+      break;
+    case BenchOp::kFp8Attention:
+      bound = BindFp8Attention(mem, fn, c, w->job->tensors, &in, out);
+      break;
+    case BenchOp::kMlaDecode:
+      bound = BindMla(mem, fn, c, in, out);
+      break;
+    default:
+      bound = BindMoe(mem, fn, c, in, out);
+  }
+  KS_RETURN_IF_ERROR(bound.status());
+  w->launcher = std::move(*bound);
+  return absl::OkStatus();
+}
+
+absl::Status LaunchOnce(Worker* w) {
+  const int rc = w->launcher.launch();
+  if (rc != 0) return absl::AbortedError(absl::StrCat("the kernel returned ", rc, " (0 is success)"));
+  return w->mem->Check();
+}
+
+absl::Status Gate(Worker* w) {
+  KS_RETURN_IF_ERROR(w->mem->Poison());  // bf16 NaN everywhere
+  KS_RETURN_IF_ERROR(LaunchOnce(w));
+  KS_ASSIGN_OR_RETURN(const std::string out, w->mem->ReadOutput());
+  return WriteFrame(kWorkerProtocolFd, kOutput, out);
+}
+
+absl::Status Time(Worker* w, const std::string& payload) {
+  int32_t warmup = 0, timed = 0, batches = 1;
+  size_t pos = 0;
+  if (!ReadPod(payload, &pos, &warmup) || !ReadPod(payload, &pos, &timed) || !ReadPod(payload, &pos, &batches)) {
+    return absl::InternalError("a malformed timing frame");
+  }
+  for (int i = 0; i < warmup; ++i) KS_RETURN_IF_ERROR(LaunchOnce(w));
+  std::string reply;
+  double total = 0;
+  std::vector<double> samples;
+  int done = 0;
+  batches = std::max(1, std::min(batches, std::max(timed, 1)));
+  for (int b = 0; b < batches && timed > 0; ++b) {
+    const int m = (timed - done) / (batches - b);
+    KS_ASSIGN_OR_RETURN(const double ms, w->mem->Time(w->launcher.launch, m));
+    total += ms;
+    samples.push_back(ms / m);
+    done += m;
+  }
+  AppendPod(&reply, total);
+  for (double s : samples) AppendPod(&reply, s);
+  return WriteFrame(kWorkerProtocolFd, kTimes, reply);
+}
+
+int Main(int argc, char** argv) {
+  // The protocol pipe came as stdout: keep it on fd 3 and send the kernel's
+  // own stdout to stderr (the server's log of this worker).
+  if (dup2(1, kWorkerProtocolFd) < 0 || dup2(2, 1) < 0) return 2;
+  std::string so;
+  for (int i = 1; i < argc; ++i) {
+    if (absl::StartsWith(argv[i], "--so=")) so = argv[i] + 5;
+  }
+  Worker w;
+  while (true) {
+    uint32_t tag = 0;
+    std::string payload;
+    if (!ReadFrame(0, &tag, &payload).ok() || tag == kQuit) return 0;
+    absl::Status st;
+    if (tag == kSetup) {
+      st = Setup(so, payload, &w);
+      if (st.ok()) st = WriteFrame(kWorkerProtocolFd, kReady, w.launcher.what);
+    } else if (tag == kGate && w.launcher.launch) {
+      st = Gate(&w);
+    } else if (tag == kTime && w.launcher.launch) {
+      st = Time(&w, payload);
+    } else {
+      st = absl::InternalError(absl::StrCat("unexpected frame ", tag));
+    }
+    if (!st.ok()) {
+      WriteFrame(kWorkerProtocolFd, kError, ErrorPayload(st)).IgnoreError();
+      return 1;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace user_kernels
+}  // namespace kernelserve
+
+int main(int argc, char** argv) { return kernelserve::user_kernels::Main(argc, argv); }

@@ -1,0 +1,498 @@
+// Users' kernels through a real KernelServer on a real port (cpu backend),
+// submitted with the real client library as two tenants would: the example
+// kernels of every op pass the gate beside the built-in variants, and every
+// bad input of issue 18 ends in a clear status that leaves the server, and
+// the other tenant's calls, untouched.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/bench_client.h"
+#include "client/client.h"
+#include "client/user_kernels.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/numerics/test_inputs.h"
+#include "server/security/tokens.h"
+#include "server/server.h"
+
+namespace kernelserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string Example(const std::string& op) { return ReadFile("kernels/api/examples/cpu/" + op + ".cc"); }
+
+// An attention kernel whose body is `body` (the args are `a`).
+std::string AttentionKernel(const std::string& body, const std::string& prelude = "KS_USER_ABI_DEFINE_VERSION();") {
+  return absl::StrCat(
+      "#include <cmath>\n#include <cstdlib>\n#include \"kernels/api/user_kernel_abi.h\"\n"
+      "extern \"C\" {\n",
+      prelude, "\nint ks_user_attention_v1(const ks_attention_args_v1* a, void*) {\n", body,
+      "\n  return 0;\n}\n}\n");
+}
+
+class UserKernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = absl::StrCat(::testing::TempDir(), "/uk_", getpid(), "_", counter_++);
+    ASSERT_EQ(system(absl::StrCat("mkdir -p ", dir).c_str()), 0);
+    const std::string tokens = dir + "/tokens";
+    {
+      std::ofstream out(tokens);
+      out << security::TokenFileLine("alice", "tok-alice", false) << "\n"
+          << security::TokenFileLine("bob", "tok-bob", false) << "\n";
+    }
+    ServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.backend = "cpu";
+    o.cpu_threads = 2;
+    o.max_message_mb = 256;  // so that a 100 MB source reaches the server's own check
+    o.security.tokens_file = tokens;
+    o.bench.user_kernels.worker = "server/user_kernels/kernel_worker";
+    o.bench.user_kernels.cache_dir = dir + "/cache";
+    o.bench.user_kernels.work_dir = dir;
+    o.bench.user_kernels.launch_deadline_s = 3;
+    Customize(&o);
+    auto s = KernelServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    alice_ = Connect("tok-alice");
+    bob_ = Connect("tok-bob");
+    ASSERT_NE(alice_, nullptr);
+    ASSERT_NE(bob_, nullptr);
+  }
+
+  virtual void Customize(ServerOptions*) {}
+
+  std::unique_ptr<BenchClient> Connect(const std::string& token) {
+    ClientOptions c = Options(token);
+    auto client = BenchClient::Connect(c);
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  ClientOptions Options(const std::string& token) const {
+    ClientOptions c;
+    c.target = absl::StrCat("127.0.0.1:", server_->port());
+    c.default_timeout = absl::Seconds(120);
+    c.max_message_mb = 256;
+    c.bearer_token = token;
+    return c;
+  }
+
+  static pb::BenchJobSpec Spec(pb::BenchOp op, const std::string& name, const std::string& source,
+                               std::vector<std::string> baselines = {}) {
+    pb::BenchJobSpec s;
+    s.set_name(name);
+    s.set_op(op);
+    if (op == pb::OP_ATTENTION || op == pb::OP_FP8_ATTENTION) {
+      auto* a = s.mutable_attention();
+      a->set_batch(1);
+      a->set_heads_q(2);
+      a->set_seq_q(64);
+      a->set_head_dim(op == pb::OP_ATTENTION ? 64 : 128);
+      a->set_causal(true);
+    } else if (op == pb::OP_MLA_DECODE) {
+      auto* m = s.mutable_mla();
+      m->set_batch(2);
+      m->set_q_len(2);
+      m->set_heads(4);
+      m->set_seq_len(64);
+    } else {
+      auto* m = s.mutable_moe();
+      m->set_tokens(4);
+      m->set_experts(4);
+      m->set_top_k(2);
+      m->set_hidden(64);
+      m->set_inter(64);
+      m->set_swiglu(op == pb::OP_MOE_GATEUP);
+      m->set_weighted_sum(op == pb::OP_MOE_DOWN);
+    }
+    for (auto& b : baselines) s.add_variants(b);
+    s.mutable_method()->set_warmup(2);
+    s.mutable_method()->set_iters(5);
+    pb::UserKernel* k = s.add_user_kernels();
+    k->set_name(name);
+    k->set_filename(name + ".cc");
+    k->set_source(source);
+    return s;
+  }
+
+  // Submits and waits for the end.
+  pb::BenchJob Run(const pb::BenchJobSpec& spec, BenchClient* client = nullptr) {
+    client = client != nullptr ? client : alice_.get();
+    auto job = client->Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return {};
+    auto done = client->Watch(job->id(), [](const pb::BenchEvent&) {}, absl::Seconds(300));
+    EXPECT_TRUE(done.ok()) << done.status();
+    return done.ok() ? *done : pb::BenchJob{};
+  }
+
+  const pb::VariantResult* Result(const pb::BenchJob& job, const std::string& variant) {
+    for (const auto& r : job.results()) {
+      if (r.variant() == variant) return &r;
+    }
+    return nullptr;
+  }
+
+  // A job that fails with `code` and a message holding every one of `parts`.
+  void ExpectFails(const pb::BenchJobSpec& spec, absl::StatusCode code, const std::vector<std::string>& parts) {
+    pb::BenchJob job = Run(spec);
+    EXPECT_EQ(job.state(), pb::JOB_FAILED) << job.DebugString();
+    EXPECT_EQ(job.error_code(), static_cast<int>(code)) << job.error();
+    for (const std::string& p : parts) EXPECT_THAT(job.error(), HasSubstr(p));
+    ExpectServerFine();
+  }
+
+  // The server still runs jobs and calls after whatever the last kernel did.
+  void ExpectServerFine() {
+    pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "after", Example("attention"));
+    spec.clear_user_kernels();
+    spec.add_variants("cpu");
+    pb::BenchJob job = Run(spec, bob_.get());
+    EXPECT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  }
+
+  static int counter_;
+  std::unique_ptr<KernelServer> server_;
+  std::unique_ptr<BenchClient> alice_, bob_;
+};
+int UserKernelTest::counter_ = 0;
+
+TEST_F(UserKernelTest, ExamplesOfEveryOpPassTheGateBesideTheBuiltInVariant) {
+  const std::vector<std::pair<pb::BenchOp, std::string>> ops = {{pb::OP_ATTENTION, "attention"},
+                                                                {pb::OP_FP8_ATTENTION, "fp8_attention"},
+                                                                {pb::OP_MLA_DECODE, "mla_decode"},
+                                                                {pb::OP_MOE_GATEUP, "moe_gateup"},
+                                                                {pb::OP_MOE_DOWN, "moe_down"}};
+  for (const auto& [op, name] : ops) {
+    SCOPED_TRACE(name);
+    pb::BenchJob job = Run(Spec(op, name, Example(name), {"cpu"}));
+    ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+    const pb::VariantResult* user = Result(job, "user:" + name);
+    const pb::VariantResult* cpu = Result(job, "cpu");
+    ASSERT_NE(user, nullptr);
+    ASSERT_NE(cpu, nullptr);
+    EXPECT_TRUE(user->correct()) << user->gate_message();
+    EXPECT_TRUE(cpu->correct()) << cpu->gate_message();
+    EXPECT_LE(user->error().rel_rms(), user->tolerance());
+    EXPECT_TRUE(user->timed());
+    EXPECT_GT(user->time().value_ms(), 0);
+    EXPECT_GE(user->rank(), 1);
+    EXPECT_THAT(user->method(), HasSubstr("worker process"));
+    EXPECT_EQ(user->source_sha256(), security::Sha256Hex(Example(name)));
+    EXPECT_THAT(user->build_log(), HasSubstr("-shared"));
+    EXPECT_THAT(absl::StrJoin(job.notes(), "\n"), HasSubstr("secret seed"));
+    // The spec's seed is what the user gave; the inputs' seed is never shown.
+    EXPECT_EQ(job.spec().inputs().seed(), 0u);
+  }
+  // JUnit for CI carries the user variants.
+  auto listed = alice_->List(pb::ListBenchRequest());
+  ASSERT_TRUE(listed.ok());
+  EXPECT_THAT(ExportJUnit(*listed), HasSubstr("user:attention"));
+}
+
+TEST_F(UserKernelTest, SecondBuildComesFromTheCacheAndInputsDifferPerRun) {
+  pb::BenchJob first = Run(Spec(pb::OP_ATTENTION, "attention", Example("attention")));
+  pb::BenchJob second = Run(Spec(pb::OP_ATTENTION, "attention", Example("attention")));
+  ASSERT_EQ(second.state(), pb::JOB_DONE) << second.error();
+  EXPECT_THAT(absl::StrJoin(second.notes(), "\n"), HasSubstr("build cache hit"));
+  ASSERT_EQ(first.results_size(), 1);
+  ASSERT_EQ(second.results_size(), 1);
+  EXPECT_TRUE(second.results(0).correct());
+  // Fresh secret inputs per run: the same kernel's error differs run to run.
+  EXPECT_NE(first.results(0).error().rel_rms(), second.results(0).error().rel_rms());
+}
+
+TEST_F(UserKernelTest, PrebuiltSharedObjectRuns) {
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "prebuilt", "");
+  const std::string so = ReadFile("kernels/api/examples/cpu_attention.so");
+  ASSERT_FALSE(so.empty());
+  spec.mutable_user_kernels(0)->set_shared_object(so);
+  pb::BenchJob job = Run(spec);
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  EXPECT_TRUE(job.results(0).correct()) << job.results(0).gate_message();
+  EXPECT_EQ(job.results(0).source_sha256(), security::Sha256Hex(so));
+}
+
+TEST_F(UserKernelTest, CodeThatDoesNotCompileReturnsTheLog) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "broken", "int f() { return undeclared_name; }\n"),
+              absl::StatusCode::kInvalidArgument,
+              {"user:broken", "broken.cc does not compile", "undeclared_name", "error"});
+}
+
+TEST_F(UserKernelTest, MissingEntryPoint) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "noentry",
+                   "#include \"kernels/api/user_kernel_abi.h\"\nextern \"C\" { KS_USER_ABI_DEFINE_VERSION(); }\n"),
+              absl::StatusCode::kInvalidArgument, {"user:noentry", "exports no ks_user_attention_v1"});
+}
+
+TEST_F(UserKernelTest, WrongAbiVersion) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "oldabi", AttentionKernel("", "const int32_t ks_user_abi_version = 99;")),
+              absl::StatusCode::kInvalidArgument, {"user:oldabi", "ABI version 99", "speaks version 1"});
+}
+
+TEST_F(UserKernelTest, WritePastTheOutputIsCaught) {
+  const std::string past =
+      "const int64_t n = a->batch * a->heads_q * a->seq_q * a->head_dim;\n"
+      "volatile uint16_t* o = a->out; o[n + 7] = 1;";
+  ExpectFails(Spec(pb::OP_ATTENTION, "past", AttentionKernel(past)), absl::StatusCode::kAborted,
+              {"user:past", "SIGSEGV", "outside its output", "past its end"});
+}
+
+TEST_F(UserKernelTest, WriteBeforeTheOutputIsCaught) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "before", AttentionKernel("volatile uint16_t* o = a->out; o[-3] = 1;")),
+              absl::StatusCode::kAborted, {"user:before", "outside its output", "before its start"});
+}
+
+TEST_F(UserKernelTest, WriteIntoAnInputIsCaught) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "scribble",
+                   AttentionKernel("volatile uint16_t* q = const_cast<uint16_t*>(a->q); q[5] = 0;")),
+              absl::StatusCode::kAborted, {"user:scribble", "SIGSEGV", "wrote into its input q"});
+}
+
+TEST_F(UserKernelTest, KernelThatNeverReturnsIsKilledAtItsDeadline) {
+  const absl::Time t0 = absl::Now();
+  ExpectFails(Spec(pb::OP_ATTENTION, "hang", AttentionKernel("volatile int spin = 1; while (spin) {}")),
+              absl::StatusCode::kDeadlineExceeded, {"user:hang", "did not finish within 3 s", "SIGKILL"});
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(60));
+}
+
+TEST_F(UserKernelTest, CancelKillsAHangingKernelsWorker) {
+  auto job = alice_->Submit(Spec(pb::OP_ATTENTION, "spin", AttentionKernel("volatile int spin = 1; while (spin) {}")));
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Wait until its gate runs (the worker is spinning), then cancel.
+  auto seen = std::make_shared<std::atomic<bool>>(false);
+  std::thread watcher([this, id = job->id(), seen] {
+    alice_->Watch(id, [&](const pb::BenchEvent& e) {
+      if (e.phase() == pb::PHASE_CHECKING && e.variant() == "user:spin") *seen = true;
+    }, absl::Seconds(60)).IgnoreError();
+  });
+  const absl::Time t0 = absl::Now();
+  while (!*seen && absl::Now() - t0 < absl::Seconds(30)) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(*seen);
+  const absl::Time cancelled = absl::Now();
+  ASSERT_TRUE(alice_->Cancel(job->id(), "enough").ok());
+  watcher.join();
+  auto got = alice_->Get(job->id());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state(), pb::JOB_CANCELLED);
+  EXPECT_LT(absl::Now() - cancelled, absl::Seconds(2.5));  // well before the 3 s deadline would kill it
+  ExpectServerFine();
+}
+
+TEST_F(UserKernelTest, AbortKillsOnlyTheWorker) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "aborts", AttentionKernel("abort();")), absl::StatusCode::kAborted,
+              {"user:aborts", "SIGABRT"});
+}
+
+TEST_F(UserKernelTest, NonzeroReturnFailsTheJob) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "rc", AttentionKernel("return 7;")), absl::StatusCode::kAborted,
+              {"user:rc", "the kernel returned 7"});
+}
+
+TEST_F(UserKernelTest, NaNOutputFailsTheGate) {
+  const std::string nan =
+      "const int64_t n = a->batch * a->heads_q * a->seq_q * a->head_dim;\n"
+      "for (int64_t i = 0; i < n; ++i) a->out[i] = 0x3F80;  // 1.0\n"
+      "a->out[n / 2] = 0x7FC0;  // NaN";
+  pb::BenchJob job = Run(Spec(pb::OP_ATTENTION, "nan", AttentionKernel(nan), {"cpu"}));
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  const pb::VariantResult* user = Result(job, "user:nan");
+  ASSERT_NE(user, nullptr);
+  EXPECT_FALSE(user->correct());
+  EXPECT_FALSE(user->timed());
+  EXPECT_EQ(user->rank(), 0);
+  EXPECT_THAT(user->gate_message(), HasSubstr("NaN"));
+  EXPECT_TRUE(Result(job, "cpu")->correct());
+  EXPECT_EQ(Result(job, "cpu")->rank(), 1);
+}
+
+TEST_F(UserKernelTest, AKernelThatWritesNothingFailsTheGateOnThePoison) {
+  pb::BenchJob job = Run(Spec(pb::OP_ATTENTION, "lazy", AttentionKernel("")));
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  EXPECT_FALSE(job.results(0).correct());
+  EXPECT_THAT(job.results(0).gate_message(), HasSubstr("NaN"));
+}
+
+TEST_F(UserKernelTest, HugeSourceIsRefusedBeforeCompilingNamingItsSize) {
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "huge", std::string(100 << 20, ' '));
+  auto job = alice_->Submit(spec);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("spec.user_kernels[0].source: 104857600 bytes"));
+  EXPECT_THAT(job.status().message(), HasSubstr("limit of 1048576 bytes"));
+  EXPECT_TRUE(alice_->List(pb::ListBenchRequest())->empty());  // no job was made
+}
+
+TEST_F(UserKernelTest, DisallowedFlagIsNamed) {
+  for (const std::string& flag : {"-fplugin=/tmp/evil.so", "-o/etc/passwd", "-Xlinker", "-B/tmp"}) {
+    pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "flags", Example("attention"));
+    spec.mutable_user_kernels(0)->add_flags("-O3");
+    spec.mutable_user_kernels(0)->add_flags(flag);
+    auto job = alice_->Submit(spec);
+    ASSERT_FALSE(job.ok()) << flag;
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(job.status().message(), HasSubstr(absl::StrCat("spec.user_kernels[0].flags[1]: \"", flag, "\"")));
+    EXPECT_THAT(job.status().message(), HasSubstr("is not an allowed cpu compile flag"));
+  }
+  // Allowed flags build.
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "flags", Example("attention"));
+  for (const char* f : {"-O3", "-march=native", "-DTILE=4", "-std=c++20", "-ffast-math"}) {
+    spec.mutable_user_kernels(0)->add_flags(f);
+  }
+  pb::BenchJob job = Run(spec);
+  EXPECT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  EXPECT_THAT(job.results(0).build_log(), HasSubstr("-march=native"));
+}
+
+TEST_F(UserKernelTest, SubmitChecks) {
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "x", Example("attention"));
+  spec.mutable_user_kernels(0)->set_backend("cuda");
+  EXPECT_EQ(alice_->Submit(spec).status().code(), absl::StatusCode::kFailedPrecondition);
+  spec = Spec(pb::OP_ATTENTION, "bad name!", Example("attention"));
+  EXPECT_THAT(alice_->Submit(spec).status().message(), HasSubstr("spec.user_kernels[0].name"));
+  spec = Spec(pb::OP_MOE_LAYER, "layer", Example("attention"));
+  spec.mutable_moe()->set_out_dim(64);
+  EXPECT_THAT(alice_->Submit(spec).status().message(), HasSubstr("moe_layer has no user kernel entry point"));
+  spec = Spec(pb::OP_ATTENTION, "buffers", Example("attention"));
+  spec.mutable_inputs()->set_kind(pb::INPUT_BUFFERS);
+  (*spec.mutable_inputs()->mutable_buffers())["q"] = "buf-1";
+  EXPECT_THAT(alice_->Submit(spec).status().message(), HasSubstr("secret seed"));
+}
+
+// A crashing and a hanging kernel of alice's run while bob calls kernels:
+// every one of bob's calls succeeds and is right.
+TEST_F(UserKernelTest, AnotherTenantsCallsKeepWorkingBesideACrashingKernel) {
+  auto bob = Client::Connect(Options("tok-bob"));
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  std::atomic<bool> done{false};
+  std::atomic<int> calls{0}, failures{0};
+  std::thread caller([&] {
+    HostTensor q = numerics::GaussianBf16({1, 2, 64, 64}, 1), k = numerics::GaussianBf16({1, 2, 64, 64}, 2),
+               v = numerics::GaussianBf16({1, 2, 64, 64}, 3);
+    while (!done.load()) {
+      AttentionArgs args;
+      args.q = q;
+      args.k = k;
+      args.v = v;
+      args.causal = true;
+      args.report_error = true;
+      auto r = (*bob)->Attention(args);
+      ++calls;
+      if (!r.ok() || !r->error.has_value() || !(r->error->rel_rms < 0.01)) ++failures;
+    }
+  });
+  pb::BenchJob crash = Run(Spec(pb::OP_ATTENTION, "crash", AttentionKernel("*(volatile int*)nullptr = 1;")));
+  pb::BenchJob hang = Run(Spec(pb::OP_ATTENTION, "hang", AttentionKernel("volatile int spin = 1; while (spin) {}")));
+  done = true;
+  caller.join();
+  EXPECT_EQ(crash.state(), pb::JOB_FAILED);
+  EXPECT_THAT(crash.error(), HasSubstr("SIGSEGV"));
+  EXPECT_THAT(crash.error(), HasSubstr("null pointer"));
+  EXPECT_EQ(hang.state(), pb::JOB_FAILED);
+  EXPECT_GT(calls.load(), 5);
+  EXPECT_EQ(failures.load(), 0);
+  // bob does not see alice's jobs.
+  EXPECT_TRUE(bob_->List(pb::ListBenchRequest())->empty());
+  ExpectServerFine();
+}
+
+// The client library's side: a kernel from a file, the leaderboard.
+TEST_F(UserKernelTest, ClientApiSubmitsAFileAndRanksTheLeaderboard) {
+  auto k = UserKernelFromFile("kernels/api/examples/cpu/attention.cc", "", {"-O3"});
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->name(), "attention");
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "lb", "", {"cpu", "oracle"});
+  *spec.mutable_user_kernels(0) = *k;
+  pb::BenchJob job = Run(spec);
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  auto so = UserKernelFromFile("kernels/api/examples/cpu_attention.so", "prebuilt");
+  ASSERT_TRUE(so.ok());
+  EXPECT_FALSE(so->shared_object().empty());
+  auto listed = alice_->List(pb::ListBenchRequest());
+  ASSERT_TRUE(listed.ok());
+  std::vector<LeaderboardRow> rows = Leaderboard(*listed, pb::OP_ATTENTION);
+  ASSERT_EQ(rows.size(), 3u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].rank, static_cast<int>(i) + 1);
+    if (i > 0) EXPECT_LE(rows[i - 1].value_ms, rows[i].value_ms);
+    EXPECT_EQ(rows[i].tenant, "alice");
+  }
+  EXPECT_THAT(LeaderboardMarkdown(rows), HasSubstr("user:attention"));
+  EXPECT_TRUE(Leaderboard(*listed, pb::OP_ATTENTION, "Sq=4096").empty());
+  EXPECT_TRUE(Leaderboard(*listed, pb::OP_MOE_DOWN).empty());
+}
+
+// kernelctl submit and leaderboard, the binary as a user runs it.
+TEST_F(UserKernelTest, KernelctlSubmitAndLeaderboard) {
+  const std::string dir = ::testing::TempDir();
+  const std::string ctl = absl::StrCat("client/kernelctl --server=127.0.0.1:", server_->port(), " --token=tok-alice ");
+  const std::string out = dir + "/submit.txt", err = dir + "/submit.err";
+  const int rc = system((ctl + "submit --op=attention --kernel=kernels/api/examples/cpu/attention.cc --batch=1 "
+                               "--heads=2 --seq=64 --head-dim=64 --causal --baseline=cpu --kernel-flags=-O3 "
+                               "--warmup=2 --iters=5 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << ReadFile(err);
+  EXPECT_THAT(ReadFile(out), HasSubstr("| user:attention | pass |"));
+  EXPECT_THAT(ReadFile(err), HasSubstr("user:attention (sha256 "));
+  EXPECT_THAT(ReadFile(err), HasSubstr("passed the gate"));
+  ASSERT_EQ(system((ctl + "leaderboard --op=attention >" + out).c_str()), 0);
+  EXPECT_THAT(ReadFile(out), HasSubstr("| user:attention | "));
+  EXPECT_THAT(ReadFile(out), HasSubstr("| alice |"));
+  // A kernel that does not build: exit 1 and the compile log.
+  const std::string bad = dir + "/bad.cc";
+  {
+    std::ofstream f(bad);
+    f << "int broken( {\n";
+  }
+  const int bad_rc = system((ctl + "submit --op=attention --kernel=" + bad +
+                             " --heads=2 --seq=64 --head-dim=64 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(bad_rc), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("bad.cc does not compile"));
+  // A flag off the allow-list: refused at submit, named.
+  const int flag_rc = system((ctl + "submit --op=attention --kernel=kernels/api/examples/cpu/attention.cc "
+                                    "--heads=2 --seq=64 --head-dim=64 --kernel-flags=-fplugin=x.so >" +
+                              out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(flag_rc), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("\"-fplugin=x.so\" is not an allowed cpu compile flag"));
+}
+
+class NoToolchainTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override { o->bench.user_kernels.cxx = "/nonexistent/g++"; }
+};
+
+TEST_F(NoToolchainTest, JobFailsNamingTheMissingCompiler) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "attention", Example("attention")), absl::StatusCode::kFailedPrecondition,
+              {"no C++ compiler on this node", "--user_kernel_cxx=/nonexistent/g++ is not an executable"});
+}
+
+class BrokenWorkerTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override { o->bench.user_kernels.worker = "/bin/false"; }
+};
+
+TEST_F(BrokenWorkerTest, AWorkerThatDiesAtStartFailsTheJobSayingHow) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "attention", Example("attention")), absl::StatusCode::kAborted,
+              {"user:attention", "worker process ended (exit code 1)"});
+}
+
+}  // namespace
+}  // namespace kernelserve

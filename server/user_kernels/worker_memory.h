@@ -1,0 +1,44 @@
+// Where a kernel worker keeps the job's tensors for the user kernel: host
+// memory with guard pages (host_memory.cc, the cpu worker) or device memory
+// with canaries (cuda_memory.cc, the cuda worker). kernel_worker.cc links
+// one of them.
+#ifndef KERNELSERVE_SERVER_USER_KERNELS_WORKER_MEMORY_H_
+#define KERNELSERVE_SERVER_USER_KERNELS_WORKER_MEMORY_H_
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kernelserve {
+namespace user_kernels {
+
+class WorkerMemory {
+ public:
+  virtual ~WorkerMemory() = default;
+  // A copy of an input the kernel may only read.
+  virtual absl::StatusOr<const void*> Input(const std::string& name, const void* bytes, size_t n) = 0;
+  // The output (once), bracketed so that a write outside it is found.
+  virtual absl::StatusOr<void*> Output(size_t bytes) = 0;
+  virtual absl::Status Poison() = 0;  // NaN (0xFF bytes) in every output element
+  // After launches: wait for them (device errors are the kernel's) and check
+  // what brackets the output.
+  virtual absl::Status Check() = 0;
+  virtual absl::StatusOr<std::string> ReadOutput() = 0;
+  virtual void* stream() = 0;  // the ABI's stream argument
+  // The time of `n` launches in ms (host clock or device events), checked after.
+  virtual absl::StatusOr<double> Time(const std::function<int()>& launch, int n) = 0;
+  // "host memory, read-only inputs, guard pages", for the server's notes.
+  virtual std::string Describe() const = 0;
+};
+
+// `device`: the job's device (the CUDA ordinal on cuda).
+std::unique_ptr<WorkerMemory> MakeWorkerMemory(int device);
+
+}  // namespace user_kernels
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_SERVER_USER_KERNELS_WORKER_MEMORY_H_
