@@ -345,7 +345,7 @@ TEST_F(UserKernelTest, HugeSourceIsRefusedBeforeCompilingNamingItsSize) {
 }
 
 TEST_F(UserKernelTest, DisallowedFlagIsNamed) {
-  for (const std::string& flag : {"-fplugin=/tmp/evil.so", "-o/etc/passwd", "-Xlinker", "-B/tmp"}) {
+  for (const char* flag : {"-fplugin=/tmp/evil.so", "-o/etc/passwd", "-Xlinker", "-B/tmp"}) {
     pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "flags", Example("attention"));
     spec.mutable_user_kernels(0)->add_flags("-O3");
     spec.mutable_user_kernels(0)->add_flags(flag);
@@ -435,7 +435,9 @@ TEST_F(UserKernelTest, ClientApiSubmitsAFileAndRanksTheLeaderboard) {
   ASSERT_EQ(rows.size(), 3u);
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].rank, static_cast<int>(i) + 1);
-    if (i > 0) EXPECT_LE(rows[i - 1].value_ms, rows[i].value_ms);
+    if (i > 0) {
+      EXPECT_LE(rows[i - 1].value_ms, rows[i].value_ms);
+    }
     EXPECT_EQ(rows[i].tenant, "alice");
   }
   EXPECT_THAT(LeaderboardMarkdown(rows), HasSubstr("user:attention"));
