@@ -10,7 +10,7 @@ Without the compiler these targets are incompatible with the build: skipped
 by `bazel build //...`, SKIPPED by `bazel test //...`.
 """
 
-load("@local_config_hip//:defs.bzl", "HIP_ARCHS", "HIP_CAN_LINK", "HIP_CLANG", "HIP_COMPATIBLE", "HIP_INCLUDE")
+load("@local_config_hip//:defs.bzl", "HIP_ARCHS", "HIP_BACKEND_COMPATIBLE", "HIP_CAN_LINK", "HIP_CLANG", "HIP_COMPATIBLE", "HIP_INCLUDE", "HIP_TOOLS_DIR")
 
 HIP_FLAGS = [
     "-x",
@@ -61,3 +61,17 @@ def ks_hip_device_code(name, src, hdrs = [], archs = None, copts = [], **kwargs)
         )
         outs += [asm, obj]
     native.filegroup(name = name, srcs = outs, **kwargs)
+
+def ks_hip_embed(name, srcs, arch = "gfx942"):
+    """<name>.cc: EmbeddedCodeObjects() (kernels/gpu/hip/hip_code_objects.h) over every
+    <x>_<arch>.hsaco among `srcs` (ks_hip_device_code targets), as bytes in the binary.
+    """
+    native.genrule(
+        name = name,
+        srcs = srcs,
+        outs = [name + ".cc"],
+        cmd = "$(location //bazel:hip_embed.sh) %s %s $@ $(SRCS)" % (HIP_TOOLS_DIR, arch),
+        tools = ["//bazel:hip_embed.sh"],
+        message = "embedding %s code objects" % arch,
+        target_compatible_with = HIP_BACKEND_COMPATIBLE,
+    )
