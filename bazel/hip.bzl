@@ -75,3 +75,27 @@ def ks_hip_embed(name, srcs, arch = "gfx942"):
         message = "embedding %s code objects" % arch,
         target_compatible_with = HIP_BACKEND_COMPATIBLE,
     )
+
+def ks_hip_code_object_test(name, code, kernels = [], insns = [], dis = [], max_regs = None, max_lds = None,
+                            kernarg_size = None, wave_size = 64, target_compatible_with = None):
+    """Reads `code` (a ks_hip_device_code target) with hip_code_object_check.sh: the kernels named, no
+    scratch, and the limits the kernels' design states (see the script for each option).
+    """
+    args = [HIP_TOOLS_DIR] + ["--kernel=" + k for k in kernels] + ["--insn=" + i for i in insns]
+    args += ["--dis=" + d for d in dis]
+    if max_regs != None:
+        args.append("--max-regs=%d" % max_regs)
+    if max_lds != None:
+        args.append("--max-lds=%d" % max_lds)
+    if kernarg_size != None:
+        args.append("--kernarg-size=%d" % kernarg_size)
+    if wave_size != None:
+        args.append("--wave-size=%d" % wave_size)
+    native.sh_test(
+        name = name,
+        size = "small",
+        srcs = ["//bazel:hip_code_object_check.sh"],
+        args = args + ["$(locations %s)" % code],
+        data = [code],
+        target_compatible_with = target_compatible_with if target_compatible_with != None else HIP_COMPATIBLE,
+    )

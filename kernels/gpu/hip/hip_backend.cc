@@ -140,7 +140,7 @@ class HipBackend : public Backend {
   absl::Status RunKernelVariant(int device, absl::string_view name, const OpCall& call, TensorView& out) override {
     std::vector<std::string> names;
     for (const Variant& v : Variants()) {
-      if (v.op != call.op) continue;
+      if (!InTable(v, call.op)) continue;
       names.push_back(v.name);
       if (v.name != name) continue;
       KS_ASSIGN_OR_RETURN(Device * d, Enter(device));

@@ -106,10 +106,14 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   auto s = (*b)->Attention(0, AttentionParams{}, TensorView{}, TensorView{}, TensorView{}, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for attention (none is written yet)");
+  s = (*b)->Fp8Attention(0, Fp8AttentionParams{}, Fp8AttentionInputs{}, out);
+  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (none is written yet)");
   MoeParams moe;
-  moe.stage = MoeStage::kGateUp;
+  moe.stage = MoeStage::kDown;
+  moe.inter = 100;
   s = (*b)->Moe(0, moe, MoeInputs{}, out);
-  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for moe_gateup (none is written yet)");
+  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for moe_down (mfma_mxfp4: moe: the hip backend needs I % 32 "
+                         "== 0 for down)");
   MlaDecodeParams mla;
   mla.kv_dtype = DType::kFp8E4M3Fn;
   s = (*b)->MlaDecode(0, mla, MlaDecodeInputs{}, out);
@@ -118,8 +122,9 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);
 
   // The table by name.
-  ASSERT_EQ((*b)->KernelVariants().size(), 1u);
+  ASSERT_EQ((*b)->KernelVariants().size(), 2u);
   EXPECT_EQ((*b)->KernelVariants()[0].name, "mfma_a16w8");
+  EXPECT_EQ((*b)->KernelVariants()[1].name, "mfma_mxfp4");
   OpCall call;
   call.op = BenchOp::kMlaDecode;
   s = (*b)->RunKernelVariant(0, "wgmma_roles", call, out);

@@ -52,6 +52,10 @@ struct Variant {
 // In dispatch order.
 const std::vector<Variant>& Variants();
 
+// Whether `v` is an entry of op's table: the MoE entries (op kMoeGateUp)
+// serve every MoE stage.
+bool InTable(const Variant& v, BenchOp op);
+
 // The first entry of call.op that runs the call, or UNIMPLEMENTED naming the
 // op, the architecture and why each entry (if any) declines.
 absl::StatusOr<const Variant*> Select(absl::string_view arch, const OpCall& call);

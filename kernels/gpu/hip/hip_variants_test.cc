@@ -48,8 +48,7 @@ TEST(HipVariants, AnotherArchitectureIsUnimplemented) {
 }
 
 TEST(HipVariants, OpsWithoutAKernelSaySo) {
-  for (BenchOp op : {BenchOp::kAttention, BenchOp::kFp8Attention, BenchOp::kMoeGateUp, BenchOp::kMoeDown,
-                     BenchOp::kMoeLayer}) {
+  for (BenchOp op : {BenchOp::kAttention, BenchOp::kFp8Attention}) {
     OpCall c;
     c.op = op;
     auto v = Select("gfx942", c);
@@ -57,6 +56,32 @@ TEST(HipVariants, OpsWithoutAKernelSaySo) {
     EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented);
     EXPECT_EQ(v.status().message(),
               "hip backend has no gfx942 kernel for " + BenchOpName(op) + " (none is written yet)");
+  }
+}
+
+TEST(HipVariants, EveryMoeStageTakesTheMxfp4KernelWithinItsShapes) {
+  for (BenchOp op : {BenchOp::kMoeGateUp, BenchOp::kMoeDown, BenchOp::kMoeLayer}) {
+    OpCall c;
+    c.op = op;
+    c.moe.stage = op == BenchOp::kMoeGateUp ? MoeStage::kGateUp : op == BenchOp::kMoeDown ? MoeStage::kDown
+                                                                                           : MoeStage::kLayer;
+    c.moe.tokens = 8;
+    c.moe.top_k = 16;
+    c.moe.experts = 896;
+    c.moe.hidden = 3584;
+    c.moe.inter = 384;
+    c.moe.out_dim = 3584;
+    auto v = Select("gfx942", c);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_STREQ((*v)->name, "mfma_mxfp4");
+    c.moe.hidden = 3600;
+    c.moe.inter = 400;
+    v = Select("gfx942", c);
+    ASSERT_FALSE(v.ok());
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(std::string(v.status().message()),
+                HasSubstr("hip backend has no gfx942 kernel for " + BenchOpName(op) + " (mfma_mxfp4: moe: the hip "
+                          "backend needs "));
   }
 }
 
