@@ -103,9 +103,14 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
 
   // Ops without a gfx942 kernel say so, and leave the device healthy.
   TensorView out;
-  auto s = (*b)->Attention(0, AttentionParams{}, TensorView{}, TensorView{}, TensorView{}, out);
+  auto s = (*b)->Fp8Attention(0, Fp8AttentionParams{}, Fp8AttentionInputs{}, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for attention (none is written yet)");
+  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (none is written yet)");
+  AttentionParams att;
+  att.head_dim = 256;
+  s = (*b)->Attention(0, att, TensorView{}, TensorView{}, TensorView{}, out);
+  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for attention (mfma_bf16: attention: the hip backend serves "
+                         "head_dim 128 (got 256))");
   s = (*b)->Fp8Attention(0, Fp8AttentionParams{}, Fp8AttentionInputs{}, out);
   EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (none is written yet)");
   MoeParams moe;
@@ -122,9 +127,10 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);
 
   // The table by name.
-  ASSERT_EQ((*b)->KernelVariants().size(), 2u);
-  EXPECT_EQ((*b)->KernelVariants()[0].name, "mfma_a16w8");
-  EXPECT_EQ((*b)->KernelVariants()[1].name, "mfma_mxfp4");
+  ASSERT_EQ((*b)->KernelVariants().size(), 3u);
+  EXPECT_EQ((*b)->KernelVariants()[0].name, "mfma_bf16");
+  EXPECT_EQ((*b)->KernelVariants()[1].name, "mfma_a16w8");
+  EXPECT_EQ((*b)->KernelVariants()[2].name, "mfma_mxfp4");
   OpCall call;
   call.op = BenchOp::kMlaDecode;
   s = (*b)->RunKernelVariant(0, "wgmma_roles", call, out);

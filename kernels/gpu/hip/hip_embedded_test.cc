@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
 #include "kernels/gpu/hip/hip_code_objects.h"
@@ -29,7 +30,7 @@ TEST(EmbeddedCodeObjects, LinkedGfx942ElfObjects) {
 
 TEST(EmbeddedCodeObjects, HoldEveryKernelTheTableLaunches) {
   // hip_variants.cc launches these by name.
-  for (const char* kernel : {mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
+  for (const char* kernel : {attention::gfx942::kKernel, attention::gfx942::kCausalKernel, mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
                              moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32, "MoeCountKernel", "MoeScanKernel",
                              "MoeScatterKernel", "MoeWeightedSumKernel"}) {
     int found = 0;

@@ -6,7 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/api/ops.h"
+#include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
+#include "kernels/gpu/attention/attention_params.h"
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
 #include "kernels/gpu/moe/moe_gemm_args.h"
 #include "kernels/gpu/moe/moe_params.h"
@@ -128,10 +130,29 @@ absl::Status RunMoe(const LaunchContext& ctx, const OpCall& c, TensorView& out) 
   return Launch(ctx, "MoeWeightedSumKernel", static_cast<unsigned>(sp.tokens), 1, 1, 256, sum_args);
 }
 
+std::string AttentionUnsupported(absl::string_view arch, const OpCall& c) {
+  if (arch != "gfx942") return absl::StrCat("device is ", arch, " (serves gfx942)");
+  return attention::gfx942::Unsupported(c.attention);
+}
+
+absl::Status RunAttention(const LaunchContext& ctx, const OpCall& c, TensorView& out) {
+  KS_ASSIGN_OR_RETURN(attention::FlashFwdParams fp, attention::MakeFlashFwdParams(c.attention, c.q, c.k, c.v, out));
+  if (!attention::HasWork(fp)) return absl::OkStatus();
+  const attention::gfx942::Grid g = attention::gfx942::GridOf(fp);
+  void* args[] = {&fp};
+  return Launch(ctx, c.attention.causal ? attention::gfx942::kCausalKernel : attention::gfx942::kKernel, g.x, g.y,
+                g.z, attention::gfx942::kThreads, args);
+}
+
 }  // namespace
 
 const std::vector<Variant>& Variants() {
   static const auto* table = new std::vector<Variant>{
+      {BenchOp::kAttention, "mfma_bf16",
+       "bf16 MHA forward on v_mfma_f32_16x16x16bf16_1k, four waves of 16 query rows, K and V through LDS; not the "
+       "seed's warp-specialized kernel and no KV split",
+       "gfx942, head_dim 128, BSHD or BHSD, causal or not, GQA, any seq_q and seq_kv, RTNE/RTNA/RTZ",
+       AttentionUnsupported, RunAttention},
       {BenchOp::kMlaDecode, "mfma_a16w8",
        "bf16 Q against fp8 KV on v_mfma_f32_16x16x16bf16_1k; one fused 576-wide row is K and V; split-KV "
        "fixed at plan time, merged in fp32 in split order",

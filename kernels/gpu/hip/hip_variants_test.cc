@@ -48,7 +48,7 @@ TEST(HipVariants, AnotherArchitectureIsUnimplemented) {
 }
 
 TEST(HipVariants, OpsWithoutAKernelSaySo) {
-  for (BenchOp op : {BenchOp::kAttention, BenchOp::kFp8Attention}) {
+  for (BenchOp op : {BenchOp::kFp8Attention}) {
     OpCall c;
     c.op = op;
     auto v = Select("gfx942", c);
@@ -83,6 +83,22 @@ TEST(HipVariants, EveryMoeStageTakesTheMxfp4KernelWithinItsShapes) {
                 HasSubstr("hip backend has no gfx942 kernel for " + BenchOpName(op) + " (mfma_mxfp4: moe: the hip "
                           "backend needs "));
   }
+}
+
+TEST(HipVariants, AttentionAtHeadDim128OnlyOnGfx942) {
+  OpCall c;
+  c.op = BenchOp::kAttention;
+  const TensorDesc t{DType::kBf16, {1, 4, 32, 128}};
+  ASSERT_TRUE(c.attention.Validate(t, t, t).ok());
+  auto v = Select("gfx942", c);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_STREQ((*v)->name, "mfma_bf16");
+  const TensorDesc t64{DType::kBf16, {1, 4, 32, 64}};
+  ASSERT_TRUE(c.attention.Validate(t64, t64, t64).ok());
+  v = Select("gfx942", c);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().message(), "hip backend has no gfx942 kernel for attention (mfma_bf16: attention: the hip "
+                                  "backend serves head_dim 128 (got 64))");
 }
 
 TEST(HipVariants, EveryEntryDescribesItself) {

@@ -32,8 +32,9 @@
 // 0 x NaN would still poison O).
 #include <cstdint>
 
-#include "kernels/gpu/common/bf16.cuh"
+#include "kernels/gpu/arch/gfx942/mfma.h"
 #include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
+#include "kernels/gpu/common/bf16.cuh"
 #include "kernels/gpu/common/gpu.h"
 #include "kernels/gpu/mla/mla_decode_params.h"
 #include "kernels/gpu/mla/mla_tile_scheduler.cuh"
@@ -43,9 +44,14 @@ namespace gpu {
 namespace mla {
 namespace gfx942 {
 
-typedef float F32x4 __attribute__((ext_vector_type(4)));
-typedef float F32x2 __attribute__((ext_vector_type(2)));
-typedef short Bf16x4 __attribute__((ext_vector_type(4)));
+using gpu::gfx942::Bf16x4;
+using gpu::gfx942::F32x2;
+using gpu::gfx942::F32x4;
+using gpu::gfx942::LaneValue;
+using gpu::gfx942::Mfma;
+using gpu::gfx942::RowMax;
+using gpu::gfx942::RowSum;
+
 
 // kThreads, kTileTok (one MFMA k-step of P V), kRowBytes (16-byte aligned
 // rows, at most 2-way LDS bank conflicts) and kLdsBytes come from
@@ -69,21 +75,6 @@ __device__ __forceinline__ Bf16x4 Fp8x4ToBf16x4(uint32_t codes) {
   r.z = static_cast<short>(__float_as_uint(hi.x) >> 16);
   r.w = static_cast<short>(__float_as_uint(hi.y) >> 16);
   return r;
-}
-
-// The value `v` of lane `src` of the wave (ds_bpermute; no LDS allocated).
-__device__ __forceinline__ float LaneValue(float v, int src) {
-  return __int_as_float(__builtin_amdgcn_ds_bpermute(src << 2, __float_as_int(v)));
-}
-
-// Reduction over the four lanes of one row (lanes l, l ^ 16, l ^ 32, l ^ 48).
-__device__ __forceinline__ float RowMax(float v) {
-  v = fmaxf(v, ShflXor(v, 16));
-  return fmaxf(v, ShflXor(v, 32));
-}
-__device__ __forceinline__ float RowSum(float v) {
-  v += ShflXor(v, 16);
-  return v + ShflXor(v, 32);
 }
 
 // This thread's share of tile `t`'s 16 KV rows, as 16-byte pieces (zeros for
@@ -162,7 +153,7 @@ __device__ __forceinline__ void DecodeCta(const KParams& p) {
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       const uint32_t k = *reinterpret_cast<const uint32_t*>(tile + lr * kRowBytes + ks * 16 + lq * 4);
-      s = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(Fp8x4ToBf16x4(k), q[ks], s, 0, 0, 0);
+      s = Mfma(Fp8x4ToBf16x4(k), q[ks], s);
     }
 
     // Online softmax in base 2 for row lr; this lane holds tokens 4 lq + i.
@@ -201,7 +192,7 @@ __device__ __forceinline__ void DecodeCta(const KParams& p) {
       const uint32_t codes = static_cast<uint32_t>(col[0]) | static_cast<uint32_t>(col[kRowBytes]) << 8 |
                              static_cast<uint32_t>(col[2 * kRowBytes]) << 16 |
                              static_cast<uint32_t>(col[3 * kRowBytes]) << 24;
-      acc[n] = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(pa, Fp8x4ToBf16x4(codes), acc[n], 0, 0, 0);
+      acc[n] = Mfma(pa, Fp8x4ToBf16x4(codes), acc[n]);
     }
     if (more) StoreTile(lds + ((it + 1) & 1) * kTileBytes, next);
     __syncthreads();

@@ -21,6 +21,7 @@
 // hides the global loads' latency here. No scratch, no LDS.
 #include <cstdint>
 
+#include "kernels/gpu/arch/gfx942/mfma.h"
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
 #include "kernels/gpu/common/bf16.cuh"
 #include "kernels/gpu/common/gpu.h"
@@ -31,8 +32,10 @@ namespace gpu {
 namespace moe {
 namespace gfx942 {
 
-typedef float F32x4 __attribute__((ext_vector_type(4)));
-typedef short Bf16x4 __attribute__((ext_vector_type(4)));
+using gpu::gfx942::Bf16x4;
+using gpu::gfx942::F32x4;
+using gpu::gfx942::Mfma;
+
 
 // E2M1 magnitude codes 0..7 as bf16: 0, 0.5, 1, 1.5, 2, 3, 4, 6.
 __device__ __forceinline__ uint32_t E2m1Bf16(uint32_t code) {
@@ -87,10 +90,10 @@ __device__ __forceinline__ void GemmCta(const GemmParams& p) {
     const int64_t k = k0 + lq * 4;
     const Bf16x4 av = a != nullptr ? *reinterpret_cast<const Bf16x4*>(a + k) : Bf16x4{0, 0, 0, 0};
     const Bf16x4 bv = col_ok ? WeightOperand(p, w_row, k) : Bf16x4{0, 0, 0, 0};
-    acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(av, bv, acc, 0, 0, 0);
+    acc = Mfma(av, bv, acc);
     if (kEpi == kEpiSwiglu) {
       const Bf16x4 uv = col_ok ? WeightOperand(p, w_row + p.inter, k) : Bf16x4{0, 0, 0, 0};
-      acc_up = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(av, uv, acc_up, 0, 0, 0);
+      acc_up = Mfma(av, uv, acc_up);
     }
   }
 
