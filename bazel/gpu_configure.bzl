@@ -267,13 +267,29 @@ def _hip_configure_impl(rctx):
         summary = ""
         reason = "none found; looked in: " + "; ".join(tried)
 
+    # The HIP backend needs linked gfx942 code objects to embed (gfx950 would
+    # be one more entry: its kernels are not written, and LLVM 19 lacks it).
+    can_link = bool(lld and lld.exists)
+    backend = bool(found) and can_link and "gfx942" in found["archs"]
+    if backend:
+        backend_note = "gfx942 code objects from " + summary
+    elif found:
+        backend_note = "%s cannot build linked gfx942 code objects (%s)" % (
+            found["clang"],
+            "no ld.lld beside it" if not can_link else "it does not target gfx942",
+        )
+    else:
+        backend_note = "no AMD device compiler: " + reason
     defs = [
         "HIP_FOUND = %s" % ("True" if found else "False"),
+        # True when the HIP backend (and its embedded gfx942 code objects) is built.
+        "HIP_BACKEND = %s" % ("True" if backend else "False"),
+        "HIP_BACKEND_COMPATIBLE = %s" % _compatible(backend),
         "HIP_CLANG = %s" % _quote(found["clang"] if found else ""),
         "HIP_INCLUDE = %s" % _quote(found["include"] if found else ""),
         "HIP_ARCHS = %s" % repr(found["archs"] if found else []),
         # Code objects (not only assembly) need ld.lld beside clang.
-        "HIP_CAN_LINK = %s" % ("True" if lld and lld.exists else "False"),
+        "HIP_CAN_LINK = %s" % ("True" if can_link else "False"),
         # llvm-readobj and llvm-objdump beside clang read what it wrote.
         "HIP_TOOLS_DIR = %s" % _quote(str(tools) if tools else ""),
         "HIP_SUMMARY = %s" % _quote(summary),
@@ -281,10 +297,14 @@ def _hip_configure_impl(rctx):
         "HIP_COMPATIBLE = %s" % _compatible(found),
     ]
     _write_common(rctx, "local_config_hip", defs, [
-        "// 1 when AMD device code can be compiled by this build (not that a HIP",
-        "// backend exists: kernels/backends.cc says which backends this binary has).",
+        "// 1 when AMD device code can be compiled by this build (not that the HIP",
+        "// backend is built: KERNELSERVE_HAVE_HIP says that).",
         "#define KERNELSERVE_HIP_TOOLCHAIN %d" % (1 if found else 0),
         "#define KERNELSERVE_HIP_BUILD_NOTE %s" % _quote(summary if found else reason),
+        "// 1 when this binary has the HIP backend (gfx942 code objects embedded);",
+        "// the note says what it was built from, or why not.",
+        "#define KERNELSERVE_HAVE_HIP %d" % (1 if backend else 0),
+        "#define KERNELSERVE_HIP_BACKEND_NOTE %s" % _quote(backend_note),
     ])
 
 hip_configure = repository_rule(

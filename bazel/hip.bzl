@@ -10,7 +10,7 @@ Without the compiler these targets are incompatible with the build: skipped
 by `bazel build //...`, SKIPPED by `bazel test //...`.
 """
 
-load("@local_config_hip//:defs.bzl", "HIP_ARCHS", "HIP_CAN_LINK", "HIP_CLANG", "HIP_COMPATIBLE", "HIP_INCLUDE")
+load("@local_config_hip//:defs.bzl", "HIP_ARCHS", "HIP_BACKEND_COMPATIBLE", "HIP_CAN_LINK", "HIP_CLANG", "HIP_COMPATIBLE", "HIP_INCLUDE", "HIP_TOOLS_DIR")
 
 HIP_FLAGS = [
     "-x",
@@ -61,3 +61,41 @@ def ks_hip_device_code(name, src, hdrs = [], archs = None, copts = [], **kwargs)
         )
         outs += [asm, obj]
     native.filegroup(name = name, srcs = outs, **kwargs)
+
+def ks_hip_embed(name, srcs, arch = "gfx942"):
+    """<name>.cc: EmbeddedCodeObjects() (kernels/gpu/hip/hip_code_objects.h) over every
+    <x>_<arch>.hsaco among `srcs` (ks_hip_device_code targets), as bytes in the binary.
+    """
+    native.genrule(
+        name = name,
+        srcs = srcs,
+        outs = [name + ".cc"],
+        cmd = "$(location //bazel:hip_embed.sh) %s %s $@ $(SRCS)" % (HIP_TOOLS_DIR, arch),
+        tools = ["//bazel:hip_embed.sh"],
+        message = "embedding %s code objects" % arch,
+        target_compatible_with = HIP_BACKEND_COMPATIBLE,
+    )
+
+def ks_hip_code_object_test(name, code, kernels = [], insns = [], dis = [], max_regs = None, max_lds = None,
+                            kernarg_size = None, wave_size = 64, target_compatible_with = None):
+    """Reads `code` (a ks_hip_device_code target) with hip_code_object_check.sh: the kernels named, no
+    scratch, and the limits the kernels' design states (see the script for each option).
+    """
+    args = [HIP_TOOLS_DIR] + ["--kernel=" + k for k in kernels] + ["--insn=" + i for i in insns]
+    args += ["--dis=" + d for d in dis]
+    if max_regs != None:
+        args.append("--max-regs=%d" % max_regs)
+    if max_lds != None:
+        args.append("--max-lds=%d" % max_lds)
+    if kernarg_size != None:
+        args.append("--kernarg-size=%d" % kernarg_size)
+    if wave_size != None:
+        args.append("--wave-size=%d" % wave_size)
+    native.sh_test(
+        name = name,
+        size = "small",
+        srcs = ["//bazel:hip_code_object_check.sh"],
+        args = args + ["$(locations %s)" % code],
+        data = [code],
+        target_compatible_with = target_compatible_with if target_compatible_with != None else HIP_COMPATIBLE,
+    )

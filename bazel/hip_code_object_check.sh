@@ -2,23 +2,43 @@
 # Reads what the AMD device compiler wrote (bazel/hip.bzl's <name>_<arch>.s and
 # .hsaco): each code object is for its architecture, holds the kernels named,
 # and no kernel uses scratch memory (private segment 0: nothing spilled); the
-# listings contain the instructions named.
-#   hip_code_object_check.sh TOOLS_DIR [--kernel=NAME]... [--insn=REGEX]... FILE...
+# listings contain the instructions named. A kernel's design states its
+# occupancy; the limits below hold the code object to it:
+#   --insn=REGEX         a line of the assembly listing (.s) matches
+#   --dis=REGEX          a line of the code object's disassembly (llvm-objdump -d) matches
+#   --max-regs=N         every kernel's VGPR + AGPR count (the unified file of gfx90a and
+#                        later) is at most N
+#   --max-lds=N          every kernel's LDS (group segment) is at most N bytes
+#   --kernarg-size=N     every kernel's argument segment is exactly N bytes (the host's struct)
+#   --wave-size=N        every kernel runs wave N
+#   hip_code_object_check.sh TOOLS_DIR [OPTION]... FILE...
 set -uo pipefail
 tools=$1
 shift
 kernels=()
 insns=()
+dis=()
+max_regs=""
+max_lds=""
+kernarg=""
+wave=""
 files=()
 while (($#)); do
   case "$1" in
     --kernel=*) kernels+=("${1#--kernel=}"); shift ;;
     --insn=*) insns+=("${1#--insn=}"); shift ;;
+    --dis=*) dis+=("${1#--dis=}"); shift ;;
+    --max-regs=*) max_regs=${1#--max-regs=}; shift ;;
+    --max-lds=*) max_lds=${1#--max-lds=}; shift ;;
+    --kernarg-size=*) kernarg=${1#--kernarg-size=}; shift ;;
+    --wave-size=*) wave=${1#--wave-size=}; shift ;;
     *) files+=("$1"); shift ;;
   esac
 done
 fail=0
 n=0
+# The values of metadata key $1 in $notes, one per kernel.
+values() { grep -Eo "\.$1: *[0-9]+" <<<"$notes" | grep -Eo '[0-9]+$'; }
 for f in "${files[@]}"; do
   arch=$(basename "$f" | sed -E 's/.*_(gfx[0-9a-f]+)\.(s|hsaco)$/\1/')
   case "$f" in
@@ -35,7 +55,39 @@ for f in "${files[@]}"; do
       if grep -E '\.private_segment_fixed_size: *[1-9]' <<<"$notes" >/dev/null; then
         echo "FAIL $f: a kernel uses scratch memory"; fail=1
       fi
-      echo "$f: $(grep -c '\.private_segment_fixed_size' <<<"$notes") kernels, VGPRs $(grep -Eo '\.vgpr_count: *[0-9]+' <<<"$notes" | grep -Eo '[0-9]+' | sort -n | tail -1) at most" ;;
+      if grep -E '\.(vgpr|sgpr)_spill_count: *[1-9]' <<<"$notes" >/dev/null; then
+        echo "FAIL $f: a kernel spills registers"; fail=1
+      fi
+      mapfile -t vg < <(values vgpr_count)
+      mapfile -t ag < <(values agpr_count)
+      mapfile -t lds < <(values group_segment_fixed_size)
+      mapfile -t ka < <(values kernarg_segment_size)
+      mapfile -t ws < <(values wavefront_size)
+      regs_max=0
+      for i in "${!vg[@]}"; do
+        # Arch VGPRs are allocated in blocks of 4 before the AGPRs start.
+        r=$(( (vg[i] + 3) / 4 * 4 + ${ag[i]:-0} ))
+        ((r > regs_max)) && regs_max=$r
+        if [ -n "$max_regs" ] && ((r > max_regs)); then
+          echo "FAIL $f: kernel $i uses $r VGPR+AGPR (${vg[i]} + ${ag[i]:-0}), more than $max_regs"; fail=1
+        fi
+      done
+      for v in ${lds[@]+"${lds[@]}"}; do
+        if [ -n "$max_lds" ] && ((v > max_lds)); then echo "FAIL $f: a kernel uses $v bytes of LDS, more than $max_lds"; fail=1; fi
+      done
+      for v in ${ka[@]+"${ka[@]}"}; do
+        if [ -n "$kernarg" ] && ((v != kernarg)); then echo "FAIL $f: a kernel's arguments are $v bytes, the host passes $kernarg"; fail=1; fi
+      done
+      for v in ${ws[@]+"${ws[@]}"}; do
+        if [ -n "$wave" ] && ((v != wave)); then echo "FAIL $f: a kernel runs wave$v, not wave$wave"; fail=1; fi
+      done
+      if ((${#dis[@]})); then
+        listing=$("$tools/llvm-objdump" -d "$f") || { echo "FAIL $f: llvm-objdump cannot disassemble it"; fail=1; continue; }
+        for re in "${dis[@]}"; do
+          grep -Eq "$re" <<<"$listing" || { echo "FAIL $f: no instruction matching $re in the disassembly"; fail=1; }
+        done
+      fi
+      echo "$f: $(grep -c '\.private_segment_fixed_size' <<<"$notes") kernels, VGPR+AGPR $regs_max at most, LDS $(printf '%s\n' ${lds[@]+"${lds[@]}"} | sort -n | tail -1) bytes at most" ;;
   esac
   n=$((n + 1))
 done

@@ -36,6 +36,16 @@ struct DeviceInfo {
   std::string health_reason;  // why not healthy
 };
 
+// What GetDeviceInfo answers for an index the backend does not have.
+inline DeviceInfo NoSuchDevice(absl::string_view backend, int device) {
+  DeviceInfo none;
+  none.index = device;
+  none.backend = std::string(backend);
+  none.healthy = false;
+  none.health_reason = "no such device";
+  return none;
+}
+
 // One backend a binary may carry. A GPU backend is compiled in only when its
 // toolchain was found when the build was configured (bazel/gpu_configure.bzl),
 // so the same source tree builds on any machine; kernels/backends.h lists them.

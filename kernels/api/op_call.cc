@@ -35,6 +35,42 @@ absl::StatusOr<BenchOp> ParseBenchOp(absl::string_view name) {
       absl::StrCat("unknown op \"", name, "\"; expected one of ", absl::StrJoin(names, ", ")));
 }
 
+OpCall MakeOpCall(const AttentionParams& p, const TensorView& q, const TensorView& k, const TensorView& v) {
+  OpCall c;
+  c.op = BenchOp::kAttention;
+  c.attention = p;
+  c.q = q;
+  c.k = k;
+  c.v = v;
+  return c;
+}
+
+OpCall MakeOpCall(const Fp8AttentionParams& p, const Fp8AttentionInputs& in) {
+  OpCall c;
+  c.op = BenchOp::kFp8Attention;
+  c.fp8 = p;
+  c.fp8_in = in;
+  return c;
+}
+
+OpCall MakeOpCall(const MlaDecodeParams& p, const MlaDecodeInputs& in) {
+  OpCall c;
+  c.op = BenchOp::kMlaDecode;
+  c.mla = p;
+  c.mla_in = in;
+  return c;
+}
+
+OpCall MakeOpCall(const MoeParams& p, const MoeInputs& in) {
+  OpCall c;
+  c.op = p.stage == MoeStage::kGateUp ? BenchOp::kMoeGateUp
+         : p.stage == MoeStage::kDown ? BenchOp::kMoeDown
+                                      : BenchOp::kMoeLayer;
+  c.moe = p;
+  c.moe_in = in;
+  return c;
+}
+
 TensorDesc OpCall::OutputDesc() const {
   switch (op) {
     case BenchOp::kAttention:

@@ -48,6 +48,13 @@ struct OpCall {
   TensorDesc OutputDesc() const;
 };
 
+// The call each op method of Backend stands for, for a backend that sends
+// every op through one dispatch (the MoE op follows p.stage).
+OpCall MakeOpCall(const AttentionParams& p, const TensorView& q, const TensorView& k, const TensorView& v);
+OpCall MakeOpCall(const Fp8AttentionParams& p, const Fp8AttentionInputs& in);
+OpCall MakeOpCall(const MlaDecodeParams& p, const MlaDecodeInputs& in);
+OpCall MakeOpCall(const MoeParams& p, const MoeInputs& in);
+
 }  // namespace kernelserve
 
 #endif  // KERNELSERVE_KERNELS_API_OP_CALL_H_

@@ -188,14 +188,7 @@ class GpuBackend : public Backend {
   int DeviceCount() const override { return static_cast<int>(devices_.size()); }
 
   DeviceInfo GetDeviceInfo(int device) const override {
-    if (device < 0 || device >= DeviceCount()) {
-      DeviceInfo none;
-      none.index = device;
-      none.backend = KS_GPU_VENDOR;
-      none.healthy = false;
-      none.health_reason = "no such device";
-      return none;
-    }
+    if (device < 0 || device >= DeviceCount()) return NoSuchDevice(Name(), device);
     const DeviceState& d = *devices_[device];
     DeviceInfo info = d.info;
     absl::MutexLock lock(&d.mu);
@@ -246,41 +239,21 @@ class GpuBackend : public Backend {
   // the call and that the dispatcher does not pass over runs it.
   absl::Status Attention(int device, const AttentionParams& p, const TensorView& q,
                          const TensorView& k, const TensorView& v, TensorView& out) override {
-    OpCall call;
-    call.op = BenchOp::kAttention;
-    call.attention = p;
-    call.q = q;
-    call.k = k;
-    call.v = v;
-    return Dispatch(device, call, out);
+    return Dispatch(device, MakeOpCall(p, q, k, v), out);
   }
 
   absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
                             TensorView& out) override {
-    OpCall call;
-    call.op = BenchOp::kFp8Attention;
-    call.fp8 = p;
-    call.fp8_in = in;
-    return Dispatch(device, call, out);
+    return Dispatch(device, MakeOpCall(p, in), out);
   }
 
   absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                          TensorView& out) override {
-    OpCall call;
-    call.op = BenchOp::kMlaDecode;
-    call.mla = p;
-    call.mla_in = in;
-    return Dispatch(device, call, out);
+    return Dispatch(device, MakeOpCall(p, in), out);
   }
 
   absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
-    OpCall call;
-    call.op = p.stage == MoeStage::kGateUp ? BenchOp::kMoeGateUp
-              : p.stage == MoeStage::kDown ? BenchOp::kMoeDown
-                                           : BenchOp::kMoeLayer;
-    call.moe = p;
-    call.moe_in = in;
-    return Dispatch(device, call, out);
+    return Dispatch(device, MakeOpCall(p, in), out);
   }
 
   BackendCapabilities Capabilities() const override {

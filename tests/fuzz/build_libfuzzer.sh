@@ -31,6 +31,8 @@ printf '%s\n' '#define KERNELSERVE_HAVE_CUDA 0' \
   >"$out/inc/local_config_cuda/config.h"
 printf '%s\n' '#define KERNELSERVE_HIP_TOOLCHAIN 0' \
   '#define KERNELSERVE_HIP_BUILD_NOTE "the libFuzzer build compiles no HIP code"' \
+  '#define KERNELSERVE_HAVE_HIP 0' \
+  '#define KERNELSERVE_HIP_BACKEND_NOTE "the libFuzzer build compiles no HIP code"' \
   >"$out/inc/local_config_hip/config.h"
 inc=(-I. -I"$out/inc" -Ibazel-bin -Iproto -Ibazel-bin/proto)
 flags=(-std=c++17 -O1 -g -fopenmp -march=x86-64-v2 -fsanitize=fuzzer-no-link,address "${inc[@]}" -w)

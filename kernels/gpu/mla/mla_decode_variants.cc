@@ -42,13 +42,7 @@ const VariantTable& MlaDecodeVariants() {
   return table;
 }
 
-OpCall MlaDecodeCall(const MlaDecodeParams& p, const MlaDecodeInputs& in) {
-  OpCall call;
-  call.op = BenchOp::kMlaDecode;
-  call.mla = p;
-  call.mla_in = in;
-  return call;
-}
+OpCall MlaDecodeCall(const MlaDecodeParams& p, const MlaDecodeInputs& in) { return MakeOpCall(p, in); }
 
 }  // namespace gpu
 }  // namespace kernelserve

@@ -1,0 +1,41 @@
+// The HIP (AMD) backend: devices through the HIP runtime loaded at run time
+// (hip_runtime.h), kernels from the gfx code objects embedded in the binary
+// (hip_code_objects.h), loaded on each device with hipModuleLoadData when
+// the backend starts, and dispatched through its variant table
+// (hip_variants.h). One stream per device; every runtime call checked; a
+// kernel fault marks the device unhealthy and later calls on it return
+// UNAVAILABLE. Ops it has no kernel for return UNIMPLEMENTED naming the case.
+//
+// It is a class of its own rather than kernels/gpu/gpu_backend.cc compiled
+// for HIP: that one is host code that launches with <<<...>>> and links the
+// vendor runtime, and this binary must start where ROCm is absent.
+#ifndef KERNELSERVE_KERNELS_GPU_HIP_HIP_BACKEND_H_
+#define KERNELSERVE_KERNELS_GPU_HIP_HIP_BACKEND_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/api/backend.h"
+#include "kernels/gpu/hip/hip_code_objects.h"
+#include "kernels/gpu/hip/hip_runtime.h"
+
+namespace kernelserve {
+
+// The backend over the process's HIP runtime (hip::SharedRuntime()) and this
+// binary's code objects. UNAVAILABLE when the runtime does not load (the
+// libraries tried and why) or no device answers.
+absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackend();
+
+namespace gpu {
+namespace hip {
+
+// The same over a given runtime and code objects (tests).
+absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::StatusOr<Runtime>& runtime,
+                                                              const std::vector<CodeObject>& objects);
+
+}  // namespace hip
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_HIP_HIP_BACKEND_H_

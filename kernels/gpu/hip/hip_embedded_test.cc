@@ -1,0 +1,45 @@
+// The code objects this binary carries: linked gfx942 ELF objects (what
+// hipModuleLoadData takes) holding every kernel the variant table launches.
+#include <cstring>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
+#include "kernels/gpu/hip/hip_code_objects.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace hip {
+namespace {
+
+TEST(EmbeddedCodeObjects, LinkedGfx942ElfObjects) {
+  const auto& objects = EmbeddedCodeObjects();
+  ASSERT_FALSE(objects.empty());
+  for (const CodeObject& o : objects) {
+    EXPECT_STREQ(o.arch, "gfx942") << o.name;
+    ASSERT_GT(o.size, 64u) << o.name;
+    EXPECT_EQ(std::memcmp(o.data, "\x7f" "ELF", 4), 0) << o.name;
+    EXPECT_EQ(o.data[4], 2) << o.name << ": not ELF64";
+    EXPECT_EQ(o.data[7], 64) << o.name << ": OS ABI is not AMDGPU HSA";
+    EXPECT_EQ(o.data[16], 3) << o.name << ": not a shared object (a linked code object)";
+    EXPECT_FALSE(o.kernels.empty()) << o.name;
+  }
+}
+
+TEST(EmbeddedCodeObjects, HoldEveryKernelTheTableLaunches) {
+  // hip_variants.cc launches these by name.
+  for (const char* kernel : {attention::gfx942::kKernel, attention::gfx942::kCausalKernel, mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
+                             moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32, "MoeCountKernel", "MoeScanKernel",
+                             "MoeScatterKernel", "MoeWeightedSumKernel"}) {
+    int found = 0;
+    for (const CodeObject& o : EmbeddedCodeObjects()) found += !FindKernelSymbol(o, kernel).empty();
+    EXPECT_EQ(found, 1) << kernel;
+  }
+}
+
+}  // namespace
+}  // namespace hip
+}  // namespace gpu
+}  // namespace kernelserve
