@@ -16,6 +16,12 @@ namespace fp8_attention {
 template <bool kCausal>
 cudaError_t LaunchFp8QgmmaD128(const Fp8KernelParams& p, int batch, int p_mode, cudaStream_t stream);
 
+// Warp-specialized wgmma e4m3 (fp8_ws_*): (d_qk, d_v) = (128, 128), the
+// QGMMA kernel's numerics bit for bit; a TMA producer warpgroup, two
+// consumer warpgroups in ping-pong.
+template <bool kCausal>
+cudaError_t LaunchFp8WsD128(const Fp8KernelParams& p, int batch, int p_mode, cudaStream_t stream);
+
 // mma.sync m16n8k32 e4m3 (fp8_mma_sync_*): d_v = 128, d_qk = kDqk (192).
 template <int kDqk, bool kCausal>
 cudaError_t LaunchFp8MmaSync(const Fp8KernelParams& p, int batch, int p_mode, cudaStream_t stream);

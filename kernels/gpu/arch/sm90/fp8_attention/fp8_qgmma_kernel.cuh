@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "kernels/gpu/arch/sm80/mma.cuh"
+#include "kernels/gpu/arch/sm90/fp8_attention/fp8_wgmma_tile.cuh"
 #include "kernels/gpu/arch/sm90/fp8_attention/p_block.cuh"
 #include "kernels/gpu/arch/sm90/wgmma.cuh"
 #include "kernels/gpu/common/bf16.cuh"
@@ -45,13 +46,8 @@ namespace qgmma {
 
 using namespace ::kernelserve::gpu::sm80;  // NOLINT: the instruction wrappers
 
-constexpr int kRows = 128;  // query rows per CTA: 2 warpgroups x 64
-constexpr int kTile = 128;  // keys per tile: two 64-key P blocks
 constexpr int kThreads = 256;
-constexpr int kD = 128;           // d_qk = d_v
-constexpr int kVtRows = kD + 8;   // V^T rows; 128..135 are ones (row sums)
-constexpr int kVStr = kD + 16;    // raw V rows (bytes), padded for the transpose
-constexpr int kNt = kVtRows / 8;  // accumulator column tiles of O (+ L)
+constexpr int kVStr = kD + 16;  // raw V rows (bytes), padded for the transpose
 
 // Shared memory from a 1024-byte-aligned base (the swizzle atom is 8 rows of
 // 128 bytes): Q, 2 K stages (swizzled), 2 raw V stages, V^T (swizzled).
@@ -64,24 +60,6 @@ constexpr int kOffVt = kOffV + 2 * kVBytes;
 constexpr int kVtBytes = kVtRows * kTile;
 constexpr int kSmemBytes = 1024 + kOffVt + kVtBytes;
 static_assert(kOffVt % 1024 == 0 && kOffK % 1024 == 0, "swizzled tiles must be 1024-byte aligned");
-
-// Byte offset of byte `col` of row `row` in a 128-byte-swizzled tile:
-// 16-byte chunk c of row r is stored at chunk c ^ (r & 7).
-__device__ __forceinline__ uint32_t Swz(int row, int col) {
-  return static_cast<uint32_t>(row * 128 + ((((col >> 4) ^ (row & 7)) << 4) | (col & 15)));
-}
-
-// O = O * factor + B per row (fp32 on the CUDA cores): one 64-key block's
-// P V (and P 1) joins O in the block's frame.
-__device__ __forceinline__ void FoldBlock(float (&o)[kNt][4], const float (&ob)[kNt][4], const float (&factor)[2]) {
-#pragma unroll
-  for (int n = 0; n < kNt; ++n) {
-    o[n][0] = fmaf(o[n][0], factor[0], ob[n][0]);
-    o[n][1] = fmaf(o[n][1], factor[0], ob[n][1]);
-    o[n][2] = fmaf(o[n][2], factor[1], ob[n][2]);
-    o[n][3] = fmaf(o[n][3], factor[1], ob[n][3]);
-  }
-}
 
 template <bool kCausal, int kMode>
 __global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const Fp8KernelParams p) {
@@ -196,113 +174,22 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const Fp8Kerne
     }
     sm90::WgmmaCommit();
 
-    // V^T[dv][position], positions permuted within each 32 keys as in the
-    // mma.sync kernel: position 4c+i (and 16+4c+i) holds key 2c + (i&1) +
-    // 8(i>>1) (+16). A task moves 4 keys x 4 dv. A warp takes 4 position
-    // words x 8 dv words (the mma.sync kernel: 32 x 1): its raw-V reads then
-    // fall in 32 distinct banks (32 x 1, with the 144-byte rows, hits 4
-    // banks: 8-way conflicts), at the price of 4-way conflicts on the
-    // swizzled stores.
-    for (int task = tid; task < (kD / 4) * (kTile / 4); task += kThreads) {
-      const int pw = ((task >> 5) & 7) * 4 + (task & 3), dq = (task >> 8) * 8 + ((task >> 2) & 7);
-      const int kc = pw / 8, p0 = (pw % 8) * 4;
-      const int key0 = kc * 32 + (p0 / 16) * 16 + 2 * ((p0 % 16) / 4);
-      const uint32_t r0 = *reinterpret_cast<const uint32_t*>(sV + (key0 + 0) * kVStr + dq * 4);
-      const uint32_t r1 = *reinterpret_cast<const uint32_t*>(sV + (key0 + 1) * kVStr + dq * 4);
-      const uint32_t r2 = *reinterpret_cast<const uint32_t*>(sV + (key0 + 8) * kVStr + dq * 4);
-      const uint32_t r3 = *reinterpret_cast<const uint32_t*>(sV + (key0 + 9) * kVStr + dq * 4);
-      const uint32_t t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r2, r3, 0x5140);
-      const uint32_t t2 = __byte_perm(r0, r1, 0x7362), t3 = __byte_perm(r2, r3, 0x7362);
-      const int n0 = dq * 4, pos = pw * 4;
-      *reinterpret_cast<uint32_t*>(sVt + Swz(n0 + 0, pos)) = __byte_perm(t0, t1, 0x5410);
-      *reinterpret_cast<uint32_t*>(sVt + Swz(n0 + 1, pos)) = __byte_perm(t0, t1, 0x7632);
-      *reinterpret_cast<uint32_t*>(sVt + Swz(n0 + 2, pos)) = __byte_perm(t2, t3, 0x5410);
-      *reinterpret_cast<uint32_t*>(sVt + Swz(n0 + 3, pos)) = __byte_perm(t2, t3, 0x7632);
-    }
+    // V^T under S (fp8_wgmma_tile.cuh).
+    TransposeV<kThreads>([sV](int key, int byte) { return sV + key * kVStr + byte; }, sVt, tid);
     sm90::FenceProxyAsync();  // V^T (st.shared) is read by wgmma next
     sm90::WgmmaWait<0>();
     sm90::FenceOperand(s);
     __syncthreads();  // V^T ready
 
-    // Scores in base 2, masked. The mask test runs only on tiles that reach
-    // past seq_kv or (causal) past the first row's last key: every row's
-    // limit is at least that (CTA-uniform, and no wgmma is in flight here).
-    const int64_t j0 = static_cast<int64_t>(it) * kTile;
-    const int64_t j_last = j0 + kTile - 1;
-    if (j_last >= p.seq_kv || (kCausal && j_last > q0 + diag)) {
-#pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t j = j0 + n * 8 + 2 * c + (e & 1);
-          const float t = s[n][e] * sc;
-          s[n][e] = j > lim[e >> 1] ? -INFINITY : t;
-        }
-      }
-    } else {
-#pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] *= sc;
-      }
-    }
+    // Scores in base 2, masked only on tiles that reach past seq_kv or
+    // (causal) past the first row's last key: every row's limit is at least
+    // that (CTA-uniform, and no wgmma is in flight here).
+    ScaleMask<kCausal>(s, p, static_cast<int64_t>(it) * kTile, q0, diag, lim, sc, c);
 
 #pragma unroll
     for (int hb = 0; hb < 2; ++hb) {  // the tile's two 64-key P blocks
-      float bmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int n = 8 * hb; n < 8 * hb + 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) bmax[e >> 1] = fmaxf(bmax[e >> 1], s[n][e]);
-      }
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        bmax[hf] = fmaxf(bmax[hf], __shfl_xor_sync(0xffffffffu, bmax[hf], 1));
-        bmax[hf] = fmaxf(bmax[hf], __shfl_xor_sync(0xffffffffu, bmax[hf], 2));
-      }
-      float factor[2], ref[2];
-      UpdateBlockFrame<kMode>(bmax, m_run, r_last, r_max, factor, ref);
-      // P codes of this block as two A fragments: for keys [32 kc, 32 kc + 32)
-      // of the tile, a0/a1 rows g/g+8 from n-tiles 4kc, 4kc+1; a2/a3 from
-      // 4kc+2, 4kc+3 (V^T's positions are permuted to match).
-      float psum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int kc = 2 * hb; kc < 2 * hb + 2; ++kc) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            uint32_t word = 0;  // row hf's 4 keys: bytes (q, e) = (0, 0), (0, 1), (1, 0), (1, 1)
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              const int n = 4 * kc + 2 * half + q;
-              const float y0 = s[n][2 * hf] - ref[hf], y1 = s[n][2 * hf + 1] - ref[hf];
-              uint32_t pair;
-              if (kMode == kLean) {
-                const int l0 = __float2int_rn(fmaf(y0, 8.f, 56.f)), l1 = __float2int_rn(fmaf(y1, 8.f, 56.f));
-                pair = static_cast<uint32_t>(min(max(l0, 0), 120)) | (static_cast<uint32_t>(min(max(l1, 0), 120)) << 8);
-              } else {
-                const float p0 = exp2f(y0), p1 = exp2f(y1);
-                if (kMode == kNaive) {  // the mma.sync kernel's order of the fp32 sum
-                  psum[hf] += p0;
-                  psum[hf] += p1;
-                }
-                pair = F32x2ToE4m3fnX2(p0, p1);
-              }
-              word |= pair << (16 * q);
-            }
-            pa[kc][half * 2 + hf] = word;
-          }
-        }
-      }
-      if (kMode == kNaive) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          psum[hf] += __shfl_xor_sync(0xffffffffu, psum[hf], 1);
-          psum[hf] += __shfl_xor_sync(0xffffffffu, psum[hf], 2);
-          lsum[hf] = lsum[hf] * factor[hf] + psum[hf];
-        }
-      }
+      float factor[2];
+      BlockCodes<kMode>(s, hb, pa, m_run, r_last, r_max, lsum, factor);
       // Each block's P V goes into a fresh accumulator and is added to O on
       // the CUDA cores (O = O * factor + P V in fp32). Accumulating every
       // block in the wgmma accumulator loses the small blocks: fp8 wgmma adds
@@ -319,11 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const Fp8Kerne
       sm90::FenceOperand(ob);
       sm90::FenceOperand(pa);
       sm90::WgmmaFence();
-#pragma unroll
-      for (int kc = 2 * hb; kc < 2 * hb + 2; ++kc) {
-        const uint64_t db = sm90::MakeSmemDesc(vt_addr + 32u * kc, 16, 1024);
-        sm90::WgmmaRS<136, sm90::E4m3>(ob, pa[kc], db, kc == 2 * hb ? 0 : 1);
-      }
+      IssuePv(ob, pa, vt_addr, hb);
       sm90::WgmmaCommit();
     }
     sm90::WgmmaWait<0>();  // before the next tile overwrites V^T
@@ -332,20 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnQgmmaKernel(const Fp8Kerne
     FoldBlock(o, ob, factor_prev);
   }
 
-  // Epilogue: O / L * v_descale, rows that see no key are 0.
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = q0 + warp * 16 + g + hf * 8;
-    if (r >= p.seq_q) continue;
-    const float l = kMode == kNaive ? lsum[hf] : o[kNt - 1][hf * 2];
-    const float inv = l > 0.f ? v_ds / l : 0.f;
-    uint16_t* orow = p.out + RowOff(p.bshd, b, h, r, p.heads_q, p.seq_q, kD);
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * c) =
-          PackBf16x2(o[n][hf * 2] * inv, o[n][hf * 2 + 1] * inv, p.rounding);
-    }
-  }
+  StoreRows<kMode>(p, o, lsum, v_ds, q0 + warp * 16 + g, b, h, c);
 }
 
 }  // namespace qgmma
