@@ -387,22 +387,22 @@ TEST_F(Fp8AttentionCudaTest, ManyTilesBothMasks) {
   Check(c);
 }
 
-// The warp-specialized kernel ("ws") computes the QGMMA kernel's function
-// with the same instructions in the same order (DESIGN §4 fixes R, the codes,
-// the frame changes and the fold order): its output equals qgmma's byte for
-// byte (NaN outputs included), on random FP8 codes with per-head q
-// descales, NaN codes in one query row and one key row, both masks, both
-// layouts, GQA, cross lengths and rows that see no key, every P mode. (Each
-// entry meets the oracle in the cases above; this pins the two together.)
-TEST_F(Fp8AttentionCudaTest, WsEqualsQgmmaBitForBit) {
-  const gpu::KernelVariant* qgmma = nullptr;
+// The two stage counts of the warp-specialized kernel ("ws", "ws_s3") run
+// the same instructions on the same data in the same order: their outputs
+// are equal byte for byte (NaN outputs included), on random FP8 codes with
+// per-head q descales, NaN codes in one query row and one key row, both
+// masks, both layouts, GQA, cross lengths and rows that see no key, every P
+// mode. (Each entry meets the oracle in the cases above; this pins the two
+// together, and any ordering race between producer and consumers shows.)
+TEST_F(Fp8AttentionCudaTest, WsStagesBitForBit) {
   const gpu::KernelVariant* ws = nullptr;
+  const gpu::KernelVariant* ws3 = nullptr;
   for (const gpu::KernelVariant& v : gpu::Fp8AttentionVariants()) {
-    if (std::string(v.name) == "qgmma") qgmma = &v;
     if (std::string(v.name) == "ws") ws = &v;
+    if (std::string(v.name) == "ws_s3") ws3 = &v;
   }
-  ASSERT_NE(qgmma, nullptr);
   ASSERT_NE(ws, nullptr);
+  ASSERT_NE(ws3, nullptr);
   struct Shape4 {
     int64_t batch, hq, hkv, sq, skv;
     Layout layout;
@@ -442,17 +442,16 @@ TEST_F(Fp8AttentionCudaTest, WsEqualsQgmmaBitForBit) {
       const Fp8AttentionInputs in = Fp8Views(q, k, v, dq, dk, dv);
       const OpCall call = Fp8Call(p, in);
       ASSERT_TRUE(ws->unsupported(Caps(), call).empty());
-      const HostTensor want = RunGpu(Impl{qgmma}, call);
-      const HostTensor got = RunGpu(Impl{ws}, call);
-      EXPECT_TRUE(SameBytes(want, got)) << "ws differs from qgmma";
+      const HostTensor want = RunGpu(Impl{ws}, call);
+      const HostTensor got = RunGpu(Impl{ws3}, call);
+      EXPECT_TRUE(SameBytes(want, got)) << "ws_s3 differs from ws";
     }
   }
 }
 
 // The table's dispatch order, without a device: on sm_90a each e4m3fn head
-// shape of DESIGN §4 goes to one entry (qgmma at (128, 128), ws beside it
-// until it replaces qgmma; mma_sync at (192, 128)); nothing serves e4m3fnuz
-// or another device.
+// shape of DESIGN §4 goes to one entry (ws at (128, 128), with ws_s3 beside
+// it; mma_sync at (192, 128)); nothing serves e4m3fnuz or another device.
 TEST(Fp8AttentionVariantsTest, OneEntryPerHeadShapeOnSm90a) {
   gpu::DeviceCaps h200;
   h200.cc_major = 9;
@@ -467,7 +466,7 @@ TEST(Fp8AttentionVariantsTest, OneEntryPerHeadShapeOnSm90a) {
     const char* name;
     size_t serving;
   };
-  for (auto [dqk, want, serving] : {Want{128, "qgmma", 2}, Want{192, "mma_sync", 1}}) {
+  for (auto [dqk, want, serving] : {Want{128, "ws", 2}, Want{192, "mma_sync", 1}}) {
     OpCall call;
     call.op = BenchOp::kFp8Attention;
     call.fp8.d_qk = dqk;

@@ -20,20 +20,14 @@ std::string HeadShape(const DeviceCaps& caps, const OpCall& c, int64_t d_qk, con
   return "";
 }
 
-absl::Status RunQgmma(const OpCall& c, TensorView& out, cudaStream_t s) {
-  fp8_attention::KernelLaunch launch = nullptr;
-  if (c.fp8.d_qk == 128 && c.fp8.d_v == 128) {
-    launch = c.fp8.causal ? &fp8_attention::LaunchFp8QgmmaD128<true> : &fp8_attention::LaunchFp8QgmmaD128<false>;
-  }
-  return RunFp8Attention(c.fp8, c.fp8_in, out, s, "qgmma", launch);
-}
-
+template <int kStages>
 absl::Status RunWs(const OpCall& c, TensorView& out, cudaStream_t s) {
   fp8_attention::KernelLaunch launch = nullptr;
   if (c.fp8.d_qk == 128 && c.fp8.d_v == 128) {
-    launch = c.fp8.causal ? &fp8_attention::LaunchFp8WsD128<true> : &fp8_attention::LaunchFp8WsD128<false>;
+    launch = c.fp8.causal ? &fp8_attention::LaunchFp8WsD128<true, kStages>
+                          : &fp8_attention::LaunchFp8WsD128<false, kStages>;
   }
-  return RunFp8Attention(c.fp8, c.fp8_in, out, s, "ws", launch);
+  return RunFp8Attention(c.fp8, c.fp8_in, out, s, kStages == 2 ? "ws" : "ws_s3", launch);
 }
 
 absl::Status RunMmaSync(const OpCall& c, TensorView& out, cudaStream_t s) {
@@ -47,20 +41,19 @@ absl::Status RunMmaSync(const OpCall& c, TensorView& out, cudaStream_t s) {
 }  // namespace
 
 // Every (valid) e4m3fn call has an entry that serves it; the first that does
-// is the dispatch's choice. "ws" (the warp-specialized kernel) serves the same
-// calls as "qgmma" with the same bytes and stays behind it until it has run
-// and won on the H200 (bench/NOTES.md).
+// is the dispatch's choice. ws_s3 (three stages of K, raw V and V^T instead
+// of two) is the same kernel under test beside ws (bench/NOTES.md).
 const VariantTable& Fp8AttentionVariants() {
   static const VariantTable table = {
-      {"qgmma", "wgmma e4m3 (QGMMA): each 64-key block in its own accumulator, folded into O in fp32",
+      {"ws",
+       "wgmma e4m3 (QGMMA), warp-specialized: a TMA producer warpgroup transposing V, two consumer warpgroups in "
+       "ping-pong; each 64-key block's P V folded into O in fp32",
        "sm_90a, e4m3fn, (d_qk, d_v) = (128, 128)",
        [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 128, "(128, 128)"); }, nullptr,
-       RunQgmma},
-      {"ws",
-       "wgmma e4m3, warp-specialized: TMA producer warpgroup transposing V, two consumer warpgroups in ping-pong; "
-       "qgmma's numerics bit for bit",
-       "sm_90a, e4m3fn, (d_qk, d_v) = (128, 128)",
-       [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 128, "(128, 128)"); }, nullptr, RunWs},
+       RunWs<2>},
+      {"ws_s3", "ws with three shared-memory stages of K, raw V and V^T", "sm_90a, e4m3fn, (d_qk, d_v) = (128, 128)",
+       [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 128, "(128, 128)"); }, nullptr,
+       RunWs<3>},
       {"mma_sync", "mma.sync m16n8k32 e4m3", "sm_90a, e4m3fn, (d_qk, d_v) = (192, 128)",
        [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 192, "(192, 128)"); }, nullptr,
        RunMmaSync},

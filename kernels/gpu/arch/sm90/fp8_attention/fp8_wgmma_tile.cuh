@@ -1,9 +1,9 @@
-// The tile pieces of the wgmma e4m3 kernels at (d_qk, d_v) = (128, 128)
-// (fp8_qgmma_kernel.cuh, fp8_ws_kernel.cuh), written once so that both
-// compute the same function with the same instructions: the 128-byte
-// swizzle, the V transpose with its key permutation, the scores' scale and
-// mask, a 64-key block's frame and P codes (DESIGN §4, p_block.cuh), its
-// P V into a fresh accumulator and the fp32 fold into O, the epilogue.
+// The tile pieces of the wgmma e4m3 kernel at (d_qk, d_v) = (128, 128)
+// (fp8_ws_kernel.cuh; a (192, 128) kernel of the family would share them):
+// the 128-byte swizzle, the V transpose with its key permutation, the
+// scores' scale and mask, a 64-key block's frame and P codes (DESIGN §4,
+// p_block.cuh), its P V into a fresh accumulator and the fp32 fold into O,
+// the epilogue.
 // A thread holds rows g and g + 8 of its warp's 16 (the m64nN accumulator
 // layout, wgmma.cuh); c = lane & 3 indexes its column pairs.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_WGMMA_TILE_CUH_
@@ -21,7 +21,7 @@
 namespace kernelserve {
 namespace gpu {
 namespace fp8_attention {
-namespace qgmma {
+namespace wgmma_tile {
 
 using sm80::F32x2ToE4m3fnX2;
 
@@ -53,11 +53,10 @@ __device__ __forceinline__ void FoldBlock(float (&o)[kNt][4], const float (&ob)[
 // 32 keys holds key 2c + (i&1) + 8(i>>1) (+16), the order of the S
 // accumulator columns, so that the codes are the A operand of P V as they
 // lie. A task moves 4 keys x 4 dv; a warp takes 4 position words x 8 dv
-// words. raw(key, byte) is the raw tile's shared address of (key, byte):
-// the QGMMA kernel pads its rows to 144 bytes, the ws kernel reads TMA's
-// 128-byte swizzle; either way the warp's reads of keys {0, 2, 4, 6}
-// (+ 32 kc) x 8 dv words fall in 32 distinct banks (the swizzled V^T
-// stores take 4-way conflicts).
+// words. raw(key, byte) is the raw tile's shared address of (key, byte)
+// (TMA's 128-byte swizzle in the ws kernel, where the warp's reads of keys
+// {0, 2, 4, 6} (+ 32 kc) x 8 dv words fall in 32 distinct banks; the
+// swizzled V^T stores take 4-way conflicts).
 template <int kThreads, class RawAt>
 __device__ __forceinline__ void TransposeV(RawAt raw, uint8_t* svt, int tid) {
 #pragma unroll 2
@@ -199,7 +198,7 @@ __device__ __forceinline__ void StoreRows(const Fp8KernelParams& p, const float 
   }
 }
 
-}  // namespace qgmma
+}  // namespace wgmma_tile
 }  // namespace fp8_attention
 }  // namespace gpu
 }  // namespace kernelserve

@@ -1,12 +1,13 @@
 // FP8 (e4m3fn) attention forward on sm_90a, (d_qk, d_v) = (128, 128),
 // warp-specialized in FlashAttention-3's structure (the bf16 kernel's,
-// kernels/gpu/arch/sm90/attention/flash_fwd_ws_kernel.h). Numerics are the
-// QGMMA kernel's (fp8_qgmma_kernel.cuh) instruction for instruction: the same
-// wgmma shapes in the same order, the same V^T layout (keys permuted within
-// each 32 so that the S accumulators are the A operand of P V, 8 rows of
-// ones whose columns 128..135 sum the rounded P), the same per-64-key block
-// frame (p_block.cuh), each block's P V in a fresh accumulator folded into O
-// in fp32 in block order. So its output equals the QGMMA kernel's bit for bit.
+// kernels/gpu/arch/sm90/attention/flash_fwd_ws_kernel.h). Numerics (DESIGN
+// §4) are those of the lockstep wgmma e4m3 kernel it replaced (git:
+// fp8_qgmma_kernel.cuh; its output equalled this one's byte for byte on the
+// H200, bench/NOTES.md): V^T with keys permuted within each 32 so that the S
+// accumulators are the A operand of P V, 8 rows of ones whose columns
+// 128..135 sum the rounded P, the per-64-key block frame (p_block.cuh), each
+// block's P V in a fresh accumulator folded into O in fp32 in block order
+// (fp8_wgmma_tile.cuh).
 //
 // Three warpgroups per CTA of kRows = 128 query rows:
 //   warpgroup 0, the producer (setmaxnreg down): one thread loads Q once and
@@ -24,7 +25,7 @@
 //   wait S(n): release K(n); mask, block 0's frame and codes under P1 V(n-1);
 //   wait P1 V(n-1): fold O = O 2^(R_prev - R) + ob, release V^T(n-1);
 //   P0 V(n) into ob; block 1's frame and codes under it; wait, fold.
-// The fold order (P0 V(n), then P1 V(n)) is the QGMMA kernel's.
+// The folds run in block order: P0 V(n), then P1 V(n).
 //
 // CTAs are numbered longest first: with causal masking blockIdx.x = 0 is
 // the last query block (the most keys), so the hardware's in-order CTA
@@ -51,12 +52,11 @@ namespace gpu {
 namespace fp8_attention {
 namespace ws {
 
-using namespace qgmma;  // NOLINT: the shared tile pieces (fp8_wgmma_tile.cuh)
+using namespace wgmma_tile;  // NOLINT: the shared tile pieces (fp8_wgmma_tile.cuh)
 using sm80::SmemAddr;
 
 constexpr int kThreads = 384;
 constexpr int kConsumerWarps = 8;
-constexpr int kStages = 2;
 // The launch bounds cap every thread at 65536 / 384 -> 168 registers;
 // setmaxnreg moves the producer's share to the consumers: 40 + 2 * 232 =
 // 3 * 168 (the transposing producer needs more than the bf16 kernel's 24).
@@ -65,18 +65,9 @@ constexpr int kConsumerRegs = 232;
 constexpr uint32_t kTurnBarrier = 1;      // named barriers 1, 2: the consumers' turns
 constexpr uint32_t kProducerBarrier = 3;  // the producer warpgroup's own
 
-// Shared memory from a 1024-byte-aligned base: Q, kStages K, kStages raw V
-// (all TMA-written, swizzled), kStages V^T (transposed, swizzled), barriers.
 constexpr uint32_t kQBytes = kRows * kD;
 constexpr uint32_t kKvBytes = kTile * kD;
 constexpr uint32_t kVtBytes = kVtRows * kTile;
-constexpr uint32_t kOffK = kQBytes;
-constexpr uint32_t kOffV = kOffK + kStages * kKvBytes;
-constexpr uint32_t kOffVt = kOffV + kStages * kKvBytes;
-constexpr uint32_t kOffBars = kOffVt + kStages * kVtBytes;
-static_assert(kVtBytes % 1024 == 0 && kOffVt % 1024 == 0, "swizzled tiles must be 1024-byte aligned");
-constexpr int kBarriers = 1 + 5 * kStages;
-constexpr int kSmemBytes = 1024 + kOffBars + 8 * kBarriers;
 
 struct Fp8WsParams {
   Fp8KernelParams p;
@@ -87,7 +78,18 @@ struct Fp8WsParams {
   int batch;
 };
 
+// Shared memory from a 1024-byte-aligned base: Q, kStages K, kStages raw V
+// (all TMA-written, swizzled), kStages V^T (transposed, swizzled), barriers.
+template <int kStages_>
 struct Smem {
+  static constexpr int kStages = kStages_;
+  static constexpr uint32_t kOffK = kQBytes;
+  static constexpr uint32_t kOffV = kOffK + kStages * kKvBytes;
+  static constexpr uint32_t kOffVt = kOffV + kStages * kKvBytes;
+  static constexpr uint32_t kOffBars = kOffVt + kStages * kVtBytes;
+  static_assert(kVtBytes % 1024 == 0 && kOffVt % 1024 == 0, "swizzled tiles must be 1024-byte aligned");
+  static constexpr int kBarriers = 1 + 5 * kStages;
+  static constexpr int kSmemBytes = 1024 + kOffBars + 8 * kBarriers;
   uint32_t base;
   __device__ uint32_t Q() const { return base; }
   __device__ uint32_t K(int s) const { return base + kOffK + s * kKvBytes; }
@@ -124,7 +126,8 @@ __device__ __forceinline__ void LoadTile(const void* map, uint32_t dst, uint32_t
 }
 
 // The producer warpgroup (ptid 0..127) over n_tiles > 0 key tiles.
-__device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Smem& sm, uint8_t* smem, int ptid, int q0,
+template <class Sm>
+__device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Sm& sm, uint8_t* smem, int ptid, int q0,
                                         int h, int hk, int b, int n_tiles) {
   const bool hi = wp.heads_inner != 0;
   if (ptid == 0) {
@@ -137,22 +140,22 @@ __device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Smem& sm, u
     LoadTile(&wp.map_v, sm.V(0), sm.VFull(0), 0, hk, b, hi);
   }
   for (int n = 0; n < n_tiles; ++n) {
-    const int s = n % kStages;
-    const uint32_t ph = (n / kStages) & 1;
+    const int s = n % Sm::kStages;
+    const uint32_t ph = (n / Sm::kStages) & 1;
     if (ptid == 0) {
       sm90::MbarWait(sm.KEmpty(s), ph ^ 1);
       sm90::MbarArriveExpectTx(sm.KFull(s), kKvBytes);
       LoadTile(&wp.map_k, sm.K(s), sm.KFull(s), n * kTile, hk, b, hi);
       if (n + 1 < n_tiles) {  // raw V stage (n+1)%2 was last read by tile n-1's transpose
-        const int s1 = (n + 1) % kStages;
+        const int s1 = (n + 1) % Sm::kStages;
         sm90::MbarArriveExpectTx(sm.VFull(s1), kKvBytes);
         LoadTile(&wp.map_v, sm.V(s1), sm.VFull(s1), (n + 1) * kTile, hk, b, hi);
       }
     }
     sm90::MbarWait(sm.VFull(s), ph);
     sm90::MbarWait(sm.VtEmpty(s), ph ^ 1);
-    const uint8_t* sv = smem + kOffV + s * kKvBytes;
-    TransposeV<128>([sv](int key, int byte) { return sv + Swz(key, byte); }, smem + kOffVt + s * kVtBytes, ptid);
+    const uint8_t* sv = smem + Sm::kOffV + s * kKvBytes;
+    TransposeV<128>([sv](int key, int byte) { return sv + Swz(key, byte); }, smem + Sm::kOffVt + s * kVtBytes, ptid);
     sm90::FenceProxyAsync();  // V^T (st.shared) is read by wgmma next
     sm90::MbarArrive(sm.VtFull(s));
     sm90::NamedBarrierSync(kProducerBarrier, 128);  // every read of raw V stage s done before its refill
@@ -161,8 +164,8 @@ __device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Smem& sm, u
 
 // A consumer warpgroup (cwg 0, 1: query rows [64 cwg, 64 cwg + 64) of the
 // CTA's 128) over the CTA's n_tiles key tiles, then its epilogue.
-template <bool kCausal, int kMode>
-__device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Smem& sm, int cwg, int h, int hk, int b,
+template <bool kCausal, int kMode, class Sm>
+__device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, int cwg, int h, int hk, int b,
                                         int q0, int64_t diag, int n_tiles) {
   const int tid = threadIdx.x - 128, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c = lane & 3;
@@ -218,8 +221,8 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Smem& sm
     // a branch on n and serializes every wgmma (C7513).
     auto tile = [&](int n, auto first) {
       constexpr bool kFirst = decltype(first)::value;
-      const int st = n % kStages, prev = (n + kStages - 1) % kStages;
-      const uint32_t ph = (n / kStages) & 1;
+      const int st = n % Sm::kStages, prev = (n + Sm::kStages - 1) % Sm::kStages;
+      const uint32_t ph = (n / Sm::kStages) & 1;
       sm90::MbarWait(sm.KFull(st), ph);
       sm90::NamedBarrierSync(my_turn, kTurnThreads);
       sm90::FenceOperand(s);
@@ -274,7 +277,7 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Smem& sm
     tile(0, std::true_type{});
     for (int n = 1; n < n_tiles; ++n) tile(n, std::false_type{});
     // The last tile's P1 V.
-    const int last = (n_tiles - 1) % kStages;
+    const int last = (n_tiles - 1) % Sm::kStages;
     sm90::NamedBarrierSync(my_turn, kTurnThreads);
     sm90::FenceOperand(ob);
     sm90::FenceOperand(pa);
@@ -291,12 +294,13 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Smem& sm
 }
 
 
-template <bool kCausal, int kMode>
+template <bool kCausal, int kMode, int kStages>
 __global__ void __launch_bounds__(kThreads, 1) Fp8AttnWsKernel(const __grid_constant__ Fp8WsParams wp) {
+  using Sm = Smem<kStages>;
   const Fp8KernelParams& p = wp.p;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  const Smem sm{SmemAddr(smem)};
+  const Sm sm{SmemAddr(smem)};
 
   const int n_qb = (p.seq_q + kRows - 1) / kRows;
   const int qb = kCausal ? n_qb - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
@@ -314,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnWsKernel(const __grid_cons
   // permutes equal bytes), published to the async proxy before the barrier.
   for (int i = threadIdx.x; i < kStages * 8 * kTile / 4; i += kThreads) {
     const int st = i / (8 * kTile / 4), w = i % (8 * kTile / 4);
-    reinterpret_cast<uint32_t*>(smem + kOffVt + st * kVtBytes + kD * kTile)[w] = 0x38383838u;
+    reinterpret_cast<uint32_t*>(smem + Sm::kOffVt + st * kVtBytes + kD * kTile)[w] = 0x38383838u;
   }
   sm90::FenceProxyAsync();
   __syncthreads();

@@ -47,7 +47,7 @@ inline cudaError_t EncodeMap(sm90::EncodeTiledFn encode, const uint8_t* base, in
 
 // One CTA per 128 query rows of one (batch, head), longest first when causal.
 // An empty K/V (seq_kv = 0) never reaches here: the host entry writes its zeros.
-template <bool kCausal, int kMode>
+template <bool kCausal, int kMode, int kStages>
 cudaError_t LaunchKernel(const Fp8KernelParams& p, int batch, cudaStream_t stream) {
   static_assert(kRows == kTile, "one box shape for Q, K and V");
   const sm90::EncodeTiledFn encode = sm90::TensorMapEncoder();
@@ -61,7 +61,8 @@ cudaError_t LaunchKernel(const Fp8KernelParams& p, int batch, cudaStream_t strea
   if (e == cudaSuccess) e = EncodeMap(encode, p.k, p.seq_kv, p.heads_kv, batch, hi, &wp.map_k);
   if (e == cudaSuccess) e = EncodeMap(encode, p.v, p.seq_kv, p.heads_kv, batch, hi, &wp.map_v);
   if (e != cudaSuccess) return e;
-  const auto kernel = Fp8AttnWsKernel<kCausal, kMode>;
+  const auto kernel = Fp8AttnWsKernel<kCausal, kMode, kStages>;
+  constexpr int kSmemBytes = Smem<kStages>::kSmemBytes;
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (e != cudaSuccess) return e;
   const dim3 grid((p.seq_q + kRows - 1) / kRows, p.heads_q, batch);
@@ -71,15 +72,15 @@ cudaError_t LaunchKernel(const Fp8KernelParams& p, int batch, cudaStream_t strea
 
 }  // namespace ws
 
-template <bool kCausal>
+template <bool kCausal, int kStages>
 cudaError_t LaunchFp8WsD128(const Fp8KernelParams& p, int batch, int p_mode, cudaStream_t stream) {
   switch (p_mode) {
     case kLean:
-      return ws::LaunchKernel<kCausal, kLean>(p, batch, stream);
+      return ws::LaunchKernel<kCausal, kLean, kStages>(p, batch, stream);
     case kNaive:
-      return ws::LaunchKernel<kCausal, kNaive>(p, batch, stream);
+      return ws::LaunchKernel<kCausal, kNaive, kStages>(p, batch, stream);
     default:
-      return ws::LaunchKernel<kCausal, kExact>(p, batch, stream);
+      return ws::LaunchKernel<kCausal, kExact, kStages>(p, batch, stream);
   }
 }
 
