@@ -24,7 +24,7 @@ summary=()
 # Tests of kernels written without a device (UNTRIED_FILTER, a gtest filter,
 # e.g. '*Pipe*') run in their own processes after the rest, so a fault or an
 # mbarrier hang there cannot cost the trusted kernels' results. Every kernel
-# in the tree has run on the H200 as of 2026-12-02, so it is empty by default.
+# in the tree has run on the H200 as of 2026-12-03, so it is empty by default.
 untried=${UNTRIED_FILTER:-}
 if [ $run_tests = 1 ]; then
   for t in .bundle/bin/*_test; do

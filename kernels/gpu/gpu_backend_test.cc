@@ -269,7 +269,7 @@ TEST(GpuBackendTest, VariantTablesAreListedAndRunByName) {
     EXPECT_FALSE(v.serves.empty()) << v.name;
     EXPECT_TRUE(names.insert(BenchOpName(v.op) + "." + v.name).second) << "listed twice: " << v.name;
   }
-  for (const char* want : {"attention.wgmma_ws", "attention.mma_sync", "fp8_attention.qgmma", "mla_decode.wgmma_rega",
+  for (const char* want : {"attention.wgmma_ws", "attention.mma_sync", "fp8_attention.ws", "mla_decode.wgmma_rega",
                            "moe_gateup.mma_sync"}) {
     EXPECT_TRUE(names.count(want)) << want;
   }

@@ -20,12 +20,16 @@ std::string HeadShape(const DeviceCaps& caps, const OpCall& c, int64_t d_qk, con
   return "";
 }
 
-absl::Status RunQgmma(const OpCall& c, TensorView& out, cudaStream_t s) {
+// Two stages of K, raw V and V^T: three measured 2-4 % slower with lean P
+// on the H200 (bench/NOTES.md).
+template <int kStages>
+absl::Status RunWs(const OpCall& c, TensorView& out, cudaStream_t s) {
   fp8_attention::KernelLaunch launch = nullptr;
   if (c.fp8.d_qk == 128 && c.fp8.d_v == 128) {
-    launch = c.fp8.causal ? &fp8_attention::LaunchFp8QgmmaD128<true> : &fp8_attention::LaunchFp8QgmmaD128<false>;
+    launch = c.fp8.causal ? &fp8_attention::LaunchFp8WsD128<true, kStages>
+                          : &fp8_attention::LaunchFp8WsD128<false, kStages>;
   }
-  return RunFp8Attention(c.fp8, c.fp8_in, out, s, "qgmma", launch);
+  return RunFp8Attention(c.fp8, c.fp8_in, out, s, "ws", launch);
 }
 
 absl::Status RunMmaSync(const OpCall& c, TensorView& out, cudaStream_t s) {
@@ -41,10 +45,12 @@ absl::Status RunMmaSync(const OpCall& c, TensorView& out, cudaStream_t s) {
 // Every (valid) e4m3fn call has one entry that serves it: the head shapes are apart.
 const VariantTable& Fp8AttentionVariants() {
   static const VariantTable table = {
-      {"qgmma", "wgmma e4m3 (QGMMA): each 64-key block in its own accumulator, folded into O in fp32",
+      {"ws",
+       "wgmma e4m3 (QGMMA), warp-specialized: a TMA producer warpgroup transposing V, two consumer warpgroups in "
+       "ping-pong; each 64-key block's P V folded into O in fp32",
        "sm_90a, e4m3fn, (d_qk, d_v) = (128, 128)",
        [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 128, "(128, 128)"); }, nullptr,
-       RunQgmma},
+       RunWs<2>},
       {"mma_sync", "mma.sync m16n8k32 e4m3", "sm_90a, e4m3fn, (d_qk, d_v) = (192, 128)",
        [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 192, "(192, 128)"); }, nullptr,
        RunMmaSync},

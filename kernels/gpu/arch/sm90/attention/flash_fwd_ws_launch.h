@@ -1,6 +1,5 @@
 // Host side of the warp-specialized kernel: the TMA maps of Q, K and V,
-// built per launch (cuTensorMapEncodeTiled from the driver, reached through
-// the runtime's entry-point query: no -lcuda), and the launcher that
+// built per launch (sm90/tensor_map.h's encoder), and the launcher that
 // flash_fwd_ws_hdim128_*.cu instantiate.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
@@ -11,6 +10,7 @@
 
 #include "kernels/gpu/arch/sm90/attention/flash_fwd.h"
 #include "kernels/gpu/arch/sm90/attention/flash_fwd_ws_kernel.h"
+#include "kernels/gpu/arch/sm90/tensor_map.h"
 #include "kernels/gpu/attention/flash_params.h"
 #include "kernels/gpu/attention/tile_scheduler.h"
 #include "kernels/gpu/common/gpu.h"
@@ -18,27 +18,6 @@
 namespace kernelserve {
 namespace gpu {
 namespace attention {
-
-// cuTensorMapEncodeTiled's signature (CUDA 12.0 ABI).
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The driver's encoder, looked up once; nullptr if the driver has none.
-inline EncodeTiledFn TensorMapEncoder() {
-  static const EncodeTiledFn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      return static_cast<EncodeTiledFn>(nullptr);
-    }
-    return reinterpret_cast<EncodeTiledFn>(f);
-  }();
-  return fn;
-}
 
 // One bf16 tensor of `seq` rows of 128 per (batch, head), strides in
 // elements, as a 4-D map whose box is 64 columns x kRows rows of one (head,
@@ -61,7 +40,7 @@ inline bool TileMapFits(const TileMapDesc& t) {
 }
 
 template <int kRows>
-cudaError_t EncodeTileMap(EncodeTiledFn encode, const TileMapDesc& t, bool heads_inner,
+cudaError_t EncodeTileMap(sm90::EncodeTiledFn encode, const TileMapDesc& t, bool heads_inner,
                           CUtensorMap* map) {
   const cuuint64_t dims[4] = {128, static_cast<cuuint64_t>(heads_inner ? t.heads : t.seq),
                               static_cast<cuuint64_t>(heads_inner ? t.seq : t.heads),
@@ -110,7 +89,7 @@ cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, cudaStream_t stream) 
                       params.v_head_stride,
                       params.v_batch_stride};
   if (!TileMapFits(q) || !TileMapFits(k) || !TileMapFits(v)) return cudaErrorInvalidValue;
-  const EncodeTiledFn encode = TensorMapEncoder();
+  const sm90::EncodeTiledFn encode = sm90::TensorMapEncoder();
   if (encode == nullptr) return cudaErrorNotSupported;
 
   FlashFwdWsParams wp;

@@ -250,8 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnKernel(const KParams p) {
             const float y = s[n][e] - ref[hf];
             uint32_t cd;
             if (kMode == kLean) {
-              const int v = __float2int_rn(fmaf(y, 8.f, 56.f));
-              cd = static_cast<uint32_t>(min(max(v, 0), 120));
+              cd = LeanCode(y);
             } else {
               const float pv = exp2f(y);
               if (kMode == kNaive) psum[hf] += pv;

@@ -1,0 +1,206 @@
+// The tile pieces of the wgmma e4m3 kernel at (d_qk, d_v) = (128, 128)
+// (fp8_ws_kernel.cuh; a (192, 128) kernel of the family would share them):
+// the 128-byte swizzle, the V transpose with its key permutation, the
+// scores' scale and mask, a 64-key block's frame and P codes (DESIGN §4,
+// p_block.cuh), its P V into a fresh accumulator and the fp32 fold into O,
+// the epilogue.
+// A thread holds rows g and g + 8 of its warp's 16 (the m64nN accumulator
+// layout, wgmma.cuh); c = lane & 3 indexes its column pairs.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_WGMMA_TILE_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_WGMMA_TILE_CUH_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/gpu/arch/sm80/mma.cuh"
+#include "kernels/gpu/arch/sm90/fp8_attention/p_block.cuh"
+#include "kernels/gpu/arch/sm90/wgmma.cuh"
+#include "kernels/gpu/common/bf16.cuh"
+#include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace fp8_attention {
+namespace wgmma_tile {
+
+using sm80::F32x2ToE4m3fnX2;
+
+constexpr int kRows = 128;         // query rows per CTA: 2 (consumer) warpgroups x 64
+constexpr int kTile = 128;         // keys per tile: two 64-key P blocks
+constexpr int kD = 128;            // d_qk = d_v
+constexpr int kVtRows = kD + 8;    // V^T rows; 128..135 are ones (row sums)
+constexpr int kNt = kVtRows / 8;   // accumulator column tiles of O (+ L)
+
+// Byte offset of byte `col` of row `row` in a 128-byte-swizzled tile:
+// 16-byte chunk c of row r is stored at chunk c ^ (r & 7).
+__device__ __forceinline__ uint32_t Swz(int row, int col) {
+  return static_cast<uint32_t>(row * 128 + ((((col >> 4) ^ (row & 7)) << 4) | (col & 15)));
+}
+
+// O = O * factor + B per row (fp32 on the CUDA cores): one 64-key block's
+// P V (and P 1) joins O in the block's frame.
+__device__ __forceinline__ void FoldBlock(float (&o)[kNt][4], const float (&ob)[kNt][4], const float (&factor)[2]) {
+#pragma unroll
+  for (int n = 0; n < kNt; ++n) {
+    o[n][0] = fmaf(o[n][0], factor[0], ob[n][0]);
+    o[n][1] = fmaf(o[n][1], factor[0], ob[n][1]);
+    o[n][2] = fmaf(o[n][2], factor[1], ob[n][2]);
+    o[n][3] = fmaf(o[n][3], factor[1], ob[n][3]);
+  }
+}
+
+// V^T[dv][position] from a raw V tile: position 4c+i (and 16+4c+i) of each
+// 32 keys holds key 2c + (i&1) + 8(i>>1) (+16), the order of the S
+// accumulator columns, so that the codes are the A operand of P V as they
+// lie. A task moves 4 keys x 4 dv; a warp takes 4 position words x 8 dv
+// words. raw(key, byte) is the raw tile's shared address of (key, byte)
+// (TMA's 128-byte swizzle in the ws kernel, where the warp's reads of keys
+// {0, 2, 4, 6} (+ 32 kc) x 8 dv words fall in 32 distinct banks; the
+// swizzled V^T stores take 4-way conflicts).
+template <int kThreads, class RawAt>
+__device__ __forceinline__ void TransposeV(RawAt raw, uint8_t* svt, int tid) {
+#pragma unroll 2
+  for (int task = tid; task < (kD / 4) * (kTile / 4); task += kThreads) {
+    const int pw = ((task >> 5) & 7) * 4 + (task & 3), dq = (task >> 8) * 8 + ((task >> 2) & 7);
+    const int kc = pw / 8, p0 = (pw % 8) * 4;
+    const int key0 = kc * 32 + (p0 / 16) * 16 + 2 * ((p0 % 16) / 4);
+    const uint32_t r0 = *reinterpret_cast<const uint32_t*>(raw(key0 + 0, dq * 4));
+    const uint32_t r1 = *reinterpret_cast<const uint32_t*>(raw(key0 + 1, dq * 4));
+    const uint32_t r2 = *reinterpret_cast<const uint32_t*>(raw(key0 + 8, dq * 4));
+    const uint32_t r3 = *reinterpret_cast<const uint32_t*>(raw(key0 + 9, dq * 4));
+    const uint32_t t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r2, r3, 0x5140);
+    const uint32_t t2 = __byte_perm(r0, r1, 0x7362), t3 = __byte_perm(r2, r3, 0x7362);
+    const int n0 = dq * 4, pos = pw * 4;
+    *reinterpret_cast<uint32_t*>(svt + Swz(n0 + 0, pos)) = __byte_perm(t0, t1, 0x5410);
+    *reinterpret_cast<uint32_t*>(svt + Swz(n0 + 1, pos)) = __byte_perm(t0, t1, 0x7632);
+    *reinterpret_cast<uint32_t*>(svt + Swz(n0 + 2, pos)) = __byte_perm(t2, t3, 0x5410);
+    *reinterpret_cast<uint32_t*>(svt + Swz(n0 + 3, pos)) = __byte_perm(t2, t3, 0x7632);
+  }
+}
+
+// Scores of one tile (keys from j0) in base 2, masked only on tiles that
+// reach past seq_kv or (causal) past the CTA's first row's last key: every
+// row's limit `lim` is at least that, so the test is CTA-uniform.
+template <bool kCausal>
+__device__ __forceinline__ void ScaleMask(float (&s)[kTile / 8][4], const Fp8KernelParams& p, int64_t j0, int q0,
+                                          int64_t diag, const int64_t (&lim)[2], float sc, int c) {
+  const int64_t j_last = j0 + kTile - 1;
+  if (j_last >= p.seq_kv || (kCausal && j_last > q0 + diag)) {
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + n * 8 + 2 * c + (e & 1);
+        const float t = s[n][e] * sc;
+        s[n][e] = j > lim[e >> 1] ? -INFINITY : t;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] *= sc;
+    }
+  }
+}
+
+// Block hb (0, 1) of the tile: its frame (factor, and R subtracted before
+// encoding) and its codes as the A fragments pa[2hb], pa[2hb+1]: for keys
+// [32 kc, 32 kc + 32), a0/a1 rows g/g+8 from n-tiles 4kc, 4kc+1, a2/a3 from
+// 4kc+2, 4kc+3 (V^T's positions are permuted to match). Naive P adds the
+// unrounded p in the mma.sync kernel's order into lsum.
+template <int kMode>
+__device__ __forceinline__ void BlockCodes(const float (&s)[kTile / 8][4], int hb, uint32_t (&pa)[kTile / 32][4],
+                                           float (&m_run)[2], int (&r_last)[2], int (&r_max)[2], float (&lsum)[2],
+                                           float (&factor)[2]) {
+  float bmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 8 * hb; n < 8 * hb + 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) bmax[e >> 1] = fmaxf(bmax[e >> 1], s[n][e]);
+  }
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    bmax[hf] = fmaxf(bmax[hf], __shfl_xor_sync(0xffffffffu, bmax[hf], 1));
+    bmax[hf] = fmaxf(bmax[hf], __shfl_xor_sync(0xffffffffu, bmax[hf], 2));
+  }
+  float ref[2];
+  UpdateBlockFrame<kMode>(bmax, m_run, r_last, r_max, factor, ref);
+  float psum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int kc = 2 * hb; kc < 2 * hb + 2; ++kc) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const int n = 4 * kc + 2 * half + q;
+          const float y0 = s[n][2 * hf] - ref[hf], y1 = s[n][2 * hf + 1] - ref[hf];
+          uint32_t pair;
+          if (kMode == kLean) {
+            pair = LeanCodePair(y0, y1);
+          } else {
+            const float p0 = exp2f(y0), p1 = exp2f(y1);
+            if (kMode == kNaive) {
+              psum[hf] += p0;
+              psum[hf] += p1;
+            }
+            pair = F32x2ToE4m3fnX2(p0, p1);
+          }
+          word |= pair << (16 * q);
+        }
+        pa[kc][half * 2 + hf] = word;
+      }
+    }
+  }
+  if (kMode == kNaive) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      psum[hf] += __shfl_xor_sync(0xffffffffu, psum[hf], 1);
+      psum[hf] += __shfl_xor_sync(0xffffffffu, psum[hf], 2);
+      lsum[hf] = lsum[hf] * factor[hf] + psum[hf];
+    }
+  }
+}
+
+// P V of block hb (keys [64 hb, 64 hb + 64) of the tile) into a fresh ob
+// (scale-d 0, then 1): fp8 wgmma accumulation truncates (~14-bit
+// alignment), so each block's P V is folded into O in fp32 (FoldBlock)
+// rather than accumulated across blocks in the tensor cores.
+__device__ __forceinline__ void IssuePv(float (&ob)[kNt][4], const uint32_t (&pa)[kTile / 32][4], uint32_t vt,
+                                        int hb) {
+#pragma unroll
+  for (int kc = 2 * hb; kc < 2 * hb + 2; ++kc) {
+    const uint64_t db = sm90::MakeSmemDesc(vt + 32u * kc, 16, 1024);
+    sm90::WgmmaRS<136, sm90::E4m3>(ob, pa[kc], db, kc == 2 * hb ? 0 : 1);
+  }
+}
+
+// O / L * v_descale into the two rows `row0` and row0 + 8 this thread holds
+// (rows that see no key are 0; rows past seq_q are not written).
+template <int kMode>
+__device__ __forceinline__ void StoreRows(const Fp8KernelParams& p, const float (&o)[kNt][4], const float (&lsum)[2],
+                                          float v_ds, int row0, int b, int h, int c) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = row0 + hf * 8;
+    if (r >= p.seq_q) continue;
+    const float l = kMode == kNaive ? lsum[hf] : o[kNt - 1][hf * 2];
+    const float inv = l > 0.f ? v_ds / l : 0.f;
+    uint16_t* orow = p.out + RowOff(p.bshd, b, h, r, p.heads_q, p.seq_q, kD);
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * c) =
+          PackBf16x2(o[n][hf * 2] * inv, o[n][hf * 2 + 1] * inv, p.rounding);
+    }
+  }
+}
+
+}  // namespace wgmma_tile
+}  // namespace fp8_attention
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_WGMMA_TILE_CUH_

@@ -1,0 +1,340 @@
+// FP8 (e4m3fn) attention forward on sm_90a, (d_qk, d_v) = (128, 128),
+// warp-specialized in FlashAttention-3's structure (the bf16 kernel's,
+// kernels/gpu/arch/sm90/attention/flash_fwd_ws_kernel.h). Numerics (DESIGN
+// §4) are those of the lockstep wgmma e4m3 kernel it replaced (git:
+// fp8_qgmma_kernel.cuh; its output equalled this one's byte for byte on the
+// H200, bench/NOTES.md): V^T with keys permuted within each 32 so that the S
+// accumulators are the A operand of P V, 8 rows of ones whose columns
+// 128..135 sum the rounded P, the per-64-key block frame (p_block.cuh), each
+// block's P V in a fresh accumulator folded into O in fp32 in block order
+// (fp8_wgmma_tile.cuh).
+//
+// Three warpgroups per CTA of kRows = 128 query rows:
+//   warpgroup 0, the producer (setmaxnreg down): one thread loads Q once and
+//     the K and raw V tiles of 128 keys by TMA (128-byte swizzle, one e4m3
+//     row = one swizzle row) into two-stage rings on mbarriers; all 128
+//     threads transpose each raw V tile into a V^T stage (fp8 wgmma takes B
+//     K-major only), fence.proxy.async, and arrive on the stage's full
+//     barrier;
+//   warpgroups 1 and 2, the consumers (setmaxnreg up): 64 query rows each.
+//
+// Consumer loop over key tiles n (each tile = two 64-key P blocks):
+//   turn (named barrier): issue S(n) = Q K(n)^T, then P1 V(n-1) into ob
+//     (block 1 of the previous tile); pass the turn, so that the other
+//     warpgroup's softmax and folds run under these wgmmas (ping-pong);
+//   wait S(n): release K(n); mask, block 0's frame and codes under P1 V(n-1);
+//   wait P1 V(n-1): fold O = O 2^(R_prev - R) + ob, release V^T(n-1);
+//   P0 V(n) into ob; block 1's frame and codes under it; wait, fold.
+// The folds run in block order: P0 V(n), then P1 V(n).
+//
+// CTAs are numbered longest first: with causal masking blockIdx.x = 0 is
+// the last query block (the most keys), so the hardware's in-order CTA
+// launch starts the long tiles first and the short ones fill the tail.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_WS_KERNEL_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_WS_KERNEL_CUH_
+
+#include <cuda.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/gpu/arch/sm80/mma.cuh"
+#include "kernels/gpu/arch/sm90/fp8_attention/fp8_wgmma_tile.cuh"
+#include "kernels/gpu/arch/sm90/fp8_attention/p_block.cuh"
+#include "kernels/gpu/arch/sm90/pipeline.cuh"
+#include "kernels/gpu/arch/sm90/wgmma.cuh"
+#include "kernels/gpu/common/bf16.cuh"
+#include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace fp8_attention {
+namespace ws {
+
+using namespace wgmma_tile;  // NOLINT: the shared tile pieces (fp8_wgmma_tile.cuh)
+using sm80::SmemAddr;
+
+constexpr int kThreads = 384;
+constexpr int kConsumerWarps = 8;
+// The launch bounds cap every thread at 65536 / 384 -> 168 registers;
+// setmaxnreg moves the producer's share to the consumers: 40 + 2 * 232 =
+// 3 * 168 (the transposing producer needs more than the bf16 kernel's 24).
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+constexpr uint32_t kTurnBarrier = 1;      // named barriers 1, 2: the consumers' turns
+constexpr uint32_t kProducerBarrier = 3;  // the producer warpgroup's own
+
+constexpr uint32_t kQBytes = kRows * kD;
+constexpr uint32_t kKvBytes = kTile * kD;
+constexpr uint32_t kVtBytes = kVtRows * kTile;
+
+struct Fp8WsParams {
+  Fp8KernelParams p;
+  CUtensorMap map_q, map_k, map_v;
+  // 1: the maps' dimensions are (d, head, seq, batch) (BSHD), 0: (d, seq,
+  // head, batch) (BHSD).
+  int heads_inner;
+  int batch;
+};
+
+// Shared memory from a 1024-byte-aligned base: Q, kStages K, kStages raw V
+// (all TMA-written, swizzled), kStages V^T (transposed, swizzled), barriers.
+template <int kStages_>
+struct Smem {
+  static constexpr int kStages = kStages_;
+  static constexpr uint32_t kOffK = kQBytes;
+  static constexpr uint32_t kOffV = kOffK + kStages * kKvBytes;
+  static constexpr uint32_t kOffVt = kOffV + kStages * kKvBytes;
+  static constexpr uint32_t kOffBars = kOffVt + kStages * kVtBytes;
+  static_assert(kVtBytes % 1024 == 0 && kOffVt % 1024 == 0, "swizzled tiles must be 1024-byte aligned");
+  static constexpr int kBarriers = 1 + 5 * kStages;
+  static constexpr int kSmemBytes = 1024 + kOffBars + 8 * kBarriers;
+  uint32_t base;
+  __device__ uint32_t Q() const { return base; }
+  __device__ uint32_t K(int s) const { return base + kOffK + s * kKvBytes; }
+  __device__ uint32_t V(int s) const { return base + kOffV + s * kKvBytes; }
+  __device__ uint32_t Vt(int s) const { return base + kOffVt + s * kVtBytes; }
+  __device__ uint32_t Bar(int i) const { return base + kOffBars + 8u * i; }
+  // q_full: 1 arrival + Q's bytes; k_full / v_full (raw V): 1 + the tile's
+  // bytes; vt_full: the 128 producer threads after their transpose;
+  // k_empty / vt_empty: one arrival per consumer warp.
+  __device__ uint32_t QFull() const { return Bar(0); }
+  __device__ uint32_t KFull(int s) const { return Bar(1 + s); }
+  __device__ uint32_t KEmpty(int s) const { return Bar(1 + kStages + s); }
+  __device__ uint32_t VFull(int s) const { return Bar(1 + 2 * kStages + s); }
+  __device__ uint32_t VtFull(int s) const { return Bar(1 + 3 * kStages + s); }
+  __device__ uint32_t VtEmpty(int s) const { return Bar(1 + 4 * kStages + s); }
+  __device__ void InitBarriers() const {
+    sm90::MbarInit(QFull(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      sm90::MbarInit(KFull(s), 1);
+      sm90::MbarInit(KEmpty(s), kConsumerWarps);
+      sm90::MbarInit(VFull(s), 1);
+      sm90::MbarInit(VtFull(s), 128);
+      sm90::MbarInit(VtEmpty(s), kConsumerWarps);
+    }
+    sm90::FenceMbarInit();
+  }
+};
+
+// A [128 rows][128 bytes] tile at `row` of (head, batch); coordinates are
+// (column, row, head, batch) or, heads inner, (column, head, row, batch).
+__device__ __forceinline__ void LoadTile(const void* map, uint32_t dst, uint32_t bar, int row, int head, int batch,
+                                         bool heads_inner) {
+  sm90::TmaLoad4d(dst, map, bar, 0, heads_inner ? head : row, heads_inner ? row : head, batch);
+}
+
+// The producer warpgroup (ptid 0..127) over n_tiles > 0 key tiles.
+template <class Sm>
+__device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Sm& sm, uint8_t* smem, int ptid, int q0,
+                                        int h, int hk, int b, int n_tiles) {
+  const bool hi = wp.heads_inner != 0;
+  if (ptid == 0) {
+    sm90::PrefetchTensorMap(&wp.map_q);
+    sm90::PrefetchTensorMap(&wp.map_k);
+    sm90::PrefetchTensorMap(&wp.map_v);
+    sm90::MbarArriveExpectTx(sm.QFull(), kQBytes);
+    LoadTile(&wp.map_q, sm.Q(), sm.QFull(), q0, h, b, hi);
+    sm90::MbarArriveExpectTx(sm.VFull(0), kKvBytes);
+    LoadTile(&wp.map_v, sm.V(0), sm.VFull(0), 0, hk, b, hi);
+  }
+  for (int n = 0; n < n_tiles; ++n) {
+    const int s = n % Sm::kStages;
+    const uint32_t ph = (n / Sm::kStages) & 1;
+    if (ptid == 0) {
+      sm90::MbarWait(sm.KEmpty(s), ph ^ 1);
+      sm90::MbarArriveExpectTx(sm.KFull(s), kKvBytes);
+      LoadTile(&wp.map_k, sm.K(s), sm.KFull(s), n * kTile, hk, b, hi);
+      if (n + 1 < n_tiles) {  // raw V stage (n+1)%2 was last read by tile n-1's transpose
+        const int s1 = (n + 1) % Sm::kStages;
+        sm90::MbarArriveExpectTx(sm.VFull(s1), kKvBytes);
+        LoadTile(&wp.map_v, sm.V(s1), sm.VFull(s1), (n + 1) * kTile, hk, b, hi);
+      }
+    }
+    sm90::MbarWait(sm.VFull(s), ph);
+    sm90::MbarWait(sm.VtEmpty(s), ph ^ 1);
+    const uint8_t* sv = smem + Sm::kOffV + s * kKvBytes;
+    TransposeV<128>([sv](int key, int byte) { return sv + Swz(key, byte); }, smem + Sm::kOffVt + s * kVtBytes, ptid);
+    sm90::FenceProxyAsync();  // V^T (st.shared) is read by wgmma next
+    sm90::MbarArrive(sm.VtFull(s));
+    sm90::NamedBarrierSync(kProducerBarrier, 128);  // every read of raw V stage s done before its refill
+  }
+}
+
+// A consumer warpgroup (cwg 0, 1: query rows [64 cwg, 64 cwg + 64) of the
+// CTA's 128) over the CTA's n_tiles key tiles, then its epilogue.
+template <bool kCausal, int kMode, class Sm>
+__device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, int cwg, int h, int hk, int b,
+                                        int q0, int64_t diag, int n_tiles) {
+  const int tid = threadIdx.x - 128, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const bool release = lane == 0;
+
+  const float q_ds = p.q_ds[p.q_ds_per_head ? b * p.heads_q + h : 0];
+  const float k_ds = p.k_ds[p.k_ds_per_head ? b * p.heads_kv + hk : 0];
+  const float v_ds = p.v_ds[p.v_ds_per_head ? b * p.heads_kv + hk : 0];
+  const float sc = q_ds * k_ds * p.scale_log2;
+
+  int64_t lim[2];  // last visible key of this thread's two rows
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int64_t i = q0 + warp * 16 + g + hf * 8;
+    lim[hf] = kCausal ? min(static_cast<int64_t>(p.seq_kv) - 1, i + diag) : static_cast<int64_t>(p.seq_kv) - 1;
+  }
+
+  float o[kNt][4];  // o[0..15]: O; o[16]: the rounded-P row sum
+  float ob[kNt][4];
+  float s[kTile / 8][4];
+  uint32_t pa[kTile / 32][4];
+#pragma unroll
+  for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] = ob[n][e] = 0.f;
+  }
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+  }
+#pragma unroll
+  for (int k = 0; k < kTile / 32; ++k) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pa[k][e] = 0u;
+  }
+  float factor_prev[2] = {1.f, 1.f};  // the frame change of the block whose P V is in ob
+  float lsum[2] = {0.f, 0.f};
+  int r_last[2] = {-(1 << 30), -(1 << 30)}, r_max[2] = {-(1 << 30), -(1 << 30)};
+  float m_run[2] = {-INFINITY, -INFINITY};
+
+  const uint32_t q_addr = sm.Q() + cwg * 64 * 128;
+  const uint32_t my_turn = kTurnBarrier + cwg, other_turn = kTurnBarrier + (cwg ^ 1);
+  constexpr uint32_t kTurnThreads = 256;
+
+  if (n_tiles > 0) {
+    // Consumer 1 hands consumer 0 the first turn; each takes n_tiles + 1
+    // turns, and consumer 1's last passes nothing, so every arrive meets a sync.
+    sm90::NamedBarrierArriveIf(kTurnBarrier, kTurnThreads, cwg == 1);
+    sm90::MbarWait(sm.QFull(), 0);
+    // One key tile; the first has no P1 V(n-1). Two instantiations rather
+    // than a run-time test: ptxas's wgmma pipeline analysis does not follow
+    // a branch on n and serializes every wgmma (C7513).
+    auto tile = [&](int n, auto first) {
+      constexpr bool kFirst = decltype(first)::value;
+      const int st = n % Sm::kStages, prev = (n + Sm::kStages - 1) % Sm::kStages;
+      const uint32_t ph = (n / Sm::kStages) & 1;
+      sm90::MbarWait(sm.KFull(st), ph);
+      sm90::NamedBarrierSync(my_turn, kTurnThreads);
+      sm90::FenceOperand(s);
+      sm90::FenceOperand(ob);
+      sm90::FenceOperand(pa);
+      sm90::WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 32; ++kk) {
+        const uint64_t da = sm90::MakeSmemDesc(q_addr + 32u * kk, 16, 1024);
+        const uint64_t db = sm90::MakeSmemDesc(sm.K(st) + 32u * kk, 16, 1024);
+        sm90::WgmmaSS<128, sm90::E4m3>(s, da, db, kk > 0 ? 1 : 0);
+      }
+      sm90::WgmmaCommit();
+      if constexpr (!kFirst) {
+        IssuePv(ob, pa, sm.Vt(prev), 1);
+        sm90::WgmmaCommit();
+      }
+      sm90::NamedBarrierArrive(other_turn, kTurnThreads);
+      if constexpr (kFirst) {
+        sm90::WgmmaWait<0>();
+      } else {
+        sm90::WgmmaWait<1>();  // S(n) retired; P1 V(n-1) may still run
+      }
+      sm90::FenceOperand(s);
+      sm90::MbarArriveIf(sm.KEmpty(st), release);
+      ScaleMask<kCausal>(s, p, static_cast<int64_t>(n) * kTile, q0, diag, lim, sc, c);
+
+      // Block 0's codes (pa[0], pa[1]) under P1 V(n-1), which reads pa[2], pa[3].
+      float factor0[2], factor1[2];
+      BlockCodes<kMode>(s, 0, pa, m_run, r_last, r_max, lsum, factor0);
+      if constexpr (!kFirst) {
+        sm90::WgmmaWait<0>();
+        sm90::FenceOperand(ob);
+        sm90::FenceOperand(pa);
+        sm90::MbarArriveIf(sm.VtEmpty(prev), release);
+        FoldBlock(o, ob, factor_prev);
+      }
+      sm90::MbarWait(sm.VtFull(st), ph);
+      sm90::FenceOperand(ob);
+      sm90::FenceOperand(pa);
+      sm90::WgmmaFence();
+      IssuePv(ob, pa, sm.Vt(st), 0);
+      sm90::WgmmaCommit();
+      BlockCodes<kMode>(s, 1, pa, m_run, r_last, r_max, lsum, factor1);  // under P0 V(n)
+      sm90::WgmmaWait<0>();
+      sm90::FenceOperand(ob);
+      sm90::FenceOperand(pa);
+      FoldBlock(o, ob, factor0);
+      factor_prev[0] = factor1[0];
+      factor_prev[1] = factor1[1];
+    };
+    tile(0, std::true_type{});
+    for (int n = 1; n < n_tiles; ++n) tile(n, std::false_type{});
+    // The last tile's P1 V.
+    const int last = (n_tiles - 1) % Sm::kStages;
+    sm90::NamedBarrierSync(my_turn, kTurnThreads);
+    sm90::FenceOperand(ob);
+    sm90::FenceOperand(pa);
+    sm90::WgmmaFence();
+    IssuePv(ob, pa, sm.Vt(last), 1);
+    sm90::WgmmaCommit();
+    sm90::NamedBarrierArriveIf(other_turn, kTurnThreads, cwg == 0);
+    sm90::WgmmaWait<0>();
+    sm90::FenceOperand(ob);
+    FoldBlock(o, ob, factor_prev);
+  }
+
+  StoreRows<kMode>(p, o, lsum, v_ds, q0 + warp * 16 + g, b, h, c);
+}
+
+
+template <bool kCausal, int kMode, int kStages>
+__global__ void __launch_bounds__(kThreads, 1) Fp8AttnWsKernel(const __grid_constant__ Fp8WsParams wp) {
+  using Sm = Smem<kStages>;
+  const Fp8KernelParams& p = wp.p;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const Sm sm{SmemAddr(smem)};
+
+  const int n_qb = (p.seq_q + kRows - 1) / kRows;
+  const int qb = kCausal ? n_qb - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.heads_q / p.heads_kv);
+  const int q0 = qb * kRows;
+  const int64_t diag = static_cast<int64_t>(p.seq_kv) - p.seq_q;  // causal: row i sees keys <= i + diag
+  int64_t kv_end = p.seq_kv;
+  if (kCausal) kv_end = min(kv_end, static_cast<int64_t>(q0) + kRows - 1 + diag + 1);
+  const int n_tiles = kv_end > 0 ? static_cast<int>((kv_end + kTile - 1) / kTile) : 0;
+  const int wg = sm90::WarpUniform(static_cast<int>(threadIdx.x) / 128);
+
+  if (threadIdx.x == 0) sm.InitBarriers();
+  // The ones rows of both V^T stages: constant, written once (the swizzle
+  // permutes equal bytes), published to the async proxy before the barrier.
+  for (int i = threadIdx.x; i < kStages * 8 * kTile / 4; i += kThreads) {
+    const int st = i / (8 * kTile / 4), w = i % (8 * kTile / 4);
+    reinterpret_cast<uint32_t*>(smem + Sm::kOffVt + st * kVtBytes + kD * kTile)[w] = 0x38383838u;
+  }
+  sm90::FenceProxyAsync();
+  __syncthreads();
+
+  if (wg == 0) {
+    sm90::SetMaxNRegDec<kProducerRegs>();
+    if (n_tiles > 0) Produce(wp, sm, smem, threadIdx.x, q0, h, hk, b, n_tiles);
+  } else {
+    sm90::SetMaxNRegInc<kConsumerRegs>();
+    Consume<kCausal, kMode>(p, sm, wg - 1, h, hk, b, q0, diag, n_tiles);
+  }
+}
+
+}  // namespace ws
+}  // namespace fp8_attention
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_WS_KERNEL_CUH_
