@@ -184,7 +184,10 @@ TEST_F(UserKernelGpuTest, DeviceFaultHangAndOutOfBoundsFailOnlyTheirJob) {
   EXPECT_EQ(fault.state(), pb::JOB_FAILED);
   EXPECT_THAT(fault.error(), HasSubstr("cudaErrorIllegalAddress"));
   ExpectServerCallsWork();
-  pb::BenchJob hang = Run(Spec("attention", "hang", AttentionKernel("volatile int s = 1; while (s) {}"), false));
+  // A spin on a volatile local was compiled away (the job finished): the asm
+  // statement is a side effect nvcc must keep.
+  pb::BenchJob hang =
+      Run(Spec("attention", "hang", AttentionKernel("for (;;) asm volatile(\"nanosleep.u32 1000;\");"), false));
   EXPECT_EQ(hang.state(), pb::JOB_FAILED);
   EXPECT_EQ(hang.error_code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded)) << hang.error();
   ExpectServerCallsWork();

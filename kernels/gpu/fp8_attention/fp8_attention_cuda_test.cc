@@ -279,17 +279,24 @@ TEST_F(Fp8AttentionCudaTest, MoreQueriesThanKeysCausalRowsSeeNothing) {
 // stays close to exact attention, naive P (no block scaling) underflows the
 // tail. Both head shapes, every implementation.
 TEST_F(Fp8AttentionCudaTest, LongTailBlockScalingBeatsNaive) {
+  // On long-tail rows the (128, 128) wgmma kernel's P V sums each 64-key block
+  // inside the tensor core, whose FP8 accumulation truncates (only the fold
+  // across blocks is fp32): against the oracle with the same P it measured
+  // 3.0e-3 to 4.5e-3 over three H200 calls on 2026-12-03 (mma.sync 1.7e-3).
+  // The accuracy that matters, against exact attention, is held below to
+  // 1.1x the oracle's own.
+  constexpr double kLongTailTol = 6e-3;
   for (int64_t dqk : {128, 192}) {
     Case c;
     c.dqk = dqk;
     c.long_tail = true;
     c.sq = 256;
     c.skv = 2048;
-    const auto exact = Check(c);
+    const auto exact = Check(c, kLongTailTol);
     c.mode = PMode::kLean;
-    const auto lean = Check(c);
+    const auto lean = Check(c, kLongTailTol);
     c.mode = PMode::kNaive;
-    const auto naive = Check(c);
+    const auto naive = Check(c, kLongTailTol);
     ASSERT_EQ(exact.size(), lean.size());
     ASSERT_EQ(exact.size(), naive.size());
     for (size_t i = 0; i < exact.size(); ++i) {
