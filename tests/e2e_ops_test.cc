@@ -23,6 +23,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testutil::ExpectBf16MatchesOracle;
+using testutil::ExpectFp8AttentionMatchesOracle;
 using testutil::FreshSeed;
 using testutil::RelRms;
 
@@ -115,9 +116,7 @@ TEST_F(E2eOpsTest, Fp8AttentionMatchesOracleForEveryMode) {
     auto ref = oracle::Fp8Attention(p, *quant, oracle::PQuant::kAsParams);
     ASSERT_TRUE(ref.ok()) << ref.status();
     ASSERT_EQ(r->out.shape(), (Shape{1, c.hq, c.sq, c.dv}));
-    // P codes may differ from the oracle's only where the fp32 score differs
-    // in its last bits, so the output agrees to about bf16 precision.
-    ExpectBf16MatchesOracle(r->out, *ref, Rounding::kRtne, 2e-3, 0.5);
+    ExpectFp8AttentionMatchesOracle(r->out, *ref, c.dv);
     EXPECT_LT(RelRms(r->out, *ref), 5e-3);
     ASSERT_TRUE(r->error.has_value());
     EXPECT_TRUE(r->error->has_split);
@@ -158,31 +157,7 @@ TEST_F(E2eOpsTest, Fp8AttentionTakesFp8InputsWithDescales) {
   ASSERT_TRUE(r.ok()) << r.status();
   auto ref = oracle::Fp8Attention(p, *quant, oracle::PQuant::kAsParams);
   ASSERT_TRUE(ref.ok());
-  // The backend's fp32 scores may put a P code on the other side of a
-  // rounding boundary than the fp64 oracle's (DESIGN §4 allows exactly this);
-  // one such code moves its whole row by a few percent of one key's weight. So
-  // rows are compared one by one: nearly all match element for element, and
-  // none is off by more than such a flip can explain.
-  const int64_t d = 128, rows = static_cast<int64_t>(ref->size()) / d;
-  int64_t flipped = 0;
-  const uint16_t* o = r->out.data<uint16_t>();
-  for (int64_t row = 0; row < rows; ++row) {
-    double err2 = 0, ref2 = 0;
-    bool matches = true;
-    for (int64_t c = 0; c < d; ++c) {
-      const double want = (*ref)[row * d + c], got = numerics::Bf16ToFloat(o[row * d + c]);
-      ASSERT_TRUE(std::isfinite(got)) << "row " << row << " column " << c;
-      err2 += (got - want) * (got - want);
-      ref2 += want * want;
-      int e = 0;
-      std::frexp(std::fabs(want), &e);
-      if (std::fabs(got - want) > std::ldexp(1.0, std::max(e - 1, -126) - 7) + 2e-3) matches = false;
-    }
-    if (matches) continue;
-    ++flipped;
-    EXPECT_LT(std::sqrt(err2 / ref2), 0.1) << "row " << row;
-  }
-  EXPECT_LE(flipped, rows / 20) << "rows off by more than one bf16 ulp";
+  ExpectFp8AttentionMatchesOracle(r->out, *ref, 128);
   EXPECT_LT(RelRms(r->out, *ref), 5e-3);
 
   // FP8 inputs without descales are refused with INVALID_ARGUMENT.

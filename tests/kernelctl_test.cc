@@ -343,7 +343,7 @@ TEST_F(KernelctlTest, Fp8AttentionMatchesOracle) {
   ASSERT_TRUE(quant.ok());
   auto ref = oracle::Fp8Attention(p, *quant, oracle::PQuant::kAsParams);
   ASSERT_TRUE(ref.ok());
-  ExpectBf16MatchesOracle(out, *ref, Rounding::kRtne, 2e-3, 0.5);
+  testutil::ExpectFp8AttentionMatchesOracle(out, *ref, 128);
   EXPECT_LT(RelRms(out, *ref), 5e-3);
   // FP8 codes and descales as files: uint8 arrays plus float32 [1] descales.
   Fp8AttentionParams pe;

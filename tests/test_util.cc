@@ -1,5 +1,6 @@
 #include "tests/test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -51,6 +52,31 @@ void ExpectBf16MatchesOracle(const HostTensor& out, const std::vector<double>& r
   EXPECT_EQ(bad, 0) << "elements off by more than one bf16 ulp";
   EXPECT_GE(static_cast<double>(exact), min_exact * static_cast<double>(ref.size()))
       << exact << " of " << ref.size() << " elements match the oracle exactly";
+}
+
+void ExpectFp8AttentionMatchesOracle(const HostTensor& out, const std::vector<double>& ref, int64_t row_len) {
+  ASSERT_EQ(out.dtype(), DType::kBf16);
+  ASSERT_EQ(static_cast<size_t>(out.num_elements()), ref.size());
+  const int64_t rows = static_cast<int64_t>(ref.size()) / row_len;
+  const uint16_t* o = out.data<uint16_t>();
+  int64_t flipped = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    double err2 = 0, ref2 = 0;
+    bool matches = true;
+    for (int64_t c = 0; c < row_len; ++c) {
+      const double want = ref[row * row_len + c], got = numerics::Bf16ToFloat(o[row * row_len + c]);
+      ASSERT_TRUE(std::isfinite(got)) << "row " << row << " column " << c;
+      err2 += (got - want) * (got - want);
+      ref2 += want * want;
+      int e = 0;
+      std::frexp(std::fabs(want), &e);
+      if (std::fabs(got - want) > std::ldexp(1.0, std::max(e - 1, -126) - 7) + 2e-3) matches = false;
+    }
+    if (matches) continue;
+    ++flipped;
+    EXPECT_LT(std::sqrt(err2 / std::max(ref2, 1e-300)), 0.1) << "row " << row;
+  }
+  EXPECT_LE(flipped, rows / 20) << "rows off by more than one bf16 ulp";
 }
 
 double RelRms(const HostTensor& out, const std::vector<double>& ref) {

@@ -23,6 +23,15 @@ uint64_t FreshSeed();
 void ExpectBf16MatchesOracle(const HostTensor& out, const std::vector<double>& ref, Rounding mode,
                              double abs_slack = 1e-5, double min_exact = 0.9);
 
+// An FP8 attention output (bf16, rows of `row_len`) against the oracle with
+// the same P quantization. The backend's fp32 scores may put a P code on the
+// other side of a rounding boundary than the fp64 oracle's (DESIGN §4 allows
+// exactly this), and one such code moves its whole row by a few percent of one
+// key's weight: so rows are compared one by one. No element is NaN/Inf, at
+// most 1 row in 20 has an element off by more than one bf16 ulp + 2e-3, and
+// such a row is within 10 % relative RMS.
+void ExpectFp8AttentionMatchesOracle(const HostTensor& out, const std::vector<double>& ref, int64_t row_len);
+
 // ||out - ref|| / ||ref|| for a bf16 output.
 double RelRms(const HostTensor& out, const std::vector<double>& ref);
 
