@@ -24,7 +24,9 @@ mkdir -p "$out/obj"
 bazel build //tests/fuzz:request_fuzzer //tests/fuzz:fuzz_requests_test >/dev/null
 srcs=$(bazel query 'kind("source file", deps(//tests/fuzz:request_fuzzer))' 2>/dev/null |
   grep -v '^@' | grep -E '\.cc$' | grep -v '^//kernels/gpu' | sed -e 's|^//||' -e 's|:|/|')
-gen=$(ls bazel-bin/proto/kernelserve/v1/*.pb.cc)
+# Generated sources too (the protos, the user-kernel ABI headers as strings).
+gen=$(bazel query 'kind("generated file", deps(//tests/fuzz:request_fuzzer))' 2>/dev/null |
+  grep -v '^@' | grep -E '\.cc$' | grep -v '^//kernels/gpu' | sed -e 's|^//|bazel-bin/|' -e 's|:|/|')
 mkdir -p "$out/inc/local_config_cuda" "$out/inc/local_config_hip"
 printf '%s\n' '#define KERNELSERVE_HAVE_CUDA 0' \
   '#define KERNELSERVE_CUDA_BUILD_NOTE "the libFuzzer build compiles no CUDA code"' \
