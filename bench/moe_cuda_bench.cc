@@ -3,7 +3,11 @@
 // uniform) at T = 8, 32, 8192 (or --tokens=a,b,...). Timed as CUDA-graph
 // replays (routing included), median of 20. TFLOP/s counts 2*rows*K*cols;
 // GB/s counts the MXFP4 weight bytes of the experts the batch touches plus
-// activations in and out. Prints a markdown table: per projection one row
+// activations in and out; the roofline is max(those bytes / the copy
+// bandwidth, FLOP / the bf16 GEMM rate), both measured in this run, and each
+// row prints its time as a fraction of it. The whole layer is timed as one
+// call next to the sum of its parts (gate/up+SwiGLU and down+weighted sum,
+// the dispatcher's picks). Prints a markdown table: per projection one row
 // for "default" (the dispatcher's pick) and one per entry of the variant
 // table (MoeVariants) that serves it, all in the same run.
 // --projections=NAME,... and --variants=NAME,... (names as printed, e.g.
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.h"
+#include "bench/roofline.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/op_call.h"
 #include "kernels/gpu/common/kernel_variant.h"
@@ -70,6 +75,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const int64_t max_t = *std::max_element(token_counts.begin(), token_counts.end());
+  const bench::Ceilings ceil = bench::MeasureCeilings();
 
   uint8_t *w13, *w13s, *w2, *w2s;
   const size_t w13_bytes = kE * 2 * kI * kK / 2, w13s_bytes = kE * 2 * kI * kK / 32;
@@ -99,8 +105,10 @@ int Main(int argc, char** argv) {
   std::printf("\n%s, %d SMs; Kimi-K3 TP8 shard E=%lld K=%lld I=%lld N=%lld top-%lld; CUDA-graph timed\n\n",
               prop.name, prop.multiProcessorCount, static_cast<long long>(kE), static_cast<long long>(kK),
               static_cast<long long>(kI), static_cast<long long>(kN), static_cast<long long>(kTopK));
-  std::printf("| T | rows | experts hit | projection | kernel | us | TFLOP/s | weight+act GB/s |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  bench::PrintCeilings(ceil);
+  std::printf("| T | rows | experts hit | projection | kernel | us | TFLOP/s | weight+act GB/s | roofline us | bound "
+              "| of roofline |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::mt19937_64 rng(11);
   for (int64_t T : token_counts) {
     HostTensor hid(DType::kInt32, {T, kTopK});
@@ -137,7 +145,10 @@ int Main(int argc, char** argv) {
          nh * kN * kI * (0.5 + 1.0 / 32) + rows * kI * 2.0 + rows * kN * 2.0},
         {"down+weighted sum", BenchOp::kMoeDown, MoeStage::kDown, false, true, out_w, 2.0 * rows * kI * kN,
          nh * kN * kI * (0.5 + 1.0 / 32) + rows * kI * 2.0 + T * kN * 2.0},
+        {"layer", BenchOp::kMoeLayer, MoeStage::kLayer, true, true, out_w, 2.0 * rows * kK * 3 * kI,
+         nh * 3 * kI * kK * (0.5 + 1.0 / 32) + T * kK * 2.0 + T * kN * 2.0},
     };
+    double parts_us = 0;  // the default rows of gate/up+SwiGLU and down+weighted sum
     auto kept = [](const std::vector<std::string>& only, const char* name) {
       return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
     };
@@ -147,13 +158,14 @@ int Main(int argc, char** argv) {
       p.stage = pr.stage;
       p.swiglu = pr.swiglu;
       p.weighted_sum = pr.weighted;
-      const bool gu = pr.stage == MoeStage::kGateUp;
+      const bool gu = pr.stage != MoeStage::kDown;  // reads x [T, K] and W13
+      const bool dn = pr.stage != MoeStage::kGateUp;
       const TensorDesc xdsc{DType::kBf16, {gu ? T : rows, gu ? kK : kI}};
       const TensorDesc wd{DType::kFp32, {T, kTopK}};
       const TensorDesc w13d{DType::kFp4E2M1, {kE, 2 * kI, kK}}, w13sd{DType::kE8M0, {kE, 2 * kI, kK / 32}};
       const TensorDesc w2d{DType::kFp4E2M1, {kE, kN, kI}}, w2sd{DType::kE8M0, {kE, kN, kI / 32}};
       const absl::Status vs = p.Validate(xdsc, hid, pr.weighted ? &wd : nullptr, gu ? &w13d : nullptr,
-                                         gu ? &w13sd : nullptr, gu ? nullptr : &w2d, gu ? nullptr : &w2sd);
+                                         gu ? &w13sd : nullptr, dn ? &w2d : nullptr, dn ? &w2sd : nullptr);
       if (!vs.ok()) {
         std::fprintf(stderr, "validate: %s\n", vs.ToString().c_str());
         return 1;
@@ -189,9 +201,19 @@ int Main(int argc, char** argv) {
           });
         }
         const double us = TimeGraph(calls);
-        std::printf("| %lld | %lld | %zu | %s | %s | %.1f | %.1f | %.0f |\n", static_cast<long long>(T),
-                    static_cast<long long>(rows), hit.size(), pr.name, v.name.c_str(), us, pr.flops / us / 1e6,
-                    pr.bytes / us / 1e3);
+        const bool is_default = v.run == nullptr;
+        if (is_default && (pr.swiglu || pr.weighted) && pr.stage != MoeStage::kLayer) parts_us += us;
+        std::string proj = pr.name;
+        if (pr.stage == MoeStage::kLayer && is_default) {
+          char buf[64];
+          std::snprintf(buf, sizeof(buf), " (parts %.1f)", parts_us);
+          proj += buf;
+        }
+        const double roof = ceil.RooflineUs(pr.bytes, pr.flops);
+        std::printf("| %lld | %lld | %zu | %s | %s | %.1f | %.1f | %.0f | %.1f | %s | %.0f %% |\n",
+                    static_cast<long long>(T), static_cast<long long>(rows), hit.size(), proj.c_str(),
+                    v.name.c_str(), us, pr.flops / us / 1e6, pr.bytes / us / 1e3, roof, ceil.Bound(pr.bytes, pr.flops),
+                    100.0 * roof / us);
         std::fflush(stdout);
       }
     }

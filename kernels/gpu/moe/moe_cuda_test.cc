@@ -249,13 +249,15 @@ int CheckTable(const Case& c, double tol = 4e-3) {
   return served;
 }
 
-// The mma.sync kernel with its row tile forced (the tests' knob of the
-// mma_sync entry: each tile on small shapes).
-void CheckMmaSyncTile(int tile_rows, const Case& c, double tol = 4e-3) {
+// Every GEMM of the call on one kernel, forced: 0 the weight-streaming
+// kernel, else the mma.sync kernel with that row tile (each on small shapes).
+void CheckForcedGemm(int tile_rows, const Case& c, double tol = 4e-3) {
   MoeCheck check(c);
   gpu::moe::MoePlan plan;
-  plan.mma_rows = tile_rows;
-  check.Expect("mma_sync/tile " + std::to_string(tile_rows), [&](TensorView& out) {
+  plan.stream = tile_rows == 0;
+  if (tile_rows != 0) plan.mma_rows = tile_rows;
+  check.Expect(tile_rows == 0 ? std::string("stream") : "mma_sync/tile " + std::to_string(tile_rows),
+               [&](TensorView& out) {
     return gpu::RunMoeWithPlan(plan, check.params(), check.call().moe_in, out, nullptr);
   }, tol);
 }
@@ -300,40 +302,50 @@ Case ManyRowsPerExpert(bool swiglu) {
   return c;
 }
 
-class MoeMmaSyncTileTest : public ::testing::TestWithParam<int> {
+class MoeForcedGemmTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Tiles, MoeMmaSyncTileTest, ::testing::Values(16, 64, 128),
-                         [](const ::testing::TestParamInfo<int>& i) { return "Rows" + std::to_string(i.param); });
+INSTANTIATE_TEST_SUITE_P(Gemms, MoeForcedGemmTest, ::testing::Values(0, 64, 128),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return i.param == 0 ? std::string("Stream") : "MmaSyncRows" + std::to_string(i.param);
+                         });
 
-TEST_P(MoeMmaSyncTileTest, GateUpPerPair) { CheckMmaSyncTile(GetParam(), Case{}); }
+// 20 rows per expert: full and partial 16-row tiles, both of the streaming
+// kernel's n8 tiles.
+TEST_P(MoeForcedGemmTest, GateUpPerPair) { CheckForcedGemm(GetParam(), Case{}); }
 
-TEST_P(MoeMmaSyncTileTest, GateUpSwigluPartialColumnTile) {
-  CheckMmaSyncTile(GetParam(), GateUpSwigluPartialColumnTile());
+TEST_P(MoeForcedGemmTest, GateUpSwigluPartialColumnTile) {
+  CheckForcedGemm(GetParam(), GateUpSwigluPartialColumnTile());
+  Case c = GateUpSwigluPartialColumnTile();
+  c.inter = 100;  // intermediate columns no multiple of 8; 200 weight rows no multiple of 16
+  CheckForcedGemm(GetParam(), c);
+  c.swiglu = false;
+  c.tokens = 3;  // one or two rows per expert, the decode case
+  CheckForcedGemm(GetParam(), c);
 }
 
-TEST_P(MoeMmaSyncTileTest, DownPerPairAndWeighted) {
+TEST_P(MoeForcedGemmTest, DownPerPairAndWeighted) {
   Case c = DownStage();
-  CheckMmaSyncTile(GetParam(), c);
+  CheckForcedGemm(GetParam(), c);
   c.weighted = true;
   c.rounding = Rounding::kRtz;
-  CheckMmaSyncTile(GetParam(), c, 6e-3);
+  CheckForcedGemm(GetParam(), c, 6e-3);
 }
 
-TEST_P(MoeMmaSyncTileTest, LayerManyExpertsFewTokens) {
-  CheckMmaSyncTile(GetParam(), LayerManyExpertsFewTokens(), 6e-3);
+TEST_P(MoeForcedGemmTest, LayerManyExpertsFewTokens) {
+  CheckForcedGemm(GetParam(), LayerManyExpertsFewTokens(), 6e-3);
 }
 
-TEST_P(MoeMmaSyncTileTest, ExpertsWithZeroOneAndAllRows) {
+TEST_P(MoeForcedGemmTest, ExpertsWithZeroOneAndAllRows) {
   Case c;
   c.routing = Routing::kSkewed;
   c.tokens = 150;
   c.experts = 16;
-  CheckMmaSyncTile(GetParam(), c);
+  CheckForcedGemm(GetParam(), c);
   c.stage = MoeStage::kLayer;
-  CheckMmaSyncTile(GetParam(), c, 6e-3);
+  CheckForcedGemm(GetParam(), c, 6e-3);
 }
 
 // Every table entry on the shapes it serves; the bool is SwiGLU (gate/up)
@@ -349,7 +361,7 @@ INSTANTIATE_TEST_SUITE_P(Epilogue, MoeVariantsTest, ::testing::Bool(),
 TEST_P(MoeVariantsTest, FewRowsPerExpert) {
   Case c;
   c.swiglu = GetParam();
-  EXPECT_EQ(CheckTable(c), 3);  // gate/up alone: every entry serves it
+  EXPECT_EQ(CheckTable(c), 4);  // gate/up alone: every entry serves it
 }
 
 TEST_P(MoeVariantsTest, PartialColumnTileAndOddKTiles) {
@@ -375,16 +387,24 @@ TEST_P(MoeVariantsTest, ExpertsWithZeroOneAndAllRows) {
   CheckTable(c);
 }
 
+// More pairs than the one-block routing takes (8192): the three-kernel routing.
+TEST_P(MoeVariantsTest, RoutingPastOneBlock) {
+  Case c;
+  c.swiglu = GetParam();
+  c.tokens = 2100;  // 8400 pairs
+  EXPECT_EQ(CheckTable(c), 4);
+}
+
 TEST_P(MoeVariantsTest, Down) {
   Case c = DownStage();
   c.weighted = GetParam();
   if (c.weighted) c.rounding = Rounding::kRtz;
-  EXPECT_EQ(CheckTable(c, 6e-3), 1);  // mma_sync alone
+  EXPECT_EQ(CheckTable(c, 6e-3), 2);  // stream and mma_sync
 }
 
-TEST(MoeVariantsLayerTest, LayerRunsOnMmaSyncAlone) {
+TEST(MoeVariantsLayerTest, LayerRunsOnStreamAndMmaSync) {
   KS_SKIP_WITHOUT_CUDA();
-  EXPECT_EQ(CheckTable(LayerManyExpertsFewTokens(), 6e-3), 1);
+  EXPECT_EQ(CheckTable(LayerManyExpertsFewTokens(), 6e-3), 2);
   Case c;
   c.stage = MoeStage::kLayer;
   c.tokens = 100;
@@ -393,7 +413,7 @@ TEST(MoeVariantsLayerTest, LayerRunsOnMmaSyncAlone) {
   c.hidden = 256;
   c.inter = 128;
   c.out_dim = 256;
-  EXPECT_EQ(CheckTable(c, 6e-3), 1);
+  EXPECT_EQ(CheckTable(c, 6e-3), 2);
 
   // The wgmma entries serve gate/up alone: by name, and as a plan.
   MoeCheck check(c);
@@ -437,7 +457,9 @@ TEST(MoeVariantsDispatchTest, FollowsThePlan) {
     int64_t tokens;
     const char* entry;
   };
-  for (const Want& w : {Want{MoeStage::kGateUp, 8, "mma_sync"}, Want{MoeStage::kGateUp, 4096, "wgmma_sw_128x256"},
+  for (const Want& w : {Want{MoeStage::kGateUp, 8, "stream"}, Want{MoeStage::kGateUp, 32, "stream"},
+                        Want{MoeStage::kDown, 8, "stream"}, Want{MoeStage::kLayer, 32, "stream"},
+                        Want{MoeStage::kGateUp, 2048, "mma_sync"}, Want{MoeStage::kGateUp, 4096, "wgmma_sw_128x256"},
                         Want{MoeStage::kGateUp, 8192, "wgmma_sw_192x192"},
                         Want{MoeStage::kGateUp, 16384, "wgmma_sw_192x192"}, Want{MoeStage::kDown, 8192, "mma_sync"},
                         Want{MoeStage::kLayer, 16384, "mma_sync"}}) {
@@ -476,6 +498,54 @@ TEST(MoeCudaAutoTest, LayerDeterministicAndGraphCapturable) {
   ASSERT_NO_FATAL_FAILURE(
       CaptureAndReplay([&](cudaStream_t stream) { return gpu::RunMoe(p, in, ov, stream); }, 2));
   EXPECT_TRUE(SameBytes(out.ToHost(), a));
+}
+
+// An E8M0 NaN scale (0xFF) in one weight block poisons exactly the outputs
+// that read it (every pair of that expert, in that weight row's column), in
+// every entry that serves the call; all the others match the oracle.
+TEST(MoeCudaNanTest, NanBlockPoisonsOnlyItsReaders) {
+  KS_SKIP_WITHOUT_CUDA();
+  Case c;
+  c.tokens = 6;
+  std::mt19937_64 rng(FreshSeed());
+  Inputs h = MakeInputs(c, rng);
+  const int32_t e = h.ids.data<int32_t>()[0];
+  const int64_t row = 37, blocks = c.hidden / 32;
+  h.w13s.bytes()[(e * 2 * c.inter + row) * blocks + 3] = 0xFF;
+  const MoeParams p = Validated(c, h);
+  Device d(h);
+  MoeInputs hin;
+  hin.x = h.x.view();
+  hin.topk_ids = h.ids.view();
+  hin.topk_weights = h.weights.view();
+  hin.w13 = h.w13.view();
+  hin.w13_scales = h.w13s.view();
+  const auto ref = oracle::Moe(p, hin);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const OpCall call = MoeCall(p, d.in);
+  const int64_t cols = 2 * c.inter;
+  int served = 0;
+  for (const gpu::KernelVariant& v : gpu::MoeVariants()) {
+    if (!v.unsupported(Caps(), call).empty()) continue;
+    ++served;
+    const HostTensor got = RunPoisoned(p, [&](TensorView& out) { return v.run(call, out, nullptr); });
+    const std::vector<double> out = numerics::ToDoubles(got.view());
+    ASSERT_EQ(out.size(), ref->size());
+    std::vector<double> kept_out, kept_ref;
+    int64_t wrong_nan = 0;
+    for (int64_t i = 0; i < static_cast<int64_t>(out.size()); ++i) {
+      const bool reads = h.ids.data<int32_t>()[i / cols] == e && i % cols == row;
+      if (std::isnan(out[i]) != reads) ++wrong_nan;
+      if (!reads) {
+        kept_out.push_back(out[i]);
+        kept_ref.push_back((*ref)[i]);
+      }
+    }
+    EXPECT_EQ(wrong_nan, 0) << v.name << ": NaN where no read of the block, or a reader left finite";
+    const numerics::ErrorMetrics m = numerics::CompareToReference(kept_out.data(), kept_ref.data(), kept_ref.size());
+    EXPECT_LT(m.rel_rms, 4e-3) << v.name;
+  }
+  EXPECT_EQ(served, 4);
 }
 
 TEST(MoeCudaAutoTest, UnsupportedShapeIsUnimplemented) {

@@ -15,14 +15,8 @@ namespace {
 
 template <int kEpi>
 cudaError_t LaunchMmaSync(int rows, const GemmParams& g, int64_t col_tiles, int64_t max_tiles, cudaStream_t s) {
-  switch (rows) {
-    case 16:
-      return LaunchMmaSyncGemm<16, kEpi>(g, col_tiles, max_tiles, s);
-    case 64:
-      return LaunchMmaSyncGemm<64, kEpi>(g, col_tiles, max_tiles, s);
-    default:
-      return LaunchMmaSyncGemm<128, kEpi>(g, col_tiles, max_tiles, s);
-  }
+  return rows == 64 ? LaunchMmaSyncGemm<64, kEpi>(g, col_tiles, max_tiles, s)
+                    : LaunchMmaSyncGemm<128, kEpi>(g, col_tiles, max_tiles, s);
 }
 
 template <int kEpi>
@@ -33,6 +27,10 @@ cudaError_t LaunchWgmma(int rows, const GemmParams& g, int64_t max_tiles, cudaSt
 cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, const RoutingParams& rp,
                    bool swiglu, int rounding, void* out, cudaStream_t stream) {
   const GemmParams g = GateUpGemm(p, in, rp, swiglu, rounding, out);
+  if (plan.stream) {
+    return swiglu ? LaunchStreamGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
+                  : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
+  }
   if (plan.wgmma_rows != 0) {
     return swiglu ? LaunchWgmma<kEpiSwiglu>(plan.wgmma_rows, g, rp.max_tiles, stream)
                   : LaunchWgmma<kEpiBf16>(plan.wgmma_rows, g, rp.max_tiles, stream);
@@ -46,6 +44,9 @@ cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan,
 cudaError_t Down(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, const RoutingParams& rp,
                  const uint16_t* a, bool f32, void* out, cudaStream_t stream) {
   const GemmParams g = DownGemm(p, in, rp, a, out);
+  if (plan.stream) {
+    return f32 ? LaunchStreamGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
+  }
   const int64_t col_tiles = (p.out_dim + kMmaSyncCols - 1) / kMmaSyncCols;
   return f32 ? LaunchMmaSync<kEpiF32>(plan.mma_rows, g, col_tiles, rp.max_tiles, stream)
              : LaunchMmaSync<kEpiBf16>(plan.mma_rows, g, col_tiles, rp.max_tiles, stream);

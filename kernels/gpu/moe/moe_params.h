@@ -15,6 +15,10 @@ namespace moe {
 // loads per weight row.
 constexpr int kKMultiple = 128;
 
+// Rows of the expert tiles of the weight-streaming decode GEMM: two n8
+// tiles of mma.sync.
+constexpr int kStreamRows = 16;
+
 // The routing scan runs in one block of kScanThreads threads, kScanItems
 // experts each.
 constexpr int kScanThreads = 1024;

@@ -18,6 +18,9 @@ double RowsPerExpert(const MoeParams& p) {
   return active > 0 ? static_cast<double>(pairs) / static_cast<double>(active) : 0.0;
 }
 
+// Below this many rows per expert the weights stream (PlanMoe).
+constexpr double kStreamRowsBelow = 12;
+
 // wgmma tilings of gate/up: rows per tile x weight rows per tile.
 constexpr int kWgmmaTilings[][2] = {{128, 256}, {192, 192}};
 
@@ -26,7 +29,11 @@ constexpr int kWgmmaTilings[][2] = {{128, 256}, {192, 192}};
 MoePlan PlanMoe(const MoeParams& p) {
   const double rows = RowsPerExpert(p);
   MoePlan plan;
-  plan.mma_rows = rows < 12 ? 16 : rows < 256 ? 64 : 128;
+  if (rows < kStreamRowsBelow) {
+    plan.stream = true;
+    return plan;
+  }
+  plan.mma_rows = rows < 256 ? 64 : 128;
   if (p.stage != MoeStage::kGateUp || rows < 72) return plan;
   const int64_t nw = 2 * p.inter;  // weight rows; SwiGLU pairs them, same count
   double fewest = 0;
@@ -44,8 +51,9 @@ std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
   if (plan.wgmma_rows != 0 && plan.wgmma_rows != 128 && plan.wgmma_rows != 192) {
     return absl::StrCat("moe: the wgmma gate/up kernel has 128- and 192-row tiles, not ", plan.wgmma_rows);
   }
-  if (plan.mma_rows != 16 && plan.mma_rows != 64 && plan.mma_rows != 128) {
-    return absl::StrCat("moe: the mma.sync kernel has 16-, 64- and 128-row tiles, not ", plan.mma_rows);
+  if (plan.stream && plan.wgmma_rows != 0) return "moe: a plan streams the weights or runs wgmma, not both";
+  if (!plan.stream && plan.mma_rows != 64 && plan.mma_rows != 128) {
+    return absl::StrCat("moe: the mma.sync kernel has 64- and 128-row tiles, not ", plan.mma_rows);
   }
   // A layer's down half runs on mma.sync over the same routing tiles.
   if (plan.wgmma_rows != 0 && p.stage != MoeStage::kGateUp) {

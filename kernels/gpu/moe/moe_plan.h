@@ -10,31 +10,39 @@
 #include <string>
 
 #include "kernels/api/ops.h"
+#include "kernels/gpu/moe/moe_params.h"
 
 namespace kernelserve {
 namespace gpu {
 namespace moe {
 
 struct MoePlan {
+  // Every GEMM of the call runs on the weight-streaming decode kernel, over
+  // expert tiles of kStreamRows rows (the fields below are then unused).
+  bool stream = false;
   // Rows of an expert tile of the sm_90a wgmma gate/up kernel: 128 (tiles of
   // 128 rows x 256 weight rows) or 192 (192 x 192); 0: gate/up runs on the
   // mma.sync kernel. Serves the gate/up projection alone.
   int wgmma_rows = 0;
-  // Rows of an expert tile of the mma.sync kernel: 16, 64 or 128, for every
+  // Rows of an expert tile of the mma.sync kernel: 64 or 128, for every
   // mma.sync GEMM of the call. PlanMoe picks it by rows per expert; the
   // CUDA tests force each value on small shapes (the only other writer).
-  int mma_rows = 16;
+  int mma_rows = 64;
 
   // Rows of the routing's expert tiles: the tile of the kernel that reads them.
-  int TileRows() const { return wgmma_rows != 0 ? wgmma_rows : mma_rows; }
-  bool operator==(const MoePlan& o) const { return wgmma_rows == o.wgmma_rows && mma_rows == o.mma_rows; }
+  int TileRows() const { return stream ? kStreamRows : wgmma_rows != 0 ? wgmma_rows : mma_rows; }
+  bool operator==(const MoePlan& o) const {
+    return stream == o.stream && wgmma_rows == o.wgmma_rows && mma_rows == o.mma_rows;
+  }
 };
 
 // The dispatcher's plan for validated params. Rows per expert r = pairs /
 // min(pairs, E) (the mean over the experts a batch can touch):
-// - mma.sync row tile: 16 below 12 rows, 64 below 256, else 128 (a larger
-//   tile dequantizes each weight tile once for more rows; a smaller one
-//   fits more CTAs on an SM when the experts hold few rows);
+// - below 12 rows every GEMM streams the weights (decode: the bytes of the
+//   touched experts bound it, the MMA work is a few rows per weight);
+// - mma.sync row tile: 64 below 256 rows, else 128 (a larger tile
+//   dequantizes each weight tile once for more rows; a smaller one fits
+//   more CTAs on an SM when the experts hold few rows);
 // - gate/up alone at r >= 72 runs on wgmma (below, mma.sync is faster), in
 //   whichever tiling launches fewer CTAs (ties: 128 x 256): a CTA of either
 //   tiling costs about the same, so the count decides.

@@ -46,17 +46,30 @@ MoePlan Plan(int wgmma_rows, int mma_rows) {
   return plan;
 }
 
+MoePlan Stream() {
+  MoePlan plan;
+  plan.stream = true;
+  return plan;
+}
+
+// Decode: every GEMM of the call streams the weights.
+void ExpectStream(const MoeParams& p) {
+  EXPECT_EQ(PlanMoe(p), Stream()) << "T=" << p.tokens << " stage " << static_cast<int>(p.stage);
+  EXPECT_EQ(MoeUnsupported(p, Stream()), "") << "T=" << p.tokens;
+}
+
 void ExpectPlan(const MoeParams& p, int wgmma_rows, int mma_rows) {
   const MoePlan got = PlanMoe(p);
+  EXPECT_FALSE(got.stream) << "T=" << p.tokens;
   EXPECT_EQ(got.wgmma_rows, wgmma_rows) << "T=" << p.tokens << " stage " << static_cast<int>(p.stage);
   EXPECT_EQ(got.mma_rows, mma_rows) << "T=" << p.tokens << " stage " << static_cast<int>(p.stage);
   EXPECT_EQ(MoeUnsupported(p, got), "") << "T=" << p.tokens;
 }
 
 TEST(MoePlanTest, KimiShardGateUp) {
-  // ~1 row per expert: mma.sync on 16-row tiles.
-  ExpectPlan(Kimi(MoeStage::kGateUp, 8), 0, 16);
-  ExpectPlan(Kimi(MoeStage::kGateUp, 32), 0, 16);
+  // ~1 row per expert: the weights stream.
+  ExpectStream(Kimi(MoeStage::kGateUp, 8));
+  ExpectStream(Kimi(MoeStage::kGateUp, 32));
   // 73 rows per expert: 128 x 256 launches 1 x 3 CTAs per expert, 192 x 192 1 x 4.
   ExpectPlan(Kimi(MoeStage::kGateUp, 4096), 128, 64);
   // 146 rows: 2 x 3 against 1 x 4; 292 rows: 3 x 3 against 2 x 4.
@@ -68,17 +81,17 @@ TEST(MoePlanTest, KimiShardGateUp) {
   EXPECT_EQ(PlanMoe(swiglu), PlanMoe(Kimi(MoeStage::kGateUp, 8192)));
 }
 
-TEST(MoePlanTest, KimiShardDownAndLayerStayOnMmaSync) {
+TEST(MoePlanTest, KimiShardDownAndLayerStreamOrRunMmaSync) {
   for (MoeStage stage : {MoeStage::kDown, MoeStage::kLayer}) {
-    ExpectPlan(Kimi(stage, 8), 0, 16);
-    ExpectPlan(Kimi(stage, 32), 0, 16);
+    ExpectStream(Kimi(stage, 8));
+    ExpectStream(Kimi(stage, 32));
     ExpectPlan(Kimi(stage, 8192), 0, 64);
     ExpectPlan(Kimi(stage, 16384), 0, 128);
   }
 }
 
 TEST(MoePlanTest, GptOssLike) {
-  ExpectPlan(GptOssLike(MoeStage::kGateUp, 8), 0, 16);
+  ExpectStream(GptOssLike(MoeStage::kGateUp, 8));
   ExpectPlan(GptOssLike(MoeStage::kGateUp, 2048), 0, 64);   // 64 rows per expert: below 72
   ExpectPlan(GptOssLike(MoeStage::kGateUp, 4096), 128, 64);  // 128 rows: 1 x 24 CTAs against 1 x 32
   ExpectPlan(GptOssLike(MoeStage::kGateUp, 8192), 128, 128); // 256 rows: 2 x 24 against 2 x 32
@@ -91,16 +104,17 @@ TEST(MoePlanTest, GptOssLike) {
 TEST(MoePlanTest, Thresholds) {
   // Rows per expert = tokens * top_k / min(pairs, E); E = 8, top-1.
   auto rows = [](int64_t tokens) { return PlanMoe(Shape(MoeStage::kGateUp, tokens, 1, 8, 256, 384, 256)); };
-  EXPECT_EQ(rows(8 * 11).mma_rows, 16);    // 11 rows
-  EXPECT_EQ(rows(8 * 12).mma_rows, 64);    // 12 rows
+  EXPECT_EQ(rows(8 * 11), Stream());    // 11.9 rows
+  EXPECT_EQ(rows(8 * 12 - 1), Stream());
+  EXPECT_EQ(rows(8 * 12), Plan(0, 64));  // 12 rows
   EXPECT_EQ(rows(8 * 255).mma_rows, 64);
   EXPECT_EQ(rows(8 * 256).mma_rows, 128);
   EXPECT_EQ(rows(8 * 71 + 7).wgmma_rows, 0);  // 71.9 rows
   EXPECT_EQ(rows(8 * 72).wgmma_rows, 128);    // 72 rows
   // Fewer pairs than experts: the mean over the experts the pairs can reach.
-  EXPECT_EQ(PlanMoe(Shape(MoeStage::kGateUp, 3, 2, 8, 256, 384, 256)).mma_rows, 16);
+  EXPECT_EQ(PlanMoe(Shape(MoeStage::kGateUp, 3, 2, 8, 256, 384, 256)), Stream());
   // No pairs at all.
-  EXPECT_EQ(PlanMoe(Shape(MoeStage::kGateUp, 0, 4, 8, 256, 384, 256)), Plan(0, 16));
+  EXPECT_EQ(PlanMoe(Shape(MoeStage::kGateUp, 0, 4, 8, 256, 384, 256)), Stream());
 }
 
 TEST(MoePlanTest, TiedCtaCountsTake128x256) {
@@ -113,9 +127,13 @@ TEST(MoePlanTest, UnsupportedShapesAndPlans) {
   const MoeParams gu = Kimi(MoeStage::kGateUp, 8192);
   EXPECT_EQ(MoeUnsupported(gu, Plan(128, 64)), "");
   EXPECT_EQ(MoeUnsupported(gu, Plan(192, 64)), "");
-  for (int mma : {16, 64, 128}) EXPECT_EQ(MoeUnsupported(gu, Plan(0, mma)), "") << mma;
+  for (int mma : {64, 128}) EXPECT_EQ(MoeUnsupported(gu, Plan(0, mma)), "") << mma;
+  EXPECT_EQ(MoeUnsupported(gu, Stream()), "");
   EXPECT_NE(MoeUnsupported(gu, Plan(256, 64)), "");
-  EXPECT_NE(MoeUnsupported(gu, Plan(0, 32)), "");
+  EXPECT_NE(MoeUnsupported(gu, Plan(0, 16)).find("64- and 128-row"), std::string::npos);
+  MoePlan both = Stream();
+  both.wgmma_rows = 128;
+  EXPECT_NE(MoeUnsupported(gu, both).find("not both"), std::string::npos);
   // A layer's down half reads the routing tiles on mma.sync; down has no wgmma kernel.
   for (MoeStage stage : {MoeStage::kDown, MoeStage::kLayer}) {
     for (int w : {128, 192}) {
@@ -156,7 +174,7 @@ TEST(MoePlanTest, WorkspaceHoldsEveryRouting) {
       MoeParams p = Shape(stage, tokens, 4, 8, 256, 128, 256);
       p.weighted_sum = stage != MoeStage::kGateUp;
       const int64_t pairs = tokens * 4;
-      for (const MoePlan& plan : {Plan(0, 16), Plan(0, 64), Plan(0, 128), Plan(128, 64), Plan(192, 64)}) {
+      for (const MoePlan& plan : {Stream(), Plan(0, 64), Plan(0, 128), Plan(128, 64), Plan(192, 64)}) {
         const MoeWorkspace w = MoeWorkspaceLayout(p, plan);
         const int rows = plan.TileRows();
         // Experts with 0, 1 and all rows; an even spread; as many ones as fit.
@@ -189,7 +207,8 @@ TEST(MoePlanTest, WorkspaceHoldsEveryRouting) {
 }
 
 TEST(MoePlanTest, TileRowsFollowTheGateUpKernel) {
-  EXPECT_EQ(Plan(0, 16).TileRows(), 16);
+  EXPECT_EQ(Stream().TileRows(), kStreamRows);
+  EXPECT_EQ(Plan(0, 64).TileRows(), 64);
   EXPECT_EQ(Plan(0, 128).TileRows(), 128);
   EXPECT_EQ(Plan(192, 64).TileRows(), 192);
 }

@@ -50,10 +50,12 @@ __device__ __forceinline__ int BlockExclusiveSum(int v, int* total) {
   return warp_sums[warp] + incl - v;
 }
 
-// One block: tiles per expert, their exclusive prefix, the expert of each tile.
-__global__ void __launch_bounds__(kScanThreads) MoeScanKernel(const int* counts, int experts, int bm,
-                                                              int* tile_start, int* tile_expert,
-                                                              int* tile_rows, int* num_tiles) {
+// Over one block: the tiles of each expert's counts, their exclusive prefix
+// (tile_start, and `starts` where not null), the expert and rows of each
+// tile, and where `sorted` is not null -1 in the padding rows of each
+// expert's last tile. Returns the tile count.
+__device__ __forceinline__ int ScanIntoTiles(const int* counts, int experts, int bm, int* tile_start, int* starts,
+                                             int* tile_expert, int* tile_rows, int* sorted) {
   int tiles[kScanItems];
   int sum = 0;
 #pragma unroll
@@ -69,13 +71,25 @@ __global__ void __launch_bounds__(kScanThreads) MoeScanKernel(const int* counts,
     const int e = threadIdx.x * kScanItems + i;
     if (e < experts) {
       tile_start[e] = start;
+      if (starts != nullptr) starts[e] = start;
       for (int t = 0; t < tiles[i]; ++t) {
         tile_expert[start + t] = e;
         tile_rows[start + t] = min(bm, counts[e] - t * bm);
       }
+      if (sorted != nullptr) {
+        for (int r = counts[e]; r < tiles[i] * bm; ++r) sorted[start * bm + r] = -1;
+      }
     }
     start += tiles[i];
   }
+  return total;
+}
+
+// One block: the tiles of the global counts.
+__global__ void __launch_bounds__(kScanThreads) MoeScanKernel(const int* counts, int experts, int bm,
+                                                              int* tile_start, int* tile_expert,
+                                                              int* tile_rows, int* num_tiles) {
+  const int total = ScanIntoTiles(counts, experts, bm, tile_start, nullptr, tile_expert, tile_rows, nullptr);
   if (threadIdx.x == 0) *num_tiles = total;
 }
 
@@ -89,9 +103,46 @@ __global__ void MoeScatterKernel(const int32_t* ids, int64_t pairs, const int* t
   }
 }
 
+// The whole routing in one block, for calls with at most kSmallPairs pairs
+// (decode): counts and slots by shared-memory atomics, the tile scan, the
+// scatter, and -1 in the padding rows of each expert's last tile, so no
+// memset and no second launch (at decode the launches cost more than the work).
+constexpr int kSmallPairItems = 8;
+constexpr int64_t kSmallPairs = int64_t{kScanThreads} * kSmallPairItems;
+
+__global__ void __launch_bounds__(kScanThreads) MoeRouteSmallKernel(const int32_t* ids, int pairs, int experts,
+                                                                    int bm, int* tile_start, int* tile_expert,
+                                                                    int* tile_rows, int* num_tiles, int* sorted) {
+  __shared__ int counts[kMaxExperts];
+  __shared__ int starts[kMaxExperts];
+  for (int e = threadIdx.x; e < experts; e += kScanThreads) counts[e] = 0;
+  __syncthreads();
+  int slot[kSmallPairItems];
+#pragma unroll
+  for (int i = 0; i < kSmallPairItems; ++i) {
+    const int pr = threadIdx.x + i * kScanThreads;
+    slot[i] = pr < pairs ? atomicAdd(&counts[ids[pr]], 1) : 0;
+  }
+  __syncthreads();
+  const int total = ScanIntoTiles(counts, experts, bm, tile_start, starts, tile_expert, tile_rows, sorted);
+  if (threadIdx.x == 0) *num_tiles = total;
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kSmallPairItems; ++i) {
+    const int pr = threadIdx.x + i * kScanThreads;
+    if (pr < pairs) sorted[starts[ids[pr]] * bm + slot[i]] = pr;
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchMoeRouting(const RoutingParams& p, cudaStream_t stream) {
+  if (p.pairs <= kSmallPairs) {
+    MoeRouteSmallKernel<<<1, kScanThreads, 0, stream>>>(p.topk_ids, static_cast<int>(p.pairs), p.experts,
+                                                        p.tile_rows, p.tile_start, p.tile_expert, p.tile_row_count,
+                                                        p.num_tiles, p.sorted);
+    return cudaGetLastError();
+  }
   cudaError_t r;
   if ((r = cudaMemsetAsync(p.counts, 0, 2 * static_cast<size_t>(p.experts) * 4, stream)) != cudaSuccess) return r;
   if ((r = cudaMemsetAsync(p.sorted, 0xFF, static_cast<size_t>(p.max_tiles) * p.tile_rows * 4, stream)) !=

@@ -14,7 +14,8 @@ namespace moe {
 
 // A histogram of the pairs per expert, a block scan into tiles of
 // p.tile_rows rows (tile_start, tile_expert, tile_row_count, num_tiles) and
-// a scatter of the pair ids into those tiles, padding rows -1, on `stream`.
+// a scatter of the pair ids into those tiles, padding rows -1, on `stream`;
+// up to 8192 pairs (decode) all of it in one single-block launch.
 // The slot of a pair inside its expert's tiles depends on atomics; each
 // output row is computed from its own A row and its expert's weights only,
 // so results do not.

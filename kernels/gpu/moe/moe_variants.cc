@@ -8,45 +8,57 @@ namespace kernelserve {
 namespace gpu {
 namespace {
 
-// An entry's plan: PlanMoe's, on the entry's GEMM (kWgmmaRows: the wgmma
-// tile's rows; 0: mma.sync with PlanMoe's row tile).
-template <int kWgmmaRows>
+// The GEMM an entry runs.
+enum class Gemm { kStream, kWgmma128, kWgmma192, kMmaSync };
+
+// An entry's plan: PlanMoe's, on the entry's GEMM (mma.sync keeps PlanMoe's
+// row tile, 64 where PlanMoe streams).
+template <Gemm kGemm>
 moe::MoePlan EntryPlan(const OpCall& c) {
   moe::MoePlan plan = moe::PlanMoe(c.moe);
-  plan.wgmma_rows = kWgmmaRows;
+  plan.stream = kGemm == Gemm::kStream;
+  plan.wgmma_rows = kGemm == Gemm::kWgmma128 ? 128 : kGemm == Gemm::kWgmma192 ? 192 : 0;
   return plan;
 }
 
-template <int kWgmmaRows>
+template <Gemm kGemm>
 std::string Unsupported(const DeviceCaps& caps, const OpCall& c) {
   std::string no = NeedsSm90a(caps);
-  if (no.empty()) no = moe::MoeUnsupported(c.moe, EntryPlan<kWgmmaRows>(c));
+  if (no.empty()) no = moe::MoeUnsupported(c.moe, EntryPlan<kGemm>(c));
   return no;
 }
 
 // The dispatcher's choice between the GEMMs is PlanMoe's.
-template <int kWgmmaRows>
+template <Gemm kGemm>
 std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
-  if (moe::PlanMoe(c.moe).wgmma_rows == kWgmmaRows) return "";
+  const moe::MoePlan plan = moe::PlanMoe(c.moe);
+  if (kGemm == Gemm::kStream) {
+    return plan.stream ? "" : "the dispatcher takes it below 12 rows per expert (decode)";
+  }
+  if (plan.wgmma_rows == EntryPlan<kGemm>(c).wgmma_rows) return "";
   return "the dispatcher takes it for gate/up alone at >= 72 rows per expert when its tiling launches the fewest "
          "CTAs";
 }
 
-template <int kWgmmaRows>
+template <Gemm kGemm>
 absl::Status Run(const OpCall& c, TensorView& out, cudaStream_t s) {
-  return RunMoeWithPlan(EntryPlan<kWgmmaRows>(c), c.moe, c.moe_in, out, s);
+  return RunMoeWithPlan(EntryPlan<kGemm>(c), c.moe, c.moe_in, out, s);
 }
 
 }  // namespace
 
 const VariantTable& MoeVariants() {
   static const VariantTable table = {
+      {"stream", "weight-streaming mma.sync GEMM, weights dequantized in registers, 16-row expert tiles",
+       "sm_90a, every stage", Unsupported<Gemm::kStream>, UnlessPlanned<Gemm::kStream>, Run<Gemm::kStream>},
       {"wgmma_sw_128x256", "wgmma, 128-row x 256-weight-row tiles, 128-byte-swizzled operands",
-       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<128>, UnlessPlanned<128>, Run<128>},
+       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<Gemm::kWgmma128>, UnlessPlanned<Gemm::kWgmma128>,
+       Run<Gemm::kWgmma128>},
       {"wgmma_sw_192x192", "wgmma, 192 x 192 tiles (3 warpgroups), 128-byte-swizzled operands",
-       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<192>, UnlessPlanned<192>, Run<192>},
-      {"mma_sync", "mma.sync grouped GEMM, 16/64/128-row expert tiles by rows per expert", "sm_90a, every stage",
-       Unsupported<0>, nullptr, Run<0>},
+       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<Gemm::kWgmma192>, UnlessPlanned<Gemm::kWgmma192>,
+       Run<Gemm::kWgmma192>},
+      {"mma_sync", "mma.sync grouped GEMM, 64/128-row expert tiles by rows per expert", "sm_90a, every stage",
+       Unsupported<Gemm::kMmaSync>, nullptr, Run<Gemm::kMmaSync>},
   };
   return table;
 }

@@ -46,10 +46,6 @@ constexpr int kRawStr = kBK / 2 + 16;  // bytes per raw fp4 row (80: conflict-fr
 template <int BM>
 struct Tiling;
 template <>
-struct Tiling<16> {  // 3 CTAs per SM
-  static constexpr int kWM = 1, kWN = 4, kStages = 3;
-};
-template <>
 struct Tiling<64> {  // 2 CTAs per SM
   static constexpr int kWM = 2, kWN = 4, kStages = 2;
 };

@@ -18,11 +18,19 @@ namespace moe {
 // Weight rows per CTA of the mma.sync kernel.
 constexpr int kMmaSyncCols = 128;
 
-// mma.sync m16n8k16 GEMM, any stage: kRows = 16, 64 or 128 expert rows per
+// Warps per CTA of the weight-streaming decode kernel (16 weight rows each).
+constexpr int kStreamWarps = 4;
+
+// mma.sync m16n8k16 GEMM, any stage: kRows = 64 or 128 expert rows per
 // tile; kEpi an Epilogue. col_tiles = ceil(p.nw / 128), or ceil(p.inter / 64)
 // with SwiGLU.
 template <int kRows, int kEpi>
 cudaError_t LaunchMmaSyncGemm(const GemmParams& p, int64_t col_tiles, int64_t max_tiles, cudaStream_t stream);
+
+// Weight-streaming GEMM for decode, any stage: expert tiles of kStreamRows
+// rows; kEpi an Epilogue.
+template <int kEpi>
+cudaError_t LaunchStreamGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream);
 
 // wgmma gate/up GEMM: kRows = 128 (128 x 256 tiles) or 192 (192 x 192);
 // kEpi kEpiBf16 or kEpiSwiglu.
