@@ -122,7 +122,7 @@ def ks_gfx942_kernel(name, src, launch_deps, test_deps, device_hdrs, **check):
         name = name + "_launch_test",
         size = "small",
         srcs = [name + "_launch_test.cc"],
-        deps = [":launch"] + test_deps,
+        deps = [":launch", "//kernels/gpu:launch_test_fixtures"] + test_deps,
     )
     ks_hip_device_code(
         name = code,
