@@ -11,6 +11,7 @@ by `bazel build //...`, SKIPPED by `bazel test //...`.
 """
 
 load("@local_config_hip//:defs.bzl", "HIP_ARCHS", "HIP_BACKEND_COMPATIBLE", "HIP_CAN_LINK", "HIP_CLANG", "HIP_COMPATIBLE", "HIP_INCLUDE", "HIP_TOOLS_DIR")
+load("//bazel:kernelserve.bzl", "ks_cc_library", "ks_cc_test")
 
 HIP_FLAGS = [
     "-x",
@@ -98,4 +99,40 @@ def ks_hip_code_object_test(name, code, kernels = [], insns = [], dis = [], max_
         args = args + ["$(locations %s)" % code],
         data = [code],
         target_compatible_with = target_compatible_with if target_compatible_with != None else HIP_COMPATIBLE,
+    )
+
+def ks_gfx942_kernel(name, src, launch_deps, test_deps, device_hdrs, **check):
+    """One gfx942 kernel's package: the host launch and its CPU test, the device code, its check.
+
+    `name` (e.g. "mla_gfx942") names the launch files <name>_launch.{cc,h} and the tests
+    <name>_launch_test and <name>_hip_test; the library is :launch (what the HIP backend links)
+    and the device code :<src without .hip>_hip (what the HIP backend embeds). gfx942 only,
+    whatever else the compiler targets: the kernels use gfx942's MFMA and fp8 formats.
+    `check` goes to ks_hip_code_object_test (kernels, insns, dis, max_regs, max_lds, kernarg_size).
+    """
+    launch_hdr = name + "_launch.h"
+    code = src[:-len(".hip")] + "_hip"
+    ks_cc_library(
+        name = "launch",
+        srcs = [name + "_launch.cc"],
+        hdrs = [launch_hdr],
+        deps = launch_deps,
+    )
+    ks_cc_test(
+        name = name + "_launch_test",
+        size = "small",
+        srcs = [name + "_launch_test.cc"],
+        deps = [":launch", "//kernels/gpu:launch_test_fixtures"] + test_deps,
+    )
+    ks_hip_device_code(
+        name = code,
+        src = src,
+        archs = [a for a in HIP_ARCHS if a == "gfx942"],
+        hdrs = [launch_hdr, "//kernels/gpu/arch/gfx942:headers"] + device_hdrs,
+    )
+    ks_hip_code_object_test(
+        name = name + "_hip_test",
+        code = ":" + code,
+        target_compatible_with = HIP_BACKEND_COMPATIBLE,
+        **check
     )

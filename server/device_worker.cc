@@ -44,24 +44,35 @@ WorkerStats DeviceWorker::stats() const {
 }
 
 absl::Status DeviceWorker::Run(grpc::ServerContext* ctx, std::function<absl::Status()> fn,
-                               TaskTiming* timing) {
+                               TaskTiming* timing, Placement placement) {
   auto task = std::make_shared<Task>();
   task->ctx = ctx;
   task->fn = std::move(fn);
   task->submitted = absl::Now();
+  bool run_here = false;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) {
       return absl::UnavailableError(absl::StrCat("device ", device_, " worker is shutting down"));
     }
-    if (static_cast<int>(queue_.size()) >= capacity_) {
+    // Nothing runs and nothing waits: running here keeps the order and the
+    // one-at-a-time rule, and skips both hand-offs.
+    if (placement == Placement::kInlineWhenIdle && !running_task_ && queue_.empty()) {
+      running_task_ = true;
+      run_here = true;
+    } else if (static_cast<int>(queue_.size()) >= capacity_) {
       ++stats_.rejected_full;
       return absl::ResourceExhaustedError(
           absl::StrCat("device ", device_, " queue is full (", queue_.size(), " queued)"));
+    } else {
+      queue_.push_back(task);
     }
-    queue_.push_back(task);
   }
-  task->done.WaitForNotification();
+  if (run_here) {
+    Execute(*task);
+  } else {
+    task->done.WaitForNotification();
+  }
   if (timing != nullptr) *timing = task->timing;
   return task->status;
 }
@@ -71,48 +82,52 @@ void DeviceWorker::Loop() {
     std::shared_ptr<Task> task;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      // Not while a task runs inline: one task at a time on the device.
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !running_task_ && (stopping_ || !queue_.empty());
+      };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping with nothing left
       task = std::move(queue_.front());
       queue_.pop_front();
       running_task_ = true;
     }
-    const absl::Time start = absl::Now();
-    task->timing.queue_ms = absl::ToDoubleMilliseconds(start - task->submitted);
-    bool dropped_deadline = false, dropped_cancelled = false;
-    if (task->ctx != nullptr) {
-      // Deadline first: gRPC also marks an expired call cancelled.
-      if (task->ctx->deadline() <= std::chrono::system_clock::now()) {
-        dropped_deadline = true;
-      } else if (task->ctx->IsCancelled()) {
-        dropped_cancelled = true;
-      }
-    }
-    if (dropped_cancelled) {
-      task->status = absl::CancelledError(
-          absl::StrCat("call cancelled while queued for device ", device_, "; not run"));
-    } else if (dropped_deadline) {
-      task->status = absl::DeadlineExceededError(absl::StrCat(
-          "deadline passed after ", task->timing.queue_ms, " ms queued for device ", device_,
-          "; not run"));
-    } else {
-      task->status = task->fn();
-    }
-    task->fn = nullptr;  // release captures here, not on the waiting thread
-    task->timing.run_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
-    {
-      absl::MutexLock lock(&mu_);
-      running_task_ = false;
-      if (dropped_cancelled) {
-        ++stats_.dropped_cancelled;
-      } else if (dropped_deadline) {
-        ++stats_.dropped_deadline;
-      } else {
-        ++stats_.completed;
-      }
-    }
+    Execute(*task);
     task->done.Notify();
+  }
+}
+
+void DeviceWorker::Execute(Task& task) {
+  const absl::Time start = absl::Now();
+  task.timing.queue_ms = absl::ToDoubleMilliseconds(start - task.submitted);
+  bool dropped_deadline = false, dropped_cancelled = false;
+  if (task.ctx != nullptr) {
+    // Deadline first: gRPC also marks an expired call cancelled.
+    if (task.ctx->deadline() <= std::chrono::system_clock::now()) {
+      dropped_deadline = true;
+    } else if (task.ctx->IsCancelled()) {
+      dropped_cancelled = true;
+    }
+  }
+  if (dropped_cancelled) {
+    task.status =
+        absl::CancelledError(absl::StrCat("call cancelled while queued for device ", device_, "; not run"));
+  } else if (dropped_deadline) {
+    task.status = absl::DeadlineExceededError(absl::StrCat(
+        "deadline passed after ", task.timing.queue_ms, " ms queued for device ", device_, "; not run"));
+  } else {
+    task.status = task.fn();
+  }
+  task.fn = nullptr;  // release captures here, not on the waiting thread
+  task.timing.run_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  absl::MutexLock lock(&mu_);
+  running_task_ = false;
+  if (dropped_cancelled) {
+    ++stats_.dropped_cancelled;
+  } else if (dropped_deadline) {
+    ++stats_.dropped_deadline;
+  } else {
+    ++stats_.completed;
   }
 }
 

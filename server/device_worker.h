@@ -1,6 +1,10 @@
 // One worker thread per device with a bounded queue (DESIGN §5). Every call
-// that touches a device (kernels, copies, allocations) runs on its worker, so
-// a backend never sees two threads on one device.
+// that touches a device (kernels, copies, allocations) runs through its
+// worker, one at a time and in arrival order, so a backend never sees two
+// threads on one device at once. A call that allows it runs on its own thread
+// when the device is idle (Placement::kInlineWhenIdle): the two thread
+// hand-offs of a queued call (wake the worker, wake the caller) cost more
+// than a tiny kernel on a loaded machine.
 #ifndef KERNELSERVE_SERVER_DEVICE_WORKER_H_
 #define KERNELSERVE_SERVER_DEVICE_WORKER_H_
 
@@ -33,6 +37,11 @@ struct WorkerStats {
 
 class DeviceWorker {
  public:
+  enum class Placement {
+    kWorker,          // always on the worker thread
+    kInlineWhenIdle,  // on the calling thread when nothing runs or waits
+  };
+
   DeviceWorker(int device, int queue_capacity);
   ~DeviceWorker();  // Stop()s
   DeviceWorker(const DeviceWorker&) = delete;
@@ -43,9 +52,9 @@ class DeviceWorker {
   // when the call (`ctx`, may be null) expired or was cancelled before its turn;
   // UNAVAILABLE once stopped. Otherwise fn's status.
   absl::Status Run(grpc::ServerContext* ctx, std::function<absl::Status()> fn,
-                   TaskTiming* timing = nullptr);
+                   TaskTiming* timing = nullptr, Placement placement = Placement::kWorker);
 
-  // Refuses new tasks, lets the queued ones run, joins the thread.
+  // Refuses new tasks, lets the queued and running ones finish, joins the thread.
   void Stop();
 
   int device() const { return device_; }
@@ -56,6 +65,9 @@ class DeviceWorker {
  private:
   struct Task;
   void Loop();
+  // Runs a task taken off the queue or claimed inline (running_task_ set),
+  // then clears running_task_ and counts it.
+  void Execute(Task& task);
 
   const int device_;
   const int capacity_;

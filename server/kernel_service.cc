@@ -134,6 +134,8 @@ class OpCall {
     std::string* inline_out = output.to_buffer() ? nullptr : out_ref->mutable_tensor()->mutable_data();
     std::shared_ptr<Buffer> out_buffer;
     log_->Mark("resolve");
+    const DeviceWorker::Placement placement =
+        InputBytes() <= kInlineCallBytes ? DeviceWorker::Placement::kInlineWhenIdle : DeviceWorker::Placement::kWorker;
     absl::Status status = state_->RunOnDevice(device, ctx_, [&]() -> absl::Status {
       log_->Mark("queue");
       for (Input* in : pre_validate_host_) {
@@ -193,7 +195,7 @@ class OpCall {
       }
       log_->Mark("copy_out");
       return absl::OkStatus();
-    }, &timing_);
+    }, &timing_, placement);
     if (!status.ok()) return status;
     DescToProto(out_buffer->desc, out_ref->mutable_tensor());
     if (inline_out != nullptr) {
@@ -221,6 +223,20 @@ class OpCall {
   }
 
  private:
+  // A call whose tensors (inline, buffers and pools) total at most this runs
+  // on the handler's thread when its device is idle: the two thread hand-offs
+  // through the worker cost ~110 us p50 on the loaded 2-core VM, more than such
+  // a kernel (bench/NOTES.md, issue 20). 64 KiB keeps it under the CPU
+  // backend's 4 MFLOP serial limit for attention (cpu_backend.cc), so no
+  // OpenMP team is started on a handler thread.
+  static constexpr int64_t kInlineCallBytes = int64_t{64} << 10;
+
+  int64_t InputBytes() const {
+    int64_t bytes = 0;
+    for (const Input* in : inputs_) bytes += in->desc.num_bytes();
+    return bytes;
+  }
+
   // A buffer of the wrong element type was almost always uploaded without
   // naming its type (packed FP4 weights and FP8 codes arrive as uint8 arrays),
   // so the fix is at upload time: say so. `st` is Validate's "FIELD: expected

@@ -89,8 +89,9 @@ std::string ServerState::draining_reason(int device) const {
 }
 
 absl::Status ServerState::RunOnDevice(int device, grpc::ServerContext* ctx,
-                                      std::function<absl::Status()> fn, TaskTiming* timing) {
-  absl::Status status = workers_[device]->Run(ctx, std::move(fn), timing);
+                                      std::function<absl::Status()> fn, TaskTiming* timing,
+                                      DeviceWorker::Placement placement) {
+  absl::Status status = workers_[device]->Run(ctx, std::move(fn), timing, placement);
   if (!status.ok() && status.code() != absl::StatusCode::kInvalidArgument &&
       status.code() != absl::StatusCode::kNotFound &&
       status.code() != absl::StatusCode::kResourceExhausted &&

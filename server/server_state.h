@@ -79,7 +79,8 @@ class ServerState {
   // Runs fn on the device's worker (device_worker.h). A failure that leaves
   // the backend reporting the device unhealthy marks it unhealthy here.
   absl::Status RunOnDevice(int device, grpc::ServerContext* ctx, std::function<absl::Status()> fn,
-                           TaskTiming* timing = nullptr);
+                           TaskTiming* timing = nullptr,
+                           DeviceWorker::Placement placement = DeviceWorker::Placement::kWorker);
 
   // Accounted device memory for `what`; call from a device task only.
   absl::Status Allocate(int device, const std::string& tenant, int64_t bytes, absl::string_view what,

@@ -45,30 +45,35 @@ OpCall MakeOpCall(const AttentionParams& p, const TensorView& q, const TensorVie
   return c;
 }
 
-OpCall MakeOpCall(const Fp8AttentionParams& p, const Fp8AttentionInputs& in) {
+namespace {
+
+// The ops whose inputs travel as one struct: the params and the inputs go to
+// the call's member pair for that op, the others keep their defaults.
+template <typename Params, typename Inputs>
+OpCall MakeStructOpCall(BenchOp op, Params OpCall::*params_member, const Params& p,
+                        Inputs OpCall::*inputs_member, const Inputs& in) {
   OpCall c;
-  c.op = BenchOp::kFp8Attention;
-  c.fp8 = p;
-  c.fp8_in = in;
+  c.op = op;
+  c.*params_member = p;
+  c.*inputs_member = in;
   return c;
+}
+
+}  // namespace
+
+OpCall MakeOpCall(const Fp8AttentionParams& p, const Fp8AttentionInputs& in) {
+  return MakeStructOpCall(BenchOp::kFp8Attention, &OpCall::fp8, p, &OpCall::fp8_in, in);
 }
 
 OpCall MakeOpCall(const MlaDecodeParams& p, const MlaDecodeInputs& in) {
-  OpCall c;
-  c.op = BenchOp::kMlaDecode;
-  c.mla = p;
-  c.mla_in = in;
-  return c;
+  return MakeStructOpCall(BenchOp::kMlaDecode, &OpCall::mla, p, &OpCall::mla_in, in);
 }
 
 OpCall MakeOpCall(const MoeParams& p, const MoeInputs& in) {
-  OpCall c;
-  c.op = p.stage == MoeStage::kGateUp ? BenchOp::kMoeGateUp
-         : p.stage == MoeStage::kDown ? BenchOp::kMoeDown
-                                      : BenchOp::kMoeLayer;
-  c.moe = p;
-  c.moe_in = in;
-  return c;
+  const BenchOp op = p.stage == MoeStage::kGateUp ? BenchOp::kMoeGateUp
+                     : p.stage == MoeStage::kDown ? BenchOp::kMoeDown
+                                                  : BenchOp::kMoeLayer;
+  return MakeStructOpCall(op, &OpCall::moe, p, &OpCall::moe_in, in);
 }
 
 TensorDesc OpCall::OutputDesc() const {

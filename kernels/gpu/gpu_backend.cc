@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "kernels/gpu/attention/attention_variants.h"
+#include "kernels/gpu/common/device_health.h"
 #include "kernels/gpu/common/gpu.h"
 #include "kernels/gpu/common/gpu_status.h"
 #include "kernels/gpu/common/kernel_variant.h"
@@ -37,9 +38,7 @@ struct DeviceState {
   int64_t l2_bytes = 0;
   cudaStream_t stream = nullptr;
   std::shared_ptr<BlockCache> cache;
-  mutable absl::Mutex mu;
-  bool healthy ABSL_GUARDED_BY(mu) = true;
-  std::string reason ABSL_GUARDED_BY(mu);
+  gpu::DeviceHealth health;
 };
 
 // The device whose stream this thread is capturing into a graph. Nothing
@@ -187,15 +186,7 @@ class GpuBackend : public Backend {
   std::string Name() const override { return KS_GPU_VENDOR; }
   int DeviceCount() const override { return static_cast<int>(devices_.size()); }
 
-  DeviceInfo GetDeviceInfo(int device) const override {
-    if (device < 0 || device >= DeviceCount()) return NoSuchDevice(Name(), device);
-    const DeviceState& d = *devices_[device];
-    DeviceInfo info = d.info;
-    absl::MutexLock lock(&d.mu);
-    info.healthy = d.healthy;
-    info.health_reason = d.reason;
-    return info;
-  }
+  DeviceInfo GetDeviceInfo(int device) const override { return gpu::ReportDevice(devices_, Name(), device); }
 
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
     KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
@@ -396,18 +387,7 @@ class GpuBackend : public Backend {
 
   // Checks the index and health, and makes the device current.
   absl::StatusOr<DeviceState*> Enter(int device) {
-    if (device < 0 || device >= DeviceCount()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("device: expected 0..", DeviceCount() - 1, ", got ", device));
-    }
-    DeviceState* d = devices_[device].get();
-    {
-      absl::MutexLock lock(&d->mu);
-      if (!d->healthy) {
-        return absl::UnavailableError(
-            absl::StrCat(KS_GPU_VENDOR " device ", device, " is unhealthy: ", d->reason));
-      }
-    }
+    KS_ASSIGN_OR_RETURN(DeviceState * d, gpu::HealthyDevice(devices_, KS_GPU_VENDOR, device));
     KS_RETURN_IF_ERROR(Check(d, cudaSetDevice(device), "cudaSetDevice"));
     return d;
   }
@@ -423,11 +403,7 @@ class GpuBackend : public Backend {
   // Not while this thread captures the device's stream (see tls_capturing).
   void MarkUnhealthy(DeviceState* d, absl::string_view reason) {
     if (tls_capturing == d) return;
-    absl::MutexLock lock(&d->mu);
-    if (d->healthy) {
-      d->healthy = false;
-      d->reason = std::string(reason);
-    }
+    d->health.MarkUnhealthy(reason);
   }
 
   absl::Status CreateEvents(DeviceState* d, EventPair* ev) {

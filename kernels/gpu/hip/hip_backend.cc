@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "kernels/gpu/common/device_health.h"
 #include "kernels/gpu/hip/hip_variants.h"
 
 namespace kernelserve {
@@ -25,9 +26,8 @@ struct Device {
   int64_t l2_bytes = 0;
   Stream stream = nullptr;
   std::vector<std::pair<const CodeObject*, Module>> modules;
+  DeviceHealth health;
   mutable absl::Mutex mu;
-  bool healthy ABSL_GUARDED_BY(mu) = true;
-  std::string reason ABSL_GUARDED_BY(mu);
   std::map<std::string, Function, std::less<>> functions ABSL_GUARDED_BY(mu);
   void* workspace ABSL_GUARDED_BY(mu) = nullptr;
   size_t workspace_bytes ABSL_GUARDED_BY(mu) = 0;
@@ -84,15 +84,7 @@ class HipBackend : public Backend {
     return c;
   }
 
-  DeviceInfo GetDeviceInfo(int device) const override {
-    if (device < 0 || device >= DeviceCount()) return NoSuchDevice(Name(), device);
-    const Device& d = *devices_[device];
-    DeviceInfo info = d.info;
-    absl::MutexLock lock(&d.mu);
-    info.healthy = d.healthy;
-    info.health_reason = d.reason;
-    return info;
-  }
+  DeviceInfo GetDeviceInfo(int device) const override { return ReportDevice(devices_, Name(), device); }
 
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
     KS_ASSIGN_OR_RETURN(Device * d, Enter(device));
@@ -173,26 +165,14 @@ class HipBackend : public Backend {
  private:
   // The device, current on this thread, or why not.
   absl::StatusOr<Device*> Enter(int device) {
-    if (device < 0 || device >= DeviceCount()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("device: expected 0..", DeviceCount() - 1, " on backend hip, got ", device));
-    }
-    Device* d = devices_[device].get();
-    {
-      absl::MutexLock lock(&d->mu);
-      if (!d->healthy) return absl::UnavailableError(absl::StrCat("hip device ", device, " is unhealthy: ", d->reason));
-    }
+    KS_ASSIGN_OR_RETURN(Device * d, HealthyDevice(devices_, "hip", device, " on backend hip"));
     KS_RETURN_IF_ERROR(rt_->Check(rt_->SetDevice(device), "hipSetDevice"));
     return d;
   }
 
   // A fault (UNAVAILABLE from Runtime::Check) leaves the device unusable.
   absl::Status Fault(Device& d, absl::Status s) {
-    if (s.code() == absl::StatusCode::kUnavailable) {
-      absl::MutexLock lock(&d.mu);
-      d.healthy = false;
-      d.reason = std::string(s.message());
-    }
+    if (s.code() == absl::StatusCode::kUnavailable) d.health.MarkUnhealthy(s.message());
     return s;
   }
 
@@ -312,10 +292,9 @@ absl::Status SetUpDevice(const Runtime& rt, const std::vector<CodeObject>& objec
   d.info.driver = absl::StrCat("HIP runtime ", rt.runtime_version, ", driver ", driver, " (", rt.library, ")",
                                d.arch.empty() ? "" : absl::StrCat("; code objects ", d.arch));
   if (d.arch.empty()) {
-    absl::MutexLock lock(&d.mu);
-    d.healthy = false;
-    d.reason = objects.empty() ? "this build embeds no AMD code objects"
-                               : absl::StrCat("no code object of this build loads on it: ", absl::StrJoin(refused, "; "));
+    d.health.MarkUnhealthy(objects.empty() ? "this build embeds no AMD code objects"
+                                           : absl::StrCat("no code object of this build loads on it: ",
+                                                          absl::StrJoin(refused, "; ")));
   }
   return absl::OkStatus();
 }

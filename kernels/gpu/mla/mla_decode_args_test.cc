@@ -7,21 +7,14 @@
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
+#include "kernels/gpu/launch_test_fixtures.h"
 
 namespace kernelserve {
 namespace gpu {
 namespace mla {
 namespace {
 
-HostTensor Int32s(std::initializer_list<int32_t> v) {
-  HostTensor t(DType::kInt32, {static_cast<int64_t>(v.size())});
-  int i = 0;
-  for (int32_t x : v) t.data<int32_t>()[i++] = x;
-  return t;
-}
-
-// Distinct fake device addresses: the conversion only passes them on.
-void* Addr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+using gpu_test::FakeAddr;
 
 TEST(MakeKParams, Contiguous) {
   MlaDecodeParams p;
@@ -31,15 +24,15 @@ TEST(MakeKParams, Contiguous) {
   const TensorDesc kv{DType::kFp8E4M3Fn, {2, 100, kMlaRowDim}};
   ASSERT_TRUE(p.Validate(q, pe, kv, false, 1, nullptr, nullptr, nullptr, nullptr).ok());
   MlaDecodeInputs in;
-  in.q_lat = TensorView{q, Addr(0x1000)};
-  in.q_pe = TensorView{pe, Addr(0x2000)};
-  in.kv = TensorView{kv, Addr(0x3000)};
+  in.q_lat = TensorView{q, FakeAddr(0x1000)};
+  in.q_pe = TensorView{pe, FakeAddr(0x2000)};
+  in.kv = TensorView{kv, FakeAddr(0x3000)};
   const MlaSplitPlan plan = PlanMlaSplits(2, 3, 12, p.max_seq, 0, 132);
-  const KParams k = MakeKParams(p, in, Addr(0x4000), plan);
+  const KParams k = MakeKParams(p, in, FakeAddr(0x4000), plan);
   EXPECT_EQ(k.q_lat, in.q_lat.data);
   EXPECT_EQ(k.q_pe, in.q_pe.data);
   EXPECT_EQ(k.kv, in.kv.data);
-  EXPECT_EQ(k.out, Addr(0x4000));
+  EXPECT_EQ(k.out, FakeAddr(0x4000));
   EXPECT_EQ(k.seq_lens, nullptr);
   EXPECT_EQ(k.kv_indices, nullptr);
   EXPECT_EQ(k.kv_indptr, nullptr);
@@ -62,22 +55,12 @@ TEST(MakeKParams, Contiguous) {
 }
 
 TEST(MakeKParams, PagedWithRaggedQ) {
-  MlaDecodeParams p;
-  const TensorDesc q{DType::kBf16, {2, 2, 16, kMlaLatentDim}}, pe{DType::kBf16, {2, 2, 16, kMlaRopeDim}};
-  const TensorDesc pool{DType::kFp8E4M3Fnuz, {64, kMlaRowDim}};
-  const HostTensor seq = Int32s({40, 9}), idx = Int32s({3, 0, 1, 2, 5, 7, 6}), indptr = Int32s({0, 5, 7}),
-                   qls = Int32s({2, 1});
-  ASSERT_TRUE(p.Validate(q, pe, pool, true, 8, &seq, &idx, &indptr, &qls).ok());
-  MlaDecodeInputs in;
-  in.q_lat = TensorView{q, Addr(0x1000)};
-  in.q_pe = TensorView{pe, Addr(0x2000)};
-  in.kv = TensorView{pool, Addr(0x3000)};
-  in.seq_lens = TensorView{seq.desc(), Addr(0x5000)};
-  in.kv_indices = TensorView{idx.desc(), Addr(0x6000)};
-  in.kv_indptr = TensorView{indptr.desc(), Addr(0x7000)};
-  in.q_lens = TensorView{qls.desc(), Addr(0x8000)};
+  const gpu_test::MlaPagedRaggedCall c(2, 16, 2, 1);
+  ASSERT_TRUE(c.validated.ok()) << c.validated;
+  const MlaDecodeParams& p = c.p;
+  const MlaDecodeInputs& in = c.in;
   const MlaSplitPlan plan = PlanMlaSplits(2, 2, 16, p.max_seq, 0, 132);
-  const KParams k = MakeKParams(p, in, Addr(0x4000), plan);
+  const KParams k = MakeKParams(p, in, FakeAddr(0x4000), plan);
   EXPECT_EQ(k.seq_lens, in.seq_lens.data);
   EXPECT_EQ(k.kv_indices, in.kv_indices.data);
   EXPECT_EQ(k.kv_indptr, in.kv_indptr.data);
@@ -95,10 +78,10 @@ TEST(MakeKParams, UndeclaredIndexViewsAreNull) {
   const TensorDesc kv{DType::kFp8E4M3Fn, {1, 5, kMlaRowDim}};
   ASSERT_TRUE(p.Validate(q, pe, kv, false, 1, nullptr, nullptr, nullptr, nullptr).ok());
   MlaDecodeInputs in;
-  in.kv = TensorView{kv, Addr(0x3000)};
-  in.seq_lens = TensorView{TensorDesc{DType::kInt32, {1}}, Addr(0x5000)};
-  in.q_lens = TensorView{TensorDesc{DType::kInt32, {1}}, Addr(0x8000)};
-  const KParams k = MakeKParams(p, in, Addr(0x4000), PlanMlaSplits(1, 1, 1, p.max_seq, 1, 132));
+  in.kv = TensorView{kv, FakeAddr(0x3000)};
+  in.seq_lens = TensorView{TensorDesc{DType::kInt32, {1}}, FakeAddr(0x5000)};
+  in.q_lens = TensorView{TensorDesc{DType::kInt32, {1}}, FakeAddr(0x8000)};
+  const KParams k = MakeKParams(p, in, FakeAddr(0x4000), PlanMlaSplits(1, 1, 1, p.max_seq, 1, 132));
   EXPECT_EQ(k.seq_lens, nullptr);
   EXPECT_EQ(k.q_lens, nullptr);
 }

@@ -21,6 +21,7 @@
 #include "kernels/cpu/oracle.h"
 #include "kernels/gpu/common/kernel_variant.h"
 #include "kernels/gpu/gpu_test_util.h"
+#include "kernels/gpu/launch_test_fixtures.h"
 #include "kernels/gpu/moe/moe.h"
 #include "kernels/gpu/moe/moe_plan.h"
 #include "kernels/gpu/moe/moe_variants.h"
@@ -33,6 +34,7 @@ using gpu_test::CaptureAndReplay;
 using gpu_test::CountNan;
 using gpu_test::DeviceTensor;
 using gpu_test::FreshSeed;
+using gpu_test::KimiMoeParams;
 using gpu_test::SameBytes;
 
 // How the pairs pick their experts.
@@ -432,21 +434,6 @@ TEST(MoeVariantsLayerTest, LayerRunsOnStreamAndMmaSync) {
   }
 }
 
-// The Kimi-K3 TP8 shard's params, as MoeParams::Validate fills them.
-MoeParams KimiParams(MoeStage stage, int64_t tokens) {
-  MoeParams p;
-  p.stage = stage;
-  p.swiglu = stage == MoeStage::kLayer;
-  p.weighted_sum = stage == MoeStage::kLayer;
-  p.tokens = tokens;
-  p.top_k = 16;
-  p.experts = 896;
-  p.hidden = 3584;
-  p.inter = 384;
-  p.out_dim = 3584;
-  return p;
-}
-
 // The dispatcher takes the entry of PlanMoe's GEMM (a host-side check: no device).
 TEST(MoeVariantsDispatchTest, FollowsThePlan) {
   gpu::DeviceCaps caps;
@@ -463,13 +450,13 @@ TEST(MoeVariantsDispatchTest, FollowsThePlan) {
                         Want{MoeStage::kGateUp, 8192, "wgmma_sw_192x192"},
                         Want{MoeStage::kGateUp, 16384, "wgmma_sw_192x192"}, Want{MoeStage::kDown, 8192, "mma_sync"},
                         Want{MoeStage::kLayer, 16384, "mma_sync"}}) {
-    const auto v = gpu::SelectVariant(gpu::MoeVariants(), "moe", caps, MoeCall(KimiParams(w.stage, w.tokens), {}));
+    const auto v = gpu::SelectVariant(gpu::MoeVariants(), "moe", caps, MoeCall(KimiMoeParams(w.stage, w.tokens), {}));
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_STREQ((*v)->name, w.entry) << "T=" << w.tokens;
   }
   gpu::DeviceCaps ampere;
   ampere.cc_major = 8;
-  const auto none = gpu::SelectVariant(gpu::MoeVariants(), "moe", ampere, MoeCall(KimiParams(MoeStage::kGateUp, 8), {}));
+  const auto none = gpu::SelectVariant(gpu::MoeVariants(), "moe", ampere, MoeCall(KimiMoeParams(MoeStage::kGateUp, 8), {}));
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented);
 }
 

@@ -3,11 +3,11 @@
 #include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
 
 #include <cstdint>
-#include <initializer_list>
 
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
+#include "kernels/gpu/launch_test_fixtures.h"
 #include "kernels/gpu/mla/mla_decode_args.h"
 
 namespace kernelserve {
@@ -18,14 +18,7 @@ namespace {
 
 constexpr int kMi300xCus = 304;
 
-HostTensor Int32s(std::initializer_list<int32_t> v) {
-  HostTensor t(DType::kInt32, {static_cast<int64_t>(v.size())});
-  int i = 0;
-  for (int32_t x : v) t.data<int32_t>()[i++] = x;
-  return t;
-}
-
-void* Addr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+using gpu_test::FakeAddr;
 
 struct Contiguous {
   MlaDecodeParams p;
@@ -36,9 +29,9 @@ struct Contiguous {
     const TensorDesc kv{DType::kFp8E4M3Fnuz, {b, s, kMlaRowDim}};
     const absl::Status st = p.Validate(q, pe, kv, false, 1, nullptr, nullptr, nullptr, nullptr);
     EXPECT_TRUE(st.ok()) << st;
-    in.q_lat = TensorView{q, Addr(0x1000)};
-    in.q_pe = TensorView{pe, Addr(0x2000)};
-    in.kv = TensorView{kv, Addr(0x3000)};
+    in.q_lat = TensorView{q, FakeAddr(0x1000)};
+    in.q_pe = TensorView{pe, FakeAddr(0x2000)};
+    in.kv = TensorView{kv, FakeAddr(0x3000)};
   }
 };
 
@@ -55,23 +48,23 @@ TEST(Gfx942MlaLaunch, TheFiguresTheCodeObjectIsHeldTo) {
 
 TEST(Gfx942MlaLaunch, OneSplitHasNoMergeAndNoWorkspace) {
   Contiguous c(3, 1, 16, 100, 1);
-  DecodeLaunch l = PlanDecode(c.p, c.in, Addr(0x4000), kMi300xCus);
+  DecodeLaunch l = PlanDecode(c.p, c.in, FakeAddr(0x4000), kMi300xCus);
   EXPECT_EQ(l.grid.x, 1u);
   EXPECT_EQ(l.grid.y, 1u);
   EXPECT_EQ(l.grid.z, 3u);
   EXPECT_FALSE(l.merge);
   EXPECT_EQ(l.workspace_bytes, 0u);
-  SetWorkspace(l, Addr(0x9000));
+  SetWorkspace(l, FakeAddr(0x9000));
   EXPECT_EQ(l.params.part_o, nullptr);
   EXPECT_EQ(l.params.part_ml, nullptr);
   EXPECT_EQ(l.params.splits, 1);
-  EXPECT_EQ(l.params.out, Addr(0x4000));
+  EXPECT_EQ(l.params.out, FakeAddr(0x4000));
 }
 
 TEST(Gfx942MlaLaunch, RequestedSplitsGridMergeAndWorkspace) {
   // q_len 8 x 16 heads = 128 rows: two groups of 64.
   Contiguous c(2, 8, 16, 8192, 4);
-  DecodeLaunch l = PlanDecode(c.p, c.in, Addr(0x4000), kMi300xCus);
+  DecodeLaunch l = PlanDecode(c.p, c.in, FakeAddr(0x4000), kMi300xCus);
   EXPECT_EQ(l.grid.x, 4u);
   EXPECT_EQ(l.grid.y, 2u);
   EXPECT_EQ(l.grid.z, 2u);
@@ -82,42 +75,32 @@ TEST(Gfx942MlaLaunch, RequestedSplitsGridMergeAndWorkspace) {
   EXPECT_EQ(l.merge_grid.y, 2u);
   const int64_t partial_rows = 2 * 2 * 4 * kRows;
   EXPECT_EQ(l.workspace_bytes, static_cast<size_t>(partial_rows) * (kDL + 2) * sizeof(float));
-  SetWorkspace(l, Addr(0x10000));
-  EXPECT_EQ(l.params.part_o, Addr(0x10000));
-  EXPECT_EQ(l.params.part_ml, static_cast<float*>(Addr(0x10000)) + partial_rows * kDL);
+  SetWorkspace(l, FakeAddr(0x10000));
+  EXPECT_EQ(l.params.part_o, FakeAddr(0x10000));
+  EXPECT_EQ(l.params.part_ml, static_cast<float*>(FakeAddr(0x10000)) + partial_rows * kDL);
 }
 
 TEST(Gfx942MlaLaunch, PlannedSplitsFillTheCusOnceAndCoverTheSequence) {
   // One long request: the plan splits it over the CUs in a single round.
   Contiguous c(1, 1, 16, 150000, 0);
-  const DecodeLaunch l = PlanDecode(c.p, c.in, Addr(0x4000), kMi300xCus);
+  const DecodeLaunch l = PlanDecode(c.p, c.in, FakeAddr(0x4000), kMi300xCus);
   EXPECT_GT(l.grid.x, 1u);
   EXPECT_LE(l.grid.x * l.grid.y * l.grid.z, static_cast<unsigned>(kMi300xCus));
   EXPECT_GE(static_cast<int64_t>(l.grid.x) * l.params.chunk, 150000);
   EXPECT_LT(static_cast<int64_t>(l.grid.x - 1) * l.params.chunk, 150000);
   EXPECT_TRUE(l.merge);
   // The same call planned again is the same plan (fixed at plan time).
-  const DecodeLaunch again = PlanDecode(c.p, c.in, Addr(0x4000), kMi300xCus);
+  const DecodeLaunch again = PlanDecode(c.p, c.in, FakeAddr(0x4000), kMi300xCus);
   EXPECT_EQ(again.grid.x, l.grid.x);
   EXPECT_EQ(again.params.chunk, l.params.chunk);
 }
 
 TEST(Gfx942MlaLaunch, PagedRaggedPassesThePoolAndTheWindows) {
-  MlaDecodeParams p;
-  const TensorDesc q{DType::kBf16, {2, 4, 12, kMlaLatentDim}}, pe{DType::kBf16, {2, 4, 12, kMlaRopeDim}};
-  const TensorDesc pool{DType::kFp8E4M3Fnuz, {64, kMlaRowDim}};
-  const HostTensor seq = Int32s({40, 9}), idx = Int32s({3, 0, 1, 2, 5, 7, 6}), indptr = Int32s({0, 5, 7}),
-                   qls = Int32s({4, 2});
-  ASSERT_TRUE(p.Validate(q, pe, pool, true, 8, &seq, &idx, &indptr, &qls).ok());
-  MlaDecodeInputs in;
-  in.q_lat = TensorView{q, Addr(0x1000)};
-  in.q_pe = TensorView{pe, Addr(0x2000)};
-  in.kv = TensorView{pool, Addr(0x3000)};
-  in.seq_lens = TensorView{seq.desc(), Addr(0x5000)};
-  in.kv_indices = TensorView{idx.desc(), Addr(0x6000)};
-  in.kv_indptr = TensorView{indptr.desc(), Addr(0x7000)};
-  in.q_lens = TensorView{qls.desc(), Addr(0x8000)};
-  const DecodeLaunch l = PlanDecode(p, in, Addr(0x4000), kMi300xCus);
+  const gpu_test::MlaPagedRaggedCall c(4, 12, 4, 2);
+  ASSERT_TRUE(c.validated.ok()) << c.validated;
+  const MlaDecodeParams& p = c.p;
+  const MlaDecodeInputs& in = c.in;
+  const DecodeLaunch l = PlanDecode(p, in, FakeAddr(0x4000), kMi300xCus);
   EXPECT_EQ(l.params.paged, 1);
   EXPECT_EQ(l.params.page_size, 8);
   EXPECT_EQ(l.params.kv_seq, 0);

@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
+#include "kernels/gpu/launch_test_fixtures.h"
 #include "kernels/gpu/moe/moe_params.h"
 #include "kernels/gpu/moe/moe_plan.h"
 
@@ -13,17 +14,7 @@ namespace moe {
 namespace gfx942 {
 namespace {
 
-MoeParams Kimi(MoeStage stage, int64_t tokens) {
-  MoeParams p;
-  p.stage = stage;
-  p.tokens = tokens;
-  p.top_k = 16;
-  p.experts = 896;
-  p.hidden = 3584;
-  p.inter = 384;
-  p.out_dim = 3584;
-  return p;
-}
+using gpu_test::KimiMoeParams;
 
 // The code-object check (moe_gfx942_hip_test) holds the kernels' argument
 // segment to this struct's size.
@@ -38,7 +29,7 @@ TEST(Gfx942MoeLaunch, SixteenRowRoutingTilesForEveryStage) {
   const MoePlan plan = Plan();
   EXPECT_EQ(plan.wgmma_rows, 0);
   EXPECT_EQ(plan.TileRows(), kTileRows);
-  const MoeWorkspace w = MoeWorkspaceLayout(Kimi(MoeStage::kLayer, 8), plan);
+  const MoeWorkspace w = MoeWorkspaceLayout(KimiMoeParams(MoeStage::kLayer, 8), plan);
   EXPECT_EQ(w.max_tiles, (8 * 16 + 15) / 16 + 128);  // ceil(pairs / 16) + min(pairs, E)
 }
 
@@ -50,14 +41,14 @@ TEST(Gfx942MoeLaunch, GridCoversTheColumnsAndEveryTile) {
 }
 
 TEST(Gfx942MoeLaunch, ServesTheSeedShapesAndSaysWhyNotOthers) {
-  for (MoeStage s : {MoeStage::kGateUp, MoeStage::kDown, MoeStage::kLayer}) EXPECT_EQ(Unsupported(Kimi(s, 32)), "");
-  MoeParams p = Kimi(MoeStage::kGateUp, 8);
+  for (MoeStage s : {MoeStage::kGateUp, MoeStage::kDown, MoeStage::kLayer}) EXPECT_EQ(Unsupported(KimiMoeParams(s, 32)), "");
+  MoeParams p = KimiMoeParams(MoeStage::kGateUp, 8);
   p.hidden = 3600;
   EXPECT_EQ(Unsupported(p), "moe: the hip backend needs K (hidden) % 32 == 0");
-  p = Kimi(MoeStage::kDown, 8);
+  p = KimiMoeParams(MoeStage::kDown, 8);
   p.inter = 200;
   EXPECT_EQ(Unsupported(p), "moe: the hip backend needs I % 32 == 0 for down");
-  p = Kimi(MoeStage::kGateUp, 8);
+  p = KimiMoeParams(MoeStage::kGateUp, 8);
   p.experts = 5000;
   EXPECT_EQ(Unsupported(p), "moe: the hip backend serves at most 4096 experts");
 }
