@@ -128,7 +128,7 @@ struct SpecFlags {
   std::string format = "e4m3fn", p_mode = "exact", kv_format = "e4m3fn", method = "kernel", submitter;
   int64_t batch = 1, heads = 0, heads_kv = 0, seq = 0, seq_kv = 0, head_dim = 128, head_dim_v = 0;
   int64_t q_len = 1, num_splits = 0, page_size = 0, tokens = 0, experts = 0, top_k = 0, hidden = 0, inter = 0, out_dim = 0;
-  int64_t seed = 1, warmup = 0, iters = 0, passes = 0, priority = 0, device = 0;
+  int64_t seed = 1, warmup = 0, iters = 0, passes = 0, priority = 0, device = -1;
   bool causal = false, hadamard = false, swiglu = false, weighted_sum = false, l2_flush = false;
   std::optional<double> warmin, window, time_limit, tolerance, softmax_scale;
 
@@ -175,7 +175,7 @@ struct SpecFlags {
     f.Int("priority", &priority, "higher runs first");
     f.Double("time-limit", &time_limit, "hard limit in seconds (default: the server's)");
     f.String("submitter", &submitter, "NAME", "who the job counts against (default anonymous; the token's tenant)");
-    f.Int("device", &device, "device index (default 0)");
+    f.Int("device", &device, "device index (default: the first free device)");
     f.Double("tolerance", &tolerance, "correctness gate: max rel RMS error (default: the op's)");
   }
 
@@ -260,7 +260,7 @@ struct SpecFlags {
     s.set_priority(static_cast<int32_t>(priority));
     if (time_limit) s.set_time_limit_s(*time_limit);
     s.set_submitter(submitter);
-    s.set_device(static_cast<int32_t>(device));
+    if (device >= 0) s.set_device(static_cast<int32_t>(device));
     if (tolerance) s.set_tolerance(*tolerance);
     return s;
   }

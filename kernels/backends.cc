@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view name,
                                                        std::string* note) {
   if (name == "cpu") {
     if (note) *note = "backend cpu (requested)";
-    return CreateCpuBackend(options.cpu_threads);
+    return CreateCpuBackend(options.cpu_threads, options.cpu_devices);
   }
   if (name == "cuda" || name == "hip") {
     auto gpu = CreateGpuBackend(name);
@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view name,
       absl::StrAppend(&why, why.empty() ? "" : "; ", b.name, ": ", gpu.status().message());
     }
     if (note) *note = absl::StrCat("backend auto: using cpu (", why, ")");
-    return CreateCpuBackend(options.cpu_threads);
+    return CreateCpuBackend(options.cpu_threads, options.cpu_devices);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("backend: expected auto, cpu, cuda or hip, got \"", name, "\""));

@@ -16,6 +16,7 @@ namespace kernelserve {
 
 struct BackendOptions {
   int cpu_threads = 0;  // 0: all hardware threads
+  int cpu_devices = 1;  // devices the cpu backend shows (simulated beyond the first)
 };
 
 // Every backend name and whether this binary has it: cpu, cuda, hip (`auto`

@@ -283,6 +283,14 @@ TEST(MainTest, SighupReloadsTheTlsCertificates) {
   EXPECT_EQ(WaitExit(pid), 0);
 }
 
+TEST(MainTest, ABadCpuDeviceCountFailsToStartNamingTheFlag) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string err = std::string(dir ? dir : "/tmp") + "/cpu_devices_stderr.txt";
+  const std::string listen = "--listen=127.0.0.1:" + std::to_string(FreePort());
+  EXPECT_EQ(WaitExit(Spawn({kBinary, listen, "--backend=cpu", "--cpu_devices=65"}, err)), 1);
+  EXPECT_THAT(ReadFile(err), ::testing::HasSubstr("--cpu_devices: expected 1..64 simulated cpu devices, got 65"));
+}
+
 TEST(MainTest, AGpuBackendTheBinaryLacksFailsToStartSayingWhy) {
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string err = std::string(dir ? dir : "/tmp") + "/backend_stderr.txt";

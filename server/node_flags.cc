@@ -26,6 +26,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, health_listen, "",
           "HOST:PORT of a plaintext port serving only grpc.health.v1 (Kubernetes gRPC probes "
           "cannot use TLS); empty: off");
+ABSL_FLAG(int, cpu_devices, 1,
+          "devices the cpu backend shows, each with its own worker and job queue; those beyond the first "
+          "are simulated on the same host (to run placement across devices without a GPU)");
 ABSL_FLAG(int64_t, tenant_max_device_memory_mb, 0,
           "per-tenant buffer + pool memory, MiB, all devices; 0: unlimited");
 ABSL_FLAG(int64_t, tenant_max_queued_jobs, 0, "per-tenant queued benchmark jobs; 0: unlimited");
@@ -55,6 +58,7 @@ void ApplyNodeFlags(ServerOptions* options) {
   s.limits.max_concurrent_streams = absl::GetFlag(FLAGS_tenant_max_concurrent_streams);
   options->metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options->health_listen = absl::GetFlag(FLAGS_health_listen);
+  options->cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
 }
 
 }  // namespace kernelserve

@@ -8,7 +8,7 @@
 namespace kernelserve {
 
 // Copies --tls_cert, --tls_key, --tls_client_ca, --tokens_file, --limits_file,
-// --insecure, --metrics_listen, --health_listen and the --tenant_* limits into `options`.
+// --insecure, --metrics_listen, --health_listen, --cpu_devices and the --tenant_* limits into `options`.
 void ApplyNodeFlags(ServerOptions* options);
 
 }  // namespace kernelserve

@@ -36,6 +36,8 @@ const char* const kServiceNames[] = {
     "kernelserve.v1.BenchService",
 };
 
+constexpr int kMaxCpuDevices = 64;
+
 }  // namespace
 
 void TuneHostAllocator() {
@@ -46,6 +48,11 @@ void TuneHostAllocator() {
 absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOptions& options) {
   BackendOptions backend_options;
   backend_options.cpu_threads = options.cpu_threads;
+  if (options.cpu_devices < 1 || options.cpu_devices > kMaxCpuDevices) {
+    return absl::InvalidArgumentError(absl::StrCat("--cpu_devices: expected 1..", kMaxCpuDevices,
+                                                   " simulated cpu devices, got ", options.cpu_devices));
+  }
+  backend_options.cpu_devices = options.cpu_devices;
   std::string note;
   auto backend = CreateBackend(options.backend, backend_options, &note);
   if (!backend.ok()) {

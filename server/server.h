@@ -38,6 +38,7 @@ struct ServerOptions {
   int max_message_mb = 64;                 // receive and send limit per gRPC message
   int queue_capacity = 64;                 // waiting calls per device worker
   int cpu_threads = 0;                     // CPU backend threads; 0: all hardware threads
+  int cpu_devices = 1;                     // CPU backend devices (--cpu_devices; simulated beyond 1)
   int64_t memory_limit_mb = 0;             // per device; 0: 90% of device memory
   std::string data_dir;                    // holds bench.db, the benchmark jobs database
   // NaN/Inf in an op's float inputs or a pool write's rows: INVALID_ARGUMENT

@@ -35,10 +35,14 @@ absl::Status Guarded(const char* op, F&& f) {
   }
 }
 
-absl::Status CheckDevice(int device) {
-  if (device != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cpu backend has one device (0), not device ", device));
+// The devices beyond 0 are simulated (--cpu_devices): the same host memory
+// and threads, each its own worker and queue in the server, so placement
+// across devices runs without a GPU.
+absl::Status CheckDevice(int device, int devices) {
+  if (device < 0 || device >= devices) {
+    return absl::InvalidArgumentError(devices == 1 ? absl::StrCat("cpu backend has one device (0), not device ", device)
+                                                   : absl::StrCat("cpu backend has devices 0..", devices - 1,
+                                                                  ", not device ", device));
   }
   return absl::OkStatus();
 }
@@ -51,8 +55,8 @@ constexpr size_t kHugePage = 2 << 20;
 class HostMemory : public DeviceMemory {
  public:
   // `mapped_bytes` > 0: `data` is an mmap of that many bytes, else malloc'd.
-  HostMemory(void* data, size_t size, size_t mapped_bytes = 0)
-      : data_(data), size_(size), mapped_bytes_(mapped_bytes) {}
+  HostMemory(int device, void* data, size_t size, size_t mapped_bytes = 0)
+      : device_(device), data_(data), size_(size), mapped_bytes_(mapped_bytes) {}
   ~HostMemory() override {
     if (mapped_bytes_ > 0) {
       munmap(data_, mapped_bytes_);
@@ -65,9 +69,10 @@ class HostMemory : public DeviceMemory {
 
   void* data() const override { return data_; }
   size_t size() const override { return size_; }
-  int device() const override { return 0; }
+  int device() const override { return device_; }
 
  private:
+  int device_;
   void* data_;
   size_t size_;
   size_t mapped_bytes_;
@@ -88,7 +93,7 @@ std::string CpuInfoField(const std::string& key) {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int num_threads) {
+  CpuBackend(int num_threads, int num_devices) : devices_(num_devices < 1 ? 1 : num_devices) {
     const int hw = static_cast<int>(std::thread::hardware_concurrency());
     threads_ = num_threads > 0 ? num_threads : (hw > 0 ? hw : 1);
     info_.index = 0;
@@ -108,7 +113,7 @@ class CpuBackend : public Backend {
   }
 
   std::string Name() const override { return "cpu"; }
-  int DeviceCount() const override { return 1; }
+  int DeviceCount() const override { return devices_; }
   // No device timer or graphs: launches are host calls, timed on the host
   // clock. cache_bytes is what an L2 flush copies: 64 MiB, far more than a
   // core's L2 and most L3s; the whole last-level cache of a big server CPU
@@ -124,8 +129,8 @@ class CpuBackend : public Backend {
   }
   DeviceInfo GetDeviceInfo(int device) const override {
     DeviceInfo info = info_;
-    if (device != 0) {
-      info.index = device;
+    info.index = device;
+    if (device < 0 || device >= devices_) {
       info.healthy = false;
       info.health_reason = absl::StrCat("no cpu device ", device);
     }
@@ -133,7 +138,7 @@ class CpuBackend : public Backend {
   }
 
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
-    KS_RETURN_IF_ERROR(CheckDevice(device));
+    KS_RETURN_IF_ERROR(CheckDevice(device, devices_));
     // aligned_alloc wants a multiple of the alignment; a 0-byte request still
     // gets a unique, valid pointer.
     const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -147,13 +152,13 @@ class CpuBackend : public Backend {
         return absl::ResourceExhaustedError(absl::StrCat("cpu allocation of ", bytes, " bytes failed"));
       }
       (void)madvise(data, mapped, MADV_HUGEPAGE);  // advice only: fine where THP is off
-      return std::unique_ptr<DeviceMemory>(new HostMemory(data, bytes, mapped));
+      return std::unique_ptr<DeviceMemory>(new HostMemory(device, data, bytes, mapped));
     }
     void* data = std::aligned_alloc(kAlignment, rounded);
     if (data == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat("cpu allocation of ", bytes, " bytes failed"));
     }
-    return std::unique_ptr<DeviceMemory>(new HostMemory(data, bytes));
+    return std::unique_ptr<DeviceMemory>(new HostMemory(device, data, bytes));
   }
 
   absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) override {
@@ -166,13 +171,13 @@ class CpuBackend : public Backend {
     return Copy(device, dst, src, bytes);
   }
   absl::Status Synchronize(int device) override {
-    KS_RETURN_IF_ERROR(CheckDevice(device));
+    KS_RETURN_IF_ERROR(CheckDevice(device, devices_));
     return absl::OkStatus();  // every op runs to completion before it returns
   }
 
   absl::Status Attention(int device, const AttentionParams& p, const TensorView& q,
                          const TensorView& k, const TensorView& v, TensorView& out) override {
-    KS_RETURN_IF_ERROR(CheckDevice(device));
+    KS_RETURN_IF_ERROR(CheckDevice(device, devices_));
     if (q.empty() || k.empty() || v.empty() || out.empty()) {
       return absl::InvalidArgumentError("attention: a tensor has no data");
     }
@@ -181,7 +186,7 @@ class CpuBackend : public Backend {
   }
   absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
                             TensorView& out) override {
-    KS_RETURN_IF_ERROR(CheckDevice(device));
+    KS_RETURN_IF_ERROR(CheckDevice(device, devices_));
     if (in.q.empty() || in.k.empty() || in.v.empty() || out.empty()) {
       return absl::InvalidArgumentError("fp8 attention: a tensor has no data");
     }
@@ -190,7 +195,7 @@ class CpuBackend : public Backend {
   }
   absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                          TensorView& out) override {
-    KS_RETURN_IF_ERROR(CheckDevice(device));
+    KS_RETURN_IF_ERROR(CheckDevice(device, devices_));
     if (in.q_lat.empty() || in.q_pe.empty() || in.kv.empty() || out.empty()) {
       return absl::InvalidArgumentError("mla decode: a tensor has no data");
     }
@@ -201,7 +206,7 @@ class CpuBackend : public Backend {
   // ops' thread count and the widest vectors this CPU has (kernels/cpu/cpu_gemm.h),
   // at a size with work for every thread (1152^3 is ~3 GFLOP, 48 work items).
   absl::StatusOr<GemmCeiling> MeasureGemmCeiling(int device, const std::function<bool()>& cancelled) override {
-    KS_RETURN_IF_ERROR(CheckDevice(device));
+    KS_RETURN_IF_ERROR(CheckDevice(device, devices_));
     const int64_t n = threads_ <= 8 ? 1152 : threads_ <= 32 ? 2304 : 3456;
     absl::StatusOr<cpu::GemmRate> rate;
     KS_RETURN_IF_ERROR(Guarded("gemm ceiling", [&] {
@@ -211,7 +216,7 @@ class CpuBackend : public Backend {
     return GemmCeiling{rate->tflops, rate->desc};
   }
   absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
-    KS_RETURN_IF_ERROR(CheckDevice(device));
+    KS_RETURN_IF_ERROR(CheckDevice(device, devices_));
     if (in.x.empty() || in.topk_ids.empty() || out.empty()) {
       return absl::InvalidArgumentError("moe: a tensor has no data");
     }
@@ -221,7 +226,7 @@ class CpuBackend : public Backend {
 
  private:
   absl::Status Copy(int device, void* dst, const void* src, size_t bytes) {
-    KS_RETURN_IF_ERROR(CheckDevice(device));
+    KS_RETURN_IF_ERROR(CheckDevice(device, devices_));
     if (bytes == 0) return absl::OkStatus();
     if (dst == nullptr || src == nullptr) {
       return absl::InvalidArgumentError("cpu copy with a null pointer");
@@ -239,14 +244,15 @@ class CpuBackend : public Backend {
   static constexpr double kSerialFlops = 4e6;
   int ThreadsFor(double flops) const { return flops < kSerialFlops ? 1 : threads_; }
 
+  int devices_;
   int threads_;
   DeviceInfo info_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
-  return std::make_unique<CpuBackend>(num_threads);
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads, int num_devices) {
+  return std::make_unique<CpuBackend>(num_threads, num_devices);
 }
 
 }  // namespace kernelserve

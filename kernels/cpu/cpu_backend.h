@@ -1,4 +1,5 @@
-// The fast cpu backend: the embedded default (DESIGN §1). One device, "cpu",
+// The fast cpu backend: the embedded default (DESIGN §1). One device, "cpu"
+// (or several simulated ones, for placement tests),
 // whose memory is host memory; its ops are multi-threaded fp32 kernels tested
 // against the fp64 oracle.
 #ifndef KERNELSERVE_KERNELS_CPU_CPU_BACKEND_H_
@@ -11,7 +12,9 @@
 namespace kernelserve {
 
 // num_threads: worker threads for every op; 0 uses all hardware threads.
-std::unique_ptr<Backend> CreateCpuBackend(int num_threads);
+// num_devices: how many devices it shows (--cpu_devices); those beyond the
+// first are simulated, sharing the host's memory and threads.
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads, int num_devices = 1);
 
 }  // namespace kernelserve
 

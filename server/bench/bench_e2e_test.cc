@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -338,6 +339,55 @@ std::vector<std::string> JobList(BenchClient* bench) {
 // each named input buffer, the method, the limits), is refused naming that
 // part, and leaves no job behind: not in List, not in the job database (a
 // restart on the same data dir finds only the good job), no memory held.
+// --cpu_devices=2 over gRPC: two jobs without a device run at once, one on
+// each simulated device, each with its own worker; a bad count is refused at
+// start naming the flag.
+TEST_F(BenchE2eTest, AnyDeviceJobsSpreadOverSimulatedCpuDevices) {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.backend = "cpu";
+  o.cpu_threads = 1;
+  o.cpu_devices = 0;
+  auto refused = KernelServer::Start(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--cpu_devices: expected 1..64"));
+
+  o.cpu_devices = 2;
+  o.bench.min_warmin_s = 0.02;
+  o.bench.min_window_s = 0.05;
+  auto s = KernelServer::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ClientOptions co = opts_;
+  co.target = "127.0.0.1:" + std::to_string((*s)->port());
+  auto c = BenchClient::Connect(co);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const pb::BenchJobSpec spec = Sustained(60);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    auto j = (*c)->Submit(spec);
+    ASSERT_TRUE(j.ok()) << j.status();
+    ids.push_back(j->id());
+  }
+  std::set<int> devices;
+  for (const std::string& id : ids) {
+    pb::BenchJob j;
+    for (int i = 0; i < 3000; ++i) {
+      j = (*c)->Get(id).value();
+      if (j.state() == pb::JOB_RUNNING) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_EQ(j.state(), pb::JOB_RUNNING) << "both devices are free";
+    devices.insert(j.device());
+  }
+  EXPECT_EQ(devices, (std::set<int>{0, 1}));
+  for (const std::string& id : ids) {
+    auto j = (*c)->Cancel(id, "enough");
+    ASSERT_TRUE(j.ok()) << j.status();
+    EXPECT_EQ(j->state(), pb::JOB_CANCELLED);
+  }
+}
+
 TEST(BenchSubmitTest, SubmitIsAllOrNothingWithABadPartAtEveryPosition) {
   const std::string dir = ::testing::TempDir() + "/submit_all_or_nothing";
   JobServer js = StartJobServer(dir);

@@ -2,7 +2,11 @@
 
 #include <sqlite3.h>
 
+#include <memory>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 
 namespace kernelserve {
@@ -83,6 +87,34 @@ class Stmt {
   int rc_;
 };
 
+// The embedded store: one SQLite database in WAL mode.
+class SqliteJobStore : public JobStore {
+ public:
+  explicit SqliteJobStore(sqlite3* db) : db_(db) {}
+  ~SqliteJobStore() override;
+  SqliteJobStore(const SqliteJobStore&) = delete;
+  SqliteJobStore& operator=(const SqliteJobStore&) = delete;
+
+  absl::Status PutJob(const pb::BenchJob& job) override;
+  absl::Status PutJobAndEvent(const pb::BenchJob& job, const pb::BenchEvent& event) override;
+  absl::Status AppendEvent(const pb::BenchEvent& event) override;
+  absl::StatusOr<std::vector<pb::BenchJob>> LoadJobs() override;
+  absl::StatusOr<std::vector<pb::BenchEvent>> LoadEvents(const std::string& job_id, int64_t after_seq) override;
+  absl::StatusOr<int64_t> MaxEventSeq(const std::string& job_id) override;
+  std::string journal_mode() const override { return journal_mode_; }
+
+
+ private:
+  friend class JobStore;  // Open sets the store up
+  absl::Status Exec(const char* sql);
+  absl::Status PutJobLocked(const pb::BenchJob& job);
+  absl::Status AppendEventLocked(const pb::BenchEvent& event);
+
+  absl::Mutex mu_;
+  sqlite3* db_;
+  std::string journal_mode_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
@@ -95,7 +127,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     sqlite3_close(db);
     return absl::UnavailableError(absl::StrCat("cannot open job database ", path, ": ", msg));
   }
-  std::unique_ptr<JobStore> store(new JobStore(db));
+  auto store = std::make_unique<SqliteJobStore>(db);
   sqlite3_busy_timeout(db, 5000);
   {
     Stmt s(db, "PRAGMA journal_mode=WAL");
@@ -107,12 +139,12 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   // the process and of the machine.
   KS_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
   KS_RETURN_IF_ERROR(store->Exec(kSchema));
-  return store;
+  return std::unique_ptr<JobStore>(std::move(store));
 }
 
-JobStore::~JobStore() { sqlite3_close(db_); }
+SqliteJobStore::~SqliteJobStore() { sqlite3_close(db_); }
 
-absl::Status JobStore::Exec(const char* sql) {
+absl::Status SqliteJobStore::Exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
@@ -122,7 +154,7 @@ absl::Status JobStore::Exec(const char* sql) {
   return absl::OkStatus();
 }
 
-absl::Status JobStore::PutJobLocked(const pb::BenchJob& job) {
+absl::Status SqliteJobStore::PutJobLocked(const pb::BenchJob& job) {
   pb::BenchJob core = job;
   core.clear_spec();
   core.clear_results();
@@ -170,7 +202,7 @@ absl::Status JobStore::PutJobLocked(const pb::BenchJob& job) {
   return absl::OkStatus();
 }
 
-absl::Status JobStore::AppendEventLocked(const pb::BenchEvent& event) {
+absl::Status SqliteJobStore::AppendEventLocked(const pb::BenchEvent& event) {
   pb::BenchEvent e = event;
   e.clear_job();  // the job row holds it
   Stmt s(db_, "INSERT OR REPLACE INTO events (job_id, seq, time_ms, phase, event) VALUES (?,?,?,?,?)");
@@ -182,7 +214,7 @@ absl::Status JobStore::AppendEventLocked(const pb::BenchEvent& event) {
   return s.Run("append event");
 }
 
-absl::Status JobStore::PutJob(const pb::BenchJob& job) {
+absl::Status SqliteJobStore::PutJob(const pb::BenchJob& job) {
   absl::MutexLock l(&mu_);
   KS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status st = PutJobLocked(job);
@@ -193,7 +225,7 @@ absl::Status JobStore::PutJob(const pb::BenchJob& job) {
   return Exec("COMMIT");
 }
 
-absl::Status JobStore::PutJobAndEvent(const pb::BenchJob& job, const pb::BenchEvent& event) {
+absl::Status SqliteJobStore::PutJobAndEvent(const pb::BenchJob& job, const pb::BenchEvent& event) {
   absl::MutexLock l(&mu_);
   KS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status st = PutJobLocked(job);
@@ -205,12 +237,12 @@ absl::Status JobStore::PutJobAndEvent(const pb::BenchJob& job, const pb::BenchEv
   return Exec("COMMIT");
 }
 
-absl::Status JobStore::AppendEvent(const pb::BenchEvent& event) {
+absl::Status SqliteJobStore::AppendEvent(const pb::BenchEvent& event) {
   absl::MutexLock l(&mu_);
   return AppendEventLocked(event);
 }
 
-absl::StatusOr<std::vector<pb::BenchJob>> JobStore::LoadJobs() {
+absl::StatusOr<std::vector<pb::BenchJob>> SqliteJobStore::LoadJobs() {
   absl::MutexLock l(&mu_);
   std::vector<pb::BenchJob> jobs;
   std::map<std::string, size_t> index;
@@ -255,7 +287,7 @@ absl::StatusOr<std::vector<pb::BenchJob>> JobStore::LoadJobs() {
   return jobs;
 }
 
-absl::StatusOr<std::vector<pb::BenchEvent>> JobStore::LoadEvents(const std::string& job_id,
+absl::StatusOr<std::vector<pb::BenchEvent>> SqliteJobStore::LoadEvents(const std::string& job_id,
                                                                  int64_t after_seq) {
   absl::MutexLock l(&mu_);
   std::vector<pb::BenchEvent> events;
@@ -271,7 +303,7 @@ absl::StatusOr<std::vector<pb::BenchEvent>> JobStore::LoadEvents(const std::stri
   return events;
 }
 
-absl::StatusOr<int64_t> JobStore::MaxEventSeq(const std::string& job_id) {
+absl::StatusOr<int64_t> SqliteJobStore::MaxEventSeq(const std::string& job_id) {
   absl::MutexLock l(&mu_);
   Stmt s(db_, "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?");
   if (!s.ok()) return SqliteError(db_, "max event seq");

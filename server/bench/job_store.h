@@ -1,6 +1,6 @@
-// Durable storage of benchmark jobs in SQLite (WAL mode): jobs (with their
-// spec), results and events. Every state change is one transaction, so a
-// server killed at any moment finds each job in its last committed state.
+// Durable storage of benchmark jobs: jobs (with their spec), results and
+// events, behind an interface (JobStore) so that another database can hold
+// them; the embedded implementation is SQLite in WAL mode (job_store.cc).
 #ifndef KERNELSERVE_SERVER_BENCH_JOB_STORE_H_
 #define KERNELSERVE_SERVER_BENCH_JOB_STORE_H_
 
@@ -10,7 +10,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "kernelserve/v1/bench.pb.h"
 
 struct sqlite3;
@@ -20,36 +19,29 @@ namespace bench {
 
 namespace pb = ::kernelserve::v1;
 
+// What the scheduler persists through. Implementations commit each call as
+// one transaction before returning, so a server killed at any moment finds
+// each job in its last committed state.
 class JobStore {
  public:
-  // Opens (creating if needed) `path`; ":memory:" for a throwaway store.
+  // The embedded SQLite store at `path` (created if needed); ":memory:" for
+  // a throwaway store.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
-  ~JobStore();
-  JobStore(const JobStore&) = delete;
-  JobStore& operator=(const JobStore&) = delete;
+  virtual ~JobStore() = default;
 
   // Inserts or replaces the job row, its spec and its results.
-  absl::Status PutJob(const pb::BenchJob& job);
+  virtual absl::Status PutJob(const pb::BenchJob& job) = 0;
   // PutJob plus appending `event`, in one transaction.
-  absl::Status PutJobAndEvent(const pb::BenchJob& job, const pb::BenchEvent& event);
-  absl::Status AppendEvent(const pb::BenchEvent& event);
+  virtual absl::Status PutJobAndEvent(const pb::BenchJob& job, const pb::BenchEvent& event) = 0;
+  virtual absl::Status AppendEvent(const pb::BenchEvent& event) = 0;
 
   // Every job, oldest first, with results.
-  absl::StatusOr<std::vector<pb::BenchJob>> LoadJobs();
-  absl::StatusOr<std::vector<pb::BenchEvent>> LoadEvents(const std::string& job_id, int64_t after_seq);
-  absl::StatusOr<int64_t> MaxEventSeq(const std::string& job_id);
+  virtual absl::StatusOr<std::vector<pb::BenchJob>> LoadJobs() = 0;
+  virtual absl::StatusOr<std::vector<pb::BenchEvent>> LoadEvents(const std::string& job_id, int64_t after_seq) = 0;
+  virtual absl::StatusOr<int64_t> MaxEventSeq(const std::string& job_id) = 0;
 
-  std::string journal_mode() const { return journal_mode_; }
-
- private:
-  explicit JobStore(sqlite3* db) : db_(db) {}
-  absl::Status Exec(const char* sql);
-  absl::Status PutJobLocked(const pb::BenchJob& job);
-  absl::Status AppendEventLocked(const pb::BenchEvent& event);
-
-  absl::Mutex mu_;
-  sqlite3* db_;
-  std::string journal_mode_;
+  // How the store makes commits durable ("wal" for SQLite).
+  virtual std::string journal_mode() const = 0;
 };
 
 }  // namespace bench

@@ -186,7 +186,7 @@ absl::Status BenchScheduler::Recover() {
       KS_RETURN_IF_ERROR(EnsureEventsLocked(*j));
     }
   }
-  for (int d = 0; d < backend_->DeviceCount(); ++d) RefreshPositionsLocked(d);
+  RefreshPositionsLocked();
   return absl::OkStatus();
 }
 
@@ -225,10 +225,14 @@ void BenchScheduler::Emit(Job& job, pb::BenchEvent e, bool with_job) {
   EmitLocked(job, std::move(e), with_job);
 }
 
-void BenchScheduler::RefreshPositionsLocked(int device) {
+// Positions count, for each queued job, the queued jobs ahead of it (higher
+// priority, then older) that compete for one of its devices: a pinned job
+// competes with the jobs pinned to its device and with the `any` ones; an
+// `any` job with every queued job.
+void BenchScheduler::RefreshPositionsLocked() {
   std::vector<Job*> queued;
   for (auto& [id, j] : jobs_) {
-    if (j->job.state() == pb::JOB_QUEUED && j->job.spec().device() == device) queued.push_back(j.get());
+    if (j->job.state() == pb::JOB_QUEUED) queued.push_back(j.get());
   }
   std::sort(queued.begin(), queued.end(), [](const Job* a, const Job* b) {
     if (a->job.spec().priority() != b->job.spec().priority()) {
@@ -238,14 +242,21 @@ void BenchScheduler::RefreshPositionsLocked(int device) {
   });
   for (size_t i = 0; i < queued.size(); ++i) {
     Job& j = *queued[i];
-    const int pos = static_cast<int>(i) + 1;
+    int pos = 1;
+    for (size_t k = 0; k < i; ++k) {
+      const pb::BenchJobSpec& ahead = queued[k]->job.spec();
+      pos += !j.job.spec().has_device() || !ahead.has_device() || ahead.device() == j.job.spec().device();
+    }
     j.job.set_queue_position(pos);
     if (pos != j.last_position) {
       j.last_position = pos;
       pb::BenchEvent e;
       e.set_phase(pb::PHASE_QUEUED);
       e.set_queue_position(pos);
-      e.set_message(absl::StrCat("queued at position ", pos, " on device ", device));
+      e.set_message(j.job.spec().has_device()
+                        ? absl::StrCat("queued at position ", pos, " on device ", j.job.spec().device())
+                        : absl::StrCat("queued at position ", pos, " for the first free ", backend_->Name(),
+                                       " device"));
       EmitLocked(j, std::move(e), false);
     }
   }
@@ -258,7 +269,8 @@ std::shared_ptr<BenchScheduler::Job> BenchScheduler::NextLocked(int device) {
     for (const auto& [id, j] : jobs_) running[j->job.tenant()] += j->job.state() == pb::JOB_RUNNING;
   }
   for (auto& [id, j] : jobs_) {
-    if (j->job.state() != pb::JOB_QUEUED || j->job.spec().device() != device) continue;
+    if (j->job.state() != pb::JOB_QUEUED) continue;
+    if (j->job.spec().has_device() && j->job.spec().device() != device) continue;
     if (options_.start_check) {
       const absl::Status may = options_.start_check(j->job.tenant(), running[j->job.tenant()]);
       if (!may.ok()) {
@@ -359,9 +371,10 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec, const 
                                                    options_.default_time_limit_s, " s) up to ",
                                                    options_.max_time_limit_s, " s, got ", spec.time_limit_s()));
   }
-  if (spec.device() < 0 || spec.device() >= backend_->DeviceCount()) {
+  if (spec.has_device() && (spec.device() < 0 || spec.device() >= backend_->DeviceCount())) {
     return absl::InvalidArgumentError(absl::StrCat("spec.device: this server has devices 0..",
-                                                   backend_->DeviceCount() - 1, ", got ", spec.device()));
+                                                   backend_->DeviceCount() - 1,
+                                                   " (or leave it unset for the first free one), got ", spec.device()));
   }
   if (spec.tolerance() < 0 || !std::isfinite(spec.tolerance())) {
     return absl::InvalidArgumentError("spec.tolerance: expected >= 0 (0: the op's default)");
@@ -464,7 +477,7 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const
                                                stored.message()));
   }
   jobs_[job.id()] = j;
-  RefreshPositionsLocked(job.spec().device());
+  RefreshPositionsLocked();
   work_cv_.SignalAll();
   return job;
 }
@@ -527,7 +540,7 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Cancel(const std::string& id, const
       e.set_phase(pb::PHASE_CANCELLED);
       e.set_message(why);
       EmitLocked(*j, std::move(e), true);
-      RefreshPositionsLocked(j->job.spec().device());
+      RefreshPositionsLocked();
       return j->job;
     }
     case pb::JOB_RUNNING: {
@@ -610,6 +623,7 @@ void BenchScheduler::RunnerLoop(int device) {
       j->job.clear_results();
       j->job.clear_error();
       const DeviceInfo info = backend_->GetDeviceInfo(device);
+      j->job.set_device(device);
       j->job.set_device_name(info.name);
       j->job.set_driver(info.driver);
       pb::BenchEvent e;
@@ -617,7 +631,7 @@ void BenchScheduler::RunnerLoop(int device) {
       e.set_message(absl::StrCat("started on ", backend_->Name(), " device ", device, " (", info.name,
                                  "), attempt ", j->job.attempts()));
       EmitLocked(*j, std::move(e), true);
-      RefreshPositionsLocked(device);
+      RefreshPositionsLocked();
     }
     absl::Status st = Execute(j, device);
     Finish(j, st);

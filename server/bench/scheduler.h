@@ -1,8 +1,11 @@
 // The benchmark job scheduler (DESIGN §6): a persistent queue per device,
 // one runner thread per device, and the measurement method.
 //
-// Scheduling. Jobs wait in a queue per device, highest priority first, then
-// in submission order. A device runs one job at a time, and the job's whole
+// Scheduling. Jobs wait in one queue, highest priority first, then in
+// submission order. A job names its device or leaves it unset (`any`, the
+// default); each device's runner starts the first queued job it may run (one
+// pinned to it or an `any` one), so an `any` job goes to the first device
+// that becomes free. A device runs one job at a time, and the job's whole
 // timing phase is one task on the device's worker (DeviceRunner), so no
 // kernel call or other job can touch the device during a timing window:
 // kernel calls that arrive meanwhile wait in the worker's queue. Each
@@ -130,7 +133,7 @@ class BenchScheduler {
   // Appends `event` (seq and time filled) and persists it with the job.
   void EmitLocked(Job& job, pb::BenchEvent event, bool with_job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(Job& job, pb::BenchEvent event, bool with_job = false) ABSL_LOCKS_EXCLUDED(mu_);
-  void RefreshPositionsLocked(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefreshPositionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Job> NextLocked(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EnsureEventsLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -968,6 +969,84 @@ TEST_F(SchedulerTest, RunningJobLimitHoldsTheTenantsJobsAndStartsOthers) {
   EXPECT_LE(h.finished_unix_ms(), l.started_unix_ms());
   EXPECT_GE(h.started_unix_ms(), WaitFinal(s, a->id()).finished_unix_ms());
   EXPECT_EQ(limiter.rejections().count("max_running_jobs"), 0u) << "held, not refused";
+}
+
+// device unset (`any`, the default) on three simulated cpu devices
+// (--cpu_devices): jobs go to whichever device is free, three run at once,
+// none overlaps another on its device, a pinned job waits for its own device
+// although others are free, and an out-of-range device is refused.
+TEST_F(SchedulerTest, AnyDeviceJobsRunOnTheFirstFreeDeviceOnePerDevice) {
+  std::unique_ptr<Backend> be = CreateCpuBackend(1, 3);
+  ASSERT_EQ(be->DeviceCount(), 3);
+  BenchOptions o;
+  o.min_warmin_s = 0.02;
+  o.min_window_s = 0.05;
+  o.max_jobs_per_submitter = 100;
+  auto made = BenchScheduler::Create(be.get(), o, PerDeviceRunner(3), nullptr);
+  ASSERT_TRUE(made.ok()) << made.status();
+  BenchScheduler& s = **made;
+
+  pb::BenchJobSpec bad = AttentionSpec({"cpu"});
+  bad.set_device(3);
+  auto refused = s.Submit(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("spec.device: this server has devices 0..2"));
+
+  // Three long `any` jobs hold all three devices at once.
+  std::vector<std::string> longs;
+  for (int i = 0; i < 3; ++i) {
+    auto j = s.Submit(LongSpec(60));
+    ASSERT_TRUE(j.ok()) << j.status();
+    EXPECT_FALSE(j->spec().has_device());
+    longs.push_back(j->id());
+  }
+  std::set<int> held;
+  for (const std::string& id : longs) {
+    held.insert(WaitState(s, id, [](const pb::BenchJob& j) { return j.state() == pb::JOB_RUNNING; }).device());
+  }
+  EXPECT_EQ(held, (std::set<int>{0, 1, 2}));
+
+  // All busy: new `any` jobs queue; one pinned to device 1 waits for device 1
+  // even when device 0 frees first.
+  pb::BenchJobSpec pinned = AttentionSpec({"cpu"});
+  pinned.set_device(1);
+  auto p = s.Submit(pinned);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<std::string> shorts;
+  for (int i = 0; i < 9; ++i) {
+    auto j = s.Submit(AttentionSpec({"cpu"}));
+    ASSERT_TRUE(j.ok()) << j.status();
+    shorts.push_back(j->id());
+  }
+  EXPECT_EQ(s.Get(shorts.back())->queue_position(), 10) << "every queued job is ahead of an any job";
+  std::string free0;
+  for (const std::string& id : longs) {
+    if (s.Get(id)->device() == 0) free0 = id;
+  }
+  ASSERT_TRUE(s.Cancel(free0, "").ok());
+  for (const std::string& id : shorts) {
+    const pb::BenchJob j = WaitFinal(s, id);
+    EXPECT_EQ(j.state(), pb::JOB_DONE) << j.error();
+    EXPECT_EQ(j.device(), 0) << "devices 1 and 2 are still held";
+  }
+  EXPECT_EQ(s.Get(p->id())->state(), pb::JOB_QUEUED) << "its device is still held";
+  for (const std::string& id : longs) ASSERT_TRUE(s.Cancel(id, "").ok());
+  const pb::BenchJob pj = WaitFinal(s, p->id());
+  EXPECT_EQ(pj.state(), pb::JOB_DONE) << pj.error();
+  EXPECT_EQ(pj.device(), 1);
+
+  // Per device, no two jobs' runs overlap.
+  std::vector<pb::BenchJob> all = s.List(pb::ListBenchRequest());
+  ASSERT_EQ(all.size(), 13u);
+  for (const pb::BenchJob& a : all) {
+    for (const pb::BenchJob& b : all) {
+      if (a.id() == b.id() || a.device() != b.device() || a.started_unix_ms() == 0 || b.started_unix_ms() == 0) {
+        continue;
+      }
+      EXPECT_TRUE(a.finished_unix_ms() <= b.started_unix_ms() || b.finished_unix_ms() <= a.started_unix_ms())
+          << a.id() << " and " << b.id() << " overlap on device " << a.device();
+    }
+  }
 }
 
 TEST_F(SchedulerTest, CpuBackendHasNoDeviceTimersAndTimesOnTheHostClock) {

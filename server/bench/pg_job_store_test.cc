@@ -1,0 +1,207 @@
+// The PostgreSQL job store against a real, private PostgreSQL cluster:
+// round trips, a database restart survived, and bad URLs refused.
+#include "server/bench/pg_job_store.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/bench/pg_test_cluster.h"
+
+namespace kernelserve {
+namespace bench {
+namespace {
+
+using ::testing::HasSubstr;
+
+pb::BenchJob Job(const std::string& id, pb::BenchJobState state) {
+  pb::BenchJob j;
+  j.set_id(id);
+  j.set_state(state);
+  j.mutable_spec()->set_name(std::string("with a NUL \0 byte", 17));
+  j.mutable_spec()->set_device(2);
+  j.add_results()->set_variant("cpu");
+  return j;
+}
+
+pb::BenchEvent Event(const std::string& id, int64_t seq) {
+  pb::BenchEvent e;
+  e.set_job_id(id);
+  e.set_seq(seq);
+  e.set_message("event " + std::to_string(seq));
+  return e;
+}
+
+TEST(PgJobStoreTest, BadUrlsAreRefusedNamingTheFlag) {
+  auto s = OpenPgJobStore("mysql://db/jobs", "--job_store");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("--job_store: expected a postgres://"));
+  s = OpenPgJobStore("postgresql:///postgres?host=/nonexistent-ks-dir&user=ks", "--job_store");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("--job_store: cannot connect to the job database"));
+}
+
+TEST(PgJobStoreTest, RoundTripsAndSurvivesADatabaseRestart) {
+  auto cluster = PgTestCluster::Start();
+  if (cluster.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << cluster.status().message();
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto opened = OpenPgJobStore((*cluster)->url(), "--job_store");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  JobStore& store = **opened;
+  EXPECT_EQ(store.journal_mode(), "postgresql");
+
+  ASSERT_TRUE(store.PutJob(Job("job-b", pb::JOB_QUEUED)).ok());
+  ASSERT_TRUE(store.PutJob(Job("job-a", pb::JOB_QUEUED)).ok());
+  ASSERT_TRUE(store.PutJobAndEvent(Job("job-b", pb::JOB_RUNNING), Event("job-b", 1)).ok());
+  ASSERT_TRUE(store.AppendEvent(Event("job-b", 2)).ok());
+  ASSERT_TRUE(store.AppendEvent(Event("job-b", 3)).ok());
+
+  auto check = [&](int64_t want_events) {
+    auto jobs = store.LoadJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 2u);
+    EXPECT_EQ((*jobs)[0].id(), "job-b") << "oldest first";
+    EXPECT_EQ((*jobs)[0].state(), pb::JOB_RUNNING) << "replaced, not duplicated";
+    EXPECT_EQ((*jobs)[0].spec().name(), std::string("with a NUL \0 byte", 17));
+    EXPECT_EQ((*jobs)[0].spec().device(), 2);
+    EXPECT_EQ((*jobs)[0].results(0).variant(), "cpu");
+    EXPECT_EQ((*jobs)[1].id(), "job-a");
+    auto events = store.LoadEvents("job-b", 1);
+    ASSERT_TRUE(events.ok()) << events.status();
+    ASSERT_EQ(static_cast<int64_t>(events->size()), want_events - 1);
+    EXPECT_EQ((*events)[0].message(), "event 2");
+    EXPECT_EQ(store.MaxEventSeq("job-b").value(), want_events);
+    EXPECT_EQ(store.MaxEventSeq("job-a").value(), 0);
+  };
+  check(3);
+
+  // Every connection drops; the next call reconnects and nothing is lost.
+  ASSERT_TRUE((*cluster)->Restart().ok());
+  ASSERT_TRUE(store.AppendEvent(Event("job-b", 4)).ok());
+  check(4);
+}
+
+// The fleet's primitives, three connections standing for three nodes.
+class PgFleetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = PgTestCluster::Start();
+    if (cluster.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << cluster.status().message();
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    for (int i = 0; i < 3; ++i) {
+      auto s = OpenPgJobStore(cluster_->url(), "--job_store");
+      ASSERT_TRUE(s.ok()) << s.status();
+      nodes_.push_back(std::move(*s));
+    }
+  }
+
+  static pb::BenchJob Queued(const std::string& id, int priority = 0) {
+    pb::BenchJob j;
+    j.set_id(id);
+    j.set_state(pb::JOB_QUEUED);
+    j.set_backend("cpu");
+    j.mutable_spec()->set_priority(priority);
+    return j;
+  }
+
+  std::unique_ptr<PgTestCluster> cluster_;
+  std::vector<std::unique_ptr<PgJobStore>> nodes_;
+};
+
+TEST_F(PgFleetTest, HundredJobsClaimedByThreeNodesEachExactlyOnce) {
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(nodes_[i % 3]->PutJob(Queued("job-" + std::to_string(i))).ok());
+  absl::Mutex mu;
+  std::map<std::string, int> claims;
+  std::vector<int> per_node(3, 0);
+  std::vector<std::thread> threads;
+  for (int n = 0; n < 3; ++n) {
+    threads.emplace_back([&, n] {
+      while (true) {
+        auto j = nodes_[n]->Claim("node" + std::to_string(n), "cpu", 0, 1000);
+        ASSERT_TRUE(j.ok()) << j.status();
+        if (!j->has_value()) return;
+        absl::MutexLock l(&mu);
+        ++claims[(*j)->id()];
+        ++per_node[n];
+        EXPECT_EQ((*j)->state(), pb::JOB_RUNNING);
+        EXPECT_EQ((*j)->attempts(), 1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(claims.size(), 100u);
+  for (const auto& [id, n] : claims) EXPECT_EQ(n, 1) << id << " claimed " << n << " times";
+  EXPECT_EQ(per_node[0] + per_node[1] + per_node[2], 100);
+  auto more = nodes_[0]->Claim("node0", "cpu", 0, 1000);
+  ASSERT_TRUE(more.ok());
+  EXPECT_FALSE(more->has_value());
+}
+
+TEST_F(PgFleetTest, ClaimsFollowBackendDeviceAndPriority) {
+  pb::BenchJob gpu = Queued("gpu-job", 9);
+  gpu.set_backend("cuda");
+  pb::BenchJob pinned = Queued("pinned-1", 5);
+  pinned.mutable_spec()->set_device(1);
+  ASSERT_TRUE(nodes_[0]->PutJob(gpu).ok());
+  ASSERT_TRUE(nodes_[0]->PutJob(Queued("any-low", 0)).ok());
+  ASSERT_TRUE(nodes_[0]->PutJob(pinned).ok());
+  ASSERT_TRUE(nodes_[0]->PutJob(Queued("any-high", 3)).ok());
+  auto id = [&](int device) {
+    auto j = nodes_[1]->Claim("node1", "cpu", device, 1000);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() && j->has_value() ? (*j)->id() : std::string("none");
+  };
+  EXPECT_EQ(id(0), "any-high") << "pinned-1 is for device 1; gpu-job for cuda";
+  EXPECT_EQ(id(1), "pinned-1");
+  EXPECT_EQ(id(1), "any-low");
+  EXPECT_EQ(id(0), "none");
+}
+
+// A node that stops heartbeating: another node requeues its job, claims and
+// runs it; the second time it is marked INTERRUPTED with the reason.
+TEST_F(PgFleetTest, AJobOfANodeThatStoppedHeartbeatingIsRequeuedThenInterrupted) {
+  ASSERT_TRUE(nodes_[0]->PutJob(Queued("job-x")).ok());
+  ASSERT_TRUE(nodes_[0]->PutJob(Queued("job-y")).ok());
+  auto a = nodes_[0]->Claim("node0", "cpu", 0, 1000);
+  auto b = nodes_[1]->Claim("node1", "cpu", 0, 1000);
+  ASSERT_TRUE(a.ok() && a->has_value() && b.ok() && b->has_value());
+  // node1 keeps heartbeating; node0 has died.
+  ASSERT_TRUE(nodes_[1]->Heartbeat("node1", 5000).ok());
+  auto changed = nodes_[2]->RequeueStale(/*stale_before_ms=*/4000, /*max_attempts=*/2);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  ASSERT_EQ(changed->size(), 1u);
+  EXPECT_EQ((*changed)[0].id(), (*a)->id());
+  EXPECT_EQ((*changed)[0].state(), pb::JOB_QUEUED);
+  // Nothing is changed twice.
+  EXPECT_TRUE(nodes_[1]->RequeueStale(4000, 2)->empty());
+
+  auto again = nodes_[2]->Claim("node2", "cpu", 0, 6000);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->id(), (*a)->id());
+  EXPECT_EQ((*again)->attempts(), 2);
+  changed = nodes_[1]->RequeueStale(7000, 2);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  ASSERT_EQ(changed->size(), 2u) << "node1 stopped too (last heartbeat 5000)";
+  for (const pb::BenchJob& j : *changed) {
+    if (j.id() == (*a)->id()) {
+      EXPECT_EQ(j.state(), pb::JOB_INTERRUPTED);
+      EXPECT_EQ(j.error(), "its node (node2) stopped heartbeating while it ran, 2 times; not re-queued again");
+    } else {
+      EXPECT_EQ(j.state(), pb::JOB_QUEUED);
+    }
+  }
+  auto all = nodes_[0]->LoadJobs();
+  ASSERT_TRUE(all.ok());
+  for (const pb::BenchJob& j : *all) EXPECT_NE(j.state(), pb::JOB_RUNNING) << j.id();
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace kernelserve
