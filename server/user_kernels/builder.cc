@@ -318,6 +318,7 @@ absl::StatusOr<BuiltKernel> KernelBuilder::Compile(const pb::UserKernel& k, cons
   s.limits.cpu_s = options_.compile_timeout_s;
   s.limits.memory_bytes = backend == "cuda" ? 0 : options_.compile_memory_bytes;
   s.limits.file_bytes = options_.max_object_bytes;
+  s.limits.max_processes = options_.compile_max_processes;
   s.limits.isolate_network = options_.isolate_network;
   const std::string log = dir.path() + "/compile.log";
   FILE* f = fopen(log.c_str(), "w");
@@ -333,7 +334,7 @@ absl::StatusOr<BuiltKernel> KernelBuilder::Compile(const pb::UserKernel& k, cons
   built.build_key = key;
   built.source_sha256 = security::Sha256Hex(k.source());
   built.log = absl::StrCat("$ ", absl::StrJoin(s.argv, " "), "\n", ReadTail(log, options_.max_log_bytes), p->network,
-                           "\n");
+                           "\n", p->processes, "\n");
   if (e.stopped) return absl::CancelledError(absl::StrCat("the build of ", name, " was stopped"));
   if (e.timed_out) {
     return absl::DeadlineExceededError(absl::StrCat(name, ": the compiler ran past ", options_.compile_timeout_s,

@@ -39,6 +39,11 @@ struct UserKernelOptions {
   size_t max_log_bytes = 64 << 10;
   double launch_deadline_s = 10;  // the gate's launch; timing gets this plus 10x its launches
   int64_t worker_memory_bytes = int64_t{4} << 30;  // RLIMIT_AS of a cpu worker
+  // RLIMIT_NPROC (processes and threads at once) in the sandbox's own user
+  // namespace: nvcc runs its stages one after another, a CUDA context starts
+  // a few threads; a fork bomb stops here.
+  int64_t compile_max_processes = 256;
+  int64_t worker_max_processes = 128;
   bool isolate_network = true;
 };
 

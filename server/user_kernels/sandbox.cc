@@ -30,7 +30,7 @@ double NowS() {
 
 // What the child reports through its close-on-exec pipe before exec.
 struct ChildReport {
-  int stage;  // 1: unshare result, 2: exec (or setup) failed
+  int stage;  // 1: unshare result, 2: exec (or setup) failed, 3: RLIMIT_NPROC set
   int err;
 };
 
@@ -69,16 +69,25 @@ void CloseFrom(int lowest, int keep) {
 [[noreturn]] void Child(const SpawnSpec& spec, char* const* argv, char* const* envp, const std::string& uid_map,
                         const std::string& gid_map, int report_fd, int null_fd) {
   setpgid(0, 0);
+  bool own_user_ns = false;
   if (spec.limits.isolate_network) {
     if (unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0) {
       // Map our own ids, or the kernel refuses to create files (EOVERFLOW).
       WriteProcFile("/proc/self/setgroups", "deny");
       WriteProcFile("/proc/self/uid_map", uid_map.c_str());
       WriteProcFile("/proc/self/gid_map", gid_map.c_str());
+      own_user_ns = true;
       Report(report_fd, 1, 0);
     } else {
       Report(report_fd, 1, errno);
     }
+  }
+  // In a user namespace of its own the kernel counts RLIMIT_NPROC per
+  // namespace (Linux >= 5.14), so the limit bounds this sandbox alone.
+  if (own_user_ns && spec.limits.max_processes > 0) {
+    struct rlimit rl = {static_cast<rlim_t>(spec.limits.max_processes),
+                        static_cast<rlim_t>(spec.limits.max_processes)};
+    Report(report_fd, 3, setrlimit(RLIMIT_NPROC, &rl) == 0 ? 0 : errno);
   }
   if (spec.limits.cpu_s > 0) SetLimit(RLIMIT_CPU, static_cast<rlim_t>(spec.limits.cpu_s + 1));
   if (spec.limits.memory_bytes > 0) SetLimit(RLIMIT_AS, static_cast<rlim_t>(spec.limits.memory_bytes));
@@ -130,6 +139,8 @@ absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
   Spawned s;
   s.pid = pid;
   s.network = spec.limits.isolate_network ? "network: not isolated (no report)" : "network: not isolated (off)";
+  s.processes = spec.limits.max_processes <= 0 ? "processes: not limited (off)"
+                                              : "processes: not limited (no user namespace of its own)";
   ChildReport r;
   int exec_err = 0;
   while (read(report[0], &r, sizeof(r)) == static_cast<ssize_t>(sizeof(r))) {
@@ -137,6 +148,16 @@ absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
       s.network = r.err == 0 ? "network: isolated (a new, empty network namespace)"
                              : absl::StrCat("network: not isolated: unshare(CLONE_NEWUSER|CLONE_NEWNET): ",
                                             strerror(r.err), " (see server/user_kernels/README.md)");
+    } else if (r.stage == 3) {
+      if (r.err != 0) {
+        s.processes = absl::StrCat("processes: not limited: setrlimit(RLIMIT_NPROC): ", strerror(r.err));
+      } else if (getuid() == 0) {
+        // The kernel exempts uid 0 (mapped to itself in the namespace).
+        s.processes = "processes: not limited (the server runs as root, which RLIMIT_NPROC does not bind)";
+      } else {
+        s.processes = absl::StrCat("processes: at most ", spec.limits.max_processes,
+                                   " (RLIMIT_NPROC in its own user namespace)");
+      }
     } else {
       exec_err = r.err;
     }

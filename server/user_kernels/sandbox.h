@@ -23,6 +23,11 @@ struct SandboxLimits {
   int64_t memory_bytes = 0;    // RLIMIT_AS; 0: none (a CUDA process maps far more than it uses)
   int64_t file_bytes = 64 << 20;  // RLIMIT_FSIZE: the largest file it may write
   bool isolate_network = true;    // unshare(CLONE_NEWUSER | CLONE_NEWNET) when the kernel allows it
+  // RLIMIT_NPROC: processes and threads it may have at once (a fork bomb's
+  // forks fail). Applied only inside the new user namespace, where the
+  // kernel counts the sandbox's own processes; outside it the count would be
+  // every process of the server's user. 0: none.
+  int64_t max_processes = 0;
 };
 
 struct SpawnSpec {
@@ -39,6 +44,8 @@ struct Spawned {
   pid_t pid = -1;  // also its process group
   // "network: isolated (new network namespace)" or why not.
   std::string network;
+  // "processes: at most N (RLIMIT_NPROC in its user namespace)" or why not.
+  std::string processes;
 };
 
 // fork + exec with the limits, in a process group of its own (so a timeout

@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<KernelWorker>> KernelWorker::Start(const UserKern
   s.limits.cpu_s = 0;  // the wall-clock deadlines bound it
   s.limits.memory_bytes = backend == "cuda" ? 0 : options.worker_memory_bytes;
   s.limits.file_bytes = 16 << 20;
+  s.limits.max_processes = options.worker_max_processes;
   s.limits.isolate_network = options.isolate_network;
   s.stdin_fd = in[0];
   s.stdout_fd = out[1];
