@@ -157,21 +157,15 @@ __global__ void __launch_bounds__(Cfg<BM>::kThreads) MmaSyncGemmKernel(const Gem
       for (int c = tid; c < kBN * (kBK / 32); c += C::kThreads) {
         const int j = c % kBN, blk = c / kBN;
         const uint4 raw = *reinterpret_cast<const uint4*>(sRaw + j * kRawStr + blk * 16);
-        const uint32_t sc = sScale[j * 4 + blk];
-        // value = bits * 2^126 * 2^(sc-127) = bits * 2^(sc-1): one multiply
-        // when 2^(sc-1) is a normal bf16, else two (2^126, then 2^(sc-127);
-        // sc = 0 is the subnormal 2^-127, sc = 255 NaN).
-        const bool one = sc >= 1 && sc <= 128;
-        const uint32_t f1 = one ? ((sc + 126u) << 7) * 0x10001u : 0x7E807E80u;
-        const uint32_t f2 = sc == 255 ? 0x7FC07FC0u : (sc == 0 ? 0x00400040u : (sc << 7) * 0x10001u);
+        const BlockScale bs = MakeBlockScale(sScale[j * 4 + blk]);
         const uint32_t w4[4] = {raw.x, raw.y, raw.z, raw.w};
         uint32_t o[16];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
 #pragma unroll
           for (int b = 0; b < 4; ++b) {
-            uint32_t v = MulBf16x2(Fp4PairBits(w4[q] >> (8 * b)), f1);
-            if (!one) v = MulBf16x2(v, f2);
+            uint32_t v = MulBf16x2(Fp4PairBits(w4[q] >> (8 * b)), bs.f1);
+            if (!bs.one) v = MulBf16x2(v, bs.f2);
             o[q * 4 + b] = v;
           }
         }

@@ -29,6 +29,23 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   return d;
 }
 
+// The E8M0 block scale sc as one or two exact bf16x2 multipliers of the
+// placed bits (value * 2^-126): value * 2^(sc-1) in one multiply when
+// 2^(sc-1) is a normal bf16, else two (2^126, then 2^(sc-127); sc = 0 is
+// the subnormal 2^-127, sc = 255 NaN).
+struct BlockScale {
+  uint32_t f1, f2;
+  bool one;
+};
+
+__device__ __forceinline__ BlockScale MakeBlockScale(uint32_t sc) {
+  BlockScale s;
+  s.one = sc >= 1 && sc <= 128;
+  s.f1 = s.one ? ((sc + 126u) << 7) * 0x10001u : 0x7E807E80u;
+  s.f2 = sc == 255 ? 0x7FC07FC0u : (sc == 0 ? 0x00400040u : (sc << 7) * 0x10001u);
+  return s;
+}
+
 // Grid (col_tiles, max_tiles) of `kernel` with kSmem bytes of dynamic shared
 // memory; CTAs past the routing's tile count return at once.
 template <int kThreads, int kSmem>

@@ -52,21 +52,6 @@ __device__ __forceinline__ uint32_t Pair1(uint32_t v) {
   return ((v * 4u) & 0x01C001C0u) | ((v * 256u) & 0x80008000u);
 }
 
-// The E8M0 block scale as one or two exact bf16x2 multipliers (see
-// MmaSyncGemmKernel's dequantization).
-struct BlockScale {
-  uint32_t f1, f2;
-  bool one;
-};
-
-__device__ __forceinline__ BlockScale MakeBlockScale(uint32_t sc) {
-  BlockScale s;
-  s.one = sc >= 1 && sc <= 128;
-  s.f1 = s.one ? ((sc + 126u) << 7) * 0x10001u : 0x7E807E80u;
-  s.f2 = sc == 255 ? 0x7FC07FC0u : (sc == 0 ? 0x00400040u : (sc << 7) * 0x10001u);
-  return s;
-}
-
 // kTwo: some thread's scale needs the second multiply (its f2 is 1.0 where
 // it does not: f1 alone is then exact, and 0x3F80 * 1 changes nothing).
 template <bool kTwo>
