@@ -10,12 +10,12 @@ namespace kernelserve {
 namespace gpu {
 namespace {
 
-std::string HeadShape(const DeviceCaps& caps, const OpCall& c, int64_t d_qk, const char* serves) {
+std::string WsServes(const DeviceCaps& caps, const OpCall& c) {
   std::string arch = NeedsSm90a(caps);
   if (!arch.empty()) return arch;
   if (c.fp8.format != Fp8Format::kE4M3Fn) return absl::StrCat("serves e4m3fn, not ", Fp8FormatName(c.fp8.format));
-  if (c.fp8.d_qk != d_qk || c.fp8.d_v != 128) {
-    return absl::StrCat("(d_qk, d_v) = (", c.fp8.d_qk, ", ", c.fp8.d_v, ") (serves ", serves, ")");
+  if ((c.fp8.d_qk != 128 && c.fp8.d_qk != 192) || c.fp8.d_v != 128) {
+    return absl::StrCat("(d_qk, d_v) = (", c.fp8.d_qk, ", ", c.fp8.d_v, ") (serves (128 | 192, 128))");
   }
   return "";
 }
@@ -26,34 +26,25 @@ template <int kStages>
 absl::Status RunWs(const OpCall& c, TensorView& out, cudaStream_t s) {
   fp8_attention::KernelLaunch launch = nullptr;
   if (c.fp8.d_qk == 128 && c.fp8.d_v == 128) {
-    launch = c.fp8.causal ? &fp8_attention::LaunchFp8WsD128<true, kStages>
-                          : &fp8_attention::LaunchFp8WsD128<false, kStages>;
+    launch = c.fp8.causal ? &fp8_attention::LaunchFp8Ws<128, true, kStages>
+                          : &fp8_attention::LaunchFp8Ws<128, false, kStages>;
+  } else if (c.fp8.d_qk == 192 && c.fp8.d_v == 128) {
+    launch = c.fp8.causal ? &fp8_attention::LaunchFp8Ws<192, true, kStages>
+                          : &fp8_attention::LaunchFp8Ws<192, false, kStages>;
   }
   return RunFp8Attention(c.fp8, c.fp8_in, out, s, "ws", launch);
 }
 
-absl::Status RunMmaSync(const OpCall& c, TensorView& out, cudaStream_t s) {
-  fp8_attention::KernelLaunch launch = nullptr;
-  if (c.fp8.d_qk == 192 && c.fp8.d_v == 128) {
-    launch = c.fp8.causal ? &fp8_attention::LaunchFp8MmaSync<192, true> : &fp8_attention::LaunchFp8MmaSync<192, false>;
-  }
-  return RunFp8Attention(c.fp8, c.fp8_in, out, s, "mma_sync", launch);
-}
-
 }  // namespace
 
-// Every (valid) e4m3fn call has one entry that serves it: the head shapes are apart.
+// Every (valid) e4m3fn call on sm_90a has one entry that serves it.
 const VariantTable& Fp8AttentionVariants() {
   static const VariantTable table = {
       {"ws",
        "wgmma e4m3 (QGMMA), warp-specialized: a TMA producer warpgroup transposing V, two consumer warpgroups in "
        "ping-pong; each 64-key block's P V folded into O in fp32",
-       "sm_90a, e4m3fn, (d_qk, d_v) = (128, 128)",
-       [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 128, "(128, 128)"); }, nullptr,
-       RunWs<2>},
-      {"mma_sync", "mma.sync m16n8k32 e4m3", "sm_90a, e4m3fn, (d_qk, d_v) = (192, 128)",
-       [](const DeviceCaps& caps, const OpCall& c) { return HeadShape(caps, c, 192, "(192, 128)"); }, nullptr,
-       RunMmaSync},
+       "sm_90a, e4m3fn, (d_qk, d_v) = (128 | 192, 128)",
+       WsServes, nullptr, RunWs<2>},
   };
   return table;
 }

@@ -46,6 +46,14 @@ __device__ __forceinline__ uint64_t MakeSmemDescInterleave(uint32_t smem_addr, u
 __device__ __forceinline__ uint64_t MakeSmemDesc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
   return MakeSmemDescInterleave(smem_addr, lbo_bytes, sbo_bytes) | (static_cast<uint64_t>(1) << 62);
 }
+// 64-byte swizzle: rows of 64 bytes whose 16-byte chunk c sits at chunk
+// c ^ ((row >> 1) & 3), 8-row atoms of 512 bytes, 512-byte aligned (TMA's
+// CU_TENSOR_MAP_SWIZZLE_64B); K-major sbo is 512 for dense rows. It holds
+// the 64-byte tail of a row that a 128-byte swizzle row cannot (d_qk = 192
+// e4m3 = 128 + 64 bytes).
+__device__ __forceinline__ uint64_t MakeSmemDesc64B(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return MakeSmemDescInterleave(smem_addr, lbo_bytes, sbo_bytes) | (static_cast<uint64_t>(2) << 62);
+}
 
 // ----------------------------------------------------------------- fences
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

@@ -12,15 +12,11 @@ namespace kernelserve {
 namespace gpu {
 namespace fp8_attention {
 
-// Warp-specialized wgmma e4m3 (QGMMA, fp8_ws_*): (d_qk, d_v) = (128, 128);
-// a TMA producer warpgroup, two consumer warpgroups in ping-pong, kStages
-// shared-memory stages of K, raw V and V^T.
-template <bool kCausal, int kStages>
-cudaError_t LaunchFp8WsD128(const Fp8KernelParams& p, int batch, int p_mode, cudaStream_t stream);
-
-// mma.sync m16n8k32 e4m3 (fp8_mma_sync_*): d_v = 128, d_qk = kDqk (192).
-template <int kDqk, bool kCausal>
-cudaError_t LaunchFp8MmaSync(const Fp8KernelParams& p, int batch, int p_mode, cudaStream_t stream);
+// Warp-specialized wgmma e4m3 (QGMMA, fp8_ws_*): (d_qk, d_v) = (kDqk, 128),
+// kDqk 128 or 192; a TMA producer warpgroup, two consumer warpgroups in
+// ping-pong, kStages shared-memory stages of K, raw V and V^T.
+template <int kDqk, bool kCausal, int kStages>
+cudaError_t LaunchFp8Ws(const Fp8KernelParams& p, int batch, int p_mode, cudaStream_t stream);
 
 }  // namespace fp8_attention
 }  // namespace gpu

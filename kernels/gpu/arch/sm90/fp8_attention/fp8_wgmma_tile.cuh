@@ -1,5 +1,5 @@
-// The tile pieces of the wgmma e4m3 kernel at (d_qk, d_v) = (128, 128)
-// (fp8_ws_kernel.cuh; a (192, 128) kernel of the family would share them):
+// The tile pieces of the wgmma e4m3 kernel, (d_qk, d_v) = (128 | 192, 128)
+// (fp8_ws_kernel.cuh):
 // the 128-byte swizzle, the V transpose with its key permutation, the
 // scores' scale and mask, a 64-key block's frame and P codes (DESIGN §4,
 // p_block.cuh), its P V into a fresh accumulator and the fp32 fold into O,
@@ -27,7 +27,7 @@ using sm80::F32x2ToE4m3fnX2;
 
 constexpr int kRows = 128;         // query rows per CTA: 2 (consumer) warpgroups x 64
 constexpr int kTile = 128;         // keys per tile: two 64-key P blocks
-constexpr int kD = 128;            // d_qk = d_v
+constexpr int kD = 128;            // d_v, and the 128-byte part of a Q or K row
 constexpr int kVtRows = kD + 8;    // V^T rows; 128..135 are ones (row sums)
 constexpr int kNt = kVtRows / 8;   // accumulator column tiles of O (+ L)
 
@@ -108,7 +108,7 @@ __device__ __forceinline__ void ScaleMask(float (&s)[kTile / 8][4], const Fp8Ker
 // encoding) and its codes as the A fragments pa[2hb], pa[2hb+1]: for keys
 // [32 kc, 32 kc + 32), a0/a1 rows g/g+8 from n-tiles 4kc, 4kc+1, a2/a3 from
 // 4kc+2, 4kc+3 (V^T's positions are permuted to match). Naive P adds the
-// unrounded p in the mma.sync kernel's order into lsum.
+// unrounded p in key order (two per n-tile, n-tiles ascending) into lsum.
 template <int kMode>
 __device__ __forceinline__ void BlockCodes(const float (&s)[kTile / 8][4], int hb, uint32_t (&pa)[kTile / 32][4],
                                            float (&m_run)[2], int (&r_last)[2], int (&r_max)[2], float (&lsum)[2],

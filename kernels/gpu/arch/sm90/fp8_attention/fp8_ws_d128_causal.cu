@@ -5,7 +5,7 @@ namespace kernelserve {
 namespace gpu {
 namespace fp8_attention {
 
-template cudaError_t LaunchFp8WsD128<true, 2>(const Fp8KernelParams&, int, int, cudaStream_t);
+template cudaError_t LaunchFp8Ws<128, true, 2>(const Fp8KernelParams&, int, int, cudaStream_t);
 
 }  // namespace fp8_attention
 }  // namespace gpu

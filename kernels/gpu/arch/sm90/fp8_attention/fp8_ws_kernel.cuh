@@ -1,4 +1,4 @@
-// FP8 (e4m3fn) attention forward on sm_90a, (d_qk, d_v) = (128, 128),
+// FP8 (e4m3fn) attention forward on sm_90a, (d_qk, d_v) = (128 | 192, 128),
 // warp-specialized in FlashAttention-3's structure (the bf16 kernel's,
 // kernels/gpu/arch/sm90/attention/flash_fwd_ws_kernel.h). Numerics (DESIGN
 // §4) are those of the lockstep wgmma e4m3 kernel it replaced (git:
@@ -12,7 +12,9 @@
 // Three warpgroups per CTA of kRows = 128 query rows:
 //   warpgroup 0, the producer (setmaxnreg down): one thread loads Q once and
 //     the K and raw V tiles of 128 keys by TMA (128-byte swizzle, one e4m3
-//     row = one swizzle row) into two-stage rings on mbarriers; all 128
+//     row of 128 = one swizzle row; at d_qk = 192 Q and K rows carry a
+//     64-byte tail in a 64-byte-swizzled part of their own) into two-stage
+//     rings on mbarriers; all 128
 //     threads transpose each raw V tile into a V^T stage (fp8 wgmma takes B
 //     K-major only), fence.proxy.async, and arrive on the stage's full
 //     barrier;
@@ -65,13 +67,27 @@ constexpr int kConsumerRegs = 232;
 constexpr uint32_t kTurnBarrier = 1;      // named barriers 1, 2: the consumers' turns
 constexpr uint32_t kProducerBarrier = 3;  // the producer warpgroup's own
 
-constexpr uint32_t kQBytes = kRows * kD;
-constexpr uint32_t kKvBytes = kTile * kD;
+constexpr uint32_t kVBytes = kTile * kD;
 constexpr uint32_t kVtBytes = kVtRows * kTile;
+
+// Q and K rows of d_qk e4m3 bytes: the first 128 in a 128-byte-swizzled
+// part, for d_qk = 192 the 64-byte tail in a 64-byte-swizzled part after
+// it (one swizzle row holds at most 128 bytes). S = Q K^T is 4 k32 steps
+// over the first part and 2 over the tail; the registers do not change.
+template <int kDqk>
+struct QkRows {
+  static_assert(kDqk == 128 || kDqk == 192, "d_qk is 128 or 192");
+  static constexpr bool kHasTail = kDqk > 128;
+  static constexpr uint32_t kQBytes = kRows * kDqk;
+  static constexpr uint32_t kKBytes = kTile * kDqk;
+  static constexpr uint32_t kQTail = kRows * 128;  // offset of the tail part
+  static constexpr uint32_t kKTail = kTile * 128;
+};
 
 struct Fp8WsParams {
   Fp8KernelParams p;
   CUtensorMap map_q, map_k, map_v;
+  CUtensorMap map_q_tail, map_k_tail;  // d_qk = 192: bytes 128..191 of each row
   // 1: the maps' dimensions are (d, head, seq, batch) (BSHD), 0: (d, seq,
   // head, batch) (BHSD).
   int heads_inner;
@@ -80,20 +96,22 @@ struct Fp8WsParams {
 
 // Shared memory from a 1024-byte-aligned base: Q, kStages K, kStages raw V
 // (all TMA-written, swizzled), kStages V^T (transposed, swizzled), barriers.
-template <int kStages_>
+template <int kDqk, int kStages_>
 struct Smem {
+  using Qk = QkRows<kDqk>;
   static constexpr int kStages = kStages_;
-  static constexpr uint32_t kOffK = kQBytes;
-  static constexpr uint32_t kOffV = kOffK + kStages * kKvBytes;
-  static constexpr uint32_t kOffVt = kOffV + kStages * kKvBytes;
+  static constexpr uint32_t kOffK = Qk::kQBytes;
+  static constexpr uint32_t kOffV = kOffK + kStages * Qk::kKBytes;
+  static constexpr uint32_t kOffVt = kOffV + kStages * kVBytes;
   static constexpr uint32_t kOffBars = kOffVt + kStages * kVtBytes;
-  static_assert(kVtBytes % 1024 == 0 && kOffVt % 1024 == 0, "swizzled tiles must be 1024-byte aligned");
+  static_assert(kVtBytes % 1024 == 0 && kOffVt % 1024 == 0 && Qk::kKBytes % 1024 == 0 && Qk::kQTail % 1024 == 0,
+                "swizzled tiles must be 1024-byte aligned");
   static constexpr int kBarriers = 1 + 5 * kStages;
   static constexpr int kSmemBytes = 1024 + kOffBars + 8 * kBarriers;
   uint32_t base;
   __device__ uint32_t Q() const { return base; }
-  __device__ uint32_t K(int s) const { return base + kOffK + s * kKvBytes; }
-  __device__ uint32_t V(int s) const { return base + kOffV + s * kKvBytes; }
+  __device__ uint32_t K(int s) const { return base + kOffK + s * Qk::kKBytes; }
+  __device__ uint32_t V(int s) const { return base + kOffV + s * kVBytes; }
   __device__ uint32_t Vt(int s) const { return base + kOffVt + s * kVtBytes; }
   __device__ uint32_t Bar(int i) const { return base + kOffBars + 8u * i; }
   // q_full: 1 arrival + Q's bytes; k_full / v_full (raw V): 1 + the tile's
@@ -118,11 +136,21 @@ struct Smem {
   }
 };
 
-// A [128 rows][128 bytes] tile at `row` of (head, batch); coordinates are
-// (column, row, head, batch) or, heads inner, (column, head, row, batch).
-__device__ __forceinline__ void LoadTile(const void* map, uint32_t dst, uint32_t bar, int row, int head, int batch,
-                                         bool heads_inner) {
-  sm90::TmaLoad4d(dst, map, bar, 0, heads_inner ? head : row, heads_inner ? row : head, batch);
+// A [128 rows][box bytes] tile from byte `col` of the rows at `row` of
+// (head, batch); coordinates are (column, row, head, batch) or, heads inner,
+// (column, head, row, batch).
+__device__ __forceinline__ void LoadTile(const void* map, uint32_t dst, uint32_t bar, int col, int row, int head,
+                                         int batch, bool heads_inner) {
+  sm90::TmaLoad4d(dst, map, bar, col, heads_inner ? head : row, heads_inner ? row : head, batch);
+}
+
+// Q's or a K tile's rows: the 128-byte part and, at d_qk = 192, the tail.
+template <class Qk>
+__device__ __forceinline__ void LoadQkTile(const CUtensorMap* map, const CUtensorMap* map_tail, uint32_t dst,
+                                           uint32_t tail_off, uint32_t bar, int row, int head, int batch,
+                                           bool heads_inner) {
+  LoadTile(map, dst, bar, 0, row, head, batch, heads_inner);
+  if constexpr (Qk::kHasTail) LoadTile(map_tail, dst + tail_off, bar, 128, row, head, batch, heads_inner);
 }
 
 // The producer warpgroup (ptid 0..127) over n_tiles > 0 key tiles.
@@ -134,27 +162,33 @@ __device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Sm& sm, uin
     sm90::PrefetchTensorMap(&wp.map_q);
     sm90::PrefetchTensorMap(&wp.map_k);
     sm90::PrefetchTensorMap(&wp.map_v);
-    sm90::MbarArriveExpectTx(sm.QFull(), kQBytes);
-    LoadTile(&wp.map_q, sm.Q(), sm.QFull(), q0, h, b, hi);
-    sm90::MbarArriveExpectTx(sm.VFull(0), kKvBytes);
-    LoadTile(&wp.map_v, sm.V(0), sm.VFull(0), 0, hk, b, hi);
+    using Qk = typename Sm::Qk;
+    if constexpr (Qk::kHasTail) {
+      sm90::PrefetchTensorMap(&wp.map_q_tail);
+      sm90::PrefetchTensorMap(&wp.map_k_tail);
+    }
+    sm90::MbarArriveExpectTx(sm.QFull(), Qk::kQBytes);
+    LoadQkTile<Qk>(&wp.map_q, &wp.map_q_tail, sm.Q(), Qk::kQTail, sm.QFull(), q0, h, b, hi);
+    sm90::MbarArriveExpectTx(sm.VFull(0), kVBytes);
+    LoadTile(&wp.map_v, sm.V(0), sm.VFull(0), 0, 0, hk, b, hi);
   }
   for (int n = 0; n < n_tiles; ++n) {
     const int s = n % Sm::kStages;
     const uint32_t ph = (n / Sm::kStages) & 1;
     if (ptid == 0) {
       sm90::MbarWait(sm.KEmpty(s), ph ^ 1);
-      sm90::MbarArriveExpectTx(sm.KFull(s), kKvBytes);
-      LoadTile(&wp.map_k, sm.K(s), sm.KFull(s), n * kTile, hk, b, hi);
+      sm90::MbarArriveExpectTx(sm.KFull(s), Sm::Qk::kKBytes);
+      LoadQkTile<typename Sm::Qk>(&wp.map_k, &wp.map_k_tail, sm.K(s), Sm::Qk::kKTail, sm.KFull(s), n * kTile, hk, b,
+                                  hi);
       if (n + 1 < n_tiles) {  // raw V stage (n+1)%2 was last read by tile n-1's transpose
         const int s1 = (n + 1) % Sm::kStages;
-        sm90::MbarArriveExpectTx(sm.VFull(s1), kKvBytes);
-        LoadTile(&wp.map_v, sm.V(s1), sm.VFull(s1), (n + 1) * kTile, hk, b, hi);
+        sm90::MbarArriveExpectTx(sm.VFull(s1), kVBytes);
+        LoadTile(&wp.map_v, sm.V(s1), sm.VFull(s1), 0, (n + 1) * kTile, hk, b, hi);
       }
     }
     sm90::MbarWait(sm.VFull(s), ph);
     sm90::MbarWait(sm.VtEmpty(s), ph ^ 1);
-    const uint8_t* sv = smem + Sm::kOffV + s * kKvBytes;
+    const uint8_t* sv = smem + Sm::kOffV + s * kVBytes;
     TransposeV<128>([sv](int key, int byte) { return sv + Swz(key, byte); }, smem + Sm::kOffVt + s * kVtBytes, ptid);
     sm90::FenceProxyAsync();  // V^T (st.shared) is read by wgmma next
     sm90::MbarArrive(sm.VtFull(s));
@@ -207,7 +241,8 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
   int r_last[2] = {-(1 << 30), -(1 << 30)}, r_max[2] = {-(1 << 30), -(1 << 30)};
   float m_run[2] = {-INFINITY, -INFINITY};
 
-  const uint32_t q_addr = sm.Q() + cwg * 64 * 128;
+  using Qk = typename Sm::Qk;
+  const uint32_t q_addr = sm.Q() + cwg * 64 * 128, q_tail = sm.Q() + Qk::kQTail + cwg * 64 * 64;
   const uint32_t my_turn = kTurnBarrier + cwg, other_turn = kTurnBarrier + (cwg ^ 1);
   constexpr uint32_t kTurnThreads = 256;
 
@@ -230,10 +265,18 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
       sm90::FenceOperand(pa);
       sm90::WgmmaFence();
 #pragma unroll
-      for (int kk = 0; kk < kD / 32; ++kk) {
+      for (int kk = 0; kk < 4; ++kk) {
         const uint64_t da = sm90::MakeSmemDesc(q_addr + 32u * kk, 16, 1024);
         const uint64_t db = sm90::MakeSmemDesc(sm.K(st) + 32u * kk, 16, 1024);
         sm90::WgmmaSS<128, sm90::E4m3>(s, da, db, kk > 0 ? 1 : 0);
+      }
+      if constexpr (Qk::kHasTail) {
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          const uint64_t da = sm90::MakeSmemDesc64B(q_tail + 32u * kk, 16, 512);
+          const uint64_t db = sm90::MakeSmemDesc64B(sm.K(st) + Qk::kKTail + 32u * kk, 16, 512);
+          sm90::WgmmaSS<128, sm90::E4m3>(s, da, db, 1);
+        }
       }
       sm90::WgmmaCommit();
       if constexpr (!kFirst) {
@@ -294,9 +337,9 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
 }
 
 
-template <bool kCausal, int kMode, int kStages>
+template <int kDqk, bool kCausal, int kMode, int kStages>
 __global__ void __launch_bounds__(kThreads, 1) Fp8AttnWsKernel(const __grid_constant__ Fp8WsParams wp) {
-  using Sm = Smem<kStages>;
+  using Sm = Smem<kDqk, kStages>;
   const Fp8KernelParams& p = wp.p;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
