@@ -67,6 +67,14 @@ for k in ws; do
       "$B/fp8_attention_cuda_bench" --only=$k --seq=4096 --modes=$m 2>&1 | grep -vE '^\|' >>"$OUT/ncu.txt"
   done
 done
+# Where the consumers' cycles go: warp stall reasons (long scoreboard, wait,
+# barrier, math throttle, ...) of the default kernel.
+echo "== ws lean (1,16,4096) d128 causal: WarpStateStats" >>"$OUT/ncu.txt"
+stall=regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio
+stall+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+stall+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+timeout 60 ncu --clock-control none --kernel-name regex:Fp8Attn --launch-count 1 --metrics "$stall" \
+  "$B/fp8_attention_cuda_bench" --only=ws --seq=4096 --modes=lean >"$OUT/ncu_stalls.txt" 2>&1
 echo "ncu done at +$(( $(date +%s) - t0 )) s"
 
 echo "==== summary ===="
@@ -76,3 +84,4 @@ cat "$OUT/sass.txt"
 grep -E '^\|' "$OUT/bench.txt" | grep -vE '^\| -+'
 grep -E '^\|' "$OUT/peers.txt" | grep -vE '^\| -+'
 grep -E "==|xu|gmma|time_duration|issue_active" "$OUT/ncu.txt" | head -60
+grep -E "stalled|bank_conflicts|wavefronts|issue_active" "$OUT/ncu_stalls.txt" | grep -vE " 0(\.0+)?$" | sort -k3 -n -r | head -24

@@ -394,6 +394,85 @@ TEST_F(Fp8AttentionCudaTest, ManyTilesBothMasks) {
   Check(c);
 }
 
+// FP8 inputs whose descales make the score scale negative or zero (a
+// caller's values: the quantizer never makes them): the kernel scales raw
+// scores by a positive factor, so it negates or zeroes Q's codes first;
+// against the oracle on the same codes. An infinite descale makes every row
+// NaN.
+TEST_F(Fp8AttentionCudaTest, ZeroAndNegativeDescalesMeetTheOracle) {
+  for (int64_t dqk : {128, 192}) {
+    for (PMode mode : {PMode::kExact, PMode::kLean}) {
+      for (float q_ds_factor : {-1.f, 0.f, INFINITY}) {
+        SCOPED_TRACE(testing::Message() << "d_qk " << dqk << " mode " << PModeName(mode) << " q_descale x "
+                                        << q_ds_factor);
+        Case c;
+        c.dqk = dqk;
+        c.mode = mode;
+        c.sq = 200;
+        c.skv = 333;
+        const numerics::AttentionTensors t = MakeInputs(c, FreshSeed());
+        Fp8AttentionParams pb = Params(c);
+        ASSERT_TRUE(pb.Validate(t.q.desc(), t.k.desc(), t.v.desc(), nullptr, nullptr, nullptr).ok());
+        Fp8AttentionInputs hin;
+        hin.q = t.q.view();
+        hin.k = t.k.view();
+        hin.v = t.v.view();
+        const auto quant = oracle::QuantizeAttentionInputs(pb, hin);
+        ASSERT_TRUE(quant.ok()) << quant.status();
+        HostTensor qd(DType::kFp32, {1}), kd(DType::kFp32, {1}), vd(DType::kFp32, {1});
+        qd.data<float>()[0] = quant->q_descale[0] * q_ds_factor;
+        kd.data<float>()[0] = quant->k_descale[0];
+        vd.data<float>()[0] = quant->v_descale[0];
+        Fp8AttentionParams p = Params(c);
+        ASSERT_TRUE(p.Validate(quant->q.desc(), quant->k.desc(), quant->v.desc(), &qd.desc(), &kd.desc(), &vd.desc())
+                        .ok());
+        Fp8AttentionInputs fin;
+        fin.q = quant->q.view();
+        fin.k = quant->k.view();
+        fin.v = quant->v.view();
+        fin.q_descale = qd.view();
+        fin.k_descale = kd.view();
+        fin.v_descale = vd.view();
+        DeviceTensor q(quant->q), k(quant->k), v(quant->v), dq(qd), dk(kd), dv(vd);
+        const OpCall call = Fp8Call(p, Fp8Views(q, k, v, dq, dk, dv));
+        const std::vector<Impl> impls = Impls(Caps(), call);
+        EXPECT_GE(impls.size(), 2u);
+        if (std::isinf(q_ds_factor)) {  // every row sees a key (seq_kv > seq_q, bottom-right causal)
+          for (const Impl& impl : impls) {
+            const std::vector<double> out = numerics::ToDoubles(RunGpu(impl, call).view());
+            EXPECT_EQ(CountNan(out), static_cast<int64_t>(out.size())) << impl.name();
+          }
+          continue;
+        }
+        const auto qin = oracle::QuantizeAttentionInputs(p, fin);
+        ASSERT_TRUE(qin.ok()) << qin.status();
+        const auto ref = oracle::Fp8Attention(p, *qin, oracle::PQuant::kAsParams);
+        ASSERT_TRUE(ref.ok()) << ref.status();
+        // The same problem with a positive descale: Q's codes negated
+        // (sign-magnitude e4m3: XOR 0x80) or zeroed on the host. The
+        // kernel's answer must be the same bytes.
+        HostTensor q_fixed = quant->q;
+        uint8_t* qb = q_fixed.data<uint8_t>();
+        for (int64_t i = 0; i < q_fixed.desc().num_bytes(); ++i) {
+          if (q_ds_factor < 0.f) qb[i] ^= 0x80;
+          if (q_ds_factor == 0.f && (qb[i] & 0x7F) != 0x7F) qb[i] = 0;
+        }
+        HostTensor qd_pos(DType::kFp32, {1});
+        qd_pos.data<float>()[0] = quant->q_descale[0];
+        DeviceTensor q2(q_fixed), dq2(qd_pos);
+        const OpCall call_pos = Fp8Call(p, Fp8Views(q2, k, v, dq2, dk, dv));
+        for (const Impl& impl : impls) {
+          const HostTensor got = RunGpu(impl, call);
+          const std::vector<double> out = numerics::ToDoubles(got.view());
+          EXPECT_EQ(CountNan(out), 0) << impl.name();
+          EXPECT_LT(RelRms(out, *ref), 4e-3) << impl.name();
+          EXPECT_TRUE(SameBytes(got, RunGpu(impl, call_pos))) << impl.name() << ": differs from the positive-descale form";
+        }
+      }
+    }
+  }
+}
+
 // Every entry at (128 | 192, 128) run twice on the same inputs gives the same
 // bytes (NaN outputs included: a race between the producer's TMA loads and V
 // transpose and the consumers' wgmmas would show as a difference), on random

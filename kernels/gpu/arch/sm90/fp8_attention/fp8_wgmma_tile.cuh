@@ -78,12 +78,21 @@ __device__ __forceinline__ void TransposeV(RawAt raw, uint8_t* svt, int tid) {
   }
 }
 
-// Scores of one tile (keys from j0) in base 2, masked only on tiles that
-// reach past seq_kv or (causal) past the CTA's first row's last key: every
-// row's limit `lim` is at least that, so the test is CTA-uniform.
+// The scores stay raw: the scale sc > 0 (q_descale * k_descale *
+// softmax_scale * log2(e), made positive by the kernel, fp8_ws_kernel.cuh)
+// multiplies each row's block maximum once (rounding is monotone, so the
+// frame R is that of the scaled scores) and is folded into the one
+// multiply-add that makes each code (lean: fma(s, 8 sc, 1.5 * 2^23 + 56 -
+// 8 R); exact and naive: 2^fma(s, sc, -R)): two operations per score fewer
+// than scaling first, with codes that differ from the scaled form's only
+// where the fp32 score's last bits do (DESIGN §4 allows that).
+
+// Masks the raw scores of one tile (keys from j0), only on tiles that reach
+// past seq_kv or (causal) past the CTA's first row's last key: every row's
+// limit `lim` is at least that, so the test is CTA-uniform.
 template <bool kCausal>
-__device__ __forceinline__ void ScaleMask(float (&s)[kTile / 8][4], const Fp8KernelParams& p, int64_t j0, int q0,
-                                          int64_t diag, const int64_t (&lim)[2], float sc, int c) {
+__device__ __forceinline__ void Mask(float (&s)[kTile / 8][4], const Fp8KernelParams& p, int64_t j0, int q0,
+                                     int64_t diag, const int64_t (&lim)[2], int c) {
   const int64_t j_last = j0 + kTile - 1;
   if (j_last >= p.seq_kv || (kCausal && j_last > q0 + diag)) {
 #pragma unroll
@@ -91,15 +100,8 @@ __device__ __forceinline__ void ScaleMask(float (&s)[kTile / 8][4], const Fp8Ker
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t j = j0 + n * 8 + 2 * c + (e & 1);
-        const float t = s[n][e] * sc;
-        s[n][e] = j > lim[e >> 1] ? -INFINITY : t;
+        if (j > lim[e >> 1]) s[n][e] = -INFINITY;
       }
-    }
-  } else {
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] *= sc;
     }
   }
 }
@@ -109,10 +111,11 @@ __device__ __forceinline__ void ScaleMask(float (&s)[kTile / 8][4], const Fp8Ker
 // [32 kc, 32 kc + 32), a0/a1 rows g/g+8 from n-tiles 4kc, 4kc+1, a2/a3 from
 // 4kc+2, 4kc+3 (V^T's positions are permuted to match). Naive P adds the
 // unrounded p in key order (two per n-tile, n-tiles ascending) into lsum.
+// s is raw; sc > 0 is applied here.
 template <int kMode>
 __device__ __forceinline__ void BlockCodes(const float (&s)[kTile / 8][4], int hb, uint32_t (&pa)[kTile / 32][4],
                                            float (&m_run)[2], int (&r_last)[2], int (&r_max)[2], float (&lsum)[2],
-                                           float (&factor)[2]) {
+                                           float (&factor)[2], float sc) {
   float bmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 8 * hb; n < 8 * hb + 8; ++n) {
@@ -123,9 +126,16 @@ __device__ __forceinline__ void BlockCodes(const float (&s)[kTile / 8][4], int h
   for (int hf = 0; hf < 2; ++hf) {
     bmax[hf] = fmaxf(bmax[hf], __shfl_xor_sync(0xffffffffu, bmax[hf], 1));
     bmax[hf] = fmaxf(bmax[hf], __shfl_xor_sync(0xffffffffu, bmax[hf], 2));
+    bmax[hf] *= sc;  // -inf stays -inf: sc > 0
   }
   float ref[2];
   UpdateBlockFrame<kMode>(bmax, m_run, r_last, r_max, factor, ref);
+  // Lean: the code's multiply-add with the frame and the rounding bias in
+  // its addend (ref = +inf: -inf, code 0).
+  const float lean_a = 8.f * sc;
+  float lean_c[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) lean_c[hf] = fmaf(-8.f, ref[hf], kLeanBias + 56.f);
   float psum[2] = {0.f, 0.f};
 #pragma unroll
   for (int kc = 2 * hb; kc < 2 * hb + 2; ++kc) {
@@ -137,11 +147,11 @@ __device__ __forceinline__ void BlockCodes(const float (&s)[kTile / 8][4], int h
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           const int n = 4 * kc + 2 * half + q;
-          const float y0 = s[n][2 * hf] - ref[hf], y1 = s[n][2 * hf + 1] - ref[hf];
           uint32_t pair;
           if (kMode == kLean) {
-            pair = LeanCodePair(y0, y1);
+            pair = LeanCodePairFma(s[n][2 * hf], s[n][2 * hf + 1], lean_a, lean_c[hf]);
           } else {
+            const float y0 = fmaf(s[n][2 * hf], sc, -ref[hf]), y1 = fmaf(s[n][2 * hf + 1], sc, -ref[hf]);
             const float p0 = exp2f(y0), p1 = exp2f(y1);
             if (kMode == kNaive) {
               psum[hf] += p0;

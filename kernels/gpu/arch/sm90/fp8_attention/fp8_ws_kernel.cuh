@@ -66,6 +66,7 @@ constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 constexpr uint32_t kTurnBarrier = 1;      // named barriers 1, 2: the consumers' turns
 constexpr uint32_t kProducerBarrier = 3;  // the producer warpgroup's own
+constexpr uint32_t kFixQBarrier = 4;      // 4, 5: each consumer warpgroup's own
 
 constexpr uint32_t kVBytes = kTile * kD;
 constexpr uint32_t kVtBytes = kVtRows * kTile;
@@ -196,19 +197,48 @@ __device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Sm& sm, uin
   }
 }
 
+// The codes take the score scale as a positive factor (fp8_wgmma_tile.cuh).
+// Descales that make it negative or zero are a caller's (the quantizer
+// never makes them): for sc < 0 this warpgroup's Q codes are negated in
+// shared memory (e4m3 is sign-magnitude: one XOR per byte, exact), so S
+// changes sign and -sc is used; for sc = 0 they are zeroed, NaN codes kept,
+// so every score is 0 (or NaN) as sc * s would be, with sc = 1. Q is read
+// only by wgmma after this, hence the proxy fence before the warpgroup's
+// barrier.
+template <class Qk>
+__device__ __forceinline__ void FixQForScale(uint8_t* smem, int cwg, bool zero, int wtid) {
+  uint32_t* main = reinterpret_cast<uint32_t*>(smem + cwg * 64 * 128);
+  uint32_t* tail = reinterpret_cast<uint32_t*>(smem + Qk::kQTail + cwg * 64 * 64);
+  auto fix = [zero](uint32_t w) {
+    if (!zero) return w ^ 0x80808080u;
+    // Bytes whose low 7 bits are all ones (NaN) carry into bit 7; no byte carries further.
+    const uint32_t nan = (((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) >> 7;
+    return w & (nan * 0xFFu);
+  };
+  for (int i = wtid; i < 64 * 128 / 4; i += 128) main[i] = fix(main[i]);
+  if constexpr (Qk::kHasTail) {
+    for (int i = wtid; i < 64 * 64 / 4; i += 128) tail[i] = fix(tail[i]);
+  }
+  sm90::FenceProxyAsync();
+  sm90::NamedBarrierSync(kFixQBarrier + cwg, 128);
+}
+
 // A consumer warpgroup (cwg 0, 1: query rows [64 cwg, 64 cwg + 64) of the
 // CTA's 128) over the CTA's n_tiles key tiles, then its epilogue.
 template <bool kCausal, int kMode, class Sm>
-__device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, int cwg, int h, int hk, int b,
-                                        int q0, int64_t diag, int n_tiles) {
+__device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, uint8_t* smem, int cwg, int h,
+                                        int hk, int b, int q0, int64_t diag, int n_tiles) {
   const int tid = threadIdx.x - 128, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c = lane & 3;
   const bool release = lane == 0;
 
   const float q_ds = p.q_ds[p.q_ds_per_head ? b * p.heads_q + h : 0];
   const float k_ds = p.k_ds[p.k_ds_per_head ? b * p.heads_kv + hk : 0];
-  const float v_ds = p.v_ds[p.v_ds_per_head ? b * p.heads_kv + hk : 0];
-  const float sc = q_ds * k_ds * p.scale_log2;
+  const float sc_in = q_ds * k_ds * p.scale_log2;
+  // A NaN or infinite scale (a caller's descale) makes every row NaN.
+  const bool finite = fabsf(sc_in) <= 3.4028235e38f;
+  const float sc = sc_in > 0.f && finite ? sc_in : (sc_in < 0.f && finite ? -sc_in : 1.f);
+  const float v_ds = finite ? p.v_ds[p.v_ds_per_head ? b * p.heads_kv + hk : 0] : NAN;
 
   int64_t lim[2];  // last visible key of this thread's two rows
 #pragma unroll
@@ -251,6 +281,7 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
     // turns, and consumer 1's last passes nothing, so every arrive meets a sync.
     sm90::NamedBarrierArriveIf(kTurnBarrier, kTurnThreads, cwg == 1);
     sm90::MbarWait(sm.QFull(), 0);
+    if (finite && !(sc_in > 0.f)) FixQForScale<Qk>(smem, cwg, sc_in == 0.f, tid - 128 * cwg);
     // One key tile; the first has no P1 V(n-1). Two instantiations rather
     // than a run-time test: ptxas's wgmma pipeline analysis does not follow
     // a branch on n and serializes every wgmma (C7513).
@@ -291,11 +322,11 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
       }
       sm90::FenceOperand(s);
       sm90::MbarArriveIf(sm.KEmpty(st), release);
-      ScaleMask<kCausal>(s, p, static_cast<int64_t>(n) * kTile, q0, diag, lim, sc, c);
+      Mask<kCausal>(s, p, static_cast<int64_t>(n) * kTile, q0, diag, lim, c);
 
       // Block 0's codes (pa[0], pa[1]) under P1 V(n-1), which reads pa[2], pa[3].
       float factor0[2], factor1[2];
-      BlockCodes<kMode>(s, 0, pa, m_run, r_last, r_max, lsum, factor0);
+      BlockCodes<kMode>(s, 0, pa, m_run, r_last, r_max, lsum, factor0, sc);
       if constexpr (!kFirst) {
         sm90::WgmmaWait<0>();
         sm90::FenceOperand(ob);
@@ -309,7 +340,7 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
       sm90::WgmmaFence();
       IssuePv(ob, pa, sm.Vt(st), 0);
       sm90::WgmmaCommit();
-      BlockCodes<kMode>(s, 1, pa, m_run, r_last, r_max, lsum, factor1);  // under P0 V(n)
+      BlockCodes<kMode>(s, 1, pa, m_run, r_last, r_max, lsum, factor1, sc);  // under P0 V(n)
       sm90::WgmmaWait<0>();
       sm90::FenceOperand(ob);
       sm90::FenceOperand(pa);
@@ -371,7 +402,7 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnWsKernel(const __grid_cons
     if (n_tiles > 0) Produce(wp, sm, smem, threadIdx.x, q0, h, hk, b, n_tiles);
   } else {
     sm90::SetMaxNRegInc<kConsumerRegs>();
-    Consume<kCausal, kMode>(p, sm, wg - 1, h, hk, b, q0, diag, n_tiles);
+    Consume<kCausal, kMode>(p, sm, smem, wg - 1, h, hk, b, q0, diag, n_tiles);
   }
 }
 

@@ -61,24 +61,22 @@ __device__ __forceinline__ void UpdateBlockFrame(const float (&bmax)[2], float (
   }
 }
 
-// Lean P's e4m3fn code, clamp(round_half_even(fma(y, 8, 56)), 0, 120), by
-// float arithmetic alone: adding 1.5 * 2^23 rounds the fp32 value to an
-// integer (ties to even) held in the low mantissa bits, and the clamp runs
-// on the biased float (NaN clamps to code 0, as cvt.rni's 0 did). A
-// float-to-int conversion (F2I) issues on the same quarter-rate XU pipe as
-// MUFU.EX2, so converting would cost lean P what exact P's exponential costs.
-// The bits are those of the fp32 fma followed by cvt.rni.s32 and the integer
-// clamp for every input (|fma| < 2^22 rounds exactly; beyond, both clamp).
+// Lean P's e4m3fn code, clamp(round_half_even(8 y + 56), 0, 120) with
+// y = s * scale - R, from the raw score s by float arithmetic alone, in one
+// rounding: fma(s, a, c) with a = 8 * scale and c = 1.5 * 2^23 + 56 - 8 R
+// lands in [2^23, 2^24), where the fp32 spacing is 1, so the fma rounds to
+// the integer code (ties to even) held in the low mantissa bits; the clamp
+// runs on the biased float (NaN and -inf clamp to code 0). A float-to-int
+// conversion (F2I) issues on the same quarter-rate XU pipe as MUFU.EX2, so
+// converting would cost lean P what exact P's exponential costs.
 constexpr float kLeanBias = 12582912.f;  // 1.5 * 2^23: bits 0x4B400000 + code
-__device__ __forceinline__ uint32_t LeanBiased(float y) {
-  const float f = fmaf(y, 8.f, 56.f) + kLeanBias;
-  return __float_as_uint(fminf(fmaxf(f, kLeanBias), kLeanBias + 120.f));
+__device__ __forceinline__ uint32_t LeanBiasedFma(float s, float a, float c) {
+  return __float_as_uint(fminf(fmaxf(fmaf(s, a, c), kLeanBias), kLeanBias + 120.f));
 }
-__device__ __forceinline__ uint32_t LeanCode(float y) { return LeanBiased(y) & 0xFFu; }
-// Two codes, y0's in bits 0-7 and y1's in bits 8-15 (byte 1 of a biased
+// Two codes, s0's in bits 0-7 and s1's in bits 8-15 (byte 1 of a biased
 // value is 0: one PRMT packs them).
-__device__ __forceinline__ uint32_t LeanCodePair(float y0, float y1) {
-  return __byte_perm(LeanBiased(y0), LeanBiased(y1), 0x1140);
+__device__ __forceinline__ uint32_t LeanCodePairFma(float s0, float s1, float a, float c) {
+  return __byte_perm(LeanBiasedFma(s0, a, c), LeanBiasedFma(s1, a, c), 0x1140);
 }
 
 }  // namespace fp8_attention
