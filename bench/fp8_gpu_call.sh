@@ -51,6 +51,7 @@ only=()
 [ $rc_ws -eq 124 ] || [ $rc_ws -eq 137 ] && only=(--only=ws)
 timeout 120 "$B/fp8_attention_cuda_bench" --issue --modes=lean,exact "${only[@]}" >"$OUT/bench.txt" 2>&1
 timeout 45 "$B/fp8_attention_cuda_bench" "${only[@]}" >>"$OUT/bench.txt" 2>&1
+timeout 30 "$B/fp8_attention_cuda_bench" --format=e4m3fnuz --modes=lean "${only[@]}" >>"$OUT/bench.txt" 2>&1
 echo "bench done at +$(( $(date +%s) - t0 )) s"
 PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 90 python3 "$D/peers.py" >"$OUT/peers.txt" 2>&1
 echo "peers done at +$(( $(date +%s) - t0 )) s"

@@ -44,6 +44,32 @@ KS_HOST_DEVICE uint32_t FloatToE4m3fn(float x) {
   return sign | code;
 }
 
+// float -> e4m3fnuz (MI300X's format: bias 8, max 240, NaN 0x80, no -0),
+// round to nearest even, saturating at +-240, NaN -> 0x80, zeros unsigned
+// (bit for bit numerics::FloatToFp8(x, kFp8E4M3Fnuz)). A code's e4m3fnuz
+// value is half its e4m3fn value, so below the top step (224 -> 240, past
+// e4m3fn's 448) the code of x is e4m3fn's code of 2x, exactly.
+KS_HOST_DEVICE uint32_t FloatToE4m3fnuz(float x) {
+  if (!(x == x)) return 0x80u;
+  const uint32_t sign = x < 0.f ? 0x80u : 0u;
+  if ((x < 0.f ? -x : x) > 232.f) return sign | 0x7Fu;  // past the 224 / 240 midpoint (232 itself: to even, 224)
+  const uint32_t code = FloatToE4m3fn(2.f * x);
+  return (code & 0x7Fu) == 0 ? 0u : code;
+}
+
+// The e4m3fn code of an e4m3fnuz code's value, for e4m3fn-only hardware:
+// exact for every value e4m3fn has, i.e. all but the e4m3fnuz magnitudes
+// below 2^-6 that are odd multiples of 2^-10 (e4m3fn's subnormal step is
+// 2^-9), which round to nearest even; NaN (0x80) -> 0x7F.
+KS_HOST_DEVICE uint32_t E4m3fnuzToE4m3fn(uint32_t code) {
+  code &= 0xFFu;
+  if (code == 0x80u) return 0x7Fu;
+  const uint32_t e = (code >> 3) & 0xFu, m = code & 7u;
+  // Value / 2^-10: m when subnormal, (8 + m) * 2^(e - 1) when normal.
+  const float quanta = e == 0 ? static_cast<float>(m) : static_cast<float>((8u + m) << (e - 1));
+  return (code & 0x80u) | FloatToE4m3fn(quanta * 0x1p-10f);
+}
+
 }  // namespace gpu
 }  // namespace kernelserve
 

@@ -74,5 +74,58 @@ TEST(Fp8EncodeTest, NamedValues) {
   EXPECT_EQ(gpu::FloatToE4m3fn(0x1.8p-9f), 2u);  // 1.5 quanta: to even
 }
 
+// FloatToE4m3fnuz against numerics on the same rounding cases as e4m3fn
+// (every exponent and sign, every 8-bit mantissa head with four tails).
+TEST(Fp8EncodeTest, FnuzEveryRoundingCaseMatchesNumerics) {
+  int64_t bad = 0, checked = 0;
+  for (uint32_t sign : {0u, 0x80000000u}) {
+    for (uint32_t e = 0; e < 256 && bad <= 10; ++e) {
+      for (uint32_t head = 0; head < 256; ++head) {
+        for (uint32_t tail : {0u, 1u, 0x4000u, 0x7FFFu}) {
+          const uint32_t u = sign | (e << 23) | (head << 15) | tail;
+          const float x = FromBits(u);
+          ++checked;
+          const uint32_t got = gpu::FloatToE4m3fnuz(x), want = numerics::FloatToFp8(x, DType::kFp8E4M3Fnuz);
+          if (got != want) {
+            ++bad;
+            ADD_FAILURE() << "bits 0x" << std::hex << u << " (" << x << "): got 0x" << got << ", want 0x" << want;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(1.f), 64u);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(240.f), 0x7Fu);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(232.f), 0x7Eu);  // the tie goes to even (224)
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(-1e30f), 0xFFu);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(NAN), 0x80u);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(-0.f), 0u);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(-0x1p-12f), 0u);  // rounds to zero: no -0
+}
+
+// Every e4m3fnuz code to e4m3fn keeps its value where e4m3fn has it
+// (|v| >= 2^-6 and the even multiples of 2^-10 below), rounds the rest to
+// nearest even, and maps NaN to NaN.
+TEST(Fp8EncodeTest, FnuzCodesToFnKeepTheirValues) {
+  int exact = 0;
+  for (uint32_t c = 0; c < 256; ++c) {
+    const uint32_t fn = gpu::E4m3fnuzToE4m3fn(c);
+    const float v = numerics::Fp8ToFloat(static_cast<uint8_t>(c), DType::kFp8E4M3Fnuz);
+    const float w = numerics::Fp8ToFloat(static_cast<uint8_t>(fn), DType::kFp8E4M3Fn);
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(w)) << "code 0x" << std::hex << c;
+      continue;
+    }
+    EXPECT_EQ(fn, numerics::FloatToFp8(v, DType::kFp8E4M3Fn)) << "code 0x" << std::hex << c;
+    if (std::fabs(v) >= 0x1p-6f) {
+      EXPECT_EQ(w, v) << "code 0x" << std::hex << c;
+    }
+    exact += w == v;
+  }
+  // 255 values: all but the 4 odd subnormals and 4 odd normals of the lowest binade, per sign.
+  EXPECT_EQ(exact, 255 - 16);
+}
+
 }  // namespace
 }  // namespace kernelserve

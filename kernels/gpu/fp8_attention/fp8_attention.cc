@@ -15,13 +15,16 @@ namespace {
 using fp8_attention::Fp8KernelParams;
 using fp8_attention::QuantizeArgs;
 
+// e4m3fnuz is served through e4m3fn: its codes are converted (LaunchFnuzToFn)
+// before the kernel, whose P codes are the same bytes in either format.
 absl::Status CheckFormat(const Fp8AttentionParams& p) {
-  if (p.format == Fp8Format::kE4M3Fn) return absl::OkStatus();
-  return absl::UnimplementedError(
-      absl::StrCat("fp8_attention: the " KS_GPU_VENDOR " backend serves e4m3fn, not ", Fp8FormatName(p.format)));
+  if (p.format == Fp8Format::kE4M3Fn || p.format == Fp8Format::kE4M3Fnuz) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("fp8_attention: the " KS_GPU_VENDOR
+                                               " backend serves e4m3fn and e4m3fnuz, not ",
+                                               Fp8FormatName(p.format)));
 }
 
-// What no GPU kernel takes (UNIMPLEMENTED): e4m3fnuz, a head shape other than
+// What no GPU kernel takes (UNIMPLEMENTED): another FP8 format, a head shape other than
 // (128|192, 128), heads that did not pass Validate.
 absl::Status CheckCall(const Fp8AttentionParams& p) {
   KS_RETURN_IF_ERROR(CheckFormat(p));
@@ -39,7 +42,8 @@ bool HasWork(const Fp8AttentionParams& p) { return p.batch > 0 && p.heads_q > 0 
 // The kernel params of a call, and for bf16 inputs the quantization into a
 // stream-ordered workspace (*ws, freed by the caller after the kernel) or
 // into `keep`'s buffers where given: codes (q, k, v), descales (expanded),
-// amax bits, rotated fp32 rows.
+// amax bits, rotated fp32 rows; for e4m3fnuz also the e4m3fn copies of the
+// codes that the kernel reads.
 cudaError_t Prepare(const Fp8AttentionParams& a, const Fp8AttentionInputs& in, const Fp8QuantizedOut& keep,
                     cudaStream_t stream, Fp8KernelParams* kp, uint8_t** ws) {
   Fp8KernelParams& p = *kp;
@@ -51,7 +55,28 @@ cudaError_t Prepare(const Fp8AttentionParams& a, const Fp8AttentionInputs& in, c
   p.bshd = a.layout == Layout::kBshd ? 1 : 0;
   p.rounding = static_cast<int>(a.rounding);
   p.scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
+  const bool fnuz = a.format == Fp8Format::kE4M3Fnuz;
+  p.naive_ref_shift = fnuz ? 1.f : 0.f;
   *ws = nullptr;
+  const int batch = static_cast<int>(a.batch);
+  const int d_qk = static_cast<int>(a.d_qk), d_v = static_cast<int>(a.d_v);
+  const int64_t nq = a.batch * a.heads_q * a.seq_q;
+  const int64_t nk = a.batch * a.heads_kv * a.seq_kv;
+  const int bhq = batch * p.heads_q, bhk = batch * p.heads_kv;
+  auto align = [](size_t x) { return (x + 255) & ~size_t{255}; };
+  const size_t codes_q = align(nq * d_qk), codes_k = align(nk * d_qk), codes_v = align(nk * d_v);
+  const size_t codes = codes_q + codes_k + codes_v;
+  // The kernel's e4m3fn codes of e4m3fnuz ones, at the workspace's start.
+  auto to_fn = [&](const uint8_t* q, const uint8_t* k, const uint8_t* v) {
+    uint8_t* f = *ws;
+    cudaError_t e = fp8_attention::LaunchFnuzToFn(q, f, nq * d_qk, stream);
+    if (e == cudaSuccess) e = fp8_attention::LaunchFnuzToFn(k, f + codes_q, nk * d_qk, stream);
+    if (e == cudaSuccess) e = fp8_attention::LaunchFnuzToFn(v, f + codes_q + codes_k, nk * d_v, stream);
+    p.q = f;
+    p.k = f + codes_q;
+    p.v = f + codes_q + codes_k;
+    return e;
+  };
   if (a.fp8_inputs) {
     p.q = static_cast<const uint8_t*>(in.q.data);
     p.k = static_cast<const uint8_t*>(in.k.data);
@@ -62,27 +87,23 @@ cudaError_t Prepare(const Fp8AttentionParams& a, const Fp8AttentionInputs& in, c
     p.q_ds_per_head = in.q_descale.desc.num_elements() > 1;
     p.k_ds_per_head = in.k_descale.desc.num_elements() > 1;
     p.v_ds_per_head = in.v_descale.desc.num_elements() > 1;
-    return cudaSuccess;
+    if (!fnuz) return cudaSuccess;
+    const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(ws), codes, stream);
+    return e == cudaSuccess ? to_fn(p.q, p.k, p.v) : e;
   }
-  const int batch = static_cast<int>(a.batch);
-  const int d_qk = static_cast<int>(a.d_qk), d_v = static_cast<int>(a.d_v);
-  const int64_t nq = a.batch * a.heads_q * a.seq_q;
-  const int64_t nk = a.batch * a.heads_kv * a.seq_kv;
-  const int bhq = batch * p.heads_q, bhk = batch * p.heads_kv;
-  auto align = [](size_t x) { return (x + 255) & ~size_t{255}; };
-  const size_t codes_q = align(nq * d_qk), codes_k = align(nk * d_qk), codes_v = align(nk * d_v);
+  const size_t fn_codes = fnuz ? codes : 0;
   const size_t ds = align((bhq + 2 * bhk) * 4), am = align((bhq + 2 * bhk) * 4);
   const size_t rot = a.hadamard ? align(std::max(nq, nk) * d_qk * 4) : 0;
-  const size_t total = codes_q + codes_k + codes_v + ds + am + rot;
+  const size_t total = fn_codes + codes + ds + am + rot;
   cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(ws), total, stream);
   if (e != cudaSuccess) return e;
-  uint8_t* w = *ws;
+  uint8_t* w = *ws + fn_codes;
   uint8_t* cq = keep.q_codes ? keep.q_codes : w;
   uint8_t* ck = keep.k_codes ? keep.k_codes : w + codes_q;
   uint8_t* cv = keep.v_codes ? keep.v_codes : w + codes_q + codes_k;
-  float* dsp = keep.descales ? keep.descales : reinterpret_cast<float*>(w + codes_q + codes_k + codes_v);
-  unsigned int* amax = reinterpret_cast<unsigned int*>(w + codes_q + codes_k + codes_v + ds);
-  float* rotated = a.hadamard ? reinterpret_cast<float*>(w + codes_q + codes_k + codes_v + ds + am) : nullptr;
+  float* dsp = keep.descales ? keep.descales : reinterpret_cast<float*>(w + codes);
+  unsigned int* amax = reinterpret_cast<unsigned int*>(w + codes + ds);
+  float* rotated = a.hadamard ? reinterpret_cast<float*>(w + codes + ds + am) : nullptr;
   e = cudaMemsetAsync(amax, 0, (bhq + 2 * bhk) * 4, stream);
   struct Op {
     const void* x;
@@ -104,6 +125,7 @@ cudaError_t Prepare(const Fp8AttentionParams& a, const Fp8AttentionInputs& in, c
     qa.rows = op.rows;
     qa.dim = op.dim;
     qa.hadamard = op.rot;
+    qa.fnuz = fnuz;
     qa.per_head = a.descale_mode == DescaleMode::kPerHead;
     qa.bshd = p.bshd != 0;
     qa.heads = op.heads;
@@ -118,6 +140,7 @@ cudaError_t Prepare(const Fp8AttentionParams& a, const Fp8AttentionInputs& in, c
   p.q = cq;
   p.k = ck;
   p.v = cv;
+  if (e == cudaSuccess && fnuz) e = to_fn(cq, ck, cv);
   p.q_ds = dsp;
   p.k_ds = dsp + bhq;
   p.v_ds = dsp + bhq + bhk;

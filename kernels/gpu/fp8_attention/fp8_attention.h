@@ -1,6 +1,9 @@
 // FP8 attention (ZYFA numerics, DESIGN §4) on the GPU: the host entry of the
-// variant table's entries (fp8_attention_variants.cc). e4m3fn only (e4m3fnuz
-// is UNIMPLEMENTED here); (d_qk, d_v) = (128, 128) or (192, 128); causal or
+// variant table's entries (fp8_attention_variants.cc). e4m3fn, and e4m3fnuz
+// through e4m3fn: its codes are converted to the e4m3fn codes of the same
+// values before the kernel (exact but for the lowest binade's odd multiples of
+// 2^-10, which round to even; common/fp8_encode.h), and the P codes are the
+// same bytes in both formats (naive P's frame moves one binade); (d_qk, d_v) = (128, 128) or (192, 128); causal or
 // not; GQA; BHSD or BSHD; exact, lean or naive P; bf16 inputs are quantized on
 // the GPU exactly as numerics::QuantizeFp8 does (per tensor or per head,
 // optional Hadamard of Q and K computed in fp64 and rounded once to fp32), so

@@ -13,7 +13,9 @@ namespace {
 std::string WsServes(const DeviceCaps& caps, const OpCall& c) {
   std::string arch = NeedsSm90a(caps);
   if (!arch.empty()) return arch;
-  if (c.fp8.format != Fp8Format::kE4M3Fn) return absl::StrCat("serves e4m3fn, not ", Fp8FormatName(c.fp8.format));
+  if (c.fp8.format != Fp8Format::kE4M3Fn && c.fp8.format != Fp8Format::kE4M3Fnuz) {
+    return absl::StrCat("serves e4m3fn and e4m3fnuz, not ", Fp8FormatName(c.fp8.format));
+  }
   if ((c.fp8.d_qk != 128 && c.fp8.d_qk != 192) || c.fp8.d_v != 128) {
     return absl::StrCat("(d_qk, d_v) = (", c.fp8.d_qk, ", ", c.fp8.d_v, ") (serves (128 | 192, 128))");
   }

@@ -23,6 +23,9 @@ struct Fp8KernelParams {
   int bshd;
   int rounding;
   float scale_log2;  // softmax scale * log2(e)
+  // Naive P's frame below the running max, in binades: 1 for e4m3fnuz, whose
+  // codes of p are e4m3fn's of 2p (the kernels encode e4m3fn), else 0.
+  float naive_ref_shift;
 };
 
 }  // namespace fp8_attention

@@ -1,6 +1,6 @@
-// GPU quantization of bf16 attention operands to e4m3fn, exactly as
-// numerics::QuantizeFp8 does it (descale = amax / 448 in fp32, 1 when amax is
-// 0; code = RNE-saturating e4m3 of x / descale with an IEEE division), with
+// GPU quantization of bf16 attention operands to e4m3fn or e4m3fnuz, exactly
+// as numerics::QuantizeFp8 does it (descale = amax / 448 (240) in fp32, 1 when
+// amax is 0; code = RNE-saturating e4m3 of x / descale with an IEEE division), with
 // the optional normalized Hadamard rotation computed in fp64 and rounded once
 // to fp32 (as the oracle does). Per tensor or per (batch, head). Portable
 // device code: built by nvcc and for AMD (BUILD: fp8_quantize_hip).
@@ -20,6 +20,7 @@ struct QuantizeArgs {
   int64_t rows = 0;             // batch * heads * seq
   int dim = 0;                  // 64, 128 or 192
   bool hadamard = false;
+  bool fnuz = false;            // e4m3fnuz codes (max 240) instead of e4m3fn
   bool per_head = false;
   bool bshd = false;
   int heads = 0, seq = 0;       // to map a row to its (batch, head)
@@ -33,6 +34,10 @@ struct QuantizeArgs {
 
 // Enqueues the amax and quantize passes; the scratch must be zeroed by the caller (amax).
 cudaError_t LaunchQuantize(const QuantizeArgs& a, cudaStream_t stream);
+
+// n e4m3fnuz codes to the e4m3fn codes of the same values (common/fp8_encode.h
+// E4m3fnuzToE4m3fn), for kernels whose matrix unit reads e4m3fn only.
+cudaError_t LaunchFnuzToFn(const uint8_t* in, uint8_t* out, int64_t n, cudaStream_t stream);
 
 }  // namespace fp8_attention
 }  // namespace gpu

@@ -111,11 +111,14 @@ __device__ __forceinline__ void Mask(float (&s)[kTile / 8][4], const Fp8KernelPa
 // [32 kc, 32 kc + 32), a0/a1 rows g/g+8 from n-tiles 4kc, 4kc+1, a2/a3 from
 // 4kc+2, 4kc+3 (V^T's positions are permuted to match). Naive P adds the
 // unrounded p in key order (two per n-tile, n-tiles ascending) into lsum.
-// s is raw; sc > 0 is applied here.
+// s is raw; sc > 0 is applied here. naive_shift (Fp8KernelParams) lowers
+// naive P's reference: e4m3fnuz's code of p is e4m3fn's of 2p; the doubled
+// unrounded sum cancels the doubled values. Exact and lean codes need no
+// shift: e4m3fnuz's frame (headroom 7, code of 1.0 64) gives e4m3fn's codes.
 template <int kMode>
 __device__ __forceinline__ void BlockCodes(const float (&s)[kTile / 8][4], int hb, uint32_t (&pa)[kTile / 32][4],
                                            float (&m_run)[2], int (&r_last)[2], int (&r_max)[2], float (&lsum)[2],
-                                           float (&factor)[2], float sc) {
+                                           float (&factor)[2], float sc, float naive_shift) {
   float bmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 8 * hb; n < 8 * hb + 8; ++n) {
@@ -130,6 +133,10 @@ __device__ __forceinline__ void BlockCodes(const float (&s)[kTile / 8][4], int h
   }
   float ref[2];
   UpdateBlockFrame<kMode>(bmax, m_run, r_last, r_max, factor, ref);
+  if (kMode == kNaive) {
+    ref[0] -= naive_shift;
+    ref[1] -= naive_shift;
+  }
   // Lean: the code's multiply-add with the frame and the rounding bias in
   // its addend (ref = +inf: -inf, code 0).
   const float lean_a = 8.f * sc;

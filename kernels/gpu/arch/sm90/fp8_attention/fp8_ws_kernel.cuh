@@ -239,6 +239,7 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
   const bool finite = fabsf(sc_in) <= 3.4028235e38f;
   const float sc = sc_in > 0.f && finite ? sc_in : (sc_in < 0.f && finite ? -sc_in : 1.f);
   const float v_ds = finite ? p.v_ds[p.v_ds_per_head ? b * p.heads_kv + hk : 0] : NAN;
+  const float naive_shift = kMode == kNaive ? p.naive_ref_shift : 0.f;
 
   int64_t lim[2];  // last visible key of this thread's two rows
 #pragma unroll
@@ -326,7 +327,7 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
 
       // Block 0's codes (pa[0], pa[1]) under P1 V(n-1), which reads pa[2], pa[3].
       float factor0[2], factor1[2];
-      BlockCodes<kMode>(s, 0, pa, m_run, r_last, r_max, lsum, factor0, sc);
+      BlockCodes<kMode>(s, 0, pa, m_run, r_last, r_max, lsum, factor0, sc, naive_shift);
       if constexpr (!kFirst) {
         sm90::WgmmaWait<0>();
         sm90::FenceOperand(ob);
@@ -340,7 +341,7 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
       sm90::WgmmaFence();
       IssuePv(ob, pa, sm.Vt(st), 0);
       sm90::WgmmaCommit();
-      BlockCodes<kMode>(s, 1, pa, m_run, r_last, r_max, lsum, factor1, sc);  // under P0 V(n)
+      BlockCodes<kMode>(s, 1, pa, m_run, r_last, r_max, lsum, factor1, sc, naive_shift);  // under P0 V(n)
       sm90::WgmmaWait<0>();
       sm90::FenceOperand(ob);
       sm90::FenceOperand(pa);

@@ -61,20 +61,30 @@ __device__ __forceinline__ void UpdateBlockFrame(const float (&bmax)[2], float (
   }
 }
 
+// min(max(x, lo), hi) that returns NaN for NaN x (fminf / fmaxf return the
+// other operand): the canonical NaN 0x7FFFFFFF, whose low byte is e4m3fn's NaN.
+__device__ __forceinline__ float ClampNan(float x, float lo, float hi) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;\n\tmin.NaN.f32 %0, %0, %3;" : "=&f"(r) : "f"(x), "f"(lo), "f"(hi));
+  return r;
+}
+
 // Lean P's e4m3fn code, clamp(round_half_even(8 y + 56), 0, 120) with
 // y = s * scale - R, from the raw score s by float arithmetic alone, in one
 // rounding: fma(s, a, c) with a = 8 * scale and c = 1.5 * 2^23 + 56 - 8 R
 // lands in [2^23, 2^24), where the fp32 spacing is 1, so the fma rounds to
 // the integer code (ties to even) held in the low mantissa bits; the clamp
-// runs on the biased float (NaN and -inf clamp to code 0). A float-to-int
+// runs on the biased float (-inf clamps to code 0, NaN stays NaN: code 0xFF,
+// so that a NaN score makes its row NaN, as exact P's and the oracle's). A float-to-int
 // conversion (F2I) issues on the same quarter-rate XU pipe as MUFU.EX2, so
 // converting would cost lean P what exact P's exponential costs.
 constexpr float kLeanBias = 12582912.f;  // 1.5 * 2^23: bits 0x4B400000 + code
 __device__ __forceinline__ uint32_t LeanBiasedFma(float s, float a, float c) {
-  return __float_as_uint(fminf(fmaxf(fmaf(s, a, c), kLeanBias), kLeanBias + 120.f));
+  return __float_as_uint(ClampNan(fmaf(s, a, c), kLeanBias, kLeanBias + 120.f));
 }
 // Two codes, s0's in bits 0-7 and s1's in bits 8-15 (byte 1 of a biased
-// value is 0: one PRMT packs them).
+// value is 0: one PRMT packs them; for a NaN s0 it is 0xFF, which can only
+// add NaN codes of the same row, already NaN).
 __device__ __forceinline__ uint32_t LeanCodePairFma(float s0, float s1, float a, float c) {
   return __byte_perm(LeanBiasedFma(s0, a, c), LeanBiasedFma(s1, a, c), 0x1140);
 }
