@@ -52,29 +52,38 @@ __device__ __forceinline__ void FoldBlock(float (&o)[kNt][4], const float (&ob)[
 // V^T[dv][position] from a raw V tile: position 4c+i (and 16+4c+i) of each
 // 32 keys holds key 2c + (i&1) + 8(i>>1) (+16), the order of the S
 // accumulator columns, so that the codes are the A operand of P V as they
-// lie. A task moves 4 keys x 4 dv; a warp takes 4 position words x 8 dv
-// words. raw(key, byte) is the raw tile's shared address of (key, byte)
-// (TMA's 128-byte swizzle in the ws kernel, where the warp's reads of keys
-// {0, 2, 4, 6} (+ 32 kc) x 8 dv words fall in 32 distinct banks; the
-// swizzled V^T stores take 4-way conflicts).
+// lie. A task builds one 16-position chunk ch of 4 V^T rows (d_v 4dq..4dq+3)
+// from 16 keys x 4 bytes and stores each row's chunk with one 16-byte store;
+// a warp takes the 32 dq of one chunk. raw(key, byte) is the raw tile's
+// shared address of (key, byte) (TMA's 128-byte swizzle in the ws kernel,
+// where a warp's 32 reads of one key fall in 32 distinct banks; the 16-byte
+// stores of 8 lanes meet 2 swizzled chunks: 4-way conflicts, the shared-
+// memory time of 4-byte stores with a quarter of the instructions).
 template <int kThreads, class RawAt>
 __device__ __forceinline__ void TransposeV(RawAt raw, uint8_t* svt, int tid) {
-#pragma unroll 2
-  for (int task = tid; task < (kD / 4) * (kTile / 4); task += kThreads) {
-    const int pw = ((task >> 5) & 7) * 4 + (task & 3), dq = (task >> 8) * 8 + ((task >> 2) & 7);
-    const int kc = pw / 8, p0 = (pw % 8) * 4;
-    const int key0 = kc * 32 + (p0 / 16) * 16 + 2 * ((p0 % 16) / 4);
-    const uint32_t r0 = *reinterpret_cast<const uint32_t*>(raw(key0 + 0, dq * 4));
-    const uint32_t r1 = *reinterpret_cast<const uint32_t*>(raw(key0 + 1, dq * 4));
-    const uint32_t r2 = *reinterpret_cast<const uint32_t*>(raw(key0 + 8, dq * 4));
-    const uint32_t r3 = *reinterpret_cast<const uint32_t*>(raw(key0 + 9, dq * 4));
-    const uint32_t t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r2, r3, 0x5140);
-    const uint32_t t2 = __byte_perm(r0, r1, 0x7362), t3 = __byte_perm(r2, r3, 0x7362);
-    const int n0 = dq * 4, pos = pw * 4;
-    *reinterpret_cast<uint32_t*>(svt + Swz(n0 + 0, pos)) = __byte_perm(t0, t1, 0x5410);
-    *reinterpret_cast<uint32_t*>(svt + Swz(n0 + 1, pos)) = __byte_perm(t0, t1, 0x7632);
-    *reinterpret_cast<uint32_t*>(svt + Swz(n0 + 2, pos)) = __byte_perm(t2, t3, 0x5410);
-    *reinterpret_cast<uint32_t*>(svt + Swz(n0 + 3, pos)) = __byte_perm(t2, t3, 0x7632);
+#pragma unroll 1
+  for (int task = tid; task < (kD / 4) * (kTile / 16); task += kThreads) {
+    const int dq = task & 31, ch = task >> 5;
+    const int key0 = (ch >> 1) * 32 + (ch & 1) * 16;
+    uint32_t w[4][4];  // [row][position word]
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int key = key0 + 2 * c;
+      const uint32_t r0 = *reinterpret_cast<const uint32_t*>(raw(key + 0, dq * 4));
+      const uint32_t r1 = *reinterpret_cast<const uint32_t*>(raw(key + 1, dq * 4));
+      const uint32_t r2 = *reinterpret_cast<const uint32_t*>(raw(key + 8, dq * 4));
+      const uint32_t r3 = *reinterpret_cast<const uint32_t*>(raw(key + 9, dq * 4));
+      const uint32_t t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r2, r3, 0x5140);
+      const uint32_t t2 = __byte_perm(r0, r1, 0x7362), t3 = __byte_perm(r2, r3, 0x7362);
+      w[0][c] = __byte_perm(t0, t1, 0x5410);
+      w[1][c] = __byte_perm(t0, t1, 0x7632);
+      w[2][c] = __byte_perm(t2, t3, 0x5410);
+      w[3][c] = __byte_perm(t2, t3, 0x7632);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      *reinterpret_cast<uint4*>(svt + Swz(dq * 4 + i, ch * 16)) = make_uint4(w[i][0], w[i][1], w[i][2], w[i][3]);
+    }
   }
 }
 
