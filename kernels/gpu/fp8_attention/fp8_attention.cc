@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/gpu/common/gpu_status.h"
+#include "kernels/gpu/fp8_attention/fp8_call_params.h"
 #include "kernels/gpu/fp8_attention/fp8_quantize.h"
 
 namespace kernelserve {
@@ -43,25 +44,10 @@ bool HasWork(const Fp8AttentionParams& p) { return p.batch > 0 && p.heads_q > 0 
 cudaError_t Prepare(const Fp8AttentionParams& a, const Fp8AttentionInputs& in, const Fp8QuantizedOut& keep,
                     cudaStream_t stream, Fp8KernelParams* kp, uint8_t** ws) {
   Fp8KernelParams& p = *kp;
-  p = Fp8KernelParams{};
-  p.heads_q = static_cast<int>(a.heads_q);
-  p.heads_kv = static_cast<int>(a.heads_kv);
-  p.seq_q = static_cast<int>(a.seq_q);
-  p.seq_kv = static_cast<int>(a.seq_kv);
-  p.bshd = a.layout == Layout::kBshd ? 1 : 0;
-  p.rounding = static_cast<int>(a.rounding);
-  p.scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
+  p = fp8_attention::Fp8CallParams(a);
   *ws = nullptr;
   if (a.fp8_inputs) {
-    p.q = static_cast<const uint8_t*>(in.q.data);
-    p.k = static_cast<const uint8_t*>(in.k.data);
-    p.v = static_cast<const uint8_t*>(in.v.data);
-    p.q_ds = in.q_descale.as<const float>();
-    p.k_ds = in.k_descale.as<const float>();
-    p.v_ds = in.v_descale.as<const float>();
-    p.q_ds_per_head = in.q_descale.desc.num_elements() > 1;
-    p.k_ds_per_head = in.k_descale.desc.num_elements() > 1;
-    p.v_ds_per_head = in.v_descale.desc.num_elements() > 1;
+    fp8_attention::SetFp8Inputs(in, p);
     return cudaSuccess;
   }
   const int batch = static_cast<int>(a.batch);

@@ -101,18 +101,20 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   EXPECT_EQ(info.driver, "HIP runtime 60000000, driver 1 (stand-in); code objects gfx942");
   EXPECT_FALSE((*b)->GetDeviceInfo(1).healthy);
 
-  // Ops without a gfx942 kernel say so, and leave the device healthy.
+  // Calls no gfx942 kernel serves say why, and leave the device healthy.
   TensorView out;
   auto s = (*b)->Fp8Attention(0, Fp8AttentionParams{}, Fp8AttentionInputs{}, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (none is written yet)");
+  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (mfma_fp8: format e4m3fn (serves "
+                         "e4m3fnuz))");
   AttentionParams att;
   att.head_dim = 256;
   s = (*b)->Attention(0, att, TensorView{}, TensorView{}, TensorView{}, out);
   EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for attention (mfma_bf16: attention: the hip backend serves "
                          "head_dim 128 (got 256))");
   s = (*b)->Fp8Attention(0, Fp8AttentionParams{}, Fp8AttentionInputs{}, out);
-  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (none is written yet)");
+  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (mfma_fp8: format e4m3fn (serves "
+                         "e4m3fnuz))");
   MoeParams moe;
   moe.stage = MoeStage::kDown;
   moe.inter = 100;
@@ -127,10 +129,11 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);
 
   // The table by name.
-  ASSERT_EQ((*b)->KernelVariants().size(), 3u);
+  ASSERT_EQ((*b)->KernelVariants().size(), 4u);
   EXPECT_EQ((*b)->KernelVariants()[0].name, "mfma_bf16");
-  EXPECT_EQ((*b)->KernelVariants()[1].name, "mfma_a16w8");
-  EXPECT_EQ((*b)->KernelVariants()[2].name, "mfma_mxfp4");
+  EXPECT_EQ((*b)->KernelVariants()[1].name, "mfma_fp8");
+  EXPECT_EQ((*b)->KernelVariants()[2].name, "mfma_a16w8");
+  EXPECT_EQ((*b)->KernelVariants()[3].name, "mfma_mxfp4");
   OpCall call;
   call.op = BenchOp::kMlaDecode;
   s = (*b)->RunKernelVariant(0, "wgmma_roles", call, out);

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "kernels/api/ops.h"
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/fp8_attention/fp8_attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
 #include "kernels/gpu/attention/attention_params.h"
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
@@ -144,6 +145,23 @@ absl::Status RunAttention(const LaunchContext& ctx, const OpCall& c, TensorView&
                 g.z, attention::gfx942::kThreads, args);
 }
 
+std::string Fp8AttentionUnsupported(absl::string_view arch, const OpCall& c) {
+  if (arch != "gfx942") return absl::StrCat("device is ", arch, " (serves gfx942)");
+  const std::string no = fp8_attention::gfx942::Unsupported(c.fp8);
+  if (!no.empty()) return no;
+  if (!c.fp8.fp8_inputs) return "bf16 inputs (serves e4m3fnuz inputs with their descales)";
+  return "";
+}
+
+absl::Status RunFp8Attention(const LaunchContext& ctx, const OpCall& c, TensorView& out) {
+  const Fp8AttentionParams& p = c.fp8;
+  KS_ASSIGN_OR_RETURN(fp8_attention::Fp8KernelParams kp, fp8_attention::gfx942::MakeParams(p, c.fp8_in, out));
+  if (p.batch <= 0 || p.heads_q <= 0 || p.seq_q <= 0) return absl::OkStatus();
+  const fp8_attention::gfx942::Grid g = fp8_attention::gfx942::GridOf(p);
+  void* args[] = {&kp};
+  return Launch(ctx, fp8_attention::gfx942::KernelName(p), g.x, g.y, g.z, fp8_attention::gfx942::kThreads, args);
+}
+
 }  // namespace
 
 const std::vector<Variant>& Variants() {
@@ -153,6 +171,13 @@ const std::vector<Variant>& Variants() {
        "seed's warp-specialized kernel and no KV split",
        "gfx942, head_dim 128, BSHD or BHSD, causal or not, GQA, any seq_q and seq_kv, RTNE/RTNA/RTZ",
        AttentionUnsupported, RunAttention},
+      {BenchOp::kFp8Attention, "mfma_fp8",
+       "FP8 attention with ZYFA's numerics on v_mfma_f32_16x16x32_fp8_fp8: per-64-key power-of-two P blocks "
+       "(headroom 7), exact, lean (codes by a multiply-add, no exponential) or naive P, rounded-P row sums; "
+       "four waves of 16 query rows, S computed transposed so P stays in registers",
+       "gfx942, e4m3fnuz inputs with per-tensor or per-head descales, (d_qk, d_v) = (128, 128) or (192, 128), "
+       "causal or not, GQA, BSHD or BHSD, RTNE/RTNA/RTZ",
+       Fp8AttentionUnsupported, RunFp8Attention},
       {BenchOp::kMlaDecode, "mfma_a16w8",
        "bf16 Q against fp8 KV on v_mfma_f32_16x16x16bf16_1k; one fused 576-wide row is K and V; split-KV "
        "fixed at plan time, merged in fp32 in split order",
