@@ -1,4 +1,4 @@
-// FloatToE4m3fn against numerics::FloatToFp8(x, kFp8E4M3Fn): every rounding
+// FloatToE4m3fn and FloatToE4m3fnuz against numerics::FloatToFp8: every rounding
 // case of every exponent and sign, then a large random sample of all bit
 // patterns.
 #include "kernels/gpu/common/fp8_encode.h"
@@ -22,14 +22,20 @@ float FromBits(uint32_t u) {
   return f;
 }
 
+// Both formats: e4m3fn and e4m3fnuz.
 int64_t Mismatches(uint32_t u, int64_t* checked) {
   const float x = FromBits(u);
   ++*checked;
-  const uint32_t got = gpu::FloatToE4m3fn(x);
-  const uint32_t want = numerics::FloatToFp8(x, DType::kFp8E4M3Fn);
-  if (got == want) return 0;
-  ADD_FAILURE() << "bits 0x" << std::hex << u << " (" << x << "): got 0x" << got << ", want 0x" << want;
-  return 1;
+  int64_t bad = 0;
+  for (DType dt : {DType::kFp8E4M3Fn, DType::kFp8E4M3Fnuz}) {
+    const uint32_t got = dt == DType::kFp8E4M3Fn ? gpu::FloatToE4m3fn(x) : gpu::FloatToE4m3fnuz(x);
+    const uint32_t want = numerics::FloatToFp8(x, dt);
+    if (got == want) continue;
+    ADD_FAILURE() << DTypeName(dt) << " bits 0x" << std::hex << u << " (" << x << "): got 0x" << got << ", want 0x"
+                  << want;
+    ++bad;
+  }
+  return bad;
 }
 
 TEST(Fp8EncodeTest, EveryRoundingCaseMatchesNumerics) {
@@ -72,6 +78,16 @@ TEST(Fp8EncodeTest, NamedValues) {
   EXPECT_EQ(gpu::FloatToE4m3fn(0x1p-9f), 1u);   // the smallest subnormal
   EXPECT_EQ(gpu::FloatToE4m3fn(0x1p-10f), 0u);  // half of it: to even
   EXPECT_EQ(gpu::FloatToE4m3fn(0x1.8p-9f), 2u);  // 1.5 quanta: to even
+
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(1.f), 64u);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(128.f), 120u);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(240.f), 0x7Fu);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(-1e30f), 0xFFu);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(NAN), 0x80u);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(-0.f), 0u);  // no negative zero
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(-0x1p-12f), 0u);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(0x1p-10f), 1u);  // the smallest subnormal
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(0x1p-11f), 0u);  // half of it: to even
 }
 
 }  // namespace

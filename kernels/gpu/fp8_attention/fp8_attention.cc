@@ -50,64 +50,15 @@ cudaError_t Prepare(const Fp8AttentionParams& a, const Fp8AttentionInputs& in, c
     fp8_attention::SetFp8Inputs(in, p);
     return cudaSuccess;
   }
-  const int batch = static_cast<int>(a.batch);
-  const int d_qk = static_cast<int>(a.d_qk), d_v = static_cast<int>(a.d_v);
-  const int64_t nq = a.batch * a.heads_q * a.seq_q;
-  const int64_t nk = a.batch * a.heads_kv * a.seq_kv;
-  const int bhq = batch * p.heads_q, bhk = batch * p.heads_kv;
-  auto align = [](size_t x) { return (x + 255) & ~size_t{255}; };
-  const size_t codes_q = align(nq * d_qk), codes_k = align(nk * d_qk), codes_v = align(nk * d_v);
-  const size_t ds = align((bhq + 2 * bhk) * 4), am = align((bhq + 2 * bhk) * 4);
-  const size_t rot = a.hadamard ? align(std::max(nq, nk) * d_qk * 4) : 0;
-  const size_t total = codes_q + codes_k + codes_v + ds + am + rot;
-  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(ws), total, stream);
+  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(ws), fp8_attention::QuantizeWorkspaceBytes(a), stream);
   if (e != cudaSuccess) return e;
-  uint8_t* w = *ws;
-  uint8_t* cq = keep.q_codes ? keep.q_codes : w;
-  uint8_t* ck = keep.k_codes ? keep.k_codes : w + codes_q;
-  uint8_t* cv = keep.v_codes ? keep.v_codes : w + codes_q + codes_k;
-  float* dsp = keep.descales ? keep.descales : reinterpret_cast<float*>(w + codes_q + codes_k + codes_v);
-  unsigned int* amax = reinterpret_cast<unsigned int*>(w + codes_q + codes_k + codes_v + ds);
-  float* rotated = a.hadamard ? reinterpret_cast<float*>(w + codes_q + codes_k + codes_v + ds + am) : nullptr;
-  e = cudaMemsetAsync(amax, 0, (bhq + 2 * bhk) * 4, stream);
-  struct Op {
-    const void* x;
-    int64_t rows;
-    int dim, heads, seq;
-    bool rot;
-    uint8_t* codes;
-    float* descale;
-    unsigned int* amax;
-  } ops[3] = {
-      {in.q.data, nq, d_qk, p.heads_q, p.seq_q, a.hadamard, cq, dsp, amax},
-      {in.k.data, nk, d_qk, p.heads_kv, p.seq_kv, a.hadamard, ck, dsp + bhq, amax + bhq},
-      {in.v.data, nk, d_v, p.heads_kv, p.seq_kv, false, cv, dsp + bhq + bhk, amax + bhq + bhk},
-  };
-  for (const Op& op : ops) {
+  const fp8_attention::QuantizePlan plan = fp8_attention::PlanQuantize(a, in, keep, *ws);
+  e = cudaMemsetAsync(plan.amax, 0, plan.amax_bytes, stream);
+  for (const QuantizeArgs& qa : plan.ops) {
     if (e != cudaSuccess) break;
-    QuantizeArgs qa;
-    qa.x = static_cast<const uint16_t*>(op.x);
-    qa.rows = op.rows;
-    qa.dim = op.dim;
-    qa.hadamard = op.rot;
-    qa.per_head = a.descale_mode == DescaleMode::kPerHead;
-    qa.bshd = p.bshd != 0;
-    qa.heads = op.heads;
-    qa.seq = op.seq;
-    qa.batch = batch;
-    qa.codes = op.codes;
-    qa.descale = op.descale;
-    qa.rotated = rotated;
-    qa.amax = op.amax;
     e = fp8_attention::LaunchQuantize(qa, stream);
   }
-  p.q = cq;
-  p.k = ck;
-  p.v = cv;
-  p.q_ds = dsp;
-  p.k_ds = dsp + bhq;
-  p.v_ds = dsp + bhq + bhk;
-  p.q_ds_per_head = p.k_ds_per_head = p.v_ds_per_head = 1;  // expanded
+  fp8_attention::SetQuantizedInputs(plan, p);
   return e;
 }
 

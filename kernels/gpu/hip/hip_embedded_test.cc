@@ -33,7 +33,8 @@ TEST(EmbeddedCodeObjects, HoldEveryKernelTheTableLaunches) {
   // hip_variants.cc launches these by name.
   for (const char* kernel : {attention::gfx942::kKernel, attention::gfx942::kCausalKernel, mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
                              moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32, "MoeCountKernel", "MoeScanKernel",
-                             "MoeScatterKernel", "MoeWeightedSumKernel"}) {
+                             "MoeScatterKernel", "MoeWeightedSumKernel", "AmaxKernel", "QuantizeKernel",
+                             "DescaleKernel"}) {
     int found = 0;
     for (const CodeObject& o : EmbeddedCodeObjects()) found += !FindKernelSymbol(o, kernel).empty();
     EXPECT_EQ(found, 1) << kernel;

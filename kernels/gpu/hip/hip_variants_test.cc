@@ -64,6 +64,10 @@ TEST(HipVariants, Fp8AttentionOnFnuzInputsTakesTheMfmaFp8Kernel) {
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_STREQ((*v)->name, "mfma_fp8");
     EXPECT_EQ((*v)->op, BenchOp::kFp8Attention);
+    // bf16 inputs are quantized to e4m3fnuz on the device first.
+    v = Select("gfx942", Fp8(Fp8Format::kE4M3Fnuz, DType::kBf16, d_qk));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_STREQ((*v)->name, "mfma_fp8");
   }
 }
 

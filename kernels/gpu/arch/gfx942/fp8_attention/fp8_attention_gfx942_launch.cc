@@ -37,17 +37,21 @@ Grid GridOf(const Fp8AttentionParams& p) {
 }
 
 absl::StatusOr<Fp8KernelParams> MakeParams(const Fp8AttentionParams& a, const Fp8AttentionInputs& in,
-                                           const TensorView& out) {
+                                           const QuantizePlan* quantized, const TensorView& out) {
   const TensorDesc want = a.OutputDesc();
   if (out.desc.dtype != want.dtype || out.desc.shape != want.shape) {
     return absl::InvalidArgumentError(
         absl::StrCat("fp8_attention: out must be ", want.DebugString(), ", got ", out.desc.DebugString()));
   }
-  if (!a.fp8_inputs) {
-    return absl::InvalidArgumentError("fp8_attention: the gfx942 kernel parameters need FP8 inputs (quantize first)");
+  if (!a.fp8_inputs && quantized == nullptr) {
+    return absl::InvalidArgumentError("fp8_attention: bf16 inputs need their quantization plan");
   }
   Fp8KernelParams p = Fp8CallParams(a);
-  SetFp8Inputs(in, p);
+  if (a.fp8_inputs) {
+    SetFp8Inputs(in, p);
+  } else {
+    SetQuantizedInputs(*quantized, p);
+  }
   p.out = static_cast<uint16_t*>(out.data);
   return p;
 }

@@ -45,6 +45,7 @@ constexpr const char* kKernels[2][2][3] = {
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
 #include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
+#include "kernels/gpu/fp8_attention/fp8_quantize_plan.h"
 
 namespace kernelserve {
 namespace gpu {
@@ -64,9 +65,11 @@ struct Grid {
 Grid GridOf(const Fp8AttentionParams& p);
 
 // The device parameters over FP8 inputs (codes and their descales in device
-// memory) and `out`; INVALID_ARGUMENT when `out` is not p.OutputDesc().
+// memory) or, for bf16 inputs, over `quantized` (their quantization, which
+// the caller runs first), and `out`; INVALID_ARGUMENT when `out` is not
+// p.OutputDesc() or bf16 inputs come without a plan.
 absl::StatusOr<Fp8KernelParams> MakeParams(const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
-                                           const TensorView& out);
+                                           const QuantizePlan* quantized, const TensorView& out);
 
 }  // namespace gfx942
 }  // namespace fp8_attention

@@ -113,7 +113,7 @@ TEST(Gfx942Fp8AttentionLaunch, ParamsOverFp8InputsPerTensorAndPerHead) {
       in.k_descale = {c.ds_kv, dk};
       in.v_descale = {c.ds_kv, dv};
       const TensorView out{c.p.OutputDesc(), o};
-      auto kp = MakeParams(c.p, in, out);
+      auto kp = MakeParams(c.p, in, nullptr, out);
       ASSERT_TRUE(kp.ok()) << kp.status();
       EXPECT_EQ(kp->q, q);
       EXPECT_EQ(kp->k, k);
@@ -136,24 +136,37 @@ TEST(Gfx942Fp8AttentionLaunch, ParamsOverFp8InputsPerTensorAndPerHead) {
   }
 }
 
-TEST(Gfx942Fp8AttentionLaunch, ParamsRefuseAWrongOutputAndBf16Inputs) {
+TEST(Gfx942Fp8AttentionLaunch, ParamsRefuseAWrongOutputAndReadBf16InputsQuantization) {
   Call c = MakeCall(Layout::kBhsd, 1, 2, 2, 16, 16, 128, false);
   ASSERT_TRUE(Validate(c).ok());
   Fp8AttentionInputs in;
   alignas(16) static uint8_t buf[8];
   const TensorView wrong{TensorDesc{DType::kFp32, {1, 2, 16, 128}}, buf};
-  auto kp = MakeParams(c.p, in, wrong);
+  auto kp = MakeParams(c.p, in, nullptr, wrong);
   ASSERT_FALSE(kp.ok());
   EXPECT_EQ(kp.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(kp.status().message()).find("fp8_attention: out must be bf16"), std::string::npos)
       << kp.status();
 
+  // bf16 inputs: the kernel reads their quantization (codes, expanded descales).
   Call bf = c;
   const TensorDesc t{DType::kBf16, {1, 2, 16, 128}};
   ASSERT_TRUE(bf.p.Validate(t, t, t, nullptr, nullptr, nullptr).ok());
-  kp = MakeParams(bf.p, in, TensorView{bf.p.OutputDesc(), buf});
+  const TensorView out{bf.p.OutputDesc(), buf};
+  kp = MakeParams(bf.p, in, nullptr, out);
   ASSERT_FALSE(kp.ok());
   EXPECT_EQ(kp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kp.status().message(), "fp8_attention: bf16 inputs need their quantization plan");
+  alignas(256) static uint8_t ws[1 << 16];
+  ASSERT_LE(QuantizeWorkspaceBytes(bf.p), sizeof(ws));
+  const QuantizePlan plan = PlanQuantize(bf.p, in, Fp8QuantizedOut{}, ws);
+  EXPECT_TRUE(plan.ops[0].fnuz);
+  kp = MakeParams(bf.p, in, &plan, out);
+  ASSERT_TRUE(kp.ok()) << kp.status();
+  EXPECT_EQ(kp->q, plan.q_codes);
+  EXPECT_EQ(kp->v_ds, plan.ops[2].descale);
+  EXPECT_EQ(kp->k_ds_per_head, 1);
+  EXPECT_EQ(kp->seq_kv, 16);
 }
 
 }  // namespace
