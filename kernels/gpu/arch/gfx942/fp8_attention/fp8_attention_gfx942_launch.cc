@@ -17,6 +17,8 @@ std::string Unsupported(const Fp8AttentionParams& p) {
   if (p.d_v != kDv || (p.d_qk != 128 && p.d_qk != 192)) {
     return absl::StrCat("(d_qk, d_v) = (", p.d_qk, ", ", p.d_v, ") (serves (128, 128) and (192, 128))");
   }
+  const int mode = static_cast<int>(p.p_mode);
+  if (mode < kExact || mode > kNaive) return absl::StrCat("p_mode ", mode, " (serves exact, lean and naive)");
   if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0) {
     return absl::StrCat("heads_q ", p.heads_q, " is not a multiple of heads_kv ", p.heads_kv);
   }

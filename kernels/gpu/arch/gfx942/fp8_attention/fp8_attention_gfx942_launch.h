@@ -53,7 +53,7 @@ namespace fp8_attention {
 namespace gfx942 {
 
 // Empty when the kernels serve validated `p`, else why not: e4m3fnuz,
-// (d_qk, d_v) = (128 | 192, 128), heads_q a multiple of heads_kv.
+// (d_qk, d_v) = (128 | 192, 128), a P mode, heads_q a multiple of heads_kv.
 std::string Unsupported(const Fp8AttentionParams& p);
 
 // The kernel of a served call.

@@ -94,6 +94,11 @@ TEST(Gfx942Fp8AttentionLaunch, ServesE4m3fnuzAndTheTwoHeadShapesOnly) {
   ASSERT_TRUE(Validate(d64).ok());
   d64.p.d_qk = 64;  // a shape Validate may accept for other backends
   EXPECT_EQ(Unsupported(d64.p), "(d_qk, d_v) = (64, 128) (serves (128, 128) and (192, 128))");
+
+  Call mode = MakeCall(Layout::kBhsd, 1, 2, 2, 16, 16, 128, false);
+  ASSERT_TRUE(Validate(mode).ok());
+  mode.p.p_mode = static_cast<PMode>(0);  // no kernel to name
+  EXPECT_EQ(Unsupported(mode.p), "p_mode 0 (serves exact, lean and naive)");
 }
 
 TEST(Gfx942Fp8AttentionLaunch, ParamsOverFp8InputsPerTensorAndPerHead) {
