@@ -78,12 +78,14 @@ def ks_hip_embed(name, srcs, arch = "gfx942"):
     )
 
 def ks_hip_code_object_test(name, code, kernels = [], insns = [], dis = [], max_regs = None, max_lds = None,
-                            kernarg_size = None, wave_size = 64, target_compatible_with = None):
+                            kernarg_size = None, wave_size = 64, kernel_has = [], kernel_lacks = [],
+                            target_compatible_with = None):
     """Reads `code` (a ks_hip_device_code target) with hip_code_object_check.sh: the kernels named, no
     scratch, and the limits the kernels' design states (see the script for each option).
     """
     args = [HIP_TOOLS_DIR] + ["--kernel=" + k for k in kernels] + ["--insn=" + i for i in insns]
     args += ["--dis=" + d for d in dis]
+    args += ["--kernel-has=" + k for k in kernel_has] + ["--kernel-lacks=" + k for k in kernel_lacks]
     if max_regs != None:
         args.append("--max-regs=%d" % max_regs)
     if max_lds != None:
@@ -108,7 +110,8 @@ def ks_gfx942_kernel(name, src, launch_deps, test_deps, device_hdrs, **check):
     <name>_launch_test and <name>_hip_test; the library is :launch (what the HIP backend links)
     and the device code :<src without .hip>_hip (what the HIP backend embeds). gfx942 only,
     whatever else the compiler targets: the kernels use gfx942's MFMA and fp8 formats.
-    `check` goes to ks_hip_code_object_test (kernels, insns, dis, max_regs, max_lds, kernarg_size).
+    `check` goes to ks_hip_code_object_test (kernels, insns, dis, max_regs, max_lds, kernarg_size,
+    kernel_has, kernel_lacks).
     """
     launch_hdr = name + "_launch.h"
     code = src[:-len(".hip")] + "_hip"

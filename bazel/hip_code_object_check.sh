@@ -11,6 +11,9 @@
 #   --max-lds=N          every kernel's LDS (group segment) is at most N bytes
 #   --kernarg-size=N     every kernel's argument segment is exactly N bytes (the host's struct)
 #   --wave-size=N        every kernel runs wave N
+#   --kernel-has=K:REGEX   a line of kernel K's code in the listing (.s) matches
+#   --kernel-lacks=K:REGEX no line of kernel K's code in the listing matches (an
+#                        instruction its design says it does without)
 #   hip_code_object_check.sh TOOLS_DIR [OPTION]... FILE...
 set -uo pipefail
 tools=$1
@@ -22,6 +25,8 @@ max_regs=""
 max_lds=""
 kernarg=""
 wave=""
+has=()
+lacks=()
 files=()
 while (($#)); do
   case "$1" in
@@ -32,11 +37,15 @@ while (($#)); do
     --max-lds=*) max_lds=${1#--max-lds=}; shift ;;
     --kernarg-size=*) kernarg=${1#--kernarg-size=}; shift ;;
     --wave-size=*) wave=${1#--wave-size=}; shift ;;
+    --kernel-has=*) has+=("${1#--kernel-has=}"); shift ;;
+    --kernel-lacks=*) lacks+=("${1#--kernel-lacks=}"); shift ;;
     *) files+=("$1"); shift ;;
   esac
 done
 fail=0
 n=0
+# The listing of kernel $1 in file $2: from its label to its s_endpgm.
+body() { awk -v k="$1:" '$1 == k {f = 1} f {print} f && /s_endpgm/ {exit}' "$2"; }
 # The values of metadata key $1 in $notes, one per kernel.
 values() { grep -Eo "\.$1: *[0-9]+" <<<"$notes" | grep -Eo '[0-9]+$'; }
 for f in "${files[@]}"; do
@@ -45,6 +54,18 @@ for f in "${files[@]}"; do
     *.s)
       for re in ${insns[@]+"${insns[@]}"}; do
         grep -Eq "$re" "$f" || { echo "FAIL $f: no instruction matching $re"; fail=1; }
+      done
+      for kr in ${has[@]+"${has[@]}"}; do
+        k=${kr%%:*}; re=${kr#*:}; code=$(body "$k" "$f")
+        [ -n "$code" ] || { echo "FAIL $f: no kernel $k in the listing"; fail=1; continue; }
+        grep -Eq "$re" <<<"$code" || { echo "FAIL $f: kernel $k has no instruction matching $re"; fail=1; }
+      done
+      for kr in ${lacks[@]+"${lacks[@]}"}; do
+        k=${kr%%:*}; re=${kr#*:}; code=$(body "$k" "$f")
+        [ -n "$code" ] || { echo "FAIL $f: no kernel $k in the listing"; fail=1; continue; }
+        if grep -Eq "$re" <<<"$code"; then
+          echo "FAIL $f: kernel $k has $(grep -Ec "$re" <<<"$code") instructions matching $re"; fail=1
+        fi
       done ;;
     *.hsaco)
       notes=$("$tools/llvm-readobj" --notes "$f") || { echo "FAIL $f: llvm-readobj cannot read it"; fail=1; continue; }

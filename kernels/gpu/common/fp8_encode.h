@@ -1,4 +1,4 @@
-// float -> e4m3fn (OCP FP8, DESIGN §4) by bit arithmetic: round to nearest
+// float -> e4m3fn (OCP FP8, DESIGN §4) and e4m3fnuz by bit arithmetic: round to nearest
 // even, finite values and +-Inf saturating to +-448, NaN -> 0x7F, the sign
 // kept on zeros (bit for bit numerics::FloatToFp8(x, kFp8E4M3Fn);
 // fp8_encode_test.cc checks every float of interest and a large sample).
@@ -15,47 +15,53 @@
 namespace kernelserve {
 namespace gpu {
 
-KS_HOST_DEVICE uint32_t FloatToE4m3fn(float x) {
+namespace fp8_encode_internal {
+
+// e4m3 with exponent bias kBias: e4m3fn (bias 7; max 448 = code 0x7E, NaN
+// 0x7F, a signed zero) or e4m3fnuz (bias 8; max 240 = code 0x7F, NaN 0x80,
+// no negative zero).
+template <int kBias, bool kFnuz>
+KS_HOST_DEVICE uint32_t FloatToE4m3(float x) {
+  constexpr uint32_t kMaxBits = kFnuz ? 0x43700000u : 0x43E00000u;  // 240 or 448
+  constexpr uint32_t kMaxCode = kFnuz ? 0x7Fu : 0x7Eu;
   uint32_t u;
   __builtin_memcpy(&u, &x, sizeof(u));
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return 0x7Fu;          // NaN
-  if (a >= 0x43E00000u) return sign | 0x7Eu;  // |x| >= 448 (Inf included): 448
-  const uint32_t e = a >> 23;                 // biased fp32 exponent
+  if (a > 0x7F800000u) return kFnuz ? 0x80u : 0x7Fu;  // NaN
+  if (a >= kMaxBits) return sign | kMaxCode;         // |x| >= max (Inf included): max
+  const uint32_t e = a >> 23;                        // biased fp32 exponent
   uint32_t code, rest, half;
-  if (e >= 121) {
-    // Normal in e4m3 (|x| >= 2^-6): exponent e - 127 + 7, the top 3 mantissa
-    // bits; a carry out of the mantissa moves into the exponent.
-    code = ((e - 120) << 3) | ((a >> 20) & 7u);
+  if (e >= 128 - kBias) {
+    // Normal in e4m3 (|x| >= 2^(1 - bias)): exponent e - 127 + bias, the
+    // top 3 mantissa bits; a carry out of the mantissa moves into the exponent.
+    code = ((e - (127 - kBias)) << 3) | ((a >> 20) & 7u);
     rest = a & 0xFFFFFu;
     half = 0x80000u;
-  } else if (e >= 117) {
-    // Subnormal in e4m3: |x| / 2^-9 = m * 2^(e - 150 + 9), m with its leading bit.
+  } else if (e >= 124 - kBias) {
+    // Subnormal in e4m3: |x| / 2^(-bias - 2) = m * 2^(e - 150 + bias + 2), m with its leading bit.
     const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
-    const uint32_t shift = 141 - e;  // 21..24
+    const uint32_t shift = 148 - kBias - e;  // 21..24
     code = m >> shift;
     rest = m & ((1u << shift) - 1);
     half = 1u << (shift - 1);
   } else {
-    return sign;  // |x| < 2^-10: below half the smallest subnormal
+    code = 0;  // below half the smallest subnormal
+    rest = half = 1;
   }
   if (rest > half || (rest == half && (code & 1u))) ++code;
+  if (kFnuz && code == 0) return 0;  // no negative zero
   return sign | code;
 }
 
-// float -> e4m3fnuz (MI300X's format: bias 8, max 240, NaN 0x80, no -0),
-// round to nearest even, saturating at +-240, NaN -> 0x80, zeros unsigned
-// (bit for bit numerics::FloatToFp8(x, kFp8E4M3Fnuz)). A code's e4m3fnuz
-// value is half its e4m3fn value, so below the top step (224 -> 240, past
-// e4m3fn's 448) the code of x is e4m3fn's code of 2x, exactly.
-KS_HOST_DEVICE uint32_t FloatToE4m3fnuz(float x) {
-  if (!(x == x)) return 0x80u;
-  const uint32_t sign = x < 0.f ? 0x80u : 0u;
-  if ((x < 0.f ? -x : x) > 232.f) return sign | 0x7Fu;  // past the 224 / 240 midpoint (232 itself: to even, 224)
-  const uint32_t code = FloatToE4m3fn(2.f * x);
-  return (code & 0x7Fu) == 0 ? 0u : code;
-}
+}  // namespace fp8_encode_internal
+
+KS_HOST_DEVICE uint32_t FloatToE4m3fn(float x) { return fp8_encode_internal::FloatToE4m3<7, false>(x); }
+
+// float -> e4m3fnuz (MI300X's FP8): the same rounding, saturating to +-240,
+// NaN -> 0x80, zero and everything rounding to it -> 0x00 (bit for bit
+// numerics::FloatToFp8(x, kFp8E4M3Fnuz)).
+KS_HOST_DEVICE uint32_t FloatToE4m3fnuz(float x) { return fp8_encode_internal::FloatToE4m3<8, true>(x); }
 
 // The e4m3fn code of an e4m3fnuz code's value, for e4m3fn-only hardware:
 // exact for every value e4m3fn has, i.e. all but the e4m3fnuz magnitudes

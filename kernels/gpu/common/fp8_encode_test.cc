@@ -1,4 +1,4 @@
-// FloatToE4m3fn against numerics::FloatToFp8(x, kFp8E4M3Fn): every rounding
+// FloatToE4m3fn and FloatToE4m3fnuz against numerics::FloatToFp8: every rounding
 // case of every exponent and sign, then a large random sample of all bit
 // patterns.
 #include "kernels/gpu/common/fp8_encode.h"
@@ -22,14 +22,20 @@ float FromBits(uint32_t u) {
   return f;
 }
 
+// Both formats: e4m3fn and e4m3fnuz.
 int64_t Mismatches(uint32_t u, int64_t* checked) {
   const float x = FromBits(u);
   ++*checked;
-  const uint32_t got = gpu::FloatToE4m3fn(x);
-  const uint32_t want = numerics::FloatToFp8(x, DType::kFp8E4M3Fn);
-  if (got == want) return 0;
-  ADD_FAILURE() << "bits 0x" << std::hex << u << " (" << x << "): got 0x" << got << ", want 0x" << want;
-  return 1;
+  int64_t bad = 0;
+  for (DType dt : {DType::kFp8E4M3Fn, DType::kFp8E4M3Fnuz}) {
+    const uint32_t got = dt == DType::kFp8E4M3Fn ? gpu::FloatToE4m3fn(x) : gpu::FloatToE4m3fnuz(x);
+    const uint32_t want = numerics::FloatToFp8(x, dt);
+    if (got == want) continue;
+    ADD_FAILURE() << DTypeName(dt) << " bits 0x" << std::hex << u << " (" << x << "): got 0x" << got << ", want 0x"
+                  << want;
+    ++bad;
+  }
+  return bad;
 }
 
 TEST(Fp8EncodeTest, EveryRoundingCaseMatchesNumerics) {
@@ -72,36 +78,16 @@ TEST(Fp8EncodeTest, NamedValues) {
   EXPECT_EQ(gpu::FloatToE4m3fn(0x1p-9f), 1u);   // the smallest subnormal
   EXPECT_EQ(gpu::FloatToE4m3fn(0x1p-10f), 0u);  // half of it: to even
   EXPECT_EQ(gpu::FloatToE4m3fn(0x1.8p-9f), 2u);  // 1.5 quanta: to even
-}
 
-// FloatToE4m3fnuz against numerics on the same rounding cases as e4m3fn
-// (every exponent and sign, every 8-bit mantissa head with four tails).
-TEST(Fp8EncodeTest, FnuzEveryRoundingCaseMatchesNumerics) {
-  int64_t bad = 0, checked = 0;
-  for (uint32_t sign : {0u, 0x80000000u}) {
-    for (uint32_t e = 0; e < 256 && bad <= 10; ++e) {
-      for (uint32_t head = 0; head < 256; ++head) {
-        for (uint32_t tail : {0u, 1u, 0x4000u, 0x7FFFu}) {
-          const uint32_t u = sign | (e << 23) | (head << 15) | tail;
-          const float x = FromBits(u);
-          ++checked;
-          const uint32_t got = gpu::FloatToE4m3fnuz(x), want = numerics::FloatToFp8(x, DType::kFp8E4M3Fnuz);
-          if (got != want) {
-            ++bad;
-            ADD_FAILURE() << "bits 0x" << std::hex << u << " (" << x << "): got 0x" << got << ", want 0x" << want;
-          }
-        }
-      }
-    }
-  }
-  EXPECT_EQ(bad, 0);
   EXPECT_EQ(gpu::FloatToE4m3fnuz(1.f), 64u);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(128.f), 120u);
   EXPECT_EQ(gpu::FloatToE4m3fnuz(240.f), 0x7Fu);
-  EXPECT_EQ(gpu::FloatToE4m3fnuz(232.f), 0x7Eu);  // the tie goes to even (224)
   EXPECT_EQ(gpu::FloatToE4m3fnuz(-1e30f), 0xFFu);
   EXPECT_EQ(gpu::FloatToE4m3fnuz(NAN), 0x80u);
-  EXPECT_EQ(gpu::FloatToE4m3fnuz(-0.f), 0u);
-  EXPECT_EQ(gpu::FloatToE4m3fnuz(-0x1p-12f), 0u);  // rounds to zero: no -0
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(-0.f), 0u);  // no negative zero
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(-0x1p-12f), 0u);
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(0x1p-10f), 1u);  // the smallest subnormal
+  EXPECT_EQ(gpu::FloatToE4m3fnuz(0x1p-11f), 0u);  // half of it: to even
 }
 
 // Every e4m3fnuz code to e4m3fn keeps its value where e4m3fn has it

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/gpu/common/gpu_status.h"
+#include "kernels/gpu/fp8_attention/fp8_call_params.h"
 #include "kernels/gpu/fp8_attention/fp8_quantize.h"
 
 namespace kernelserve {
@@ -42,109 +43,46 @@ bool HasWork(const Fp8AttentionParams& p) { return p.batch > 0 && p.heads_q > 0 
 // The kernel params of a call, and for bf16 inputs the quantization into a
 // stream-ordered workspace (*ws, freed by the caller after the kernel) or
 // into `keep`'s buffers where given: codes (q, k, v), descales (expanded),
-// amax bits, rotated fp32 rows; for e4m3fnuz also the e4m3fn copies of the
-// codes that the kernel reads.
+// amax bits, rotated fp32 rows. For e4m3fnuz the kernel reads e4m3fn copies
+// of the codes, at the workspace's start.
 cudaError_t Prepare(const Fp8AttentionParams& a, const Fp8AttentionInputs& in, const Fp8QuantizedOut& keep,
                     cudaStream_t stream, Fp8KernelParams* kp, uint8_t** ws) {
   Fp8KernelParams& p = *kp;
-  p = Fp8KernelParams{};
-  p.heads_q = static_cast<int>(a.heads_q);
-  p.heads_kv = static_cast<int>(a.heads_kv);
-  p.seq_q = static_cast<int>(a.seq_q);
-  p.seq_kv = static_cast<int>(a.seq_kv);
-  p.bshd = a.layout == Layout::kBshd ? 1 : 0;
-  p.rounding = static_cast<int>(a.rounding);
-  p.scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
+  p = fp8_attention::Fp8CallParams(a);
   const bool fnuz = a.format == Fp8Format::kE4M3Fnuz;
-  p.naive_ref_shift = fnuz ? 1.f : 0.f;
+  p.naive_ref_shift = fnuz ? 1.f : 0.f;  // fp8_kernel_params.h
   *ws = nullptr;
-  const int batch = static_cast<int>(a.batch);
-  const int d_qk = static_cast<int>(a.d_qk), d_v = static_cast<int>(a.d_v);
-  const int64_t nq = a.batch * a.heads_q * a.seq_q;
-  const int64_t nk = a.batch * a.heads_kv * a.seq_kv;
-  const int bhq = batch * p.heads_q, bhk = batch * p.heads_kv;
   auto align = [](size_t x) { return (x + 255) & ~size_t{255}; };
-  const size_t codes_q = align(nq * d_qk), codes_k = align(nk * d_qk), codes_v = align(nk * d_v);
-  const size_t codes = codes_q + codes_k + codes_v;
-  // The kernel's e4m3fn codes of e4m3fnuz ones, at the workspace's start.
-  auto to_fn = [&](const uint8_t* q, const uint8_t* k, const uint8_t* v) {
+  const int64_t nq = a.batch * a.heads_q * a.seq_q * a.d_qk, nk = a.batch * a.heads_kv * a.seq_kv * a.d_qk;
+  const int64_t nv = a.batch * a.heads_kv * a.seq_kv * a.d_v;
+  const size_t fn_bytes = fnuz ? align(nq) + align(nk) + align(nv) : 0;
+  auto to_fn = [&] {
     uint8_t* f = *ws;
-    cudaError_t e = fp8_attention::LaunchFnuzToFn(q, f, nq * d_qk, stream);
-    if (e == cudaSuccess) e = fp8_attention::LaunchFnuzToFn(k, f + codes_q, nk * d_qk, stream);
-    if (e == cudaSuccess) e = fp8_attention::LaunchFnuzToFn(v, f + codes_q + codes_k, nk * d_v, stream);
+    cudaError_t e = fp8_attention::LaunchFnuzToFn(p.q, f, nq, stream);
+    if (e == cudaSuccess) e = fp8_attention::LaunchFnuzToFn(p.k, f + align(nq), nk, stream);
+    if (e == cudaSuccess) e = fp8_attention::LaunchFnuzToFn(p.v, f + align(nq) + align(nk), nv, stream);
     p.q = f;
-    p.k = f + codes_q;
-    p.v = f + codes_q + codes_k;
+    p.k = f + align(nq);
+    p.v = f + align(nq) + align(nk);
     return e;
   };
   if (a.fp8_inputs) {
-    p.q = static_cast<const uint8_t*>(in.q.data);
-    p.k = static_cast<const uint8_t*>(in.k.data);
-    p.v = static_cast<const uint8_t*>(in.v.data);
-    p.q_ds = in.q_descale.as<const float>();
-    p.k_ds = in.k_descale.as<const float>();
-    p.v_ds = in.v_descale.as<const float>();
-    p.q_ds_per_head = in.q_descale.desc.num_elements() > 1;
-    p.k_ds_per_head = in.k_descale.desc.num_elements() > 1;
-    p.v_ds_per_head = in.v_descale.desc.num_elements() > 1;
+    fp8_attention::SetFp8Inputs(in, p);
     if (!fnuz) return cudaSuccess;
-    const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(ws), codes, stream);
-    return e == cudaSuccess ? to_fn(p.q, p.k, p.v) : e;
+    const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(ws), fn_bytes, stream);
+    return e == cudaSuccess ? to_fn() : e;
   }
-  const size_t fn_codes = fnuz ? codes : 0;
-  const size_t ds = align((bhq + 2 * bhk) * 4), am = align((bhq + 2 * bhk) * 4);
-  const size_t rot = a.hadamard ? align(std::max(nq, nk) * d_qk * 4) : 0;
-  const size_t total = fn_codes + codes + ds + am + rot;
-  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(ws), total, stream);
+  cudaError_t e =
+      cudaMallocAsync(reinterpret_cast<void**>(ws), fn_bytes + fp8_attention::QuantizeWorkspaceBytes(a), stream);
   if (e != cudaSuccess) return e;
-  uint8_t* w = *ws + fn_codes;
-  uint8_t* cq = keep.q_codes ? keep.q_codes : w;
-  uint8_t* ck = keep.k_codes ? keep.k_codes : w + codes_q;
-  uint8_t* cv = keep.v_codes ? keep.v_codes : w + codes_q + codes_k;
-  float* dsp = keep.descales ? keep.descales : reinterpret_cast<float*>(w + codes);
-  unsigned int* amax = reinterpret_cast<unsigned int*>(w + codes + ds);
-  float* rotated = a.hadamard ? reinterpret_cast<float*>(w + codes + ds + am) : nullptr;
-  e = cudaMemsetAsync(amax, 0, (bhq + 2 * bhk) * 4, stream);
-  struct Op {
-    const void* x;
-    int64_t rows;
-    int dim, heads, seq;
-    bool rot;
-    uint8_t* codes;
-    float* descale;
-    unsigned int* amax;
-  } ops[3] = {
-      {in.q.data, nq, d_qk, p.heads_q, p.seq_q, a.hadamard, cq, dsp, amax},
-      {in.k.data, nk, d_qk, p.heads_kv, p.seq_kv, a.hadamard, ck, dsp + bhq, amax + bhq},
-      {in.v.data, nk, d_v, p.heads_kv, p.seq_kv, false, cv, dsp + bhq + bhk, amax + bhq + bhk},
-  };
-  for (const Op& op : ops) {
+  const fp8_attention::QuantizePlan plan = fp8_attention::PlanQuantize(a, in, keep, *ws + fn_bytes);
+  e = cudaMemsetAsync(plan.amax, 0, plan.amax_bytes, stream);
+  for (const QuantizeArgs& qa : plan.ops) {
     if (e != cudaSuccess) break;
-    QuantizeArgs qa;
-    qa.x = static_cast<const uint16_t*>(op.x);
-    qa.rows = op.rows;
-    qa.dim = op.dim;
-    qa.hadamard = op.rot;
-    qa.fnuz = fnuz;
-    qa.per_head = a.descale_mode == DescaleMode::kPerHead;
-    qa.bshd = p.bshd != 0;
-    qa.heads = op.heads;
-    qa.seq = op.seq;
-    qa.batch = batch;
-    qa.codes = op.codes;
-    qa.descale = op.descale;
-    qa.rotated = rotated;
-    qa.amax = op.amax;
     e = fp8_attention::LaunchQuantize(qa, stream);
   }
-  p.q = cq;
-  p.k = ck;
-  p.v = cv;
-  if (e == cudaSuccess && fnuz) e = to_fn(cq, ck, cv);
-  p.q_ds = dsp;
-  p.k_ds = dsp + bhq;
-  p.v_ds = dsp + bhq + bhk;
-  p.q_ds_per_head = p.k_ds_per_head = p.v_ds_per_head = 1;  // expanded
+  fp8_attention::SetQuantizedInputs(plan, p);
+  if (e == cudaSuccess && fnuz) e = to_fn();
   return e;
 }
 

@@ -20,6 +20,7 @@
 #include "kernels/api/tensor.h"
 #include "kernels/gpu/common/gpu.h"
 #include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
+#include "kernels/gpu/fp8_attention/fp8_quantize_plan.h"
 
 namespace kernelserve {
 namespace gpu {
@@ -42,13 +43,7 @@ absl::Status RunFp8Attention(const Fp8AttentionParams& p, const Fp8AttentionInpu
 // The quantization every entry's run does, alone, into device memory (bf16
 // inputs only), for tests of the codes and for the error split: codes in the
 // input layout and the descales expanded to [B*Hq] (q), [B*Hkv] (k),
-// [B*Hkv] (v), back to back.
-struct Fp8QuantizedOut {
-  uint8_t* q_codes = nullptr;
-  uint8_t* k_codes = nullptr;
-  uint8_t* v_codes = nullptr;
-  float* descales = nullptr;
-};
+// [B*Hkv] (v), back to back (Fp8QuantizedOut: fp8_quantize_plan.h).
 absl::Status QuantizeFp8AttentionInputs(const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
                                         const Fp8QuantizedOut& out, cudaStream_t stream);
 

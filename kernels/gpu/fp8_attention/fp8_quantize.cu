@@ -29,6 +29,12 @@ __device__ __forceinline__ uint8_t E4m3fnCode(float y) {
 #endif
 }
 
+// The code of y in the args' format, and the format's largest value.
+__device__ __forceinline__ uint8_t CodeOf(const QuantizeArgs& a, float y) {
+  return a.fnuz ? static_cast<uint8_t>(FloatToE4m3fnuz(y)) : E4m3fnCode(y);
+}
+__device__ __forceinline__ float Fp8MaxOf(const QuantizeArgs& a) { return a.fnuz ? 240.f : 448.f; }
+
 __device__ __forceinline__ float Bf16(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
 __device__ __forceinline__ int HeadOf(const QuantizeArgs& a, int64_t row) {
@@ -123,10 +129,10 @@ __global__ void QuantizeKernel(const QuantizeArgs a) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / a.dim;
     const float amax = __uint_as_float(a.amax[HeadOf(a, row)]);
-    const float descale = amax == 0.f ? 1.f : __fdiv_rn(amax, a.fnuz ? 240.f : 448.f);
+    const float descale = amax == 0.f ? 1.f : __fdiv_rn(amax, Fp8MaxOf(a));
     const float x = a.hadamard ? a.rotated[i] : Bf16(a.x[i]);
     const float y = __fdiv_rn(x, descale);
-    a.codes[i] = a.fnuz ? static_cast<uint8_t>(FloatToE4m3fnuz(y)) : E4m3fnCode(y);
+    a.codes[i] = CodeOf(a, y);
   }
 }
 
@@ -134,10 +140,12 @@ __global__ void DescaleKernel(const QuantizeArgs a) {
   const int n = a.batch * a.heads;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const float amax = __uint_as_float(a.amax[a.per_head ? i : 0]);
-    a.descale[i] = amax == 0.f ? 1.f : __fdiv_rn(amax, a.fnuz ? 240.f : 448.f);
+    a.descale[i] = amax == 0.f ? 1.f : __fdiv_rn(amax, Fp8MaxOf(a));
   }
 }
 
+#if !(defined(__HIP__) || defined(__HIP_PLATFORM_AMD__))
+// CUDA only (gfx942's matrix unit reads e4m3fnuz itself).
 // Through a 256-entry table in shared memory (one load per code instead of
 // the encoder's bit arithmetic); four codes per thread when both pointers are
 // 4-byte aligned, else one. Blocks of 256 threads.
@@ -159,24 +167,24 @@ __global__ void FnuzToFnKernel(const uint8_t* in, uint8_t* out, int64_t n) {
   }
   for (int64_t i = done + first; i < n; i += stride) out[i] = lut[in[i]];
 }
+#endif
 
 }  // namespace
 
-cudaError_t LaunchQuantize(const QuantizeArgs& a, cudaStream_t stream) {
-  const int64_t warps_needed = a.rows;
-  const int blocks = static_cast<int>(std::min<int64_t>((warps_needed + 7) / 8, 132 * 16));
-  AmaxKernel<<<blocks, 256, 0, stream>>>(a);
-  const int64_t n = a.rows * a.dim;
-  const int qblocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 132 * 32));
-  QuantizeKernel<<<qblocks, 256, 0, stream>>>(a);
-  DescaleKernel<<<(a.batch * a.heads + 255) / 256, 256, 0, stream>>>(a);
-  return cudaGetLastError();
-}
-
+#if !(defined(__HIP__) || defined(__HIP_PLATFORM_AMD__))
 cudaError_t LaunchFnuzToFn(const uint8_t* in, uint8_t* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int blocks = static_cast<int>(std::min<int64_t>((n / 4 + 255) / 256 + 1, 132 * 32));
   FnuzToFnKernel<<<blocks, 256, 0, stream>>>(in, out, n);  // 256: one table entry per thread
+  return cudaGetLastError();
+}
+#endif
+
+cudaError_t LaunchQuantize(const QuantizeArgs& a, cudaStream_t stream) {
+  const QuantizeGrids g = QuantizeGridsOf(a);
+  AmaxKernel<<<g.amax, kQuantizeThreads, 0, stream>>>(a);
+  QuantizeKernel<<<g.quantize, kQuantizeThreads, 0, stream>>>(a);
+  DescaleKernel<<<g.descale, kQuantizeThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -231,7 +231,7 @@ class HipBackend : public Backend {
       d.workspace = nullptr;
       d.workspace_bytes = 0;
     }
-    KS_RETURN_IF_ERROR(rt_->Check(rt_->Malloc(&d.workspace, bytes), "hipMalloc (split-KV workspace)"));
+    KS_RETURN_IF_ERROR(rt_->Check(rt_->Malloc(&d.workspace, bytes), "hipMalloc (kernel workspace)"));
     d.workspace_bytes = bytes;
     return d.workspace;
   }

@@ -6,13 +6,18 @@
 // loads, health, the UNIMPLEMENTED and NOT_FOUND answers), not ROCm's.
 #include "kernels/gpu/hip/hip_backend.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
+#include "kernels/gpu/arch/gfx942/fp8_attention/fp8_attention_gfx942_launch.h"
+#include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
+#include "kernels/gpu/fp8_attention/fp8_quantize_args.h"
 
 namespace kernelserve {
 namespace gpu {
@@ -101,18 +106,20 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   EXPECT_EQ(info.driver, "HIP runtime 60000000, driver 1 (stand-in); code objects gfx942");
   EXPECT_FALSE((*b)->GetDeviceInfo(1).healthy);
 
-  // Ops without a gfx942 kernel say so, and leave the device healthy.
+  // Calls no gfx942 kernel serves say why, and leave the device healthy.
   TensorView out;
   auto s = (*b)->Fp8Attention(0, Fp8AttentionParams{}, Fp8AttentionInputs{}, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (none is written yet)");
+  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (mfma_fp8: format e4m3fn (serves "
+                         "e4m3fnuz))");
   AttentionParams att;
   att.head_dim = 256;
   s = (*b)->Attention(0, att, TensorView{}, TensorView{}, TensorView{}, out);
   EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for attention (mfma_bf16: attention: the hip backend serves "
                          "head_dim 128 (got 256))");
   s = (*b)->Fp8Attention(0, Fp8AttentionParams{}, Fp8AttentionInputs{}, out);
-  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (none is written yet)");
+  EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (mfma_fp8: format e4m3fn (serves "
+                         "e4m3fnuz))");
   MoeParams moe;
   moe.stage = MoeStage::kDown;
   moe.inter = 100;
@@ -127,10 +134,11 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);
 
   // The table by name.
-  ASSERT_EQ((*b)->KernelVariants().size(), 3u);
+  ASSERT_EQ((*b)->KernelVariants().size(), 4u);
   EXPECT_EQ((*b)->KernelVariants()[0].name, "mfma_bf16");
-  EXPECT_EQ((*b)->KernelVariants()[1].name, "mfma_a16w8");
-  EXPECT_EQ((*b)->KernelVariants()[2].name, "mfma_mxfp4");
+  EXPECT_EQ((*b)->KernelVariants()[1].name, "mfma_fp8");
+  EXPECT_EQ((*b)->KernelVariants()[2].name, "mfma_a16w8");
+  EXPECT_EQ((*b)->KernelVariants()[3].name, "mfma_mxfp4");
   OpCall call;
   call.op = BenchOp::kMlaDecode;
   s = (*b)->RunKernelVariant(0, "wgmma_roles", call, out);
@@ -170,6 +178,179 @@ TEST(HipBackendStandIn, ABuildWithoutCodeObjectsSaysSo) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(g_loads, 0);
   EXPECT_EQ((*b)->GetDeviceInfo(0).health_reason, "this build embeds no AMD code objects");
+}
+
+// What the stand-in records of a call's launches: the kernels by symbol,
+// their grids and copies of their one argument struct; and the memsets.
+struct Launched {
+  std::string symbol;
+  unsigned gx, gy, gz, threads;
+  std::vector<unsigned char> args;
+};
+std::vector<std::string> g_symbols;
+std::vector<Launched> g_launches;
+struct Memset {
+  void* p;
+  int value;
+  size_t bytes;
+};
+std::vector<Memset> g_memsets;
+
+Runtime RecordingStandIn() {
+  Runtime r = StandIn();
+  r.Malloc = [](void** p, size_t bytes) {
+    *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    return kSuccess;
+  };
+  r.Free = [](void* p) { std::free(p); return kSuccess; };
+  r.MemsetAsync = [](void* p, int v, size_t bytes, Stream) {
+    g_memsets.push_back({p, v, bytes});
+    return kSuccess;
+  };
+  r.ModuleGetFunction = [](Function* f, Module, const char* symbol) {
+    g_symbols.push_back(symbol);
+    *f = reinterpret_cast<Function>(g_symbols.size());
+    return kSuccess;
+  };
+  r.ModuleLaunchKernel = [](Function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned, unsigned,
+                            unsigned, Stream, void** args, void**) {
+    const std::string& symbol = g_symbols[reinterpret_cast<size_t>(f) - 1];
+    const size_t size = symbol.find("KsFp8Attn") == 0 ? sizeof(fp8_attention::Fp8KernelParams)
+                                                      : sizeof(fp8_attention::QuantizeArgs);
+    const auto* a = static_cast<const unsigned char*>(args[0]);
+    g_launches.push_back({symbol, gx, gy, gz, bx, std::vector<unsigned char>(a, a + size)});
+    return kSuccess;
+  };
+  return r;
+}
+
+template <class T>
+T ArgsOf(const Launched& l) {
+  T t;
+  EXPECT_EQ(l.args.size(), sizeof(T)) << l.symbol;
+  std::memcpy(&t, l.args.data(), sizeof(T));
+  return t;
+}
+
+// The gfx942 FP8 attention object as the embedded registry names its kernels.
+std::vector<CodeObject> Fp8Objects() {
+  std::vector<std::string> names = {"_ZN11kernelserve3gpu12fp8_attention12_GLOBAL__N_110AmaxKernelENS1_12QuantizeArgsE",
+                                    "_ZN11kernelserve3gpu12fp8_attention12_GLOBAL__N_114QuantizeKernelENS1_12QuantizeArgsE",
+                                    "_ZN11kernelserve3gpu12fp8_attention12_GLOBAL__N_113DescaleKernelENS1_12QuantizeArgsE"};
+  for (const auto& by_dqk : fp8_attention::gfx942::kKernels) {
+    for (const auto& by_mask : by_dqk) {
+      for (const char* k : by_mask) names.push_back(k);
+    }
+  }
+  return {{"fp8_gfx942", "gfx942", kGfx942, sizeof(kGfx942), names}};
+}
+
+// A recording stand-in over the FP8 attention object, from empty records.
+class Fp8StandIn : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_device_arch = "gfx942";
+    g_symbols.clear();
+    g_launches.clear();
+    g_memsets.clear();
+    b_ = CreateHipBackendWith(rt_, objects_);
+    ASSERT_TRUE(b_.ok()) << b_.status();
+  }
+  const absl::StatusOr<Runtime> rt_ = RecordingStandIn();
+  const std::vector<CodeObject> objects_ = Fp8Objects();  // the backend keeps pointers to them
+  absl::StatusOr<std::unique_ptr<Backend>> b_;
+};
+
+TEST_F(Fp8StandIn, Fp8AttentionOnBf16InputsQuantizesThenLaunchesTheKernelOfTheCall) {
+  auto& b = b_;
+
+  Fp8AttentionParams p;
+  p.layout = Layout::kBshd;
+  p.causal = true;
+  p.format = Fp8Format::kE4M3Fnuz;
+  p.p_mode = PMode::kLean;
+  p.hadamard = true;
+  p.descale_mode = DescaleMode::kPerHead;
+  const TensorDesc q{DType::kBf16, {2, 100, 4, 192}}, k{DType::kBf16, {2, 130, 2, 192}},
+      v{DType::kBf16, {2, 130, 2, 128}};
+  ASSERT_TRUE(p.Validate(q, k, v, nullptr, nullptr, nullptr).ok());
+  Fp8AttentionInputs in;
+  in.q = {q, reinterpret_cast<void*>(0x1000)};
+  in.k = {k, reinterpret_cast<void*>(0x2000)};
+  in.v = {v, reinterpret_cast<void*>(0x3000)};
+  TensorView out{p.OutputDesc(), reinterpret_cast<void*>(0x4000)};
+  const absl::Status s = (*b)->Fp8Attention(0, p, in, out);
+  ASSERT_TRUE(s.ok()) << s;
+
+  // amax zeroed: one word per (batch, head) of q, k and v.
+  ASSERT_EQ(g_memsets.size(), 1u);
+  EXPECT_EQ(g_memsets[0].value, 0);
+  EXPECT_EQ(g_memsets[0].bytes, (2u * 4 + 2 * 2 * 2) * 4);
+  ASSERT_EQ(g_launches.size(), 10u);
+  const void* x[3] = {in.q.data, in.k.data, in.v.data};
+  fp8_attention::QuantizeArgs qa[3];
+  for (int t = 0; t < 3; ++t) {
+    const char* pass[3] = {"10AmaxKernel", "14QuantizeKernel", "13DescaleKernel"};
+    for (int i = 0; i < 3; ++i) {
+      const Launched& l = g_launches[3 * t + i];
+      EXPECT_NE(l.symbol.find(pass[i]), std::string::npos) << l.symbol;
+      EXPECT_EQ(l.threads, 256u);
+      const auto a = ArgsOf<fp8_attention::QuantizeArgs>(l);
+      EXPECT_EQ(a.x, x[t]);
+      EXPECT_TRUE(a.fnuz && a.per_head && a.bshd);
+      EXPECT_EQ(a.hadamard, t < 2);  // Q and K rotated, V not
+      EXPECT_EQ(a.dim, t < 2 ? 192 : 128);
+      EXPECT_EQ(a.amax, static_cast<unsigned int*>(g_memsets[0].p) + (t == 0 ? 0 : t == 1 ? 8 : 12));
+      qa[t] = a;
+    }
+  }
+  EXPECT_EQ(g_launches[0].gx, (qa[0].rows + 7) / 8);  // 8 rows per block
+  const Launched& attn = g_launches[9];
+  EXPECT_EQ(attn.symbol, "KsFp8AttnGfx942D192CausalLean");
+  EXPECT_EQ(attn.gx, 2u);  // 100 rows in blocks of 64
+  EXPECT_EQ(attn.gy, 4u);
+  EXPECT_EQ(attn.gz, 2u);
+  EXPECT_EQ(attn.threads, 256u);
+  const auto kp = ArgsOf<fp8_attention::Fp8KernelParams>(attn);
+  EXPECT_EQ(kp.q, qa[0].codes);
+  EXPECT_EQ(kp.k, qa[1].codes);
+  EXPECT_EQ(kp.v, qa[2].codes);
+  EXPECT_EQ(kp.k_ds, qa[1].descale);
+  EXPECT_EQ(kp.q_ds_per_head + kp.k_ds_per_head + kp.v_ds_per_head, 3);
+  EXPECT_EQ(kp.out, out.data);
+  EXPECT_EQ(kp.seq_q, 100);
+  EXPECT_EQ(kp.seq_kv, 130);
+  EXPECT_EQ(kp.heads_kv, 2);
+  EXPECT_EQ(kp.bshd, 1);
+  EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);
+}
+
+TEST_F(Fp8StandIn, Fp8AttentionOnFnuzInputsLaunchesOnlyTheKernel) {
+  auto& b = b_;
+  Fp8AttentionParams p;
+  p.causal = false;
+  p.format = Fp8Format::kE4M3Fnuz;
+  p.p_mode = PMode::kExact;
+  const TensorDesc t{DType::kFp8E4M3Fnuz, {1, 2, 65, 128}}, ds{DType::kFp32, {1}};
+  ASSERT_TRUE(p.Validate(t, t, t, &ds, &ds, &ds).ok());
+  Fp8AttentionInputs in;
+  in.q = {t, reinterpret_cast<void*>(0x1000)};
+  in.k = {t, reinterpret_cast<void*>(0x2000)};
+  in.v = {t, reinterpret_cast<void*>(0x3000)};
+  in.q_descale = {ds, reinterpret_cast<void*>(0x5000)};
+  in.k_descale = {ds, reinterpret_cast<void*>(0x5004)};
+  in.v_descale = {ds, reinterpret_cast<void*>(0x5008)};
+  TensorView out{p.OutputDesc(), reinterpret_cast<void*>(0x4000)};
+  ASSERT_TRUE((*b)->RunKernelVariant(0, "mfma_fp8", MakeOpCall(p, in), out).ok());
+  EXPECT_TRUE(g_memsets.empty());
+  ASSERT_EQ(g_launches.size(), 1u);
+  EXPECT_EQ(g_launches[0].symbol, "KsFp8AttnGfx942D128FullExact");
+  EXPECT_EQ(g_launches[0].gx, 2u);
+  const auto kp = ArgsOf<fp8_attention::Fp8KernelParams>(g_launches[0]);
+  EXPECT_EQ(kp.q, in.q.data);
+  EXPECT_EQ(kp.v_ds, in.v_descale.data);
+  EXPECT_EQ(kp.q_ds_per_head, 0);
+  EXPECT_EQ(kp.bshd, 0);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/fp8_attention/fp8_attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
 #include "kernels/gpu/hip/hip_code_objects.h"
@@ -32,10 +33,20 @@ TEST(EmbeddedCodeObjects, HoldEveryKernelTheTableLaunches) {
   // hip_variants.cc launches these by name.
   for (const char* kernel : {attention::gfx942::kKernel, attention::gfx942::kCausalKernel, mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
                              moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32, "MoeCountKernel", "MoeScanKernel",
-                             "MoeScatterKernel", "MoeWeightedSumKernel"}) {
+                             "MoeScatterKernel", "MoeWeightedSumKernel", "AmaxKernel", "QuantizeKernel",
+                             "DescaleKernel"}) {
     int found = 0;
     for (const CodeObject& o : EmbeddedCodeObjects()) found += !FindKernelSymbol(o, kernel).empty();
     EXPECT_EQ(found, 1) << kernel;
+  }
+  for (const auto& by_dqk : fp8_attention::gfx942::kKernels) {
+    for (const auto& by_mask : by_dqk) {
+      for (const char* kernel : by_mask) {
+        int found = 0;
+        for (const CodeObject& o : EmbeddedCodeObjects()) found += !FindKernelSymbol(o, kernel).empty();
+        EXPECT_EQ(found, 1) << kernel;
+      }
+    }
   }
 }
 

@@ -7,9 +7,12 @@
 #include "common/status_macros.h"
 #include "kernels/api/ops.h"
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/fp8_attention/fp8_attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
 #include "kernels/gpu/attention/attention_params.h"
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
+#include "kernels/gpu/fp8_attention/fp8_quantize_args.h"
+#include "kernels/gpu/fp8_attention/fp8_quantize_plan.h"
 #include "kernels/gpu/moe/moe_gemm_args.h"
 #include "kernels/gpu/moe/moe_params.h"
 #include "kernels/gpu/moe/moe_plan.h"
@@ -144,6 +147,46 @@ absl::Status RunAttention(const LaunchContext& ctx, const OpCall& c, TensorView&
                 g.z, attention::gfx942::kThreads, args);
 }
 
+std::string Fp8AttentionUnsupported(absl::string_view arch, const OpCall& c) {
+  if (arch != "gfx942") return absl::StrCat("device is ", arch, " (serves gfx942)");
+  const std::string no = fp8_attention::gfx942::Unsupported(c.fp8);
+  return no;
+}
+
+// bf16 inputs to e4m3fnuz codes and expanded descales (fp8_quantize.cu's
+// kernels, built for gfx942), in the plan's workspace.
+absl::Status QuantizeFp8Inputs(const LaunchContext& ctx, const fp8_attention::QuantizePlan& plan) {
+  KS_RETURN_IF_ERROR(
+      ctx.rt->Check(ctx.rt->MemsetAsync(plan.amax, 0, plan.amax_bytes, ctx.stream), "hipMemsetAsync (fp8 amax)"));
+  for (const fp8_attention::QuantizeArgs& op : plan.ops) {
+    fp8_attention::QuantizeArgs a = op;
+    void* args[] = {&a};
+    const fp8_attention::QuantizeGrids g = fp8_attention::QuantizeGridsOf(a);
+    constexpr unsigned kThreads = fp8_attention::kQuantizeThreads;
+    KS_RETURN_IF_ERROR(Launch(ctx, "AmaxKernel", static_cast<unsigned>(g.amax), 1, 1, kThreads, args));
+    KS_RETURN_IF_ERROR(Launch(ctx, "QuantizeKernel", static_cast<unsigned>(g.quantize), 1, 1, kThreads, args));
+    KS_RETURN_IF_ERROR(Launch(ctx, "DescaleKernel", static_cast<unsigned>(g.descale), 1, 1, kThreads, args));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunFp8Attention(const LaunchContext& ctx, const OpCall& c, TensorView& out) {
+  const Fp8AttentionParams& p = c.fp8;
+  const bool work = p.batch > 0 && p.heads_q > 0 && p.seq_q > 0;
+  fp8_attention::QuantizePlan plan;
+  if (!p.fp8_inputs && work) {
+    KS_ASSIGN_OR_RETURN(void* ws, ctx.workspace(fp8_attention::QuantizeWorkspaceBytes(p)));
+    plan = fp8_attention::PlanQuantize(p, c.fp8_in, Fp8QuantizedOut{}, static_cast<uint8_t*>(ws));
+  }
+  KS_ASSIGN_OR_RETURN(fp8_attention::Fp8KernelParams kp,
+                      fp8_attention::gfx942::MakeParams(p, c.fp8_in, p.fp8_inputs ? nullptr : &plan, out));
+  if (!work) return absl::OkStatus();
+  if (!p.fp8_inputs) KS_RETURN_IF_ERROR(QuantizeFp8Inputs(ctx, plan));
+  const fp8_attention::gfx942::Grid g = fp8_attention::gfx942::GridOf(p);
+  void* args[] = {&kp};
+  return Launch(ctx, fp8_attention::gfx942::KernelName(p), g.x, g.y, g.z, fp8_attention::gfx942::kThreads, args);
+}
+
 }  // namespace
 
 const std::vector<Variant>& Variants() {
@@ -153,6 +196,14 @@ const std::vector<Variant>& Variants() {
        "seed's warp-specialized kernel and no KV split",
        "gfx942, head_dim 128, BSHD or BHSD, causal or not, GQA, any seq_q and seq_kv, RTNE/RTNA/RTZ",
        AttentionUnsupported, RunAttention},
+      {BenchOp::kFp8Attention, "mfma_fp8",
+       "FP8 attention with ZYFA's numerics on v_mfma_f32_16x16x32_fp8_fp8: per-64-key power-of-two P blocks "
+       "(headroom 7), exact, lean (codes by a multiply-add, no exponential) or naive P, rounded-P row sums; "
+       "four waves of 16 query rows, S computed transposed so P stays in registers",
+       "gfx942, e4m3fnuz: FP8 inputs with per-tensor or per-head descales, or bf16 inputs quantized on the device "
+       "(optional Hadamard of Q and K); (d_qk, d_v) = (128, 128) or (192, 128), causal or not, GQA, BSHD or BHSD, "
+       "RTNE/RTNA/RTZ",
+       Fp8AttentionUnsupported, RunFp8Attention},
       {BenchOp::kMlaDecode, "mfma_a16w8",
        "bf16 Q against fp8 KV on v_mfma_f32_16x16x16bf16_1k; one fused 576-wide row is K and V; split-KV "
        "fixed at plan time, merged in fp32 in split order",

@@ -47,16 +47,40 @@ TEST(HipVariants, AnotherArchitectureIsUnimplemented) {
             "hip backend has no gfx950 kernel for mla_decode (mfma_a16w8: device is gfx950 (serves gfx942))");
 }
 
-TEST(HipVariants, OpsWithoutAKernelSaySo) {
-  for (BenchOp op : {BenchOp::kFp8Attention}) {
-    OpCall c;
-    c.op = op;
-    auto v = Select("gfx942", c);
-    ASSERT_FALSE(v.ok());
-    EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_EQ(v.status().message(),
-              "hip backend has no gfx942 kernel for " + BenchOpName(op) + " (none is written yet)");
+OpCall Fp8(Fp8Format format, DType dtype, int64_t d_qk) {
+  OpCall c;
+  c.op = BenchOp::kFp8Attention;
+  c.fp8.format = format;
+  const TensorDesc q{dtype, {1, 4, 32, d_qk}}, k{dtype, {1, 2, 64, d_qk}}, v{dtype, {1, 2, 64, 128}};
+  const TensorDesc ds{DType::kFp32, {1}};
+  const bool fp8 = dtype != DType::kBf16;
+  EXPECT_TRUE(c.fp8.Validate(q, k, v, fp8 ? &ds : nullptr, fp8 ? &ds : nullptr, fp8 ? &ds : nullptr).ok());
+  return c;
+}
+
+TEST(HipVariants, Fp8AttentionOnFnuzInputsTakesTheMfmaFp8Kernel) {
+  for (int64_t d_qk : {128, 192}) {
+    auto v = Select("gfx942", Fp8(Fp8Format::kE4M3Fnuz, DType::kFp8E4M3Fnuz, d_qk));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_STREQ((*v)->name, "mfma_fp8");
+    EXPECT_EQ((*v)->op, BenchOp::kFp8Attention);
+    // bf16 inputs are quantized to e4m3fnuz on the device first.
+    v = Select("gfx942", Fp8(Fp8Format::kE4M3Fnuz, DType::kBf16, d_qk));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_STREQ((*v)->name, "mfma_fp8");
   }
+}
+
+TEST(HipVariants, Fp8AttentionItDoesNotServeIsUnimplementedNamingTheCase) {
+  auto v = Select("gfx942", Fp8(Fp8Format::kE4M3Fn, DType::kFp8E4M3Fn, 128));
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(v.status().message(),
+            "hip backend has no gfx942 kernel for fp8_attention (mfma_fp8: format e4m3fn (serves e4m3fnuz))");
+  v = Select("gfx950", Fp8(Fp8Format::kE4M3Fnuz, DType::kFp8E4M3Fnuz, 128));
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().message(),
+            "hip backend has no gfx950 kernel for fp8_attention (mfma_fp8: device is gfx950 (serves gfx942))");
 }
 
 TEST(HipVariants, EveryMoeStageTakesTheMxfp4KernelWithinItsShapes) {
