@@ -3,6 +3,9 @@
 // kernels of every op pass the gate beside the built-in variants, and every
 // bad input of issue 18 ends in a clear status that leaves the server, and
 // the other tenant's calls, untouched.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -494,6 +497,123 @@ class BrokenWorkerTest : public UserKernelTest {
 TEST_F(BrokenWorkerTest, AWorkerThatDiesAtStartFailsTheJobSayingHow) {
   ExpectFails(Spec(pb::OP_ATTENTION, "attention", Example("attention")), absl::StatusCode::kAborted,
               {"user:attention", "worker process ended (exit code 1)"});
+}
+
+// Device health after a worker fault, on two simulated cpu devices: the
+// operator's probe command fails for device 1 only.
+class DeviceHealthTest : public UserKernelTest {
+ protected:
+  void Customize(ServerOptions* o) override {
+    o->cpu_devices = 2;
+    o->metrics_listen = "127.0.0.1:0";
+    o->bench.user_kernels.health_probe = "echo probing device $KERNELSERVE_DEVICE; test \"$KERNELSERVE_DEVICE\" != 1";
+  }
+
+  pb::Device Device(int index) {
+    ClientOptions c = Options("tok-alice");
+    auto client = Client::Connect(c);
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return {};
+    auto devices = (*client)->Devices();
+    EXPECT_TRUE(devices.ok()) << devices.status();
+    if (!devices.ok() || index >= devices->devices_size()) return {};
+    return devices->devices(index);
+  }
+
+  std::string Metrics() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->metrics_port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string body;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+      if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+        char buf[4096];
+        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, static_cast<size_t>(n));
+      }
+    }
+    close(fd);
+    return body;
+  }
+
+  bool HasNote(const pb::BenchJob& job, const std::string& part) {
+    for (const std::string& n : job.notes()) {
+      if (absl::StrContains(n, part)) return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(DeviceHealthTest, AFailedProbeMarksOnlyThatDeviceUnhealthy) {
+  pb::BenchJobSpec crash = Spec(pb::OP_ATTENTION, "aborts", AttentionKernel("abort();"));
+  crash.set_device(1);
+  pb::BenchJob crashed = Run(crash);
+  EXPECT_EQ(crashed.state(), pb::JOB_FAILED);
+  EXPECT_EQ(crashed.error_code(), static_cast<int>(absl::StatusCode::kAborted)) << crashed.error();
+  EXPECT_THAT(crashed.error(), HasSubstr("SIGABRT"));
+  EXPECT_TRUE(HasNote(crashed, "device 1 failed its health probe after the worker's signal")) << crashed.DebugString();
+
+  const pb::Device sick = Device(1);
+  EXPECT_EQ(sick.state(), pb::UNHEALTHY);
+  EXPECT_THAT(sick.state_reason(), HasSubstr("failed its health probe after a user kernel's worker fault"));
+  EXPECT_THAT(sick.state_reason(), HasSubstr("exit code 1"));
+  EXPECT_THAT(sick.state_reason(), HasSubstr("probing device 1"));
+  EXPECT_THAT(sick.health_probe(), HasSubstr("failed at "));
+  EXPECT_EQ(Device(0).state(), pb::HEALTHY);
+  EXPECT_EQ(Device(0).health_probe(), "");
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("kernelserve_device_healthy{device=\"1\"} 0"));
+  EXPECT_THAT(metrics, HasSubstr("kernelserve_device_healthy{device=\"0\"} 1"));
+
+  // A job placed on the sick device is refused, naming it and why.
+  pb::BenchJobSpec pinned = Spec(pb::OP_ATTENTION, "attention", Example("attention"));
+  pinned.set_device(1);
+  auto refused = alice_->Submit(pinned);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("spec.device: device 1 is unhealthy: failed its health probe"));
+
+  // The other device keeps serving: a job left to `any` and one pinned to 0.
+  pb::BenchJob any = Run(Spec(pb::OP_ATTENTION, "attention", Example("attention"), {"cpu"}), bob_.get());
+  EXPECT_EQ(any.state(), pb::JOB_DONE) << any.error();
+  EXPECT_EQ(any.device(), 0);
+  pb::BenchJobSpec on0 = Spec(pb::OP_ATTENTION, "attention", Example("attention"));
+  on0.set_device(0);
+  pb::BenchJob ran = Run(on0);
+  EXPECT_EQ(ran.state(), pb::JOB_DONE) << ran.error();
+
+  // kernelctl devices shows it too.
+  const std::string out = ::testing::TempDir() + "/devices.txt";
+  ASSERT_EQ(system(absl::StrCat("client/kernelctl --server=127.0.0.1:", server_->port(),
+                                " --token=tok-alice devices >", out).c_str()),
+            0);
+  EXPECT_THAT(ReadFile(out), HasSubstr("UNHEALTHY (failed its health probe"));
+  EXPECT_THAT(ReadFile(out), HasSubstr("health probe: failed at "));
+}
+
+TEST_F(DeviceHealthTest, ACrashOnAHealthyDeviceLeavesItHealthy) {
+  pb::BenchJobSpec crash = Spec(pb::OP_ATTENTION, "aborts", AttentionKernel("abort();"));
+  crash.set_device(0);
+  pb::BenchJob crashed = Run(crash);
+  EXPECT_EQ(crashed.state(), pb::JOB_FAILED);
+  EXPECT_THAT(crashed.error(), HasSubstr("SIGABRT"));
+  EXPECT_TRUE(HasNote(crashed, "device 0 passed its health probe after the worker's signal")) << crashed.DebugString();
+  const pb::Device d = Device(0);
+  EXPECT_EQ(d.state(), pb::HEALTHY);
+  EXPECT_THAT(d.health_probe(), HasSubstr("passed at "));
+  EXPECT_THAT(d.health_probe(), HasSubstr("SIGABRT"));
+  pb::BenchJobSpec again = Spec(pb::OP_ATTENTION, "attention", Example("attention"));
+  again.set_device(0);
+  EXPECT_EQ(Run(again).state(), pb::JOB_DONE);
+  // An ordinary failure (a non-zero return) needs no probe.
+  pb::BenchJobSpec rc = Spec(pb::OP_ATTENTION, "returns7", AttentionKernel("return 7;"));
+  rc.set_device(1);
+  pb::BenchJob failed = Run(rc);
+  EXPECT_EQ(failed.state(), pb::JOB_FAILED);
+  EXPECT_FALSE(HasNote(failed, "health probe"));
+  EXPECT_EQ(Device(1).state(), pb::HEALTHY);
 }
 
 }  // namespace
