@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "server/bench/job_run.h"
+#include "server/bench/leaderboard.h"
 #include "server/bench/op_registry.h"
 #include "server/bench/timing.h"
 #include "server/input_checks.h"
@@ -438,6 +439,17 @@ absl::Status BenchScheduler::ValidateUserKernels(const pb::BenchJobSpec& spec) c
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<pb::LeaderboardResponse> BenchScheduler::Leaderboard(const pb::LeaderboardRequest& request,
+                                                                   const std::string& tenant) {
+  KS_RETURN_IF_ERROR(ValidateLeaderboardRequest(request));
+  KS_ASSIGN_OR_RETURN(std::vector<pb::BenchJob> jobs, store_->LoadJobs());
+  if (!tenant.empty()) {
+    jobs.erase(std::remove_if(jobs.begin(), jobs.end(), [&](const pb::BenchJob& j) { return j.tenant() != tenant; }),
+               jobs.end());
+  }
+  return RankLeaderboard(jobs, request);
 }
 
 absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const std::string& tenant) {

@@ -432,20 +432,112 @@ TEST_F(UserKernelTest, ClientApiSubmitsAFileAndRanksTheLeaderboard) {
   auto so = UserKernelFromFile("kernels/api/examples/cpu_attention.so", "prebuilt");
   ASSERT_TRUE(so.ok());
   EXPECT_FALSE(so->shared_object().empty());
-  auto listed = alice_->List(pb::ListBenchRequest());
-  ASSERT_TRUE(listed.ok());
-  std::vector<LeaderboardRow> rows = Leaderboard(*listed, pb::OP_ATTENTION);
-  ASSERT_EQ(rows.size(), 3u);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    EXPECT_EQ(rows[i].rank, static_cast<int>(i) + 1);
+  pb::LeaderboardRequest req;
+  req.set_op(pb::OP_ATTENTION);
+  req.set_include_builtin(true);
+  auto board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok()) << board.status();
+  ASSERT_EQ(board->entries_size(), 3) << board->DebugString();
+  for (int i = 0; i < board->entries_size(); ++i) {
+    const pb::LeaderboardEntry& e = board->entries(i);
+    EXPECT_EQ(e.rank(), i + 1);
     if (i > 0) {
-      EXPECT_LE(rows[i - 1].value_ms, rows[i].value_ms);
+      EXPECT_LE(board->entries(i - 1).time_ms(), e.time_ms());
     }
-    EXPECT_EQ(rows[i].tenant, "alice");
+    EXPECT_EQ(e.tenant(), "alice");
+    EXPECT_EQ(e.job_id(), job.id());
   }
-  EXPECT_THAT(LeaderboardMarkdown(rows), HasSubstr("user:attention"));
-  EXPECT_TRUE(Leaderboard(*listed, pb::OP_ATTENTION, "Sq=4096").empty());
-  EXPECT_TRUE(Leaderboard(*listed, pb::OP_MOE_DOWN).empty());
+  EXPECT_THAT(LeaderboardMarkdown(*board), HasSubstr("user:attention"));
+  req.set_include_builtin(false);
+  board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok());
+  ASSERT_EQ(board->entries_size(), 1);
+  EXPECT_EQ(board->entries(0).kernel_name(), "attention");
+  req.set_op(pb::OP_MOE_DOWN);
+  board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok());
+  EXPECT_EQ(board->entries_size(), 0);
+}
+
+// The attention example made slower by `ms` of sleep per launch.
+std::string SlowAttention(int ms) {
+  std::string src = Example("attention");
+  const std::string entry = "int ks_user_attention_v1(";
+  src.replace(src.find(entry), entry.size(), "static int FastAttention(");
+  return absl::StrCat("#include <unistd.h>\n", src, "\nextern \"C\" int ks_user_attention_v1(const ks_attention_args_v1* a, void* s) {\n",
+                      "  usleep(", ms * 1000, ");\n  return FastAttention(a, s);\n}\n");
+}
+
+// BenchService.Leaderboard over the persisted results: two kernels of
+// different speed rank by time, a failed-gate one never appears, other
+// shapes and other tenants' jobs are kept apart, bad requests are named.
+TEST_F(UserKernelTest, LeaderboardRanksPassingSubmissionsBySpeed) {
+  pb::BenchJob fast = Run(Spec(pb::OP_ATTENTION, "fast", Example("attention")));
+  ASSERT_EQ(fast.state(), pb::JOB_DONE) << fast.error();
+  pb::BenchJob slow = Run(Spec(pb::OP_ATTENTION, "slow", SlowAttention(20)));
+  ASSERT_EQ(slow.state(), pb::JOB_DONE) << slow.error();
+  pb::BenchJob wrong = Run(Spec(pb::OP_ATTENTION, "wrong", AttentionKernel("a->out[0] = 0x7fc0;")));
+  ASSERT_EQ(wrong.state(), pb::JOB_DONE) << wrong.error();
+  ASSERT_FALSE(wrong.results(0).correct());
+  pb::BenchJobSpec other = Spec(pb::OP_ATTENTION, "othershape", Example("attention"));
+  other.mutable_attention()->set_seq_q(32);
+  ASSERT_EQ(Run(other).state(), pb::JOB_DONE);
+
+  pb::LeaderboardRequest req;
+  req.set_op(pb::OP_ATTENTION);
+  *req.mutable_attention() = Spec(pb::OP_ATTENTION, "x", "").attention();
+  auto board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok()) << board.status();
+  ASSERT_EQ(board->entries_size(), 2) << board->DebugString();
+  const pb::LeaderboardEntry& first = board->entries(0);
+  const pb::LeaderboardEntry& second = board->entries(1);
+  EXPECT_EQ(first.rank(), 1);
+  EXPECT_EQ(first.variant(), "user:fast");
+  EXPECT_EQ(first.kernel_name(), "fast");
+  EXPECT_EQ(first.job_id(), fast.id());
+  EXPECT_EQ(first.source_sha256(), fast.results(0).source_sha256());
+  EXPECT_EQ(first.source_sha256().size(), 64u);
+  EXPECT_EQ(first.tenant(), "alice");
+  EXPECT_EQ(first.runs(), 1);
+  EXPECT_GT(first.finished_unix_ms(), 0);
+  EXPECT_EQ(second.rank(), 2);
+  EXPECT_EQ(second.variant(), "user:slow");
+  EXPECT_GE(second.time_ms(), 20.0);
+  EXPECT_LT(first.time_ms(), second.time_ms());
+  EXPECT_THAT(first.shape_desc(), HasSubstr("Sq=64"));
+
+  // Every shape: the other shape is its own board; the wrong kernel is nowhere.
+  req.clear_attention();
+  board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok());
+  EXPECT_EQ(board->entries_size(), 3);
+  for (const auto& e : board->entries()) EXPECT_NE(e.variant(), "user:wrong");
+  // Another tenant sees none of alice's.
+  board = bob_->Leaderboard(req);
+  ASSERT_TRUE(board.ok());
+  EXPECT_EQ(board->entries_size(), 0);
+
+  // Bad requests: INVALID_ARGUMENT naming the field.
+  pb::LeaderboardRequest bad;
+  auto st = alice_->Leaderboard(bad).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("op: expected attention"));
+  bad.set_op(pb::OP_ATTENTION);
+  *bad.mutable_attention() = Spec(pb::OP_ATTENTION, "x", "").attention();
+  bad.mutable_attention()->set_head_dim(0);
+  st = alice_->Leaderboard(bad).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("attention.head_dim"));
+  EXPECT_THAT(st.message(), ::testing::Not(HasSubstr("spec.")));
+  bad.set_op(pb::OP_MLA_DECODE);
+  st = alice_->Leaderboard(bad).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  pb::LeaderboardRequest limit;
+  limit.set_op(pb::OP_ATTENTION);
+  limit.set_limit(-1);
+  st = alice_->Leaderboard(limit).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("limit: expected"));
 }
 
 // kernelctl submit and leaderboard, the binary as a user runs it.
@@ -461,8 +553,19 @@ TEST_F(UserKernelTest, KernelctlSubmitAndLeaderboard) {
   EXPECT_THAT(ReadFile(err), HasSubstr("user:attention (sha256 "));
   EXPECT_THAT(ReadFile(err), HasSubstr("passed the gate"));
   ASSERT_EQ(system((ctl + "leaderboard --op=attention >" + out).c_str()), 0);
-  EXPECT_THAT(ReadFile(out), HasSubstr("| user:attention | "));
+  EXPECT_THAT(ReadFile(out), HasSubstr("| 1 | user:attention | "));
   EXPECT_THAT(ReadFile(out), HasSubstr("| alice |"));
+  ASSERT_EQ(system((ctl + "leaderboard --op=attention --batch=1 --heads=2 --seq=64 --head-dim=64 --causal --json >" +
+                    out).c_str()),
+            0);
+  EXPECT_THAT(ReadFile(out), HasSubstr("\"variant\": \"user:attention\""));
+  EXPECT_THAT(ReadFile(out), HasSubstr("\"kernel_name\": \"attention\""));
+  ASSERT_EQ(system((ctl + "leaderboard --op=attention --heads=2 --seq=4096 --head-dim=64 >" + out).c_str()), 0);
+  EXPECT_THAT(ReadFile(out), HasSubstr("no passing results"));
+  const int bad_shape = system((ctl + "leaderboard --op=attention --heads=2 --seq=64 --head-dim=0 >" + out + " 2>" +
+                                err).c_str());
+  EXPECT_EQ(WEXITSTATUS(bad_shape), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("INVALID_ARGUMENT: attention.head_dim"));
   // A kernel that does not build: exit 1 and the compile log.
   const std::string bad = dir + "/bad.cc";
   {
