@@ -235,6 +235,34 @@ TEST_F(UserKernelTest, PrebuiltSharedObjectRuns) {
   ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
   EXPECT_TRUE(job.results(0).correct()) << job.results(0).gate_message();
   EXPECT_EQ(job.results(0).source_sha256(), security::Sha256Hex(so));
+  // Timed and ranked on the same path as a source kernel, on the leaderboard by the object's hash.
+  EXPECT_TRUE(job.results(0).timed());
+  EXPECT_GT(job.results(0).time().value_ms(), 0);
+  EXPECT_EQ(job.results(0).rank(), 1);
+  EXPECT_THAT(job.results(0).build_log(), ::testing::Not(HasSubstr("g++")));
+  pb::LeaderboardRequest req;
+  req.set_op(pb::OP_ATTENTION);
+  auto board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok()) << board.status();
+  ASSERT_EQ(board->entries_size(), 1);
+  EXPECT_EQ(board->entries(0).source_sha256(), security::Sha256Hex(so));
+  EXPECT_EQ(board->entries(0).kernel_name(), "prebuilt");
+  // The object of another machine is refused at submit, naming the field; no job is made.
+  std::string foreign = so;
+  foreign[18] = 22;  // e_machine: EM_S390
+  foreign[19] = 0;
+  spec.mutable_user_kernels(0)->set_shared_object(foreign);
+  auto refused = alice_->Submit(spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.user_kernels[0].shared_object: built for ELF machine 22"));
+  // A prebuilt object without the op's entry point fails like a source one.
+  spec.set_op(pb::OP_MOE_DOWN);
+  spec.clear_attention();
+  *spec.mutable_moe() = Spec(pb::OP_MOE_DOWN, "x", "").moe();
+  spec.mutable_user_kernels(0)->set_shared_object(so);
+  ExpectFails(spec, absl::StatusCode::kInvalidArgument, {"exports no ks_user_moe_down_v1"});
 }
 
 TEST_F(UserKernelTest, CodeThatDoesNotCompileReturnsTheLog) {
