@@ -149,6 +149,15 @@ absl::StatusOr<pb::ListVariantsResponse> BenchClient::ListVariants(pb::BenchOp o
   return resp;
 }
 
+absl::StatusOr<pb::LeaderboardResponse> BenchClient::Leaderboard(const pb::LeaderboardRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.default_timeout);
+  pb::LeaderboardResponse resp;
+  grpc::Status s = stub_->Leaderboard(&ctx, request, &resp);
+  if (!s.ok()) return FromGrpc(s);
+  return resp;
+}
+
 absl::StatusOr<pb::BenchJob> BenchClient::Watch(const std::string& job_id,
                                                 const std::function<void(const pb::BenchEvent&)>& on_event,
                                                 absl::Duration timeout) {

@@ -27,6 +27,8 @@ class BenchClient {
   absl::StatusOr<std::vector<pb::BenchJob>> List(const pb::ListBenchRequest& request);
   absl::StatusOr<pb::BenchJob> Cancel(const std::string& job_id, const std::string& reason);
   absl::StatusOr<pb::ListVariantsResponse> ListVariants(pb::BenchOp op);
+  // Users' kernels ranked per shape and device (BenchService.Leaderboard).
+  absl::StatusOr<pb::LeaderboardResponse> Leaderboard(const pb::LeaderboardRequest& request);
 
   // Follows the job's events until it finishes and returns the final job.
   // A dropped stream (server restart) is resumed from the last event seen,

@@ -185,6 +185,7 @@ int CmdDevices(Env& env, const std::vector<std::string>& args) {
     absl::PrintF("%-5d %-7s %-10s %-28s %14.1f %14.1f %6d %4d/%-3d\n", d.index(), d.backend(), state, d.name(),
                  d.memory_used_bytes() / 1048576.0, d.memory_limit_bytes() / 1048576.0, d.compute_units(),
                  d.queue_depth(), d.queue_capacity());
+    if (!d.health_probe().empty()) std::cout << "      health probe: " << d.health_probe() << "\n";
   }
   return 0;
 }

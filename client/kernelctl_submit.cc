@@ -80,31 +80,46 @@ int CmdSubmit(const std::vector<std::string>& args, const ClientOptions& options
 
 int CmdLeaderboard(const std::vector<std::string>& args, const ClientOptions& options, bool help) {
   FlagSet f("leaderboard");
-  std::string op, shape;
-  int64_t limit = 1000;
-  f.String("op", &op, "OP", "attention, fp8_attention, mla_decode, moe_gateup or moe_down", true);
-  f.String("shape", &shape, "TEXT", "only shapes whose description holds TEXT (e.g. \"Sq=512\")");
-  f.Int("limit", &limit, "the newest jobs to read (default 1000)");
+  JobSpecFlags sf;  // --op and the shape flags, as for submit
+  sf.Define(f);
+  bool builtin = false, json = false;
+  int64_t limit = 0;
+  f.Bool("builtin", &builtin, "rank the server's own variants too, for reference");
+  f.Bool("json", &json, "print JSON instead of a table");
+  f.Int("entries", &limit, "entries per shape and device (default 20)");
   if (help) {
-    PrintUsage("kernelctl leaderboard --op=OP [--shape=TEXT]",
-               "Ranks every passing result (correct and timed) of OP per shape, over the jobs you can see (an admin\n"
-               "sees every tenant's): the best time per variant and source hash, fastest first.",
+    PrintUsage("kernelctl leaderboard --op=OP [shape flags as for submit] [--builtin] [--json]",
+               "Ranks users' kernels of OP (BenchService.Leaderboard): over the finished jobs you can see (an admin\n"
+               "sees every tenant's), the results that passed the correctness gate and were timed, the best time per\n"
+               "kernel and source hash, fastest first, per shape and device. Shape flags (--batch, --heads, --seq,\n"
+               "...) pick one shape, with submit's defaults for the others; without them every shape is shown.",
                f);
     return 0;
   }
   if (absl::Status st = f.Parse(args); !st.ok()) return Fail(st, 2);
-  pb::BenchOp bench_op;
-  if (!pb::BenchOp_Parse(absl::StrCat("OP_", absl::AsciiStrToUpper(op)), &bench_op)) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--op: unknown op \"", op, "\"")), 2);
+  auto spec = sf.Build();
+  if (!spec.ok()) return Fail(spec.status(), 2);
+  pb::LeaderboardRequest req;
+  req.set_op(spec->op());
+  req.set_include_builtin(builtin);
+  req.set_limit(static_cast<int32_t>(limit));
+  bool shape_given = false;
+  for (const char* name : {"batch", "heads", "heads-kv", "seq", "seq-kv", "head-dim", "head-dim-v", "causal", "layout",
+                           "round", "softmax-scale", "format", "p-mode", "hadamard", "q-len", "kv-format",
+                           "num-splits", "page-size", "tokens", "experts", "top-k", "hidden", "inter", "out-dim",
+                           "swiglu", "weighted-sum"}) {
+    shape_given = shape_given || f.IsSet(name);
+  }
+  if (shape_given) {
+    if (spec->has_attention()) *req.mutable_attention() = spec->attention();
+    if (spec->has_mla()) *req.mutable_mla() = spec->mla();
+    if (spec->has_moe()) *req.mutable_moe() = spec->moe();
   }
   auto client = BenchClient::Connect(options);
   if (!client.ok()) return Fail(client.status(), 1);
-  pb::ListBenchRequest req;
-  req.add_states(pb::JOB_DONE);
-  req.set_limit(static_cast<int32_t>(limit));
-  auto jobs = (*client)->List(req);
-  if (!jobs.ok()) return Fail(jobs.status(), 1);
-  std::cout << LeaderboardMarkdown(Leaderboard(*jobs, bench_op, shape));
+  auto board = (*client)->Leaderboard(req);
+  if (!board.ok()) return Fail(board.status(), 1);
+  std::cout << (json ? LeaderboardJson(*board) : LeaderboardMarkdown(*board));
   return 0;
 }
 

@@ -1,14 +1,13 @@
 #include "client/user_kernels.h"
 
-#include <algorithm>
 #include <fstream>
-#include <map>
 #include <sstream>
-#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace kernelserve {
 
@@ -34,56 +33,32 @@ absl::StatusOr<pb::UserKernel> UserKernelFromFile(const std::string& path, const
   return k;
 }
 
-std::vector<LeaderboardRow> Leaderboard(const std::vector<pb::BenchJob>& jobs, pb::BenchOp op,
-                                        const std::string& shape_filter) {
-  std::map<std::tuple<std::string, std::string, std::string>, LeaderboardRow> best;
-  for (const pb::BenchJob& j : jobs) {
-    if (j.spec().op() != op || j.state() != pb::JOB_DONE) continue;
-    if (!shape_filter.empty() && !absl::StrContains(j.shape_desc(), shape_filter)) continue;
-    for (const pb::VariantResult& r : j.results()) {
-      if (!r.correct() || !r.timed() || !(r.time().value_ms() > 0)) continue;
-      const auto key = std::make_tuple(j.shape_desc(), r.variant(), r.source_sha256());
-      auto it = best.find(key);
-      if (it != best.end() && it->second.value_ms <= r.time().value_ms()) continue;
-      LeaderboardRow row;
-      row.shape_desc = j.shape_desc();
-      row.variant = r.variant();
-      row.source_sha256 = r.source_sha256();
-      row.tenant = j.tenant().empty() ? j.spec().submitter() : j.tenant();
-      row.value_ms = r.time().value_ms();
-      row.tflops = r.tflops();
-      row.tbps = r.tbps();
-      row.job_id = j.id();
-      row.backend = j.backend();
-      row.device_name = j.device_name();
-      best[key] = row;
+std::string LeaderboardMarkdown(const pb::LeaderboardResponse& board) {
+  if (board.entries().empty()) return "no passing results\n";
+  std::string out, section;
+  for (const pb::LeaderboardEntry& e : board.entries()) {
+    const std::string here = absl::StrCat(e.shape_desc(), " on ", e.device_name(), " (", e.backend(), ")");
+    if (here != section || out.empty()) {
+      section = here;
+      absl::StrAppend(&out, out.empty() ? "" : "\n", "### ", here, "\n\n",
+                      "| rank | variant | source sha256 | tenant | ms | TFLOP/s | TB/s | runs | date (UTC) | job |\n",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     }
+    const std::string date =
+        absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixMillis(e.finished_unix_ms()), absl::UTCTimeZone());
+    absl::StrAppend(&out, absl::StrFormat("| %d | %s | %s | %s | %.4f | %.3g | %.3g | %d | %s | %s |\n", e.rank(),
+                                          e.variant(), e.source_sha256().empty() ? "-" : e.source_sha256().substr(0, 12),
+                                          e.tenant(), e.time_ms(), e.tflops(), e.tbps(), e.runs(), date, e.job_id()));
   }
-  std::vector<LeaderboardRow> rows;
-  for (auto& [key, row] : best) rows.push_back(row);
-  std::sort(rows.begin(), rows.end(), [](const LeaderboardRow& a, const LeaderboardRow& b) {
-    return a.shape_desc != b.shape_desc ? a.shape_desc < b.shape_desc : a.value_ms < b.value_ms;
-  });
-  for (size_t i = 0; i < rows.size(); ++i) {
-    rows[i].rank = i > 0 && rows[i - 1].shape_desc == rows[i].shape_desc ? rows[i - 1].rank + 1 : 1;
-  }
-  return rows;
+  return out;
 }
 
-std::string LeaderboardMarkdown(const std::vector<LeaderboardRow>& rows) {
-  if (rows.empty()) return "no passing results\n";
-  std::string out, shape;
-  for (const LeaderboardRow& r : rows) {
-    if (r.shape_desc != shape || out.empty()) {
-      shape = r.shape_desc;
-      absl::StrAppend(&out, out.empty() ? "" : "\n", "### ", shape, "\n\n",
-                      "| rank | variant | source sha256 | tenant | ms | TFLOP/s | TB/s | device | job |\n",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-    }
-    absl::StrAppend(&out, absl::StrFormat("| %d | %s | %s | %s | %.4f | %.3g | %.3g | %s (%s) | %s |\n", r.rank,
-                                          r.variant, r.source_sha256.empty() ? "-" : r.source_sha256.substr(0, 12),
-                                          r.tenant, r.value_ms, r.tflops, r.tbps, r.device_name, r.backend, r.job_id));
-  }
+std::string LeaderboardJson(const pb::LeaderboardResponse& board) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(board, &out, opts);
   return out;
 }
 

@@ -33,6 +33,7 @@ void FillDevice(ServerState* state, int d, pb::Device* out) {
   out->set_driver(info.driver);
   out->set_queue_depth(state->worker(d).queue_depth());
   out->set_queue_capacity(state->worker(d).queue_capacity());
+  out->set_health_probe(state->health_probe(d));
 }
 
 }  // namespace

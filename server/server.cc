@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -19,6 +20,7 @@
 #include "server/node_setup.h"
 #include "server/server_state.h"
 #include "server/services.h"
+#include "server/user_kernels/device_probe.h"
 #include "spdlog/spdlog.h"
 
 namespace kernelserve {
@@ -212,6 +214,27 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
                                 [&] { return state->CheckBufferFinite(**buffer, tenant, field); });
     };
   }
+  // Device health: jobs refuse an unhealthy device; a user kernel's worker
+  // that died abnormally has its device probed (device_probe.h).
+  bench_options.device_check = [state](int device) -> absl::Status {
+    if (state->healthy(device)) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("device ", device, " is unhealthy: ",
+                                                      state->health_reason(device),
+                                                      "; other devices still take jobs (leave spec.device unset)"));
+  };
+  bench_options.probe_after_fault = [state, uk = bench_options.user_kernels, backend = backend_->Name()](
+                                        int device, const absl::Status& fault) -> absl::Status {
+    absl::Status probe = user_kernels::ProbeDevice(uk, backend, device);
+    std::string after(fault.message().substr(0, 300));
+    const std::string when = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+    state->SetHealthProbe(device, absl::StrCat(probe.ok() ? "passed" : "failed", " at ", when, " after: ", after,
+                                               probe.ok() ? "" : absl::StrCat("; ", probe.message())));
+    if (!probe.ok()) {
+      state->MarkUnhealthy(device, absl::StrCat("failed its health probe after a user kernel's worker fault (",
+                                                after, "): ", probe.message()));
+    }
+    return probe;
+  };
   auto runner = [state](int device, std::function<absl::Status()> fn) {
     return state->RunOnDevice(device, nullptr, std::move(fn));
   };

@@ -33,6 +33,7 @@ ServerState::ServerState(Backend* backend, StateOptions options)
   absl::MutexLock lock(&mu_);
   unhealthy_reason_.assign(n, "");
   draining_reason_.assign(n, "");
+  health_probe_.assign(n, "");
   for (int d = 0; d < n; ++d) {
     DeviceInfo info = backend_->GetDeviceInfo(d);
     if (!info.healthy) {
@@ -188,6 +189,16 @@ void ServerState::MarkUnhealthy(int device, const std::string& reason) {
   }
   spdlog::error("device {} marked unhealthy: {}", device, reason);
   if (listener) listener();
+}
+
+void ServerState::SetHealthProbe(int device, std::string verdict) {
+  absl::MutexLock lock(&mu_);
+  health_probe_[device] = std::move(verdict);
+}
+
+std::string ServerState::health_probe(int device) const {
+  absl::MutexLock lock(&mu_);
+  return health_probe_[device];
 }
 
 void ServerState::SetHealthListener(std::function<void()> listener) {

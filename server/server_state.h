@@ -105,6 +105,9 @@ class ServerState {
   bool healthy(int device) const;
   std::string health_reason(int device) const;
   void MarkUnhealthy(int device, const std::string& reason);
+  // The last health probe's verdict (DeviceService.List reports it).
+  void SetHealthProbe(int device, std::string verdict);
+  std::string health_probe(int device) const;
   // Draining (admin): CheckDevice refuses new work with UNAVAILABLE. An empty
   // reason returns the device to service.
   void SetDraining(int device, const std::string& reason);
@@ -130,6 +133,7 @@ class ServerState {
   mutable absl::Mutex mu_;
   std::vector<std::string> unhealthy_reason_ ABSL_GUARDED_BY(mu_);  // "" = healthy
   std::vector<std::string> draining_reason_ ABSL_GUARDED_BY(mu_);   // "" = in service
+  std::vector<std::string> health_probe_ ABSL_GUARDED_BY(mu_);      // "" = none ran
   std::function<void()> health_listener_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   CallCounter calls_;

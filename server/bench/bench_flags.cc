@@ -49,6 +49,11 @@ ABSL_FLAG(double, user_kernel_deadline_s, 10,
 ABSL_FLAG(int, user_kernel_worker_memory_mb, 4096, "address-space limit of a cpu user kernel's worker, MiB");
 ABSL_FLAG(bool, user_kernel_isolate_network, true,
           "run compilers and workers in a new network namespace (unshare) where the kernel allows it");
+ABSL_FLAG(std::string, user_kernel_health_probe, "",
+          "after a user kernel's worker dies abnormally (signal, deadline, device error), probe the device with "
+          "this command (/bin/sh -c; KERNELSERVE_DEVICE and KERNELSERVE_BACKEND set; exit 0 = healthy) instead "
+          "of a fresh worker process (kernel_worker --probe); a failed probe marks the device UNHEALTHY");
+ABSL_FLAG(double, user_kernel_health_probe_timeout_s, 30, "a health probe not done within this has failed");
 
 namespace kernelserve {
 namespace bench {
@@ -78,6 +83,8 @@ void ApplyBenchFlags(BenchOptions* o) {
   u.launch_deadline_s = absl::GetFlag(FLAGS_user_kernel_deadline_s);
   u.worker_memory_bytes = int64_t{absl::GetFlag(FLAGS_user_kernel_worker_memory_mb)} << 20;
   u.isolate_network = absl::GetFlag(FLAGS_user_kernel_isolate_network);
+  u.health_probe = absl::GetFlag(FLAGS_user_kernel_health_probe);
+  u.health_probe_timeout_s = absl::GetFlag(FLAGS_user_kernel_health_probe_timeout_s);
   const double min_s = absl::GetFlag(FLAGS_bench_min_sustained_s);
   if (min_s > 0) {
     o->min_warmin_s = min_s;

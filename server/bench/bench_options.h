@@ -59,6 +59,16 @@ struct BenchOptions {
   // Users' kernels (server/user_kernels): toolchains, limits, the worker.
   user_kernels::UserKernelOptions user_kernels;
   int max_user_kernels_per_job = 8;
+  // Device health, set by the server; null: every device is healthy.
+  // device_check(device): OK, or FAILED_PRECONDITION naming the device and
+  // why it is unhealthy. Submit refuses a job pinned to such a device, its
+  // runner fails the jobs pinned to it and leaves `any` jobs to the others.
+  std::function<absl::Status(int)> device_check;
+  // Called when a user kernel's worker died abnormally on `device`
+  // (user_kernels::WorkerFault, the fault's status as argument): probes the
+  // device and marks it unhealthy when the probe fails; returns the probe's
+  // status for the job's notes. Null: no probe.
+  std::function<absl::Status(int, const absl::Status&)> probe_after_fault;
 };
 
 // Runs `fn` on the device's worker and returns its status (or the worker's

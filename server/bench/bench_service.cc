@@ -115,5 +115,13 @@ grpc::Status BenchServiceImpl::ListVariants(grpc::ServerContext* ctx, const pb::
   });
 }
 
+grpc::Status BenchServiceImpl::Leaderboard(grpc::ServerContext* ctx, const pb::LeaderboardRequest* req,
+                                           pb::LeaderboardResponse* resp) {
+  return Serve("BenchService.Leaderboard", ctx, false, *req, [&](const BenchCaller& caller) -> absl::Status {
+    KS_ASSIGN_OR_RETURN(*resp, scheduler_->Leaderboard(*req, caller.scope()));
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace bench
 }  // namespace kernelserve

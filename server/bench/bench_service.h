@@ -52,6 +52,8 @@ class BenchServiceImpl final : public pb::BenchService::Service {
                       pb::BenchJob* resp) override;
   grpc::Status ListVariants(grpc::ServerContext* ctx, const pb::ListVariantsRequest* req,
                             pb::ListVariantsResponse* resp) override;
+  grpc::Status Leaderboard(grpc::ServerContext* ctx, const pb::LeaderboardRequest* req,
+                           pb::LeaderboardResponse* resp) override;
 
  private:
   absl::Status Admit(grpc::ServerContext* ctx, bool stream, std::shared_ptr<void>* hold,

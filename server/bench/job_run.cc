@@ -455,11 +455,28 @@ void JobRun::StartResult(size_t i) {
 absl::Status JobRun::GateLaunchUser(size_t i) {
   UserRun& u = *runs_[i].user;
   std::memcpy(host_->out.bytes(), poison_.data(), poison_.size());
-  KS_ASSIGN_OR_RETURN(u.worker, user_kernels::KernelWorker::Start(
-                                    env_.builder->options(), env_.backend->Name(), u.built.so_path, spec_,
-                                    secret_seed_, u.variant->name, [this] { return !Stop().ok(); }));
+  // The worker runs on the device the job was placed on, which an `any` spec does not name.
+  pb::BenchJobSpec placed = spec_;
+  placed.set_device(device_);
+  absl::StatusOr<std::unique_ptr<user_kernels::KernelWorker>> started = user_kernels::KernelWorker::Start(
+      env_.builder->options(), env_.backend->Name(), u.built.so_path, placed, secret_seed_, u.variant->name,
+      [this] { return !Stop().ok(); });
+  if (!started.ok()) return CheckDeviceAfter(started.status());
+  u.worker = std::move(*started);
   sink_->AddNote(absl::StrCat(u.variant->name, ": worker ", u.worker->network()));
-  return u.worker->Gate(host_->out.bytes(), poison_.size());
+  return CheckDeviceAfter(u.worker->Gate(host_->out.bytes(), poison_.size()));
+}
+
+// A worker that died abnormally may have left the device broken: probe it
+// (the server marks it unhealthy when the probe fails) and say so in the notes.
+absl::Status JobRun::CheckDeviceAfter(absl::Status st) {
+  const std::string fault = user_kernels::WorkerFault(st);
+  if (fault.empty() || !env_.options->probe_after_fault) return st;
+  const absl::Status probe = env_.options->probe_after_fault(device_, st);
+  sink_->AddNote(probe.ok() ? absl::StrCat("device ", device_, " passed its health probe after the worker's ", fault)
+                            : absl::StrCat("device ", device_, " failed its health probe after the worker's ", fault,
+                                           " and is marked unhealthy: ", probe.message()));
+  return st;
 }
 
 absl::StatusOr<user_kernels::WorkerTimes> JobRun::UserLaunches(size_t i, int warmup, int timed, int batches) {
@@ -467,7 +484,9 @@ absl::StatusOr<user_kernels::WorkerTimes> JobRun::UserLaunches(size_t i, int war
   const double timeout = std::max(1.0, std::min(deadline_s_ - NowS(), env_.builder->options().launch_deadline_s +
                                                                          10.0 * per * (warmup + timed)));
   runs_[i].timer = Timer::kWorkerClock;
-  return runs_[i].user->worker->Time(warmup, timed, batches, timeout);
+  absl::StatusOr<user_kernels::WorkerTimes> t = runs_[i].user->worker->Time(warmup, timed, batches, timeout);
+  if (!t.ok()) return CheckDeviceAfter(t.status());
+  return t;
 }
 
 absl::Status JobRun::GateLaunchOnHost(size_t i) {

@@ -143,6 +143,9 @@ class JobRun {
   absl::Status GateLaunchUser(size_t i);
   // A user kernel's warm-up (timed = 0) or timed launches, in its worker.
   absl::StatusOr<user_kernels::WorkerTimes> UserLaunches(size_t i, int warmup, int timed, int batches);
+  // `st` from a user kernel's worker, after the device health probe when
+  // the worker died abnormally.
+  absl::Status CheckDeviceAfter(absl::Status st);
   absl::Status Judge(size_t i, const absl::Status& ran);
   // Timing.
   Counts LaunchCounts(size_t i) const;

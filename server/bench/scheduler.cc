@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "server/bench/job_run.h"
+#include "server/bench/leaderboard.h"
 #include "server/bench/op_registry.h"
 #include "server/bench/timing.h"
 #include "server/input_checks.h"
@@ -265,12 +266,15 @@ void BenchScheduler::RefreshPositionsLocked() {
 std::shared_ptr<BenchScheduler::Job> BenchScheduler::NextLocked(int device) {
   std::shared_ptr<Job> best;
   std::map<std::string, int64_t> running;  // per tenant over all devices, for options_.start_check
+  const bool sick = options_.device_check && !options_.device_check(device).ok();
   if (options_.start_check) {
     for (const auto& [id, j] : jobs_) running[j->job.tenant()] += j->job.state() == pb::JOB_RUNNING;
   }
   for (auto& [id, j] : jobs_) {
     if (j->job.state() != pb::JOB_QUEUED) continue;
     if (j->job.spec().has_device() && j->job.spec().device() != device) continue;
+    // An unhealthy device takes only the jobs pinned to it, to fail them (Execute).
+    if (!j->job.spec().has_device() && sick) continue;
     if (options_.start_check) {
       const absl::Status may = options_.start_check(j->job.tenant(), running[j->job.tenant()]);
       if (!may.ok()) {
@@ -376,6 +380,11 @@ absl::Status BenchScheduler::ValidateSubmit(const pb::BenchJobSpec& spec, const 
                                                    backend_->DeviceCount() - 1,
                                                    " (or leave it unset for the first free one), got ", spec.device()));
   }
+  if (spec.has_device() && options_.device_check) {
+    if (absl::Status sick = options_.device_check(spec.device()); !sick.ok()) {
+      return absl::Status(sick.code(), absl::StrCat("spec.device: ", sick.message()));
+    }
+  }
   if (spec.tolerance() < 0 || !std::isfinite(spec.tolerance())) {
     return absl::InvalidArgumentError("spec.tolerance: expected >= 0 (0: the op's default)");
   }
@@ -430,6 +439,17 @@ absl::Status BenchScheduler::ValidateUserKernels(const pb::BenchJobSpec& spec) c
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<pb::LeaderboardResponse> BenchScheduler::Leaderboard(const pb::LeaderboardRequest& request,
+                                                                   const std::string& tenant) {
+  KS_RETURN_IF_ERROR(ValidateLeaderboardRequest(request));
+  KS_ASSIGN_OR_RETURN(std::vector<pb::BenchJob> jobs, store_->LoadJobs());
+  if (!tenant.empty()) {
+    jobs.erase(std::remove_if(jobs.begin(), jobs.end(), [&](const pb::BenchJob& j) { return j.tenant() != tenant; }),
+               jobs.end());
+  }
+  return RankLeaderboard(jobs, request);
 }
 
 absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const std::string& tenant) {
@@ -728,6 +748,7 @@ absl::Status BenchScheduler::Execute(const std::shared_ptr<Job>& job, int device
     id = job->job.id();
     tenant = job->job.tenant();
   }
+  if (options_.device_check) KS_RETURN_IF_ERROR(options_.device_check(device));
   JobRunEnv env;
   env.backend = backend_;
   env.options = &options_;

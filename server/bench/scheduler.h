@@ -106,6 +106,10 @@ class BenchScheduler {
                           std::vector<pb::BenchEvent>* out, bool* finished, const std::string& tenant = "");
 
   pb::ListVariantsResponse ListVariants(pb::BenchOp op) const;
+  // The leaderboard (leaderboard.h) over the jobs persisted in the store
+  // that `tenant` may see; INVALID_ARGUMENT naming a bad request field.
+  absl::StatusOr<pb::LeaderboardResponse> Leaderboard(const pb::LeaderboardRequest& request,
+                                                      const std::string& tenant = "");
   const VariantRegistry& variants() const { return registry_; }
   std::string journal_mode() const { return store_->journal_mode(); }
   bool shutting_down() const {

@@ -1,9 +1,12 @@
 #include "server/user_kernels/builder.h"
 
+#include <elf.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <regex>
 
 #include "absl/strings/match.h"
@@ -19,6 +22,48 @@
 namespace kernelserve {
 namespace user_kernels {
 namespace {
+
+// The machine this server loads objects for.
+#if defined(__x86_64__)
+constexpr uint16_t kHostMachine = EM_X86_64;
+constexpr char kHostMachineName[] = "x86-64 (EM_X86_64 = 62)";
+#elif defined(__aarch64__)
+constexpr uint16_t kHostMachine = EM_AARCH64;
+constexpr char kHostMachineName[] = "aarch64 (EM_AARCH64 = 183)";
+#else
+constexpr uint16_t kHostMachine = EM_NONE;
+constexpr char kHostMachineName[] = "an unknown machine";
+#endif
+
+// A prebuilt object must be what the worker can dlopen: a 64-bit
+// little-endian ELF shared object for this machine. Checked at submit so
+// that a wrong object is named before any job is made.
+absl::Status CheckSharedObject(const std::string& bytes, const std::string& field) {
+  if (bytes.size() < sizeof(Elf64_Ehdr) || !absl::StartsWith(bytes, "\x7f" "ELF")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": not an ELF shared object (no ELF header); build one with -shared -fPIC"));
+  }
+  Elf64_Ehdr h;
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (h.e_ident[EI_CLASS] != ELFCLASS64) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": a 32-bit ELF object; this server loads 64-bit ones"));
+  }
+  if (h.e_ident[EI_DATA] != ELFDATA2LSB) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": a big-endian ELF object; this server loads little-endian ones"));
+  }
+  if (h.e_type != ET_DYN) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ELF type ", h.e_type,
+                                                   h.e_type == ET_EXEC  ? " (an executable)"
+                                                   : h.e_type == ET_REL ? " (a relocatable .o)"
+                                                                        : "",
+                                                   ", not a shared object (ET_DYN = 3); build with -shared -fPIC"));
+  }
+  if (h.e_machine != kHostMachine) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": built for ELF machine ", h.e_machine,
+                                                   "; this server runs on ", kHostMachineName));
+  }
+  return absl::OkStatus();
+}
 
 bool IsExecutable(const std::string& path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
 
@@ -230,9 +275,7 @@ absl::Status KernelBuilder::Check(const pb::UserKernel& k, const std::string& se
                                                        " bytes, larger than the limit of ", options_.max_object_bytes,
                                                        " bytes (--user_kernel_max_object_mb)"));
       }
-      if (!absl::StartsWith(k.shared_object(), "\x7f" "ELF")) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".shared_object: not an ELF shared object"));
-      }
+      KS_RETURN_IF_ERROR(CheckSharedObject(k.shared_object(), absl::StrCat(field, ".shared_object")));
       if (!k.flags().empty()) {
         return absl::InvalidArgumentError(absl::StrCat(field, ".flags: a prebuilt object takes no compile flags"));
       }

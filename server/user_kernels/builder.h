@@ -45,6 +45,12 @@ struct UserKernelOptions {
   int64_t compile_max_processes = 256;
   int64_t worker_max_processes = 128;
   bool isolate_network = true;
+  // After a worker's abnormal death (a signal, a missed deadline, a device
+  // error) the device is probed (device_probe.h): this operator command
+  // (--user_kernel_health_probe, run by /bin/sh -c; exit 0 = healthy), or
+  // "" for a fresh worker process (`kernel_worker --probe`).
+  std::string health_probe;
+  double health_probe_timeout_s = 30;
 };
 
 struct Toolchain {

@@ -2,7 +2,11 @@
 // limit, a compile error's log, the content-addressed cache and its key.
 #include "server/user_kernels/builder.h"
 
+#include <elf.h>
 #include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
 
 #include <fstream>
 #include <sstream>
@@ -37,6 +41,42 @@ pb::UserKernel Kernel(const std::string& source) {
   k.set_filename("k.cc");
   k.set_source(source);
   return k;
+}
+
+// A prebuilt object is checked at submit: a 64-bit little-endian ELF shared
+// object for this machine, named by its field otherwise.
+TEST(BuilderTest, PrebuiltObjectsMustBeSharedObjectsForThisMachine) {
+  std::ifstream f("kernels/api/examples/cpu_attention.so", std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string good = ss.str();
+  ASSERT_GT(good.size(), sizeof(Elf64_Ehdr));
+  auto b = Builder();
+  auto check = [&](std::string bytes) {
+    pb::UserKernel k;
+    k.set_name("k");
+    k.set_shared_object(std::move(bytes));
+    return b->Check(k, "cpu", "spec.user_kernels[0]");
+  };
+  EXPECT_TRUE(check(good).ok()) << check(good);
+  auto edited = [&](size_t offset, const void* value, size_t n) {
+    std::string bytes = good;
+    std::memcpy(&bytes[offset], value, n);
+    return check(bytes);
+  };
+  const uint16_t exec = ET_EXEC, rel = ET_REL, other = EM_S390;
+  const uint8_t class32 = ELFCLASS32, msb = ELFDATA2MSB;
+  absl::Status st = edited(offsetof(Elf64_Ehdr, e_type), &exec, 2);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("spec.user_kernels[0].shared_object: ELF type 2 (an executable), not a shared object"));
+  EXPECT_THAT(edited(offsetof(Elf64_Ehdr, e_type), &rel, 2).message(), HasSubstr("(a relocatable .o)"));
+  st = edited(offsetof(Elf64_Ehdr, e_machine), &other, 2);
+  EXPECT_THAT(st.message(), HasSubstr("built for ELF machine 22; this server runs on"));
+  EXPECT_THAT(edited(EI_CLASS, &class32, 1).message(), HasSubstr("a 32-bit ELF object"));
+  EXPECT_THAT(edited(EI_DATA, &msb, 1).message(), HasSubstr("a big-endian ELF object"));
+  st = check(good.substr(0, 20));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("not an ELF shared object (no ELF header)"));
 }
 
 TEST(BuilderTest, ChecksNameSizeBackendAndFlags) {

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -274,7 +276,40 @@ absl::Status Time(Worker* w, const std::string& payload) {
   return WriteFrame(kWorkerProtocolFd, kTimes, reply);
 }
 
+// `--probe --device=N`: the device health check after another worker's
+// abnormal death (device_probe.h): the worker's memory on the device (its
+// own context on cuda), a small input copied there, an output poisoned and
+// read back after a synchronisation. Exit 0: healthy.
+int Probe(int device) {
+  std::unique_ptr<WorkerMemory> mem = MakeWorkerMemory(device);
+  constexpr size_t kBytes = 4096;
+  std::vector<uint8_t> pattern(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) pattern[i] = static_cast<uint8_t>(i * 131 + 7);
+  absl::Status st = mem->Input("probe", pattern.data(), kBytes).status();
+  absl::StatusOr<void*> out = st.ok() ? mem->Output(kBytes) : absl::StatusOr<void*>(st);
+  st = out.status();
+  if (st.ok()) st = mem->Poison();
+  if (st.ok()) st = mem->Check();
+  absl::StatusOr<std::string> back = st.ok() ? mem->ReadOutput() : absl::StatusOr<std::string>(st);
+  if (back.ok() && (back->size() != kBytes || back->find_first_not_of('\xff') != std::string::npos)) {
+    back = absl::DataLossError("the poisoned output read back changed");
+  }
+  if (!back.ok()) {
+    fprintf(stderr, "probe of device %d failed: %s\n", device, back.status().ToString().c_str());
+    return 1;
+  }
+  fprintf(stderr, "probe of device %d: %s: ok\n", device, mem->Describe().c_str());
+  return 0;
+}
+
 int Main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--probe") {
+    int device = 0;
+    for (int i = 2; i < argc; ++i) {
+      if (absl::StartsWith(argv[i], "--device=")) device = atoi(argv[i] + 9);
+    }
+    return Probe(device);
+  }
   // The protocol pipe came as stdout: keep it on fd 3 and send the kernel's
   // own stdout to stderr (the server's log of this worker).
   if (dup2(1, kWorkerProtocolFd) < 0 || dup2(2, 1) < 0) return 2;

@@ -3,6 +3,9 @@
 // kernels of every op pass the gate beside the built-in variants, and every
 // bad input of issue 18 ends in a clear status that leaves the server, and
 // the other tenant's calls, untouched.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -232,6 +235,34 @@ TEST_F(UserKernelTest, PrebuiltSharedObjectRuns) {
   ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
   EXPECT_TRUE(job.results(0).correct()) << job.results(0).gate_message();
   EXPECT_EQ(job.results(0).source_sha256(), security::Sha256Hex(so));
+  // Timed and ranked on the same path as a source kernel, on the leaderboard by the object's hash.
+  EXPECT_TRUE(job.results(0).timed());
+  EXPECT_GT(job.results(0).time().value_ms(), 0);
+  EXPECT_EQ(job.results(0).rank(), 1);
+  EXPECT_THAT(job.results(0).build_log(), ::testing::Not(HasSubstr("g++")));
+  pb::LeaderboardRequest req;
+  req.set_op(pb::OP_ATTENTION);
+  auto board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok()) << board.status();
+  ASSERT_EQ(board->entries_size(), 1);
+  EXPECT_EQ(board->entries(0).source_sha256(), security::Sha256Hex(so));
+  EXPECT_EQ(board->entries(0).kernel_name(), "prebuilt");
+  // The object of another machine is refused at submit, naming the field; no job is made.
+  std::string foreign = so;
+  foreign[18] = 22;  // e_machine: EM_S390
+  foreign[19] = 0;
+  spec.mutable_user_kernels(0)->set_shared_object(foreign);
+  auto refused = alice_->Submit(spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("spec.user_kernels[0].shared_object: built for ELF machine 22"));
+  // A prebuilt object without the op's entry point fails like a source one.
+  spec.set_op(pb::OP_MOE_DOWN);
+  spec.clear_attention();
+  *spec.mutable_moe() = Spec(pb::OP_MOE_DOWN, "x", "").moe();
+  spec.mutable_user_kernels(0)->set_shared_object(so);
+  ExpectFails(spec, absl::StatusCode::kInvalidArgument, {"exports no ks_user_moe_down_v1"});
 }
 
 TEST_F(UserKernelTest, CodeThatDoesNotCompileReturnsTheLog) {
@@ -429,20 +460,112 @@ TEST_F(UserKernelTest, ClientApiSubmitsAFileAndRanksTheLeaderboard) {
   auto so = UserKernelFromFile("kernels/api/examples/cpu_attention.so", "prebuilt");
   ASSERT_TRUE(so.ok());
   EXPECT_FALSE(so->shared_object().empty());
-  auto listed = alice_->List(pb::ListBenchRequest());
-  ASSERT_TRUE(listed.ok());
-  std::vector<LeaderboardRow> rows = Leaderboard(*listed, pb::OP_ATTENTION);
-  ASSERT_EQ(rows.size(), 3u);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    EXPECT_EQ(rows[i].rank, static_cast<int>(i) + 1);
+  pb::LeaderboardRequest req;
+  req.set_op(pb::OP_ATTENTION);
+  req.set_include_builtin(true);
+  auto board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok()) << board.status();
+  ASSERT_EQ(board->entries_size(), 3) << board->DebugString();
+  for (int i = 0; i < board->entries_size(); ++i) {
+    const pb::LeaderboardEntry& e = board->entries(i);
+    EXPECT_EQ(e.rank(), i + 1);
     if (i > 0) {
-      EXPECT_LE(rows[i - 1].value_ms, rows[i].value_ms);
+      EXPECT_LE(board->entries(i - 1).time_ms(), e.time_ms());
     }
-    EXPECT_EQ(rows[i].tenant, "alice");
+    EXPECT_EQ(e.tenant(), "alice");
+    EXPECT_EQ(e.job_id(), job.id());
   }
-  EXPECT_THAT(LeaderboardMarkdown(rows), HasSubstr("user:attention"));
-  EXPECT_TRUE(Leaderboard(*listed, pb::OP_ATTENTION, "Sq=4096").empty());
-  EXPECT_TRUE(Leaderboard(*listed, pb::OP_MOE_DOWN).empty());
+  EXPECT_THAT(LeaderboardMarkdown(*board), HasSubstr("user:attention"));
+  req.set_include_builtin(false);
+  board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok());
+  ASSERT_EQ(board->entries_size(), 1);
+  EXPECT_EQ(board->entries(0).kernel_name(), "attention");
+  req.set_op(pb::OP_MOE_DOWN);
+  board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok());
+  EXPECT_EQ(board->entries_size(), 0);
+}
+
+// The attention example made slower by `ms` of sleep per launch.
+std::string SlowAttention(int ms) {
+  std::string src = Example("attention");
+  const std::string entry = "int ks_user_attention_v1(";
+  src.replace(src.find(entry), entry.size(), "static int FastAttention(");
+  return absl::StrCat("#include <unistd.h>\n", src, "\nextern \"C\" int ks_user_attention_v1(const ks_attention_args_v1* a, void* s) {\n",
+                      "  usleep(", ms * 1000, ");\n  return FastAttention(a, s);\n}\n");
+}
+
+// BenchService.Leaderboard over the persisted results: two kernels of
+// different speed rank by time, a failed-gate one never appears, other
+// shapes and other tenants' jobs are kept apart, bad requests are named.
+TEST_F(UserKernelTest, LeaderboardRanksPassingSubmissionsBySpeed) {
+  pb::BenchJob fast = Run(Spec(pb::OP_ATTENTION, "fast", Example("attention")));
+  ASSERT_EQ(fast.state(), pb::JOB_DONE) << fast.error();
+  pb::BenchJob slow = Run(Spec(pb::OP_ATTENTION, "slow", SlowAttention(20)));
+  ASSERT_EQ(slow.state(), pb::JOB_DONE) << slow.error();
+  pb::BenchJob wrong = Run(Spec(pb::OP_ATTENTION, "wrong", AttentionKernel("a->out[0] = 0x7fc0;")));
+  ASSERT_EQ(wrong.state(), pb::JOB_DONE) << wrong.error();
+  ASSERT_FALSE(wrong.results(0).correct());
+  pb::BenchJobSpec other = Spec(pb::OP_ATTENTION, "othershape", Example("attention"));
+  other.mutable_attention()->set_seq_q(32);
+  ASSERT_EQ(Run(other).state(), pb::JOB_DONE);
+
+  pb::LeaderboardRequest req;
+  req.set_op(pb::OP_ATTENTION);
+  *req.mutable_attention() = Spec(pb::OP_ATTENTION, "x", "").attention();
+  auto board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok()) << board.status();
+  ASSERT_EQ(board->entries_size(), 2) << board->DebugString();
+  const pb::LeaderboardEntry& first = board->entries(0);
+  const pb::LeaderboardEntry& second = board->entries(1);
+  EXPECT_EQ(first.rank(), 1);
+  EXPECT_EQ(first.variant(), "user:fast");
+  EXPECT_EQ(first.kernel_name(), "fast");
+  EXPECT_EQ(first.job_id(), fast.id());
+  EXPECT_EQ(first.source_sha256(), fast.results(0).source_sha256());
+  EXPECT_EQ(first.source_sha256().size(), 64u);
+  EXPECT_EQ(first.tenant(), "alice");
+  EXPECT_EQ(first.runs(), 1);
+  EXPECT_GT(first.finished_unix_ms(), 0);
+  EXPECT_EQ(second.rank(), 2);
+  EXPECT_EQ(second.variant(), "user:slow");
+  EXPECT_GE(second.time_ms(), 20.0);
+  EXPECT_LT(first.time_ms(), second.time_ms());
+  EXPECT_THAT(first.shape_desc(), HasSubstr("Sq=64"));
+
+  // Every shape: the other shape is its own board; the wrong kernel is nowhere.
+  req.clear_attention();
+  board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok());
+  EXPECT_EQ(board->entries_size(), 3);
+  for (const auto& e : board->entries()) EXPECT_NE(e.variant(), "user:wrong");
+  // Another tenant sees none of alice's.
+  board = bob_->Leaderboard(req);
+  ASSERT_TRUE(board.ok());
+  EXPECT_EQ(board->entries_size(), 0);
+
+  // Bad requests: INVALID_ARGUMENT naming the field.
+  pb::LeaderboardRequest bad;
+  auto st = alice_->Leaderboard(bad).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("op: expected attention"));
+  bad.set_op(pb::OP_ATTENTION);
+  *bad.mutable_attention() = Spec(pb::OP_ATTENTION, "x", "").attention();
+  bad.mutable_attention()->set_head_dim(0);
+  st = alice_->Leaderboard(bad).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("attention.head_dim"));
+  EXPECT_THAT(st.message(), ::testing::Not(HasSubstr("spec.")));
+  bad.set_op(pb::OP_MLA_DECODE);
+  st = alice_->Leaderboard(bad).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  pb::LeaderboardRequest limit;
+  limit.set_op(pb::OP_ATTENTION);
+  limit.set_limit(-1);
+  st = alice_->Leaderboard(limit).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("limit: expected"));
 }
 
 // kernelctl submit and leaderboard, the binary as a user runs it.
@@ -458,8 +581,19 @@ TEST_F(UserKernelTest, KernelctlSubmitAndLeaderboard) {
   EXPECT_THAT(ReadFile(err), HasSubstr("user:attention (sha256 "));
   EXPECT_THAT(ReadFile(err), HasSubstr("passed the gate"));
   ASSERT_EQ(system((ctl + "leaderboard --op=attention >" + out).c_str()), 0);
-  EXPECT_THAT(ReadFile(out), HasSubstr("| user:attention | "));
+  EXPECT_THAT(ReadFile(out), HasSubstr("| 1 | user:attention | "));
   EXPECT_THAT(ReadFile(out), HasSubstr("| alice |"));
+  ASSERT_EQ(system((ctl + "leaderboard --op=attention --batch=1 --heads=2 --seq=64 --head-dim=64 --causal --json >" +
+                    out).c_str()),
+            0);
+  EXPECT_THAT(ReadFile(out), HasSubstr("\"variant\": \"user:attention\""));
+  EXPECT_THAT(ReadFile(out), HasSubstr("\"kernel_name\": \"attention\""));
+  ASSERT_EQ(system((ctl + "leaderboard --op=attention --heads=2 --seq=4096 --head-dim=64 >" + out).c_str()), 0);
+  EXPECT_THAT(ReadFile(out), HasSubstr("no passing results"));
+  const int bad_shape = system((ctl + "leaderboard --op=attention --heads=2 --seq=64 --head-dim=0 >" + out + " 2>" +
+                                err).c_str());
+  EXPECT_EQ(WEXITSTATUS(bad_shape), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("INVALID_ARGUMENT: attention.head_dim"));
   // A kernel that does not build: exit 1 and the compile log.
   const std::string bad = dir + "/bad.cc";
   {
@@ -494,6 +628,123 @@ class BrokenWorkerTest : public UserKernelTest {
 TEST_F(BrokenWorkerTest, AWorkerThatDiesAtStartFailsTheJobSayingHow) {
   ExpectFails(Spec(pb::OP_ATTENTION, "attention", Example("attention")), absl::StatusCode::kAborted,
               {"user:attention", "worker process ended (exit code 1)"});
+}
+
+// Device health after a worker fault, on two simulated cpu devices: the
+// operator's probe command fails for device 1 only.
+class DeviceHealthTest : public UserKernelTest {
+ protected:
+  void Customize(ServerOptions* o) override {
+    o->cpu_devices = 2;
+    o->metrics_listen = "127.0.0.1:0";
+    o->bench.user_kernels.health_probe = "echo probing device $KERNELSERVE_DEVICE; test \"$KERNELSERVE_DEVICE\" != 1";
+  }
+
+  pb::Device Device(int index) {
+    ClientOptions c = Options("tok-alice");
+    auto client = Client::Connect(c);
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return {};
+    auto devices = (*client)->Devices();
+    EXPECT_TRUE(devices.ok()) << devices.status();
+    if (!devices.ok() || index >= devices->devices_size()) return {};
+    return devices->devices(index);
+  }
+
+  std::string Metrics() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->metrics_port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string body;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+      if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+        char buf[4096];
+        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, static_cast<size_t>(n));
+      }
+    }
+    close(fd);
+    return body;
+  }
+
+  bool HasNote(const pb::BenchJob& job, const std::string& part) {
+    for (const std::string& n : job.notes()) {
+      if (absl::StrContains(n, part)) return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(DeviceHealthTest, AFailedProbeMarksOnlyThatDeviceUnhealthy) {
+  pb::BenchJobSpec crash = Spec(pb::OP_ATTENTION, "aborts", AttentionKernel("abort();"));
+  crash.set_device(1);
+  pb::BenchJob crashed = Run(crash);
+  EXPECT_EQ(crashed.state(), pb::JOB_FAILED);
+  EXPECT_EQ(crashed.error_code(), static_cast<int>(absl::StatusCode::kAborted)) << crashed.error();
+  EXPECT_THAT(crashed.error(), HasSubstr("SIGABRT"));
+  EXPECT_TRUE(HasNote(crashed, "device 1 failed its health probe after the worker's signal")) << crashed.DebugString();
+
+  const pb::Device sick = Device(1);
+  EXPECT_EQ(sick.state(), pb::UNHEALTHY);
+  EXPECT_THAT(sick.state_reason(), HasSubstr("failed its health probe after a user kernel's worker fault"));
+  EXPECT_THAT(sick.state_reason(), HasSubstr("exit code 1"));
+  EXPECT_THAT(sick.state_reason(), HasSubstr("probing device 1"));
+  EXPECT_THAT(sick.health_probe(), HasSubstr("failed at "));
+  EXPECT_EQ(Device(0).state(), pb::HEALTHY);
+  EXPECT_EQ(Device(0).health_probe(), "");
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("kernelserve_device_healthy{device=\"1\"} 0"));
+  EXPECT_THAT(metrics, HasSubstr("kernelserve_device_healthy{device=\"0\"} 1"));
+
+  // A job placed on the sick device is refused, naming it and why.
+  pb::BenchJobSpec pinned = Spec(pb::OP_ATTENTION, "attention", Example("attention"));
+  pinned.set_device(1);
+  auto refused = alice_->Submit(pinned);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("spec.device: device 1 is unhealthy: failed its health probe"));
+
+  // The other device keeps serving: a job left to `any` and one pinned to 0.
+  pb::BenchJob any = Run(Spec(pb::OP_ATTENTION, "attention", Example("attention"), {"cpu"}), bob_.get());
+  EXPECT_EQ(any.state(), pb::JOB_DONE) << any.error();
+  EXPECT_EQ(any.device(), 0);
+  pb::BenchJobSpec on0 = Spec(pb::OP_ATTENTION, "attention", Example("attention"));
+  on0.set_device(0);
+  pb::BenchJob ran = Run(on0);
+  EXPECT_EQ(ran.state(), pb::JOB_DONE) << ran.error();
+
+  // kernelctl devices shows it too.
+  const std::string out = ::testing::TempDir() + "/devices.txt";
+  ASSERT_EQ(system(absl::StrCat("client/kernelctl --server=127.0.0.1:", server_->port(),
+                                " --token=tok-alice devices >", out).c_str()),
+            0);
+  EXPECT_THAT(ReadFile(out), HasSubstr("UNHEALTHY (failed its health probe"));
+  EXPECT_THAT(ReadFile(out), HasSubstr("health probe: failed at "));
+}
+
+TEST_F(DeviceHealthTest, ACrashOnAHealthyDeviceLeavesItHealthy) {
+  pb::BenchJobSpec crash = Spec(pb::OP_ATTENTION, "aborts", AttentionKernel("abort();"));
+  crash.set_device(0);
+  pb::BenchJob crashed = Run(crash);
+  EXPECT_EQ(crashed.state(), pb::JOB_FAILED);
+  EXPECT_THAT(crashed.error(), HasSubstr("SIGABRT"));
+  EXPECT_TRUE(HasNote(crashed, "device 0 passed its health probe after the worker's signal")) << crashed.DebugString();
+  const pb::Device d = Device(0);
+  EXPECT_EQ(d.state(), pb::HEALTHY);
+  EXPECT_THAT(d.health_probe(), HasSubstr("passed at "));
+  EXPECT_THAT(d.health_probe(), HasSubstr("SIGABRT"));
+  pb::BenchJobSpec again = Spec(pb::OP_ATTENTION, "attention", Example("attention"));
+  again.set_device(0);
+  EXPECT_EQ(Run(again).state(), pb::JOB_DONE);
+  // An ordinary failure (a non-zero return) needs no probe.
+  pb::BenchJobSpec rc = Spec(pb::OP_ATTENTION, "returns7", AttentionKernel("return 7;"));
+  rc.set_device(1);
+  pb::BenchJob failed = Run(rc);
+  EXPECT_EQ(failed.state(), pb::JOB_FAILED);
+  EXPECT_FALSE(HasNote(failed, "health probe"));
+  EXPECT_EQ(Device(1).state(), pb::HEALTHY);
 }
 
 }  // namespace

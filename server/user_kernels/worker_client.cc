@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -23,9 +25,16 @@ double NowS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The worker binary: the flag, else beside the running binary (the server,
-// or a test that carries it as data).
-std::string WorkerPath(const UserKernelOptions& o, const std::string& backend) {
+constexpr char kFaultPayload[] = "kernelserve.dev/user_kernels/worker_fault";
+
+absl::Status WithFault(absl::Status st, absl::string_view kind) {
+  st.SetPayload(kFaultPayload, absl::Cord(kind));
+  return st;
+}
+
+}  // namespace
+
+std::string WorkerBinary(const UserKernelOptions& o, const std::string& backend) {
   const std::string& configured = backend == "cuda" ? o.worker_cuda : o.worker;
   if (!configured.empty()) return configured;
   const std::string name = backend == "cuda" ? "kernel_worker_cuda" : "kernel_worker";
@@ -39,7 +48,10 @@ std::string WorkerPath(const UserKernelOptions& o, const std::string& backend) {
   return absl::StrCat(dir, "/user_kernels/", name);
 }
 
-}  // namespace
+std::string WorkerFault(const absl::Status& status) {
+  auto kind = status.GetPayload(kFaultPayload);
+  return kind.has_value() ? std::string(*kind) : "";
+}
 
 KernelWorker::KernelWorker(const UserKernelOptions& options, std::string label, std::function<bool()> stop)
     : options_(options), label_(std::move(label)), stop_(std::move(stop)) {}
@@ -64,7 +76,7 @@ absl::StatusOr<std::unique_ptr<KernelWorker>> KernelWorker::Start(const UserKern
   KS_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create(options.work_dir, "ks-uk-run-"));
   w->dir_ = std::make_unique<TempDir>(std::move(dir));
   w->log_path_ = w->dir_->path() + "/worker.log";
-  std::string worker = WorkerPath(options, backend);
+  std::string worker = WorkerBinary(options, backend);
   // The worker starts in its private dir: a relative path must not change meaning.
   char resolved[PATH_MAX];
   if (realpath(worker.c_str(), resolved) != nullptr) worker = resolved;
@@ -135,7 +147,9 @@ absl::Status KernelWorker::Await(double timeout_s, uint32_t* tag, std::string* p
         Exit e = Reap(pid_, 2.0);
         pid_ = -1;
         if (e.signal != 0) return Gone(err, e);
-        return absl::Status(err.code(), absl::StrCat(label_, ": ", err.message()));
+        absl::Status reported(err.code(), absl::StrCat(label_, ": ", err.message()));
+        // A CUDA error after the kernel may have left the device itself broken.
+        return absl::StrContains(err.message(), "cudaError") ? WithFault(reported, "device error") : reported;
       }
       return absl::OkStatus();
     }
@@ -161,15 +175,17 @@ absl::Status KernelWorker::Gone(const absl::Status& why, const Exit& exit) {
   std::string log = ReadTail(log_path_, 2048);
   const std::string tail = log.empty() ? "" : absl::StrCat("; the worker's output ends: ", log);
   if (exit.timed_out) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(label_, ": the kernel ", why.message(), "; its worker was killed with SIGKILL", tail));
+    return WithFault(absl::DeadlineExceededError(absl::StrCat(label_, ": the kernel ", why.message(),
+                                                              "; its worker was killed with SIGKILL", tail)),
+                     "deadline");
   }
   if (exit.stopped) return absl::CancelledError(absl::StrCat(label_, ": stopped; its worker was killed"));
   if (exit.signal != 0) {
     const bool fault = why.code() != absl::StatusCode::kUnavailable && why.code() != absl::StatusCode::kInternal;
-    return absl::AbortedError(absl::StrCat(label_, ": the kernel's worker process was killed by ",
-                                           SignalName(exit.signal), fault ? absl::StrCat(": ", why.message()) : "",
-                                           tail));
+    return WithFault(absl::AbortedError(absl::StrCat(label_, ": the kernel's worker process was killed by ",
+                                                     SignalName(exit.signal),
+                                                     fault ? absl::StrCat(": ", why.message()) : "", tail)),
+                     "signal");
   }
   return absl::AbortedError(
       absl::StrCat(label_, ": the kernel's worker process ended (", exit.Describe(), ") ", why.message(), tail));

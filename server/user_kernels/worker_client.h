@@ -29,6 +29,18 @@ struct WorkerTimes {
   std::vector<double> sample_ms;  // per batch, ms per launch
 };
 
+// The worker binary for `backend`: the configured one, else beside the
+// running binary (the server, or a test that carries it as data).
+std::string WorkerBinary(const UserKernelOptions& options, const std::string& backend);
+
+// The kind of abnormal worker death a status from KernelWorker reports:
+// "signal", "deadline" or "device error" (a CUDA error after the kernel), or
+// "" for an ordinary failure (the kernel returned non-zero, does not load,
+// wrote outside its output and was caught by a canary, the job was
+// cancelled). After an abnormal death the device is health-probed
+// (device_probe.h).
+std::string WorkerFault(const absl::Status& status);
+
 class KernelWorker {
  public:
   // Starts the worker for `backend`'s kernel at `so_path` and waits until it
