@@ -1,5 +1,6 @@
 #include "server/bench/bench_flags.h"
 
+#include <cstdint>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -49,6 +50,17 @@ ABSL_FLAG(double, user_kernel_deadline_s, 10,
 ABSL_FLAG(int, user_kernel_worker_memory_mb, 4096, "address-space limit of a cpu user kernel's worker, MiB");
 ABSL_FLAG(bool, user_kernel_isolate_network, true,
           "run compilers and workers in a new network namespace (unshare) where the kernel allows it");
+ABSL_FLAG(std::string, job_store, "",
+          "where benchmark jobs are kept: empty for this node's embedded store (<--data_dir>/bench.db), or "
+          "postgres://[user[:password]@]host[:port]/database[?options] for a store shared by a fleet of "
+          "servers, each running queued jobs of any of them on its free devices");
+ABSL_FLAG(std::string, node_id, "",
+          "this server's id in the fleet (--job_store=postgres://...), unique among its nodes; empty: "
+          "<hostname>:<pid>. A server restarted under the same id re-queues what it ran before");
+ABSL_FLAG(int64_t, fleet_heartbeat_ms, 2000, "how often a fleet node heartbeats in the job store");
+ABSL_FLAG(int64_t, fleet_stale_ms, 15000,
+          "a fleet node silent this long has died: its running jobs are re-queued (or interrupted after "
+          "--bench_max_attempts starts) by the other nodes");
 
 namespace kernelserve {
 namespace bench {
@@ -78,6 +90,10 @@ void ApplyBenchFlags(BenchOptions* o) {
   u.launch_deadline_s = absl::GetFlag(FLAGS_user_kernel_deadline_s);
   u.worker_memory_bytes = int64_t{absl::GetFlag(FLAGS_user_kernel_worker_memory_mb)} << 20;
   u.isolate_network = absl::GetFlag(FLAGS_user_kernel_isolate_network);
+  o->fleet.job_store = absl::GetFlag(FLAGS_job_store);
+  o->fleet.node_id = absl::GetFlag(FLAGS_node_id);
+  o->fleet.heartbeat_ms = absl::GetFlag(FLAGS_fleet_heartbeat_ms);
+  o->fleet.stale_ms = absl::GetFlag(FLAGS_fleet_stale_ms);
   const double min_s = absl::GetFlag(FLAGS_bench_min_sustained_s);
   if (min_s > 0) {
     o->min_warmin_s = min_s;

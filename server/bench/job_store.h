@@ -60,7 +60,8 @@ class FleetJobStore : public JobStore {
   using TenantGate = std::function<bool(const std::string& tenant, int64_t running)>;
 
   // The best queued job (priority, then age) of `backend` that `device` may
-  // run (pinned to it or unpinned), now RUNNING on `node` with one more
+  // run (pinned to it or unpinned; a queued job whose `node` is set is
+  // pinned to that node), now RUNNING on `node` with one more
   // attempt and a fresh heartbeat; nullopt when there is none. With a gate,
   // claims are serialized fleet-wide so that the running counts it sees
   // stay true until the claim commits.
@@ -81,7 +82,8 @@ class FleetJobStore : public JobStore {
   // What a node that holds a job's claim writes through: `job` (may be null)
   // and `event` (may be null) are stored only while the job is still RUNNING
   // on `node` at attempt `attempts`; FAILED_PRECONDITION otherwise (its
-  // heartbeat went stale and another node requeued it).
+  // heartbeat went stale and another node requeued it). The job's attempts
+  // are written too; a job written back as QUEUED is free for any node.
   virtual absl::Status PutClaimed(const pb::BenchJob* job, const pb::BenchEvent* event, const std::string& node,
                                   int attempts) = 0;
   // For writers that do not hold the claim: stores `job` only while its row

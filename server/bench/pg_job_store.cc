@@ -120,7 +120,8 @@ class PgJobStoreImpl : public FleetJobStore {
     const std::string claim =
         "UPDATE ks_jobs SET state = 2, node = $1, heartbeat_ms = $2::bigint, attempts = attempts + 1, error = '', "
         "cancel = '' WHERE id = (SELECT id FROM ks_jobs WHERE state = 1 AND backend = $3 "
-        "AND (device IS NULL OR device = $4::integer) AND tenant <> ALL($5::text[]) ORDER BY priority DESC, ord "
+        "AND (device IS NULL OR device = $4::integer) AND (node IS NULL OR node = $1) AND tenant <> ALL($5::text[]) "
+        "ORDER BY priority DESC, ord "
         "LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING " + std::string(kJobColumns);
     std::vector<Param> params = {node, std::to_string(now_ms), backend, std::to_string(device), TextArray({})};
     if (!may_start) {
@@ -170,7 +171,7 @@ class PgJobStoreImpl : public FleetJobStore {
   absl::Status PutClaimed(const pb::BenchJob* job, const pb::BenchEvent* event, const std::string& node,
                           int attempts) override {
     absl::MutexLock l(&mu_);
-    // $1 id, $2 node, $3 attempts; then the job's state, message and error;
+    // $1 id, $2 node, $3 attempts; then the job's state, message, error and attempts;
     // then the event's seq and message.
     std::vector<Param> p = {job ? job->id() : event->job_id(), node, std::to_string(attempts)};
     std::string sql;
@@ -178,7 +179,10 @@ class PgJobStoreImpl : public FleetJobStore {
       p.emplace_back(std::to_string(job->state()));
       p.push_back(Bytes(job->SerializeAsString()));
       p.emplace_back(job->error());
-      sql = "WITH j AS (UPDATE ks_jobs SET state = $4::integer, job = $5::bytea, error = $6 WHERE id = $1 "
+      p.emplace_back(std::to_string(job->attempts()));
+      // Back to QUEUED (a graceful stop) frees the job for any node.
+      sql = "WITH j AS (UPDATE ks_jobs SET state = $4::integer, job = $5::bytea, error = $6, attempts = $7::integer, "
+            "node = CASE WHEN $4::integer = 1 THEN NULL ELSE node END WHERE id = $1 "
             "AND state = 2 AND node = $2 AND attempts = $3::integer RETURNING id)";
     } else {
       // The row lock keeps a requeue (and the next claim) out until the event is in.
@@ -299,17 +303,19 @@ class PgJobStoreImpl : public FleetJobStore {
 
  private:
   // $1 id, $2 state, $3 job, $4 backend, $5 device (NULL: any), $6 priority,
-  // $7 attempts, $8 error, $9 tenant.
+  // $7 attempts, $8 error, $9 tenant, $10 node (NULL: none). A queued job's
+  // node pins it there (its input buffers live on that node); the node is
+  // written on insert only, afterwards the claims own it.
   static constexpr const char* kUpsert =
-      "INSERT INTO ks_jobs (id, state, job, backend, device, priority, attempts, error, tenant) "
-      "VALUES ($1, $2::integer, $3::bytea, $4, $5::integer, $6::integer, $7::integer, $8, $9) "
+      "INSERT INTO ks_jobs (id, state, job, backend, device, priority, attempts, error, tenant, node) "
+      "VALUES ($1, $2::integer, $3::bytea, $4, $5::integer, $6::integer, $7::integer, $8, $9, $10) "
       "ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, job = EXCLUDED.job, attempts = EXCLUDED.attempts, "
       "error = EXCLUDED.error";
   static constexpr const char* kInsertEvent3 =
       "INSERT INTO ks_events (job_id, seq, event) VALUES ($1, $2::bigint, $3::bytea) "
       "ON CONFLICT (job_id, seq) DO NOTHING";
   static constexpr const char* kInsertEventAfterJob =
-      "INSERT INTO ks_events (job_id, seq, event) VALUES ($10, $11::bigint, $12::bytea) "
+      "INSERT INTO ks_events (job_id, seq, event) VALUES ($11, $12::bigint, $13::bytea) "
       "ON CONFLICT (job_id, seq) DO NOTHING";
 
   // What a job row is read as: the message with the authoritative columns.
@@ -383,7 +389,8 @@ class PgJobStoreImpl : public FleetJobStore {
             std::to_string(job.spec().priority()),
             std::to_string(job.attempts()),
             job.error(),
-            job.tenant()};
+            job.tenant(),
+            job.node().empty() ? Null() : Param(job.node())};
   }
 
   // Inside a transaction `retry` is false: a reconnect would lose it.

@@ -153,15 +153,21 @@ TEST_F(PgFleetTest, ClaimsFollowBackendDeviceAndPriority) {
   ASSERT_TRUE(nodes_[0]->PutJob(Queued("any-low", 0)).ok());
   ASSERT_TRUE(nodes_[0]->PutJob(pinned).ok());
   ASSERT_TRUE(nodes_[0]->PutJob(Queued("any-high", 3)).ok());
+  pb::BenchJob on_node0 = Queued("on-node0", 9);
+  on_node0.set_node("node0");
+  ASSERT_TRUE(nodes_[0]->PutJob(on_node0).ok());
   auto id = [&](int device) {
     auto j = nodes_[1]->Claim("node1", "cpu", device, 1000, nullptr);
     EXPECT_TRUE(j.ok()) << j.status();
     return j.ok() && j->has_value() ? (*j)->id() : std::string("none");
   };
-  EXPECT_EQ(id(0), "any-high") << "pinned-1 is for device 1; gpu-job for cuda";
+  EXPECT_EQ(id(0), "any-high") << "pinned-1 is for device 1; gpu-job for cuda; on-node0 for node0";
   EXPECT_EQ(id(1), "pinned-1");
   EXPECT_EQ(id(1), "any-low");
   EXPECT_EQ(id(0), "none");
+  auto mine = nodes_[0]->Claim("node0", "cpu", 0, 1000, nullptr);
+  ASSERT_TRUE(mine.ok() && mine->has_value());
+  EXPECT_EQ((*mine)->id(), "on-node0");
 }
 
 // A node that stops heartbeating: another node requeues its job, claims and
