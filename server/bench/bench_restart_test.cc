@@ -32,19 +32,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Runs kernelctl; returns its exit status and puts stdout + stderr in *out.
-int Kernelctl(const std::string& target, const std::string& args, std::string* out) {
-  const std::string cmd = absl::StrCat(Runfile("client/kernelctl"), " --server=", target, " ", args, " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  out->clear();
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 pb::BenchJobSpec Small(const std::string& name) {
   pb::BenchJobSpec s = SmallAttentionSpec(name);
   s.add_variants("test.wrong");

@@ -164,6 +164,16 @@ TEST_F(FleetTest, JobsSubmittedToOneServerRunOnAllThreeEachOnce) {
   EXPECT_EQ(devices->fleet(1).address(), servers_[2]->target());
   EXPECT_EQ(devices->fleet(1).devices_size(), 1);
   EXPECT_GT(devices->fleet(1).heartbeat_unix_ms(), absl::ToUnixMillis(absl::Now()) - 10000);
+
+  std::string out;
+  ASSERT_EQ(Kernelctl(servers_[1]->target(), "devices --fleet", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("node: node1"));
+  EXPECT_THAT(out, HasSubstr("fleet: 2 other node(s)"));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("node node0 at ", servers_[0]->target(), ": cpu")));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("node node2 at ", servers_[2]->target(), ": cpu")));
+  EXPECT_THAT(out, HasSubstr("last heartbeat"));
+  ASSERT_EQ(Kernelctl(servers_[1]->target(), "jobs get " + ids[0], &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr(ids[0])) << "any server gets any job";
 }
 
 TEST_F(FleetTest, AServerKilledMidJobLosesItToAnotherThatFinishesIt) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -55,6 +56,18 @@ void WriteAll(const std::string& path, const std::string& text) {
   s.mutable_method()->set_warmup(2);
   s.mutable_method()->set_iters(4);
   return s;
+}
+
+int Kernelctl(const std::string& target, const std::string& args, std::string* out) {
+  const std::string cmd = absl::StrCat(Runfile("client/kernelctl"), " --server=", target, " ", args, " 2>&1");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  out->clear();
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 ServerProcess::ServerProcess(const std::string& data_dir, const std::string& log,

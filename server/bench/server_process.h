@@ -22,6 +22,10 @@ void WriteAll(const std::string& path, const std::string& text);
 // with 2 warm-up and 4 timed launches.
 ::kernelserve::v1::BenchJobSpec SmallAttentionSpec(const std::string& name);
 
+// Runs the kernelctl runfile against `target` with `args`; returns its exit
+// status and puts its stdout and stderr in *out.
+int Kernelctl(const std::string& target, const std::string& args, std::string* out);
+
 class ServerProcess {
  public:
   // Starts it with --data_dir, the test variants and a short sustained
