@@ -176,6 +176,32 @@ TEST_F(FleetTest, JobsSubmittedToOneServerRunOnAllThreeEachOnce) {
   EXPECT_THAT(out, HasSubstr(ids[0])) << "any server gets any job";
 }
 
+// 100 short jobs submitted round robin: each starts exactly once, wherever.
+TEST_F(FleetTest, HundredJobsSubmittedToAllThreeEachRunOnce) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<pb::BenchJob> j = clients_[i % 3]->Submit(Spec("short" + std::to_string(i), 0));
+    ASSERT_TRUE(j.ok()) << j.status();
+    ids.push_back(j->id());
+  }
+  std::set<std::string> nodes;
+  for (const std::string& id : ids) {
+    const pb::BenchJob j = WaitDone(0, id);
+    EXPECT_EQ(j.state(), pb::JOB_DONE) << j.error();
+    EXPECT_EQ(j.attempts(), 1) << id;
+    nodes.insert(j.node());
+  }
+  EXPECT_GE(nodes.size(), 2u) << "one node ran all 100";
+  // The events agree: one start per job.
+  for (int k = 0; k < 100; k += 9) {
+    int starts = 0;
+    absl::StatusOr<pb::BenchJob> w = clients_[(k + 1) % 3]->Watch(
+        ids[k], [&](const pb::BenchEvent& e) { starts += e.phase() == pb::PHASE_STARTED; }, absl::Seconds(30));
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(starts, 1) << ids[k];
+  }
+}
+
 TEST_F(FleetTest, AServerKilledMidJobLosesItToAnotherThatFinishesIt) {
   absl::StatusOr<pb::BenchJob> job = clients_[0]->Submit(Spec("long", 2.0));
   ASSERT_TRUE(job.ok()) << job.status();
@@ -193,10 +219,45 @@ TEST_F(FleetTest, AServerKilledMidJobLosesItToAnotherThatFinishesIt) {
                                                             ") stopped heartbeating while it ran; re-queued"))));
   // Its events say so too, read from a server that did not run it.
   std::vector<std::string> messages;
+  std::vector<int64_t> seqs;
+  int starts = 0;
   absl::StatusOr<pb::BenchJob> watched = clients_[reader]->Watch(
-      job->id(), [&](const pb::BenchEvent& e) { messages.push_back(e.message()); }, absl::Seconds(30));
+      job->id(),
+      [&](const pb::BenchEvent& e) {
+        messages.push_back(absl::StrCat(e.seq(), ": ", e.message()));
+        seqs.push_back(e.seq());
+        starts += e.phase() == pb::PHASE_STARTED;
+      },
+      absl::Seconds(30));
   ASSERT_TRUE(watched.ok()) << watched.status();
-  EXPECT_THAT(messages, Contains(HasSubstr("stopped heartbeating")));
+  const std::string trail = ::testing::PrintToString(messages);
+  EXPECT_THAT(messages, Contains(HasSubstr("stopped heartbeating"))) << trail;
+  // The killed node may have died between its claim and its first event.
+  EXPECT_GE(starts, 1) << trail;
+  EXPECT_THAT(messages, Contains(HasSubstr("attempt 2"))) << trail;
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], static_cast<int64_t>(i + 1)) << trail;
+}
+
+// SIGTERM drains: the running job goes back to the queue, free for any node,
+// and that start does not count.
+TEST_F(FleetTest, AServerStoppedMidJobHandsItBackToTheFleet) {
+  absl::StatusOr<pb::BenchJob> job = clients_[2]->Submit(Spec("handed back", 2.0));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const pb::BenchJob running = WaitRunning(2, job->id());
+  const int stopped = running.node().back() - '0';
+  ASSERT_TRUE(stopped >= 0 && stopped < 3) << running.node();
+  const int status = servers_[stopped]->Kill(SIGTERM);
+  ASSERT_TRUE(WIFEXITED(status)) << servers_[stopped]->log();
+  const pb::BenchJob done = WaitDone((stopped + 1) % 3, job->id());
+  std::vector<std::string> messages;
+  absl::StatusOr<pb::BenchJob> watched = clients_[(stopped + 1) % 3]->Watch(
+      job->id(), [&](const pb::BenchEvent& e) { messages.push_back(absl::StrCat(e.seq(), ": ", e.message())); },
+      absl::Seconds(30));
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string trail = ::testing::PrintToString(messages) + "\n" + servers_[stopped]->log();
+  EXPECT_EQ(done.state(), pb::JOB_DONE) << done.error() << trail;
+  EXPECT_NE(done.node(), running.node()) << trail;
+  EXPECT_EQ(done.attempts(), 1) << "a graceful stop does not count the attempt: " << trail;
 }
 
 TEST_F(FleetTest, ADatabaseRestartMidRunIsSurvived) {

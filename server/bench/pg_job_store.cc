@@ -279,8 +279,9 @@ class PgJobStoreImpl : public FleetJobStore {
 
   absl::StatusOr<std::vector<pb::BenchEvent>> LoadEvents(const std::string& job_id, int64_t after_seq) override {
     absl::MutexLock l(&mu_);
+    // ks_events.seq, not the text column of the same name, orders them.
     KS_ASSIGN_OR_RETURN(Result r, Run("SELECT event, seq::text FROM ks_events WHERE job_id = $1 AND seq > $2 "
-                                      "ORDER BY seq", {job_id, std::to_string(after_seq)}));
+                                      "ORDER BY ks_events.seq", {job_id, std::to_string(after_seq)}));
     std::vector<pb::BenchEvent> events(static_cast<size_t>(PQntuples(r.get())));
     for (int i = 0; i < PQntuples(r.get()); ++i) {
       if (!events[static_cast<size_t>(i)].ParseFromArray(PQgetvalue(r.get(), i, 0), PQgetlength(r.get(), i, 0))) {

@@ -81,6 +81,13 @@ TEST(PgJobStoreTest, RoundTripsAndSurvivesADatabaseRestart) {
   };
   check(3);
 
+  // Events come back in seq order, numerically (10 after 9).
+  for (int64_t seq = 4; seq <= 11; ++seq) ASSERT_TRUE(store.AppendEvent(Event("job-c", seq)).ok());
+  auto many = store.LoadEvents("job-c", 3);
+  ASSERT_TRUE(many.ok());
+  ASSERT_EQ(many->size(), 8u);
+  for (size_t i = 0; i < many->size(); ++i) EXPECT_EQ((*many)[i].seq(), static_cast<int64_t>(i + 4));
+
   // Every connection drops; the next call reconnects and nothing is lost.
   ASSERT_TRUE((*cluster)->Restart().ok());
   ASSERT_TRUE(store.AppendEvent(Event("job-b", 4)).ok());

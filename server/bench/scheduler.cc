@@ -40,9 +40,6 @@ std::string NewJobId() {
   return absl::StrFormat("job-%012x", rng() & 0xffffffffffffull);
 }
 
-// Marker put into cancellation statuses caused by a graceful shutdown.
-constexpr char kShutdownReason[] = "server shutting down";
-
 }  // namespace
 
 // ------------------------------------------------------------------ set-up

@@ -157,6 +157,8 @@ class BenchScheduler {
     std::optional<pb::BenchEvent> unsaved_event;
   };
   class RunSink;  // how a JobRun reports into its Job
+  // Marker put into cancellation statuses caused by a graceful shutdown.
+  static constexpr char kShutdownReason[] = "server shutting down";
 
   BenchScheduler(Backend* backend, BenchOptions options, DeviceRunner runner, BufferReader reader,
                  std::shared_ptr<JobStore> store);

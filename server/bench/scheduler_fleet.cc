@@ -113,6 +113,11 @@ void BenchScheduler::FleetRunnerLoop(int device) {
       j->claim_attempt = j->job.attempts();
       jobs_[j->job.id()] = j;
       StartLocked(*j, device);
+      // Claimed while the server began to stop: straight back to the queue.
+      if (shutdown_) {
+        j->cancel_reason = kShutdownReason;
+        j->cancel = true;
+      }
     }
     absl::Status st = Execute(j, device);
     Finish(j, st);
@@ -155,11 +160,13 @@ void BenchScheduler::FleetHeartbeatLoop() {
     std::vector<std::string> running;
     {
       absl::MutexLock l(&mu_);
-      if (shutdown_) return;
       me.set_address(node_address_);
       for (const auto& [id, j] : jobs_) {
         if (j->job.state() == pb::JOB_RUNNING && !j->lost) running.push_back(id);
       }
+      // A stopping server heartbeats until its runs are back in the queue:
+      // a drain longer than the stale window must not lose them.
+      if (shutdown_ && running.empty()) return;
     }
     if (options_.fleet.describe) options_.fleet.describe(&me);
     me.set_node_id(options_.fleet.node_id);
@@ -195,7 +202,7 @@ void BenchScheduler::FleetHeartbeatLoop() {
     }
     // Only a node connected for a whole stale window judges others: after a
     // database outage every heartbeat in it is old.
-    if (st.ok() && now - connected_since >= options_.fleet.stale_ms) {
+    if (st.ok() && now - connected_since >= options_.fleet.stale_ms && !shutting_down()) {
       absl::StatusOr<std::vector<pb::BenchJob>> changed =
           fleet_->RequeueStale(now - options_.fleet.stale_ms, options_.max_attempts);
       if (!changed.ok()) {
@@ -209,7 +216,7 @@ void BenchScheduler::FleetHeartbeatLoop() {
       }
     }
     absl::MutexLock l(&mu_);
-    if (!shutdown_) work_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(options_.fleet.heartbeat_ms));
+    work_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(options_.fleet.heartbeat_ms));
   }
 }
 
