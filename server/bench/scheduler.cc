@@ -705,7 +705,8 @@ void BenchScheduler::Finish(const std::shared_ptr<Job>& j, const absl::Status& s
     job.clear_results();
     job.set_started_unix_ms(0);
     e.set_phase(pb::PHASE_REQUEUED);
-    e.set_message("the server is shutting down; re-queued for its next start");
+    e.set_message(fleet_ ? "the server is shutting down; re-queued for any node of the fleet"
+                         : "the server is shutting down; re-queued for its next start");
     EmitLocked(*j, std::move(e), true);
     return;
   }
