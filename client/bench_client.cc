@@ -305,7 +305,8 @@ std::string ExportMarkdown(const std::vector<pb::BenchJob>& jobs) {
     }
     std::string line = absl::StrCat(label, " (", j.id(), "): ", pb::BenchJobState_Name(j.state()));
     if (!j.error().empty()) absl::StrAppend(&line, " — ", j.error());
-    absl::StrAppend(&line, "; ", j.backend(), " device ", j.device(), " (", j.device_name(), ")");
+    absl::StrAppend(&line, "; ", j.node().empty() ? "" : "node " + j.node() + ", ", j.backend(), " device ",
+                    j.device(), " (", j.device_name(), ")");
     if (!j.driver().empty()) absl::StrAppend(&line, ", driver ", j.driver());
     if (!method.empty()) absl::StrAppend(&line, "; ", method);
     const pb::DeviceCeilings& c = j.ceilings();

@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/kernelctl_bench.h"
@@ -158,12 +159,44 @@ void PrintUsage(const std::string& synopsis, const std::string& about, const Fla
 
 // -------------------------------------------------------------- devices
 
+void PrintDeviceTable(const google::protobuf::RepeatedPtrField<v1::Device>& devices, const std::string& indent) {
+  absl::PrintF("%s%-5s %-7s %-10s %-28s %14s %14s %6s %8s\n", indent, "index", "backend", "state", "name",
+               "mem_used_MiB", "mem_limit_MiB", "units", "queue");
+  for (const v1::Device& d : devices) {
+    std::string state = v1::DeviceState_Name(d.state());
+    if (!d.state_reason().empty()) state += " (" + d.state_reason() + ")";
+    absl::PrintF("%s%-5d %-7s %-10s %-28s %14.1f %14.1f %6d %4d/%-3d\n", indent, d.index(), d.backend(), state,
+                 d.name(), d.memory_used_bytes() / 1048576.0, d.memory_limit_bytes() / 1048576.0, d.compute_units(),
+                 d.queue_depth(), d.queue_capacity());
+    if (!d.health_probe().empty()) std::cout << indent << "      health probe: " << d.health_probe() << "\n";
+  }
+}
+
+// The other nodes of the server's fleet, as of their last heartbeats.
+void PrintFleet(const v1::ListDevicesResponse& resp) {
+  if (resp.node_id().empty()) {
+    std::cout << "fleet: none (this server keeps its own job store; servers started with the same "
+                 "--job_store=postgres://... form a fleet)\n";
+    return;
+  }
+  std::cout << "fleet: " << resp.fleet_size() << " other node(s)\n";
+  const int64_t now = absl::ToUnixMillis(absl::Now());
+  for (const v1::FleetNode& n : resp.fleet()) {
+    absl::PrintF("node %s at %s: %s, version %s, last heartbeat %.1f s ago\n", n.node_id(), n.address(),
+                 n.backend(), n.server_version(), (now - n.heartbeat_unix_ms()) / 1000.0);
+    PrintDeviceTable(n.devices(), "  ");
+  }
+}
+
 int CmdDevices(Env& env, const std::vector<std::string>& args) {
   FlagSet f("devices");
+  bool fleet = false;
+  f.Bool("fleet", &fleet, "also list the other nodes of the server's fleet (--job_store) and their devices");
   if (env.help) {
     PrintUsage("kernelctl devices",
                "Lists the backends in the server binary (and why any is missing), then the devices, their "
-               "state, memory and queues.",
+               "state, memory and queues. With --fleet, then every other node sharing the server's job store, "
+               "its address, last heartbeat and devices.",
                f);
     return 0;
   }
@@ -173,20 +206,13 @@ int CmdDevices(Env& env, const std::vector<std::string>& args) {
   auto resp = (*client)->Devices();
   if (!resp.ok()) return Fail(resp.status(), 1);
   std::cout << "server_version: " << resp->server_version() << "\n";
+  if (!resp->node_id().empty()) std::cout << "node: " << resp->node_id() << "\n";
   if (!resp->backend_selection().empty()) std::cout << "backend: " << resp->backend_selection() << "\n";
   for (const v1::BackendBuild& b : resp->backends()) {
     absl::PrintF("  %-5s %-9s %s\n", b.name(), b.active() ? "running" : b.built() ? "built" : "not built", b.note());
   }
-  absl::PrintF("%-5s %-7s %-10s %-28s %14s %14s %6s %8s\n", "index", "backend", "state", "name", "mem_used_MiB",
-               "mem_limit_MiB", "units", "queue");
-  for (const v1::Device& d : resp->devices()) {
-    std::string state = v1::DeviceState_Name(d.state());
-    if (!d.state_reason().empty()) state += " (" + d.state_reason() + ")";
-    absl::PrintF("%-5d %-7s %-10s %-28s %14.1f %14.1f %6d %4d/%-3d\n", d.index(), d.backend(), state, d.name(),
-                 d.memory_used_bytes() / 1048576.0, d.memory_limit_bytes() / 1048576.0, d.compute_units(),
-                 d.queue_depth(), d.queue_capacity());
-    if (!d.health_probe().empty()) std::cout << "      health probe: " << d.health_probe() << "\n";
-  }
+  PrintDeviceTable(resp->devices(), "");
+  if (fleet) PrintFleet(*resp);
   return 0;
 }
 

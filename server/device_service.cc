@@ -7,8 +7,6 @@
 
 namespace kernelserve {
 
-namespace {
-
 void FillDevice(ServerState* state, int d, pb::Device* out) {
   Backend& backend = state->backend();
   const DeviceInfo info = backend.GetDeviceInfo(d);
@@ -36,8 +34,6 @@ void FillDevice(ServerState* state, int d, pb::Device* out) {
   out->set_health_probe(state->health_probe(d));
 }
 
-}  // namespace
-
 grpc::Status DeviceServiceImpl::List(grpc::ServerContext* ctx, const pb::ListDevicesRequest* req,
                                      pb::ListDevicesResponse* resp) {
   CallLog log("DeviceService.List", ctx, &state_->calls());
@@ -53,6 +49,7 @@ grpc::Status DeviceServiceImpl::List(grpc::ServerContext* ctx, const pb::ListDev
     out->set_note(b.note);
   }
   resp->set_backend_selection(state_->backend_selection());
+  if (fleet_view_) fleet_view_(resp);
   return log.Done(absl::OkStatus());
 }
 

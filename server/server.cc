@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -17,6 +19,7 @@
 #include "grpcpp/server_builder.h"
 #include "kernels/backends.h"
 #include "server/bench/bench_service.h"
+#include "server/bench/pg_job_store.h"
 #include "server/node_setup.h"
 #include "server/server_state.h"
 #include "server/services.h"
@@ -39,6 +42,19 @@ const char* const kServiceNames[] = {
 };
 
 constexpr int kMaxCpuDevices = 64;
+
+std::string HostName() {
+  char host[256] = {};
+  return gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0' ? std::string(host) : std::string("localhost");
+}
+
+// host:port other nodes and users can reach this one at: the --listen host,
+// or the host name where it listens on every address.
+std::string AdvertisedAddress(const std::string& listen, int port) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = HostName();
+  return absl::StrCat(host, ":", port);
+}
 
 }  // namespace
 
@@ -160,6 +176,9 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
                                                        server->state_.get(), server->backend_.get());
     if (!endpoints.ok()) return endpoints;  // the destructor shuts the server down
   }
+  if (!server->bench_->node_id().empty()) {
+    server->bench_->SetNodeAddress(AdvertisedAddress(options.listen, server->port_));
+  }
   KernelServer* raw = server.get();
   server->state_->SetHealthListener([raw] { raw->UpdateHealth(); });
   server->UpdateHealth();
@@ -249,6 +268,7 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
     if (!st.ok()) return st;
     return host;
   };
+  KS_RETURN_IF_ERROR(SetUpFleet(&bench_options));
   auto scheduler = bench::BenchScheduler::Create(backend_.get(), bench_options, runner, reader);
   if (!scheduler.ok()) {
     return absl::Status(scheduler.status().code(),
@@ -269,6 +289,49 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
     return absl::OkStatus();
   };
   bench_service_ = std::make_unique<bench::BenchServiceImpl>(bench_.get(), admit, state->max_payload_bytes());
+  if (!bench_->node_id().empty()) {
+    bench::BenchScheduler* scheduler_raw = bench_.get();
+    device_service_->set_fleet_view([scheduler_raw](pb::ListDevicesResponse* resp) {
+      resp->set_node_id(scheduler_raw->node_id());
+      absl::StatusOr<std::vector<pb::FleetNode>> nodes = scheduler_raw->FleetNodes();
+      if (!nodes.ok()) {
+        spdlog::warn("DeviceService.List: the fleet's nodes: {}", nodes.status().ToString());
+        return;
+      }
+      for (pb::FleetNode& n : *nodes) {
+        if (n.node_id() != resp->node_id()) *resp->add_fleet() = std::move(n);
+      }
+    });
+  }
+  return absl::OkStatus();
+}
+
+// --job_store=postgres://...: the shared store, this node's id and how it
+// describes its devices to the fleet.
+absl::Status KernelServer::SetUpFleet(bench::BenchOptions* bench_options) {
+  bench::FleetOptions& fleet = bench_options->fleet;
+  if (fleet.job_store.empty()) return absl::OkStatus();
+  if (fleet.heartbeat_ms < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fleet_heartbeat_ms: expected >= 1, got ", fleet.heartbeat_ms));
+  }
+  if (fleet.stale_ms < 2 * fleet.heartbeat_ms) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--fleet_stale_ms: expected at least two heartbeats (2 x --fleet_heartbeat_ms = ", 2 * fleet.heartbeat_ms,
+        "), got ", fleet.stale_ms));
+  }
+  if (fleet.node_id.empty()) fleet.node_id = absl::StrCat(HostName(), ":", getpid());
+  if (fleet.node_id.size() > 200) {
+    return absl::InvalidArgumentError(absl::StrCat("--node_id: at most 200 bytes, got ", fleet.node_id.size()));
+  }
+  auto store = bench::OpenPgJobStore(fleet.job_store, "--job_store");
+  if (!store.ok()) return store.status();
+  fleet.store = std::move(*store);
+  ServerState* state = state_.get();
+  fleet.describe = [state](pb::FleetNode* node) {
+    for (int d = 0; d < state->device_count(); ++d) FillDevice(state, d, node->add_devices());
+  };
+  spdlog::info("benchmark jobs: shared job store (postgresql), node {}", fleet.node_id);
   return absl::OkStatus();
 }
 

@@ -88,6 +88,7 @@ class KernelServer {
   KernelServer() = default;
   void UpdateHealth();
   absl::Status StartBench(const ServerOptions& options);
+  absl::Status SetUpFleet(bench::BenchOptions* bench_options);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ServerState> state_;

@@ -3,7 +3,9 @@
 #define KERNELSERVE_SERVER_SERVICES_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernelserve/v1/device.grpc.pb.h"
@@ -91,9 +93,15 @@ class KernelServiceImpl final : public pb::KernelService::Service {
   ServerState* state_;
 };
 
+// Device `d` of the node as DeviceService.List shows it.
+void FillDevice(ServerState* state, int d, pb::Device* out);
+
 class DeviceServiceImpl final : public pb::DeviceService::Service {
  public:
   explicit DeviceServiceImpl(ServerState* state) : state_(state) {}
+  // A fleet (--job_store=postgres://...): adds the node id and the other
+  // nodes to every List. Set before serving.
+  void set_fleet_view(std::function<void(pb::ListDevicesResponse*)> view) { fleet_view_ = std::move(view); }
   grpc::Status List(grpc::ServerContext* ctx, const pb::ListDevicesRequest* req,
                     pb::ListDevicesResponse* resp) override;
   // Admin only (PERMISSION_DENIED otherwise).
@@ -102,6 +110,7 @@ class DeviceServiceImpl final : public pb::DeviceService::Service {
 
  private:
   ServerState* state_;
+  std::function<void(pb::ListDevicesResponse*)> fleet_view_;
 };
 
 }  // namespace kernelserve

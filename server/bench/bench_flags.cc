@@ -1,5 +1,6 @@
 #include "server/bench/bench_flags.h"
 
+#include <cstdint>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -54,6 +55,17 @@ ABSL_FLAG(std::string, user_kernel_health_probe, "",
           "this command (/bin/sh -c; KERNELSERVE_DEVICE and KERNELSERVE_BACKEND set; exit 0 = healthy) instead "
           "of a fresh worker process (kernel_worker --probe); a failed probe marks the device UNHEALTHY");
 ABSL_FLAG(double, user_kernel_health_probe_timeout_s, 30, "a health probe not done within this has failed");
+ABSL_FLAG(std::string, job_store, "",
+          "where benchmark jobs are kept: empty for this node's embedded store (<--data_dir>/bench.db), or "
+          "postgres://[user[:password]@]host[:port]/database[?options] for a store shared by a fleet of "
+          "servers, each running queued jobs of any of them on its free devices");
+ABSL_FLAG(std::string, node_id, "",
+          "this server's id in the fleet (--job_store=postgres://...), unique among its nodes; empty: "
+          "<hostname>:<pid>. A server restarted under the same id re-queues what it ran before");
+ABSL_FLAG(int64_t, fleet_heartbeat_ms, 2000, "how often a fleet node heartbeats in the job store");
+ABSL_FLAG(int64_t, fleet_stale_ms, 15000,
+          "a fleet node silent this long has died: its running jobs are re-queued (or interrupted after "
+          "--bench_max_attempts starts) by the other nodes");
 
 namespace kernelserve {
 namespace bench {
@@ -85,6 +97,10 @@ void ApplyBenchFlags(BenchOptions* o) {
   u.isolate_network = absl::GetFlag(FLAGS_user_kernel_isolate_network);
   u.health_probe = absl::GetFlag(FLAGS_user_kernel_health_probe);
   u.health_probe_timeout_s = absl::GetFlag(FLAGS_user_kernel_health_probe_timeout_s);
+  o->fleet.job_store = absl::GetFlag(FLAGS_job_store);
+  o->fleet.node_id = absl::GetFlag(FLAGS_node_id);
+  o->fleet.heartbeat_ms = absl::GetFlag(FLAGS_fleet_heartbeat_ms);
+  o->fleet.stale_ms = absl::GetFlag(FLAGS_fleet_stale_ms);
   const double min_s = absl::GetFlag(FLAGS_bench_min_sustained_s);
   if (min_s > 0) {
     o->min_warmin_s = min_s;

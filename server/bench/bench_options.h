@@ -9,11 +9,28 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernelserve/v1/device.pb.h"
 #include "server/bench/bench_inputs.h"
+#include "server/bench/job_store.h"
 #include "server/user_kernels/builder.h"
 
 namespace kernelserve {
 namespace bench {
+
+// Several servers sharing one job store (--job_store=postgres://...). Each
+// device's runner claims queued jobs from the store; the node heartbeats
+// every heartbeat_ms (its row in ks_nodes and its running jobs) and requeues
+// the jobs of nodes silent for stale_ms.
+struct FleetOptions {
+  std::string job_store;                 // --job_store: postgres://...; "" for one node
+  std::shared_ptr<FleetJobStore> store;  // opened from job_store by the server; null: the embedded store
+  std::string node_id;                   // unique in the fleet
+  int64_t heartbeat_ms = 2000;
+  int64_t stale_ms = 15000;  // several heartbeats: a slow one is not a dead node
+  int64_t poll_ms = 250;     // how often an idle device looks for queued jobs
+  // This node's devices as DeviceService.List shows them; null: none listed.
+  std::function<void(pb::FleetNode*)> describe;
+};
 
 struct BenchOptions {
   std::string data_dir;  // holds bench.db; "" keeps jobs in memory only
@@ -69,6 +86,7 @@ struct BenchOptions {
   // device and marks it unhealthy when the probe fails; returns the probe's
   // status for the job's notes. Null: no probe.
   std::function<absl::Status(int, const absl::Status&)> probe_after_fault;
+  FleetOptions fleet;
 };
 
 // Runs `fn` on the device's worker and returns its status (or the worker's

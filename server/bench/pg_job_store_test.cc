@@ -81,6 +81,13 @@ TEST(PgJobStoreTest, RoundTripsAndSurvivesADatabaseRestart) {
   };
   check(3);
 
+  // Events come back in seq order, numerically (10 after 9).
+  for (int64_t seq = 4; seq <= 11; ++seq) ASSERT_TRUE(store.AppendEvent(Event("job-c", seq)).ok());
+  auto many = store.LoadEvents("job-c", 3);
+  ASSERT_TRUE(many.ok());
+  ASSERT_EQ(many->size(), 8u);
+  for (size_t i = 0; i < many->size(); ++i) EXPECT_EQ((*many)[i].seq(), static_cast<int64_t>(i + 4));
+
   // Every connection drops; the next call reconnects and nothing is lost.
   ASSERT_TRUE((*cluster)->Restart().ok());
   ASSERT_TRUE(store.AppendEvent(Event("job-b", 4)).ok());
@@ -112,7 +119,7 @@ class PgFleetTest : public ::testing::Test {
   }
 
   std::unique_ptr<PgTestCluster> cluster_;
-  std::vector<std::unique_ptr<PgJobStore>> nodes_;
+  std::vector<std::unique_ptr<FleetJobStore>> nodes_;
 };
 
 TEST_F(PgFleetTest, HundredJobsClaimedByThreeNodesEachExactlyOnce) {
@@ -124,7 +131,7 @@ TEST_F(PgFleetTest, HundredJobsClaimedByThreeNodesEachExactlyOnce) {
   for (int n = 0; n < 3; ++n) {
     threads.emplace_back([&, n] {
       while (true) {
-        auto j = nodes_[n]->Claim("node" + std::to_string(n), "cpu", 0, 1000);
+        auto j = nodes_[n]->Claim("node" + std::to_string(n), "cpu", 0, 1000, nullptr);
         ASSERT_TRUE(j.ok()) << j.status();
         if (!j->has_value()) return;
         absl::MutexLock l(&mu);
@@ -139,7 +146,7 @@ TEST_F(PgFleetTest, HundredJobsClaimedByThreeNodesEachExactlyOnce) {
   EXPECT_EQ(claims.size(), 100u);
   for (const auto& [id, n] : claims) EXPECT_EQ(n, 1) << id << " claimed " << n << " times";
   EXPECT_EQ(per_node[0] + per_node[1] + per_node[2], 100);
-  auto more = nodes_[0]->Claim("node0", "cpu", 0, 1000);
+  auto more = nodes_[0]->Claim("node0", "cpu", 0, 1000, nullptr);
   ASSERT_TRUE(more.ok());
   EXPECT_FALSE(more->has_value());
 }
@@ -153,15 +160,21 @@ TEST_F(PgFleetTest, ClaimsFollowBackendDeviceAndPriority) {
   ASSERT_TRUE(nodes_[0]->PutJob(Queued("any-low", 0)).ok());
   ASSERT_TRUE(nodes_[0]->PutJob(pinned).ok());
   ASSERT_TRUE(nodes_[0]->PutJob(Queued("any-high", 3)).ok());
+  pb::BenchJob on_node0 = Queued("on-node0", 9);
+  on_node0.set_node("node0");
+  ASSERT_TRUE(nodes_[0]->PutJob(on_node0).ok());
   auto id = [&](int device) {
-    auto j = nodes_[1]->Claim("node1", "cpu", device, 1000);
+    auto j = nodes_[1]->Claim("node1", "cpu", device, 1000, nullptr);
     EXPECT_TRUE(j.ok()) << j.status();
     return j.ok() && j->has_value() ? (*j)->id() : std::string("none");
   };
-  EXPECT_EQ(id(0), "any-high") << "pinned-1 is for device 1; gpu-job for cuda";
+  EXPECT_EQ(id(0), "any-high") << "pinned-1 is for device 1; gpu-job for cuda; on-node0 for node0";
   EXPECT_EQ(id(1), "pinned-1");
   EXPECT_EQ(id(1), "any-low");
   EXPECT_EQ(id(0), "none");
+  auto mine = nodes_[0]->Claim("node0", "cpu", 0, 1000, nullptr);
+  ASSERT_TRUE(mine.ok() && mine->has_value());
+  EXPECT_EQ((*mine)->id(), "on-node0");
 }
 
 // A node that stops heartbeating: another node requeues its job, claims and
@@ -169,8 +182,8 @@ TEST_F(PgFleetTest, ClaimsFollowBackendDeviceAndPriority) {
 TEST_F(PgFleetTest, AJobOfANodeThatStoppedHeartbeatingIsRequeuedThenInterrupted) {
   ASSERT_TRUE(nodes_[0]->PutJob(Queued("job-x")).ok());
   ASSERT_TRUE(nodes_[0]->PutJob(Queued("job-y")).ok());
-  auto a = nodes_[0]->Claim("node0", "cpu", 0, 1000);
-  auto b = nodes_[1]->Claim("node1", "cpu", 0, 1000);
+  auto a = nodes_[0]->Claim("node0", "cpu", 0, 1000, nullptr);
+  auto b = nodes_[1]->Claim("node1", "cpu", 0, 1000, nullptr);
   ASSERT_TRUE(a.ok() && a->has_value() && b.ok() && b->has_value());
   // node1 keeps heartbeating; node0 has died.
   ASSERT_TRUE(nodes_[1]->Heartbeat("node1", 5000).ok());
@@ -182,7 +195,7 @@ TEST_F(PgFleetTest, AJobOfANodeThatStoppedHeartbeatingIsRequeuedThenInterrupted)
   // Nothing is changed twice.
   EXPECT_TRUE(nodes_[1]->RequeueStale(4000, 2)->empty());
 
-  auto again = nodes_[2]->Claim("node2", "cpu", 0, 6000);
+  auto again = nodes_[2]->Claim("node2", "cpu", 0, 6000, nullptr);
   ASSERT_TRUE(again.ok() && again->has_value());
   EXPECT_EQ((*again)->id(), (*a)->id());
   EXPECT_EQ((*again)->attempts(), 2);
@@ -200,6 +213,105 @@ TEST_F(PgFleetTest, AJobOfANodeThatStoppedHeartbeatingIsRequeuedThenInterrupted)
   auto all = nodes_[0]->LoadJobs();
   ASSERT_TRUE(all.ok());
   for (const pb::BenchJob& j : *all) EXPECT_NE(j.state(), pb::JOB_RUNNING) << j.id();
+}
+
+
+// A node whose claim was lost (requeued after a stale heartbeat and claimed
+// by another) cannot overwrite the job or add events; the new owner can.
+TEST_F(PgFleetTest, WritesOfANodeThatLostItsClaimAreRefused) {
+  ASSERT_TRUE(nodes_[0]->PutJob(Queued("job-l")).ok());
+  auto a = nodes_[0]->Claim("node0", "cpu", 0, 1000, nullptr);
+  ASSERT_TRUE(a.ok() && a->has_value());
+  pb::BenchJob mine = **a;
+  pb::BenchEvent started = Event("job-l", 1);
+  ASSERT_TRUE(nodes_[0]->PutClaimed(&mine, &started, "node0", 1).ok());
+  ASSERT_EQ(nodes_[2]->RequeueStale(2000, 3)->size(), 1u);
+  auto b = nodes_[1]->Claim("node1", "cpu", 0, 3000, nullptr);
+  ASSERT_TRUE(b.ok() && b->has_value());
+  EXPECT_EQ((*b)->attempts(), 2);
+  EXPECT_EQ((*b)->node(), "node1");
+  EXPECT_THAT((*b)->notes(), ::testing::Contains(HasSubstr("its node (node0) stopped heartbeating")));
+
+  mine.set_state(pb::JOB_DONE);
+  pb::BenchEvent late = Event("job-l", 2);
+  absl::Status st = nodes_[0]->PutClaimed(&mine, &late, "node0", 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("its claim was lost"));
+  EXPECT_EQ(nodes_[0]->PutClaimed(nullptr, &late, "node0", 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(nodes_[0]->MaxEventSeq("job-l").value(), 1) << "the lost node's event is not stored";
+
+  pb::BenchJob theirs = **b;
+  theirs.set_state(pb::JOB_DONE);
+  pb::BenchEvent done = Event("job-l", 2);
+  ASSERT_TRUE(nodes_[1]->PutClaimed(&theirs, &done, "node1", 2).ok());
+  auto now = nodes_[2]->LoadJob("job-l");
+  ASSERT_TRUE(now.ok() && now->has_value());
+  EXPECT_EQ((*now)->state(), pb::JOB_DONE);
+  EXPECT_EQ((*now)->node(), "node1");
+  EXPECT_EQ(nodes_[2]->MaxEventSeq("job-l").value(), 2);
+  EXPECT_FALSE(nodes_[2]->LoadJob("no-such-job")->has_value());
+}
+
+TEST_F(PgFleetTest, ClaimSkipsTenantsAtTheirRunningLimit) {
+  pb::BenchJob a1 = Queued("a1", 9), a2 = Queued("a2", 9), b1 = Queued("b1", 0);
+  a1.set_tenant("alice");
+  a2.set_tenant("alice");
+  b1.set_tenant("bob");
+  for (const auto& j : {a1, a2, b1}) ASSERT_TRUE(nodes_[0]->PutJob(j).ok());
+  FleetJobStore::TenantGate one_each = [](const std::string&, int64_t running) { return running < 1; };
+  auto id = [&](int n) {
+    auto j = nodes_[n]->Claim("node" + std::to_string(n), "cpu", 0, 1000, one_each);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() && j->has_value() ? (*j)->id() : std::string("none");
+  };
+  EXPECT_EQ(id(0), "a1");
+  EXPECT_EQ(id(1), "b1") << "alice runs one job (on node0), so a2 waits although its priority is higher";
+  EXPECT_EQ(id(2), "none");
+}
+
+TEST_F(PgFleetTest, QueuedWritesCancelRequestsAndNodeHeartbeats) {
+  ASSERT_TRUE(nodes_[0]->PutJob(Queued("job-q")).ok());
+  ASSERT_TRUE(nodes_[0]->PutJobAndEvent(Queued("job-r"), Event("job-r", 1)).ok());
+  // A cancel of a queued job from any node, its event numbered by the store.
+  pb::BenchJob q = Queued("job-q");
+  q.set_state(pb::JOB_CANCELLED);
+  pb::BenchEvent e;
+  e.set_job_id("job-q");
+  e.set_message("cancelled");
+  ASSERT_TRUE(nodes_[1]->PutIfState(q, pb::JOB_QUEUED, &e).ok());
+  EXPECT_EQ(nodes_[1]->PutIfState(q, pb::JOB_QUEUED, &e).code(), absl::StatusCode::kFailedPrecondition);
+  auto events = nodes_[2]->LoadEvents("job-q", 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].seq(), 1);
+
+  EXPECT_EQ(nodes_[1]->RequestCancel("job-r", "stop").code(), absl::StatusCode::kFailedPrecondition)
+      << "not running yet";
+  auto r = nodes_[0]->Claim("node0", "cpu", 0, 1000, nullptr);
+  ASSERT_TRUE(r.ok() && r->has_value());
+  ASSERT_TRUE(nodes_[1]->RequestCancel("job-r", "stop").ok());
+  pb::FleetNode me;
+  me.set_node_id("node0");
+  me.set_address("10.0.0.1:50051");
+  me.add_devices()->set_name("cpu0");
+  std::vector<std::string> claimed;
+  std::vector<std::pair<std::string, std::string>> cancel;
+  ASSERT_TRUE(nodes_[0]->HeartbeatNode(me, {"job-r", "job-q"}, 5000, &claimed, &cancel).ok());
+  EXPECT_THAT(claimed, ::testing::ElementsAre("job-r"));
+  ASSERT_EQ(cancel.size(), 1u);
+  EXPECT_EQ(cancel[0].second, "stop");
+  EXPECT_TRUE(nodes_[2]->RequeueStale(4000, 2)->empty()) << "the heartbeat reached job-r";
+  auto nodes = nodes_[2]->ListNodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_EQ((*nodes)[0].address(), "10.0.0.1:50051");
+  EXPECT_EQ((*nodes)[0].heartbeat_unix_ms(), 5000);
+  EXPECT_EQ((*nodes)[0].devices(0).name(), "cpu0");
+  // A node restarted under its id gives up what it ran before.
+  auto released = nodes_[0]->RequeueNode("node0", 2);
+  ASSERT_TRUE(released.ok());
+  ASSERT_EQ(released->size(), 1u);
+  EXPECT_THAT((*released)[0].notes(), ::testing::Contains(HasSubstr("its node (node0) restarted while it ran")));
 }
 
 }  // namespace

@@ -41,23 +41,7 @@ std::string NewJobId() {
   return absl::StrFormat("job-%012x", rng() & 0xffffffffffffull);
 }
 
-// Marker put into cancellation statuses caused by a graceful shutdown.
-constexpr char kShutdownReason[] = "server shutting down";
-
 }  // namespace
-
-struct BenchScheduler::Job {
-  pb::BenchJob job;
-  int64_t order = 0;
-  std::vector<pb::BenchEvent> events;
-  bool events_loaded = true;
-  int64_t next_seq = 1;
-  int last_position = 0;
-  double progress = 0;  // of the last event that carried one
-  std::atomic<bool> cancel{false};
-  std::string cancel_reason;  // guarded by the scheduler's mu_
-  std::string held;  // why start_check keeps it queued ("" when it may start); mu_
-};
 
 // ------------------------------------------------------------------ set-up
 
@@ -93,13 +77,16 @@ absl::StatusOr<std::unique_ptr<BenchScheduler>> BenchScheduler::Create(Backend* 
     }
     options.max_job_bytes = limit;
   }
-  const std::string path = options.data_dir.empty() ? ":memory:" : options.data_dir + "/bench.db";
-  absl::StatusOr<std::unique_ptr<JobStore>> opened = JobStore::Open(path);
-  if (!opened.ok()) {
-    if (lock_fd >= 0) close(lock_fd);
-    return opened.status();
+  std::shared_ptr<JobStore> store = options.fleet.store;
+  if (store == nullptr) {
+    const std::string path = options.data_dir.empty() ? ":memory:" : options.data_dir + "/bench.db";
+    absl::StatusOr<std::unique_ptr<JobStore>> opened = JobStore::Open(path);
+    if (!opened.ok()) {
+      if (lock_fd >= 0) close(lock_fd);
+      return opened.status();
+    }
+    store = std::move(*opened);
   }
-  std::unique_ptr<JobStore> store = std::move(*opened);
   std::unique_ptr<BenchScheduler> s(
       new BenchScheduler(backend, std::move(options), std::move(runner), std::move(reader), std::move(store)));
   s->lock_fd_ = lock_fd;
@@ -111,20 +98,22 @@ absl::StatusOr<std::unique_ptr<BenchScheduler>> BenchScheduler::Create(Backend* 
     s->builder_ = user_kernels::KernelBuilder::Create(s->options_.user_kernels, s->options_.data_dir);
     spdlog::info("user kernels: {}", s->builder_->Describe());
   }
-  KS_RETURN_IF_ERROR(s->Recover());
+  KS_RETURN_IF_ERROR(s->fleet_ ? s->FleetRecover() : s->Recover());
   for (int d = 0; d < backend->DeviceCount(); ++d) {
-    s->threads_.emplace_back([p = s.get(), d] { p->RunnerLoop(d); });
+    s->threads_.emplace_back([p = s.get(), d] { p->fleet_ ? p->FleetRunnerLoop(d) : p->RunnerLoop(d); });
   }
+  if (s->fleet_) s->threads_.emplace_back([p = s.get()] { p->FleetHeartbeatLoop(); });
   return s;
 }
 
 BenchScheduler::BenchScheduler(Backend* backend, BenchOptions options, DeviceRunner runner,
-                               BufferReader reader, std::unique_ptr<JobStore> store)
+                               BufferReader reader, std::shared_ptr<JobStore> store)
     : backend_(backend),
       options_(std::move(options)),
       runner_(std::move(runner)),
       reader_(std::move(reader)),
       store_(std::move(store)),
+      fleet_(options_.fleet.store.get()),
       ceilings_(backend->DeviceCount()) {}
 
 BenchScheduler::~BenchScheduler() {
@@ -201,8 +190,36 @@ absl::Status BenchScheduler::EnsureEventsLocked(Job& job) {
 }
 
 void BenchScheduler::PersistLocked(const Job& job) {
-  absl::Status st = store_->PutJob(job.job);
-  // Keep going on a store error (a full disk): the in-memory state is still served.
+  WriteLocked(const_cast<Job&>(job), nullptr, /*with_job=*/true);
+}
+
+void BenchScheduler::WriteLocked(Job& job, const pb::BenchEvent* event, bool with_job) {
+  absl::Status st;
+  if (fleet_ == nullptr) {
+    st = with_job ? (event ? store_->PutJobAndEvent(job.job, *event) : store_->PutJob(job.job))
+                  : store_->AppendEvent(*event);
+  } else if (job.lost) {
+    return;
+  } else {
+    st = fleet_->PutClaimed(with_job ? &job.job : nullptr, event, options_.fleet.node_id, job.claim_attempt);
+    if (st.code() == absl::StatusCode::kFailedPrecondition) {
+      // Another node requeued it (this node's heartbeat went stale): stop, write nothing more.
+      job.lost = true;
+      job.cancel_reason = absl::StrCat("this node (", options_.fleet.node_id, ") lost the job: ", st.message());
+      job.cancel = true;
+      spdlog::warn("bench: {}", job.cancel_reason);
+      return;
+    }
+    if (!st.ok()) {
+      job.unsaved = job.unsaved || with_job;
+      if (event != nullptr && with_job) job.unsaved_event = *event;
+    } else if (with_job) {
+      job.unsaved = false;
+      job.unsaved_event.reset();
+    }
+  }
+  // Keep going on a store error (a full disk, a database restart): the
+  // in-memory state is still served.
   if (!st.ok()) spdlog::error("bench: persisting job {}: {}", job.job.id(), st.ToString());
 }
 
@@ -215,8 +232,7 @@ void BenchScheduler::EmitLocked(Job& job, pb::BenchEvent e, bool with_job) {
   if (job.job.state() == pb::JOB_QUEUED) job.progress = 0;
   if (e.progress() == 0 && job.job.state() != pb::JOB_QUEUED) e.set_progress(job.progress);
   if (IsTerminal(job.job.state())) *e.mutable_job() = job.job;
-  absl::Status st = with_job ? store_->PutJobAndEvent(job.job, e) : store_->AppendEvent(e);
-  if (!st.ok()) spdlog::error("bench: persisting job {}: {}", job.job.id(), st.ToString());
+  WriteLocked(job, &e, with_job);
   if (job.events_loaded) job.events.push_back(std::move(e));
   event_cv_.SignalAll();
 }
@@ -459,37 +475,16 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const
   if (spec.variants().empty() && spec.user_kernels().empty()) {
     spec.add_variants(registry_.Default(static_cast<BenchOp>(spec.op()))->name);
   }
+  if (fleet_) return FleetSubmit(std::move(spec), tenant);
   absl::MutexLock l(&mu_);
   if (shutdown_) return absl::UnavailableError("the benchmark scheduler is shutting down");
-  int active = 0;
-  for (const auto& [id, j] : jobs_) {
-    if (j->job.spec().submitter() == spec.submitter() &&
-        (j->job.state() == pb::JOB_QUEUED || j->job.state() == pb::JOB_RUNNING)) {
-      ++active;
-    }
-  }
-  if (options_.submit_check) {
-    int64_t queued = 0;
-    for (const auto& [id, j] : jobs_) queued += j->job.tenant() == tenant && j->job.state() == pb::JOB_QUEUED;
-    KS_RETURN_IF_ERROR(options_.submit_check(tenant, queued));
-  }
-  if (active >= options_.max_jobs_per_submitter) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "submitter \"", spec.submitter(), "\" already has ", active,
-        " queued or running benchmark jobs; the limit is ", options_.max_jobs_per_submitter,
-        " (--bench_max_jobs_per_submitter)"));
-  }
+  std::vector<const pb::BenchJob*> all;
+  for (const auto& [id, j] : jobs_) all.push_back(&j->job);
+  KS_RETURN_IF_ERROR(CheckSubmitLimits(all, spec, tenant));
   auto j = std::make_shared<Job>();
   j->order = next_order_++;
+  j->job = NewQueuedJob(std::move(spec), tenant);
   pb::BenchJob& job = j->job;
-  job.set_id(NewJobId());
-  *job.mutable_spec() = std::move(spec);
-  job.set_state(pb::JOB_QUEUED);
-  job.set_created_unix_ms(NowMs());
-  job.set_backend(backend_->Name());
-  job.set_server_version(options_.server_version);
-  job.set_shape_desc(FindBenchOp(static_cast<BenchOp>(job.spec().op()))->ShapeDesc(job.spec()));
-  job.set_tenant(tenant);
   // Stored before it is visible: a job the store refused does not exist.
   absl::Status stored = store_->PutJob(job);
   if (!stored.ok()) {
@@ -502,7 +497,40 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Submit(pb::BenchJobSpec spec, const
   return job;
 }
 
+absl::Status BenchScheduler::CheckSubmitLimits(const std::vector<const pb::BenchJob*>& jobs,
+                                               const pb::BenchJobSpec& spec, const std::string& tenant) const {
+  int active = 0;
+  int64_t queued = 0;
+  for (const pb::BenchJob* j : jobs) {
+    active += j->spec().submitter() == spec.submitter() &&
+              (j->state() == pb::JOB_QUEUED || j->state() == pb::JOB_RUNNING);
+    queued += j->tenant() == tenant && j->state() == pb::JOB_QUEUED;
+  }
+  if (options_.submit_check) KS_RETURN_IF_ERROR(options_.submit_check(tenant, queued));
+  if (active >= options_.max_jobs_per_submitter) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "submitter \"", spec.submitter(), "\" already has ", active,
+        " queued or running benchmark jobs; the limit is ", options_.max_jobs_per_submitter,
+        " (--bench_max_jobs_per_submitter)"));
+  }
+  return absl::OkStatus();
+}
+
+pb::BenchJob BenchScheduler::NewQueuedJob(pb::BenchJobSpec spec, const std::string& tenant) const {
+  pb::BenchJob job;
+  job.set_id(NewJobId());
+  *job.mutable_spec() = std::move(spec);
+  job.set_state(pb::JOB_QUEUED);
+  job.set_created_unix_ms(NowMs());
+  job.set_backend(backend_->Name());
+  job.set_server_version(options_.server_version);
+  job.set_shape_desc(FindBenchOp(static_cast<BenchOp>(job.spec().op()))->ShapeDesc(job.spec()));
+  job.set_tenant(tenant);
+  return job;
+}
+
 absl::StatusOr<pb::BenchJob> BenchScheduler::Get(const std::string& id, const std::string& tenant) {
+  if (fleet_) return FleetGet(id, tenant);
   absl::MutexLock l(&mu_);
   std::shared_ptr<Job> j = FindLocked(id, tenant);
   if (!j) return absl::NotFoundError(absl::StrCat("no benchmark job ", QuoteClientText(id)));
@@ -511,24 +539,35 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Get(const std::string& id, const st
 
 std::vector<pb::BenchJob> BenchScheduler::List(const pb::ListBenchRequest& request, const std::string& tenant,
                                                int64_t max_bytes, bool* truncated) {
+  if (fleet_) return FleetList(request, tenant, max_bytes, truncated);
   absl::MutexLock l(&mu_);
   std::vector<const Job*> all;
-  for (const auto& [id, j] : jobs_) {
-    if (!tenant.empty() && j->job.tenant() != tenant) continue;
-    if (!request.submitter().empty() && j->job.spec().submitter() != request.submitter()) continue;
+  for (const auto& [id, j] : jobs_) all.push_back(j.get());
+  std::sort(all.begin(), all.end(), [](const Job* a, const Job* b) { return a->order > b->order; });
+  std::vector<const pb::BenchJob*> newest_first;
+  for (const Job* j : all) newest_first.push_back(&j->job);
+  return SelectJobs(newest_first, request, tenant, max_bytes, truncated);
+}
+
+std::vector<pb::BenchJob> BenchScheduler::SelectJobs(const std::vector<const pb::BenchJob*>& newest_first,
+                                                     const pb::ListBenchRequest& request, const std::string& tenant,
+                                                     int64_t max_bytes, bool* truncated) {
+  std::vector<const pb::BenchJob*> all;
+  for (const pb::BenchJob* j : newest_first) {
+    if (!tenant.empty() && j->tenant() != tenant) continue;
+    if (!request.submitter().empty() && j->spec().submitter() != request.submitter()) continue;
     if (!request.states().empty() &&
-        std::find(request.states().begin(), request.states().end(), j->job.state()) == request.states().end()) {
+        std::find(request.states().begin(), request.states().end(), j->state()) == request.states().end()) {
       continue;
     }
-    all.push_back(j.get());
+    all.push_back(j);
   }
-  std::sort(all.begin(), all.end(), [](const Job* a, const Job* b) { return a->order > b->order; });
   const size_t limit = request.limit() > 0 ? static_cast<size_t>(request.limit()) : 100;
   std::vector<pb::BenchJob> out;
   if (truncated != nullptr) *truncated = false;
   int64_t bytes = 0;
   for (size_t i = 0; i < all.size() && i < limit; ++i) {
-    pb::BenchJob job = all[i]->job;
+    pb::BenchJob job = *all[i];
     if (request.summary()) job.clear_results();
     bytes += static_cast<int64_t>(job.ByteSizeLong()) + 16;  // and its framing
     if (max_bytes > 0 && bytes > max_bytes) {
@@ -543,10 +582,11 @@ std::vector<pb::BenchJob> BenchScheduler::List(const pb::ListBenchRequest& reque
 absl::StatusOr<pb::BenchJob> BenchScheduler::Cancel(const std::string& id, const std::string& reason,
                                                     const std::string& tenant) {
   KS_RETURN_IF_ERROR(CheckLength("reason", reason));
+  const std::string why = reason.empty() ? "cancelled by request" : absl::StrCat("cancelled: ", reason);
+  if (fleet_) return FleetCancel(id, why, tenant);
   absl::MutexLock l(&mu_);
   std::shared_ptr<Job> j = FindLocked(id, tenant);
   if (!j) return absl::NotFoundError(absl::StrCat("no benchmark job ", QuoteClientText(id)));
-  const std::string why = reason.empty() ? "cancelled by request" : absl::StrCat("cancelled: ", reason);
   switch (j->job.state()) {
     case pb::JOB_CANCELLED:
       return j->job;
@@ -581,8 +621,17 @@ absl::StatusOr<pb::BenchJob> BenchScheduler::Cancel(const std::string& id, const
 absl::Status BenchScheduler::WaitEvents(const std::string& id, int64_t after_seq, absl::Duration timeout,
                                         std::vector<pb::BenchEvent>* out, bool* finished,
                                         const std::string& tenant) {
+  std::shared_ptr<Job> j;
+  if (fleet_) {
+    {
+      absl::MutexLock l(&mu_);
+      j = FindLocked(id, tenant);
+    }
+    // Not running here: its events are the store's.
+    if (!j) return FleetWaitEvents(id, after_seq, timeout, out, finished, tenant);
+  }
   absl::MutexLock l(&mu_);
-  std::shared_ptr<Job> j = FindLocked(id, tenant);
+  if (!j) j = FindLocked(id, tenant);
   if (!j) return absl::NotFoundError(absl::StrCat("no benchmark job ", QuoteClientText(id)));
   KS_RETURN_IF_ERROR(EnsureEventsLocked(*j));
   const absl::Time until = absl::Now() + timeout;
@@ -633,29 +682,35 @@ void BenchScheduler::RunnerLoop(int device) {
       absl::MutexLock l(&mu_);
       while (!shutdown_ && !(j = NextLocked(device))) work_cv_.Wait(&mu_);
       if (shutdown_) return;
-      j->cancel = false;
-      j->cancel_reason.clear();
-      j->job.set_state(pb::JOB_RUNNING);
       j->job.set_attempts(j->job.attempts() + 1);
-      j->job.set_started_unix_ms(NowMs());
-      j->job.set_queue_position(0);
-      j->last_position = 0;
-      j->job.clear_results();
-      j->job.clear_error();
-      const DeviceInfo info = backend_->GetDeviceInfo(device);
-      j->job.set_device(device);
-      j->job.set_device_name(info.name);
-      j->job.set_driver(info.driver);
-      pb::BenchEvent e;
-      e.set_phase(pb::PHASE_STARTED);
-      e.set_message(absl::StrCat("started on ", backend_->Name(), " device ", device, " (", info.name,
-                                 "), attempt ", j->job.attempts()));
-      EmitLocked(*j, std::move(e), true);
+      StartLocked(*j, device);
       RefreshPositionsLocked();
     }
     absl::Status st = Execute(j, device);
     Finish(j, st);
   }
+}
+
+void BenchScheduler::StartLocked(Job& j, int device) {
+  j.cancel = false;
+  j.cancel_reason.clear();
+  j.job.set_state(pb::JOB_RUNNING);
+  j.job.set_started_unix_ms(NowMs());
+  j.job.set_queue_position(0);
+  j.last_position = 0;
+  j.job.clear_results();
+  j.job.clear_error();
+  const DeviceInfo info = backend_->GetDeviceInfo(device);
+  j.job.set_device(device);
+  j.job.set_device_name(info.name);
+  j.job.set_driver(info.driver);
+  j.job.set_node(options_.fleet.node_id);
+  pb::BenchEvent e;
+  e.set_phase(pb::PHASE_STARTED);
+  e.set_message(absl::StrCat("started on ", options_.fleet.node_id.empty() ? "" : "node " + options_.fleet.node_id + ", ",
+                             backend_->Name(), " device ", device, " (", info.name, "), attempt ",
+                             j.job.attempts()));
+  EmitLocked(j, std::move(e), true);
 }
 
 void BenchScheduler::Finish(const std::shared_ptr<Job>& j, const absl::Status& st) {
@@ -670,7 +725,8 @@ void BenchScheduler::Finish(const std::shared_ptr<Job>& j, const absl::Status& s
     job.clear_results();
     job.set_started_unix_ms(0);
     e.set_phase(pb::PHASE_REQUEUED);
-    e.set_message("the server is shutting down; re-queued for its next start");
+    e.set_message(fleet_ ? "the server is shutting down; re-queued for any node of the fleet"
+                         : "the server is shutting down; re-queued for its next start");
     EmitLocked(*j, std::move(e), true);
     return;
   }

@@ -42,6 +42,22 @@
 //              in kernel.
 // Each result's method names the timer that was used.
 //
+// Fleet (options.fleet.store set, --job_store=postgres://...). The queue is
+// the shared store's: each device's runner claims the best queued job it may
+// run there (FOR UPDATE SKIP LOCKED; tenants at their running limit in the
+// whole fleet skipped), so a job submitted to any node runs on the first free
+// device of any node. Every write of a running job is guarded by its claim
+// (node, attempt): a node whose heartbeat went stale and whose job another
+// node requeued cannot overwrite it, and stops that run. The node registers
+// in ks_nodes and heartbeats; every node requeues (or, after max_attempts,
+// interrupts) jobs of nodes whose heartbeat is older than stale_ms, with the
+// reason in the job's notes and events, but only once it has itself been
+// connected for stale_ms (after a database outage everyone's heartbeats are
+// old). Get, List, Watch and Cancel read and write the store, so any node
+// serves every job; Watch polls the store's events of jobs run elsewhere,
+// Cancel of a job running elsewhere is a request its node sees at its next
+// heartbeat. A job reading uploaded buffers is pinned to the node holding them.
+//
 // Persistence. Each state change and event is committed to SQLite before it
 // is visible. On start-up, jobs found QUEUED stay queued; jobs found RUNNING
 // (the server died under them) are re-queued until they have started
@@ -117,18 +133,68 @@ class BenchScheduler {
     return shutdown_;
   }
 
+  // Fleet mode: the node id ("" on one node), the address this node tells
+  // the fleet it serves on (set once it listens), and every registered node.
+  const std::string& node_id() const { return options_.fleet.node_id; }
+  void SetNodeAddress(const std::string& address);
+  absl::StatusOr<std::vector<pb::FleetNode>> FleetNodes() const;
+
  private:
   int lock_fd_ = -1;  // flock on <data_dir>/bench.lock
-  struct Job;
+  struct Job {
+    pb::BenchJob job;
+    int64_t order = 0;
+    std::vector<pb::BenchEvent> events;
+    bool events_loaded = true;
+    int64_t next_seq = 1;
+    int last_position = 0;
+    double progress = 0;  // of the last event that carried one
+    std::atomic<bool> cancel{false};
+    std::string cancel_reason;  // guarded by the scheduler's mu_
+    std::string held;  // why start_check keeps it queued ("" when it may start); mu_
+    // Fleet: the attempt this node claimed it at (what guards its writes), and
+    // the last write the store did not take (the database was away), retried
+    // when the run ends. mu_.
+    int claim_attempt = 0;
+    bool lost = false;  // another node requeued it: nothing more is written
+    bool unsaved = false;
+    std::optional<pb::BenchEvent> unsaved_event;
+  };
   class RunSink;  // how a JobRun reports into its Job
+  // Marker put into cancellation statuses caused by a graceful shutdown.
+  static constexpr char kShutdownReason[] = "server shutting down";
 
   BenchScheduler(Backend* backend, BenchOptions options, DeviceRunner runner, BufferReader reader,
-                 std::unique_ptr<JobStore> store);
+                 std::shared_ptr<JobStore> store);
   absl::Status Recover();
   void RunnerLoop(int device);
   // Runs the job (a JobRun, job_run.h); returns its final status (OK: DONE).
   absl::Status Execute(const std::shared_ptr<Job>& job, int device);
   void Finish(const std::shared_ptr<Job>& job, const absl::Status& status);
+  // The job becomes RUNNING on `device` (attempts already counted).
+  void StartLocked(Job& job, int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `job` and/or `event` (either may be null): through the claim in a fleet.
+  void WriteLocked(Job& job, const pb::BenchEvent* event, bool with_job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSubmitLimits(const std::vector<const pb::BenchJob*>& jobs, const pb::BenchJobSpec& spec,
+                                 const std::string& tenant) const;
+  pb::BenchJob NewQueuedJob(pb::BenchJobSpec spec, const std::string& tenant) const;
+  static std::vector<pb::BenchJob> SelectJobs(const std::vector<const pb::BenchJob*>& newest_first,
+                                              const pb::ListBenchRequest& request, const std::string& tenant,
+                                              int64_t max_bytes, bool* truncated);
+
+  // Fleet mode (scheduler_fleet.cc).
+  absl::Status FleetRecover();
+  void FleetRunnerLoop(int device);
+  void FleetHeartbeatLoop();
+  void FleetSettle(const std::shared_ptr<Job>& job);
+  void FleetRequeued(const pb::BenchJob& job);
+  absl::StatusOr<pb::BenchJob> FleetSubmit(pb::BenchJobSpec spec, const std::string& tenant);
+  absl::StatusOr<pb::BenchJob> FleetGet(const std::string& id, const std::string& tenant);
+  std::vector<pb::BenchJob> FleetList(const pb::ListBenchRequest& request, const std::string& tenant,
+                                      int64_t max_bytes, bool* truncated);
+  absl::StatusOr<pb::BenchJob> FleetCancel(const std::string& id, const std::string& why, const std::string& tenant);
+  absl::Status FleetWaitEvents(const std::string& id, int64_t after_seq, absl::Duration timeout,
+                               std::vector<pb::BenchEvent>* out, bool* finished, const std::string& tenant);
 
   absl::Status ValidateSubmit(const pb::BenchJobSpec& spec, const std::string& tenant) const;
   absl::Status ValidateUserKernels(const pb::BenchJobSpec& spec) const;
@@ -146,7 +212,8 @@ class BenchScheduler {
   const BenchOptions options_;
   DeviceRunner runner_;
   BufferReader reader_;
-  std::unique_ptr<JobStore> store_;
+  std::shared_ptr<JobStore> store_;
+  FleetJobStore* const fleet_;  // options_.fleet.store; null on one node
   VariantRegistry registry_;
   CeilingCache ceilings_;  // per device, measured by its first job
   std::unique_ptr<user_kernels::KernelBuilder> builder_;  // users' kernels; null when off
@@ -156,7 +223,9 @@ class BenchScheduler {
   absl::CondVar event_cv_;  // watchers and Cancel: new events
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every job on one node; in a fleet, the jobs this node has claimed and not yet finished.
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::string node_address_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::thread> threads_;
 };
