@@ -75,12 +75,25 @@ __device__ __forceinline__ void RowHadamard(double (&x)[kPer], int lane) {
   for (int i = 0; i < kPer; ++i) x[i] *= s;
 }
 
-// kRowLanes lanes per row: optional rotation, amax.
+// Non-negative floats order like their bits: an integer max is exact and
+// independent of the order of the atomics. NaN never wins (as in numerics).
+__device__ __forceinline__ void FlushAmax(const QuantizeArgs& a, int head, float m, int lane) {
+  if (lane == 0 && head >= 0 && m > 0.f) atomicMax(a.amax + head, __float_as_uint(m));
+}
+
+// kRowLanes lanes per row: optional rotation, amax. Each row group takes a
+// contiguous run of rows and keeps its maximum until the head changes, so a
+// per-tensor amax costs one atomic per group, not one per row (all rows'
+// atomics on one word serialize).
 __global__ void AmaxKernel(const QuantizeArgs a) {
   const int lane = threadIdx.x & (kRowLanes - 1);
   const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / kRowLanes);
-  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kRowLanes) + threadIdx.x / kRowLanes;
-       row < a.rows; row += groups) {
+  const int64_t group = blockIdx.x * static_cast<int64_t>(blockDim.x / kRowLanes) + threadIdx.x / kRowLanes;
+  const int64_t per_group = (a.rows + groups - 1) / groups;
+  const int64_t row_end = min(a.rows, (group + 1) * per_group);
+  int head = -1;
+  float head_max = 0.f;
+  for (int64_t row = group * per_group; row < row_end; ++row) {
     const uint16_t* x = a.x + row * a.dim;
     float m = 0.f;
     if (a.hadamard) {
@@ -117,22 +130,31 @@ __global__ void AmaxKernel(const QuantizeArgs a) {
     }
 #pragma unroll
     for (int o = kRowLanes / 2; o > 0; o >>= 1) m = fmaxf(m, ShflXor(m, o));
-    // Non-negative floats order like their bits: an integer max is exact and
-    // independent of the order of the atomics. NaN never wins (as in numerics).
-    if (lane == 0 && m > 0.f) atomicMax(a.amax + HeadOf(a, row), __float_as_uint(m));
+    const int h = HeadOf(a, row);
+    if (h != head) {
+      FlushAmax(a, head, head_max, lane);
+      head = h;
+      head_max = 0.f;
+    }
+    head_max = fmaxf(head_max, m);
   }
+  FlushAmax(a, head, head_max, lane);
 }
 
+// kRowLanes lanes per row, so that the row's head and descale are found once
+// per row rather than by 64-bit divisions per element.
 __global__ void QuantizeKernel(const QuantizeArgs a) {
-  const int64_t n = a.rows * a.dim;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / a.dim;
+  const int lane = threadIdx.x & (kRowLanes - 1);
+  const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / kRowLanes);
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / kRowLanes) + threadIdx.x / kRowLanes;
+       row < a.rows; row += groups) {
     const float amax = __uint_as_float(a.amax[HeadOf(a, row)]);
     const float descale = amax == 0.f ? 1.f : __fdiv_rn(amax, Fp8MaxOf(a));
-    const float x = a.hadamard ? a.rotated[i] : Bf16(a.x[i]);
-    const float y = __fdiv_rn(x, descale);
-    a.codes[i] = CodeOf(a, y);
+    const int64_t base = row * a.dim;
+    for (int c = lane; c < a.dim; c += kRowLanes) {
+      const float x = a.hadamard ? a.rotated[base + c] : Bf16(a.x[base + c]);
+      a.codes[base + c] = CodeOf(a, __fdiv_rn(x, descale));
+    }
   }
 }
 
