@@ -74,7 +74,7 @@ absl::Status WireMessage::Parse(const grpc::ByteBuffer& buffer, absl::string_vie
   slices_.clear();
   fields_.clear();
   if (buffer.Valid() && !buffer.Dump(&slices_).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": the message's bytes could not be read"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " (its bytes could not be read)"));
   }
   uint64_t total = 0;
   for (const grpc::Slice& s : slices_) total += s.size();
@@ -84,7 +84,7 @@ absl::Status WireMessage::Parse(const grpc::ByteBuffer& buffer, absl::string_vie
     const uint64_t at = total - in.Remaining();
     auto bad = [&](absl::string_view why) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": not a valid protobuf message (", why, " at byte ", at, ")"));
+          absl::StrCat(what, " (", why, " at byte ", at, ")"));
     };
     uint64_t tag;
     if (!in.ReadVarint(&tag)) return bad("truncated field tag");

@@ -24,11 +24,20 @@ namespace wire {
 // fields are views into the buffer's slices, which the message keeps alive.
 class WireMessage {
  public:
+  WireMessage() = default;
+  // Movable, not copyable: the views point into slices_'s elements (a small
+  // slice holds its bytes inline), which a move keeps in place.
+  WireMessage(WireMessage&&) = default;
+  WireMessage& operator=(WireMessage&&) = default;
+  WireMessage(const WireMessage&) = delete;
+  WireMessage& operator=(const WireMessage&) = delete;
+
   // Parses `buffer`. Unknown fields are skipped, as protobuf does. A field
   // that repeats keeps, like protobuf: a varint its last value, a bytes
   // field its last occurrence, a sub-message all occurrences in order
-  // (parsing their concatenation merges them). `what` names the message in
-  // errors.
+  // (parsing their concatenation merges them). Bytes that are not a
+  // protobuf message get InvalidArgument: `what` (which says what was
+  // expected), then why and at which byte.
   absl::Status Parse(const grpc::ByteBuffer& buffer, absl::string_view what);
 
   bool Has(int number) const;

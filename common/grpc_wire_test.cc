@@ -120,9 +120,9 @@ TEST(WireMessage, MalformedBytesGetAStatusNamingTheMessage) {
     pb::UploadChunk check;
     EXPECT_FALSE(check.ParseFromString(b));
     WireMessage m;
-    absl::Status s = m.Parse(Split(b, {1}), "message 3");
+    absl::Status s = m.Parse(Split(b, {1}), "message 3 is not an UploadChunk");
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("message 3: not a valid protobuf message"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("message 3 is not an UploadChunk ("), std::string::npos) << s;
   }
 }
 
