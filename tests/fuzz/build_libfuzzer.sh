@@ -57,7 +57,7 @@ done
 wait
 libs=$(pkg-config --libs grpc++ protobuf absl_flags_parse absl_synchronization absl_statusor absl_str_format spdlog 2>/dev/null)
 "$cxx" -fsanitize=fuzzer,address -fopenmp "${objs[@]}" -o "$out/request_fuzzer" \
-  -lgrpc++_reflection $libs -lgrpc -lgpr -lssl -lcrypto -lsqlite3 -lfmt -lpthread
+  -lgrpc++_reflection $libs -lgrpc -lgpr -lssl -lcrypto -lsqlite3 -lpq -lfmt -lpthread -ldl
 # The seed corpus, written by the gcc driver.
 bazel-bin/tests/fuzz/fuzz_requests_test --write_corpus="$out/corpus" >/dev/null
 echo "built $out/request_fuzzer; run: $out/request_fuzzer $out/corpus -max_total_time=60"
