@@ -31,7 +31,8 @@ TEST(EmbeddedCodeObjects, LinkedGfx942ElfObjects) {
 
 TEST(EmbeddedCodeObjects, HoldEveryKernelTheTableLaunches) {
   // hip_variants.cc launches these by name.
-  for (const char* kernel : {attention::gfx942::kKernel, attention::gfx942::kCausalKernel, mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
+  for (const char* kernel : {attention::gfx942::kKernel, attention::gfx942::kCausalKernel, attention::gfx942::kVTransposeKernel,
+                             attention::gfx942::kMergeKernel, mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
                              moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32, "MoeCountKernel", "MoeScanKernel",
                              "MoeScatterKernel", "MoeWeightedSumKernel", "AmaxKernel", "QuantizeKernel",
                              "DescaleKernel"}) {

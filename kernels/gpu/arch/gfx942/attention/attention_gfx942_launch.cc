@@ -1,25 +1,116 @@
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 
 namespace kernelserve {
 namespace gpu {
 namespace attention {
 namespace gfx942 {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// The forward's grid is one dimension of CTAs of kThreads; HSA's dispatch
+// packet holds its size in work-items as 32 bits.
+constexpr int64_t kMaxCtas = (int64_t{1} << 32) / kThreads / kMaxSplits;
+
+}  // namespace
 
 std::string Unsupported(const AttentionParams& p) {
   if (p.head_dim != kHeadDim) {
     return absl::StrCat("attention: the hip backend serves head_dim ", kHeadDim, " (got ", p.head_dim, ")");
   }
+  // One head's K rows are read through a buffer resource with 32-bit byte
+  // offsets (hardware bounds return zeros past seq_kv).
+  const int64_t k_row_stride = p.layout == Layout::kBshd ? p.heads_kv * p.head_dim : p.head_dim;
+  if ((p.seq_kv + kTileTok) * k_row_stride * 2 >= (int64_t{1} << 31)) {
+    return absl::StrCat("attention: the hip backend addresses one head's K rows with 31-bit byte offsets: seq_kv ",
+                        p.seq_kv, " at a row stride of ", k_row_stride, " elements is too long");
+  }
+  // V^T of one head, kHeadDim columns of seq_kv rounded up to kVtTok keys,
+  // goes through a buffer resource too.
+  if ((p.seq_kv + kVtTok) * kHeadDim * 2 >= (int64_t{1} << 31)) {
+    return absl::StrCat("attention: the hip backend addresses one head's V^T with 31-bit byte offsets: seq_kv ",
+                        p.seq_kv, " is too long");
+  }
+  const int64_t items = CeilDiv(p.seq_q, kRows) * p.heads_q * p.batch;
+  if (items > kMaxCtas) {
+    return absl::StrCat("attention: the hip backend's grid holds at most ", kMaxCtas, " blocks of ", kRows,
+                        " query rows (got ", items, ")");
+  }
   return "";
 }
 
-Grid GridOf(const FlashFwdParams& fp) {
-  Grid g;
-  g.x = static_cast<unsigned>((fp.seq_q + kRows - 1) / kRows);
-  g.y = static_cast<unsigned>(fp.heads_q);
-  g.z = static_cast<unsigned>(fp.batch);
-  return g;
+DenseTailPlan PlanDenseTail(int q_blocks, int cus, int tail_kv_tiles) {
+  DenseTailPlan d;
+  d.full_items = q_blocks;
+  d.ctas = q_blocks;
+  const int tail = q_blocks % cus;
+  d.cost_off = tail_kv_tiles;
+  if (tail == 0 || tail_kv_tiles <= 0) return d;
+  const int splits = std::min({cus / tail, tail_kv_tiles / kMinTilesPerSplit, kMaxSplits});
+  if (splits < 2) return d;
+  d.cost_on = CeilDiv(tail_kv_tiles, splits) + kPartialTiles + kMergeLaunchTiles +
+              CeilDiv(static_cast<int64_t>(tail) * (splits + 1), cus) * kPartialTiles;
+  if (d.cost_on >= d.cost_off) return d;
+  d.on = true;
+  d.full_items = q_blocks - tail;
+  d.tail_items = tail;
+  d.splits = splits;
+  d.ctas = d.full_items + tail * splits;
+  return d;
+}
+
+AttentionLaunch PlanAttention(const FlashFwdParams& f, bool causal, int compute_units) {
+  AttentionLaunch l;
+  Gfx942AttnParams& p = l.params;
+  p.f = f;
+  p.q_blocks = static_cast<int>(CeilDiv(f.seq_q, kRows));
+  p.vt_len = static_cast<int>(CeilDiv(f.seq_kv, kVtTok) * kVtTok);
+  p.vt_head_stride = static_cast<int64_t>(kHeadDim) * p.vt_len;
+  const int items = p.q_blocks * f.heads_q * f.batch;
+  // The longest item of the last partial round is its first (WorkItemAt).
+  const int tail = items % compute_units;
+  const int first_tail = items - (tail == 0 ? compute_units : tail);
+  const int tail_tiles =
+      ItemKvTiles(f, WorkItemAt(std::max(first_tail, 0), p.q_blocks, f.heads_q, f.batch).qb, causal);
+  l.tail = PlanDenseTail(items, compute_units, tail_tiles);
+  p.full_items = l.tail.full_items;
+  p.tail_items = l.tail.tail_items;
+  p.splits = l.tail.splits;
+  l.kernel = causal ? kCausalKernel : kKernel;
+
+  Workspace& w = l.workspace;
+  w.vt = 0;
+  size_t at = Align256(static_cast<size_t>(f.batch) * f.heads_kv * p.vt_head_stride * 2);
+  if (l.tail.on) {
+    const size_t rows = static_cast<size_t>(l.tail.tail_items) * l.tail.splits * kRows;
+    w.part_o = at;
+    at += Align256(rows * kHeadDim * 4);
+    w.part_ml = at;
+    at += Align256(rows * 2 * 4);
+  }
+  w.bytes = at;
+
+  l.vt_grid = {static_cast<unsigned>(p.vt_len / kVtTok), static_cast<unsigned>(f.heads_kv),
+               static_cast<unsigned>(f.batch)};
+  l.fwd_grid = {static_cast<unsigned>(l.tail.ctas), 1, 1};
+  if (l.tail.on) {
+    l.merge_grid = {static_cast<unsigned>(l.tail.tail_items * (kRows / kMergeRowsPerBlock)), 1, 1};
+  }
+  return l;
+}
+
+void SetWorkspace(AttentionLaunch& l, void* workspace) {
+  uint8_t* base = static_cast<uint8_t*>(workspace);
+  l.params.vt = reinterpret_cast<uint16_t*>(base + l.workspace.vt);
+  if (!l.tail.on) return;
+  l.params.part_o = reinterpret_cast<float*>(base + l.workspace.part_o);
+  l.params.part_ml = reinterpret_cast<float*>(base + l.workspace.part_ml);
 }
 
 }  // namespace gfx942
