@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
+#include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/fp8_attention/fp8_attention_gfx942_launch.h"
 #include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
 #include "kernels/gpu/fp8_attention/fp8_quantize_args.h"
@@ -215,8 +216,9 @@ Runtime RecordingStandIn() {
   r.ModuleLaunchKernel = [](Function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned, unsigned,
                             unsigned, Stream, void** args, void**) {
     const std::string& symbol = g_symbols[reinterpret_cast<size_t>(f) - 1];
-    const size_t size = symbol.find("KsFp8Attn") == 0 ? sizeof(fp8_attention::Fp8KernelParams)
-                                                      : sizeof(fp8_attention::QuantizeArgs);
+    const size_t size = symbol.find("KsAttention") == 0 ? sizeof(attention::gfx942::Gfx942AttnParams)
+                        : symbol.find("KsFp8Attn") == 0 ? sizeof(fp8_attention::Fp8KernelParams)
+                                                        : sizeof(fp8_attention::QuantizeArgs);
     const auto* a = static_cast<const unsigned char*>(args[0]);
     g_launches.push_back({symbol, gx, gy, gz, bx, std::vector<unsigned char>(a, a + size)});
     return kSuccess;
@@ -351,6 +353,87 @@ TEST_F(Fp8StandIn, Fp8AttentionOnFnuzInputsLaunchesOnlyTheKernel) {
   EXPECT_EQ(kp.v_ds, in.v_descale.data);
   EXPECT_EQ(kp.q_ds_per_head, 0);
   EXPECT_EQ(kp.bshd, 0);
+}
+
+// A recording stand-in over the bf16 attention objects (304 CUs).
+class AttentionStandIn : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_device_arch = "gfx942";
+    g_symbols.clear();
+    g_launches.clear();
+    g_memsets.clear();
+    b_ = CreateHipBackendWith(rt_, objects_);
+    ASSERT_TRUE(b_.ok()) << b_.status();
+  }
+  const absl::StatusOr<Runtime> rt_ = RecordingStandIn();
+  const std::vector<CodeObject> objects_ = {
+      {"attention_fwd_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+       {attention::gfx942::kKernel, attention::gfx942::kCausalKernel}},
+      {"attention_aux_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+       {attention::gfx942::kVTransposeKernel, attention::gfx942::kMergeKernel}}};
+  absl::StatusOr<std::unique_ptr<Backend>> b_;
+};
+
+TEST_F(AttentionStandIn, SmallGridTransposesVSplitsEveryItemAlongKvAndMerges) {
+  // 1 x 2 heads x 3 blocks of 384 rows = 6 items on 304 CUs, 32 K tiles
+  // each: 8 chunks per item (kMinTilesPerSplit), merged.
+  AttentionParams p;
+  p.layout = Layout::kBshd;
+  p.rounding = Rounding::kRtna;
+  const TensorDesc t{DType::kBf16, {1, 1024, 2, 128}};
+  ASSERT_TRUE(p.Validate(t, t, t).ok());
+  const TensorView q{t, reinterpret_cast<void*>(0x1000)}, k{t, reinterpret_cast<void*>(0x2000)},
+      v{t, reinterpret_cast<void*>(0x3000)};
+  TensorView out{p.OutputDesc(), reinterpret_cast<void*>(0x4000)};
+  const absl::Status s = (*b_)->Attention(0, p, q, k, v, out);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(g_launches.size(), 3u);
+  EXPECT_EQ(g_launches[0].symbol, attention::gfx942::kVTransposeKernel);
+  EXPECT_EQ(g_launches[0].gx, 1024u / 64);
+  EXPECT_EQ(g_launches[0].gy, 2u);
+  EXPECT_EQ(g_launches[0].threads, 256u);
+  EXPECT_EQ(g_launches[1].symbol, attention::gfx942::kKernel);
+  EXPECT_EQ(g_launches[1].gx, 6u * 8);
+  EXPECT_EQ(g_launches[1].gy, 1u);
+  EXPECT_EQ(g_launches[1].threads, 512u);
+  EXPECT_EQ(g_launches[2].symbol, attention::gfx942::kMergeKernel);
+  EXPECT_EQ(g_launches[2].gx, 6u * 384 / 2);
+  const auto a = ArgsOf<attention::gfx942::Gfx942AttnParams>(g_launches[1]);
+  EXPECT_EQ(a.f.q, q.data);
+  EXPECT_EQ(a.f.v, v.data);
+  EXPECT_EQ(a.f.o, out.data);
+  EXPECT_EQ(a.f.rounding, attention::kFlashRtna);
+  EXPECT_EQ(a.splits, 8);
+  EXPECT_EQ(a.full_items, 0);
+  EXPECT_EQ(a.tail_items, 6);
+  ASSERT_NE(a.vt, nullptr);
+  // The partials follow V^T in the one workspace.
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(a.part_o), reinterpret_cast<const uint8_t*>(a.vt) + 2 * 128 * 1024 * 2);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(a.part_ml),
+            reinterpret_cast<const uint8_t*>(a.part_o) + size_t{6} * 8 * 384 * 128 * 4);
+  // Every kernel of the call reads the same arguments.
+  EXPECT_EQ(g_launches[0].args, g_launches[1].args);
+  EXPECT_EQ(g_launches[2].args, g_launches[1].args);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+}
+
+TEST_F(AttentionStandIn, EvenGridRunsWithoutMerge) {
+  // 1 x 38 heads x 8 blocks = 304 items: one full round, causal.
+  AttentionParams p;
+  p.causal = true;
+  const TensorDesc q{DType::kBf16, {1, 38, 3072, 128}}, kv{DType::kBf16, {1, 2, 3072, 128}};
+  ASSERT_TRUE(p.Validate(q, kv, kv).ok());
+  const TensorView qv{q, reinterpret_cast<void*>(0x1000)}, kvv{kv, reinterpret_cast<void*>(0x2000)};
+  TensorView out{p.OutputDesc(), reinterpret_cast<void*>(0x4000)};
+  ASSERT_TRUE((*b_)->Attention(0, p, qv, kvv, kvv, out).ok());
+  ASSERT_EQ(g_launches.size(), 2u);
+  EXPECT_EQ(g_launches[1].symbol, attention::gfx942::kCausalKernel);
+  EXPECT_EQ(g_launches[1].gx, 304u);
+  const auto a = ArgsOf<attention::gfx942::Gfx942AttnParams>(g_launches[1]);
+  EXPECT_EQ(a.splits, 1);
+  EXPECT_EQ(a.part_o, nullptr);
+  EXPECT_EQ(a.f.group, 19);
 }
 
 }  // namespace
