@@ -96,6 +96,16 @@ __device__ __forceinline__ void StoreK(uint8_t* tile, U32x4 v) {
   *reinterpret_cast<U32x4*>(tile + tok * kRowBytes + c * 16) = v;
 }
 
+// V^T[d 16 n + lr][key j + 4 lq + i] for the eight column tiles n, at byte
+// offset voff of key j: one VGPR offset for all eight loads (the column
+// tile's offset is uniform, an SGPR).
+__device__ __forceinline__ void LoadVt(__amdgpu_buffer_rsrc_t rsrc, int voff, int vt_len, Bf16x4 (&vv)[kNTiles]) {
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n) {
+    vv[n] = __builtin_bit_cast(Bf16x4, __builtin_amdgcn_raw_buffer_load_b64(rsrc, voff, n * 16 * vt_len * 2, 0));
+  }
+}
+
 // One Q tile's online softmax over the 16 keys at j0 and its P V: s holds
 // S^T[key j0 + 4 lq + i][row lr]; `last` is the last key row lr sees.
 __device__ __forceinline__ void SoftmaxPv(const FlashFwdParams& p, F32x4 s, int j0, int last,
@@ -213,32 +223,32 @@ __device__ __forceinline__ void FwdCta(const Gfx942AttnParams& ap) {
   // resource so that every load of a tile shares one VGPR offset.
   const __amdgpu_buffer_rsrc_t vt_rsrc = __builtin_amdgcn_make_buffer_rsrc(
       const_cast<uint16_t*>(vth), 0, static_cast<int>(ap.vt_head_stride * 2), kBufferWord3);
-  U32x4 next = U32x4{0u, 0u, 0u, 0u};
+  U32x4 next;
   if (t_begin < t_end) StoreK(lds, LoadK(kstream, t_begin * kTileTok));
   __syncthreads();  // the first K tile and every wave's Q stage
   for (int it = t_begin; it < t_end; ++it) {
     const int j0 = it * kTileTok;
     const bool more = it + 1 < t_end;
-    if (more) next = LoadK(kstream, j0 + kTileTok);
     const uint8_t* kt = lds + ((it - t_begin) & 1) * kKTileBytes;
     // 16 keys at a time: V^T of the block (B operand of P V, 16 VGPRs)
     // serves the wave's three Q tiles; S^T, the softmax step and P V go one
     // Q tile at a time. (A whole 32-key step would hold twice the V^T and
     // three S^T tiles at once: more than the 256 VGPRs two waves per SIMD
-    // leave.)
+    // leave.) The first block's V^T loads go out before the next K tile's:
+    // loads complete in order, so a K load issued first would hold up the
+    // first P V until it lands. Both are issued by every wave and
+    // unconditionally, which keeps the compiler's wait counts exact: a K
+    // load past the chunk reads other rows of the head or, past seq_kv,
+    // zeros (the buffer's bound), and is never stored.
+    Bf16x4 vv[kNTiles];
+    LoadVt(vt_rsrc, (lr * ap.vt_len + j0 + lq * 4) * 2, ap.vt_len, vv);
+    __builtin_amdgcn_sched_barrier(0);  // keeps the scheduler from issuing the K load first
+    next = LoadK(kstream, j0 + kTileTok);
 #pragma unroll
     for (int sb = 0; sb < kSub; ++sb) {
       const int jb = j0 + sb * 16;
       if (jb > wave_last) break;
-      // V^T[d 16 n + lr][key jb + 4 lq + i]; one VGPR offset for all eight
-      // loads (the column tile's offset is uniform, an SGPR).
-      Bf16x4 vv[kNTiles];
-      const int voff = (lr * ap.vt_len + jb + lq * 4) * 2;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-        vv[n] = __builtin_bit_cast(Bf16x4,
-                                   __builtin_amdgcn_raw_buffer_load_b64(vt_rsrc, voff, n * 16 * ap.vt_len * 2, 0));
-      }
+      if (sb > 0) LoadVt(vt_rsrc, (lr * ap.vt_len + jb + lq * 4) * 2, ap.vt_len, vv);
 #pragma unroll
       for (int qt = 0; qt < kQTilesPerWave; ++qt) {
         if (jb > tile_last[qt]) continue;

@@ -25,9 +25,10 @@ std::string Unsupported(const AttentionParams& p) {
     return absl::StrCat("attention: the hip backend serves head_dim ", kHeadDim, " (got ", p.head_dim, ")");
   }
   // One head's K rows are read through a buffer resource with 32-bit byte
-  // offsets (hardware bounds return zeros past seq_kv).
+  // offsets (hardware bounds return zeros past seq_kv), up to two tiles past
+  // the last key (the prefetch after the last tile).
   const int64_t k_row_stride = p.layout == Layout::kBshd ? p.heads_kv * p.head_dim : p.head_dim;
-  if ((p.seq_kv + kTileTok) * k_row_stride * 2 >= (int64_t{1} << 31)) {
+  if ((p.seq_kv + 2 * kTileTok) * k_row_stride * 2 >= (int64_t{1} << 31)) {
     return absl::StrCat("attention: the hip backend addresses one head's K rows with 31-bit byte offsets: seq_kv ",
                         p.seq_kv, " at a row stride of ", k_row_stride, " elements is too long");
   }
