@@ -7,6 +7,9 @@
 // The seed's CTA shape: eight waves, each owning its own three 16-row query
 // tiles (48 rows, 384 per CTA) with their own softmax state; waves do not
 // share query rows, so the only CTA-wide step is the K tile they all read.
+// Every wave computes: the waves are specialized by the rows they own, not
+// into producers and consumers (no wave only loads; each of the 512 threads
+// loads one 16-byte piece of every K tile).
 // Of a wave's three Q tiles two are parked in registers and the third is
 // staged once in the wave's slice of LDS and re-read per k-step: a register Q
 // tile is 16 VGPRs, and that third one is what keeps the wave at 256 (below).
