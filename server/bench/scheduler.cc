@@ -675,6 +675,11 @@ pb::ListVariantsResponse BenchScheduler::ListVariants(pb::BenchOp op) const {
 
 // ------------------------------------------------------------------ runner
 
+void BenchScheduler::DeviceHealthChanged() {
+  absl::MutexLock l(&mu_);
+  work_cv_.SignalAll();
+}
+
 void BenchScheduler::RunnerLoop(int device) {
   while (true) {
     std::shared_ptr<Job> j;

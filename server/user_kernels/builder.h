@@ -51,6 +51,10 @@ struct UserKernelOptions {
   // "" for a fresh worker process (`kernel_worker --probe`).
   std::string health_probe;
   double health_probe_timeout_s = 30;
+  // Every this many seconds a device that failed its probe is probed again
+  // and returns to service when it passes (--user_kernel_reprobe_interval_s;
+  // 0: off, only DeviceService.Probe brings it back).
+  double reprobe_interval_s = 300;
 };
 
 struct Toolchain {
