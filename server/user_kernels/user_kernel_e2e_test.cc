@@ -611,6 +611,18 @@ TEST_F(UserKernelTest, KernelctlSubmitAndLeaderboard) {
                               out + " 2>" + err).c_str());
   EXPECT_EQ(WEXITSTATUS(flag_rc), 1);
   EXPECT_THAT(ReadFile(err), HasSubstr("\"-fplugin=x.so\" is not an allowed cpu compile flag"));
+  // PTX (by its extension) with its launch: device code, which this cpu server refuses at submit.
+  const std::string ptx = dir + "/k.ptx";
+  {
+    std::ofstream f(ptx);
+    f << ".version 9.0\n.target sm_90a\n.address_size 64\n.visible .entry ks_user_attention_v1_kernel(\n"
+         "  .param .align 8 .b8 p[200]\n)\n{\n  ret;\n}\n";
+  }
+  const int ptx_rc = system((ctl + "submit --op=attention --kernel=" + ptx +
+                             " --heads=2 --seq=64 --head-dim=64 --grid=1 --block=64 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(ptx_rc), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("spec.user_kernels[0].ptx: device code for the cuda backend, but this server "
+                                       "runs the cpu backend"));
 }
 
 class NoToolchainTest : public UserKernelTest {
