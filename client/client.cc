@@ -427,6 +427,15 @@ absl::StatusOr<v1::Device> Client::DrainDevice(int index, bool undrain, const st
   return resp;
 }
 
+absl::StatusOr<v1::ProbeDeviceResponse> Client::ProbeDevice(int index, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  v1::ProbeDeviceRequest req;
+  req.set_index(index);
+  v1::ProbeDeviceResponse resp;
+  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->devices->Probe(ctx, req, &resp); }));
+  return resp;
+}
+
 absl::StatusOr<HealthState> Client::Health(const std::string& service, const CallOptions& call) {
   CallCtx c = MakeCtx(options_, call);
   // grpc.health.v1.HealthCheckRequest{service = 1} / HealthCheckResponse{status = 1},

@@ -212,6 +212,8 @@ class Client {
   // Admin only: drain device `index` (new work refused) or, with undrain, return it to service.
   absl::StatusOr<v1::Device> DrainDevice(int index, bool undrain, const std::string& reason = "",
                                          const CallOptions& call = {});
+  // Admin only: run device `index`'s health probe now; a pass returns an unhealthy device to service.
+  absl::StatusOr<v1::ProbeDeviceResponse> ProbeDevice(int index, const CallOptions& call = {});
 
   // ------------------------------------------------------------ buffers
   // Uploads in chunks of ClientOptions::chunk_bytes (client streaming).

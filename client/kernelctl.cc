@@ -241,6 +241,30 @@ int CmdDrain(Env& env, const std::vector<std::string>& args) {
   return 0;
 }
 
+int CmdProbe(Env& env, const std::vector<std::string>& args) {
+  FlagSet f("probe");
+  int64_t device = -1;
+  f.Int("device", &device, "device index", true);
+  if (env.help) {
+    PrintUsage("kernelctl probe --device=N",
+               "Admin only: run the device's health probe now (the one run after a user kernel's worker fault). "
+               "A pass returns an UNHEALTHY device to service; a failure keeps or marks it UNHEALTHY with the "
+               "probe's reason. Prints the verdict and the device; exits 0 only when the probe passed.",
+               f);
+    return 0;
+  }
+  if (auto rc = ParseOrFail(f, args)) return *rc;
+  auto client = env.GetClient();
+  if (!client.ok()) return Fail(client.status(), 1);
+  auto r = (*client)->ProbeDevice(static_cast<int>(device));
+  if (!r.ok()) return Fail(r.status(), 1);
+  std::cout << "probe of device " << device << ": " << r->verdict() << "\n";
+  google::protobuf::RepeatedPtrField<v1::Device> one;
+  *one.Add() = r->device();
+  PrintDeviceTable(one, "");
+  return r->passed() ? 0 : 1;
+}
+
 int CmdHealth(Env& env, const std::vector<std::string>& args) {
   FlagSet f("health");
   std::string service;
@@ -822,6 +846,7 @@ const std::vector<Command>& Commands() {
       {"devices", "list devices and their state", CmdDevices},
       {"health", "grpc.health.v1 check", CmdHealth},
       {"drain", "admin: drain a device or return it to service", CmdDrain},
+      {"probe", "admin: run a device's health probe now (returns an unhealthy device to service)", CmdProbe},
       {"buffers", "list, upload, download and free server buffers", CmdBuffers},
       {"attention", "bf16 attention forward", CmdAttention},
       {"fp8-attention", "FP8 attention (ZYFA block-scaled P)", CmdFp8Attention},

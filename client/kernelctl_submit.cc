@@ -1,8 +1,10 @@
 // kernelctl submit and kernelctl leaderboard: users' own kernels as
 // benchmark jobs (server/user_kernels, kernels/api/user_kernel_abi.h).
+#include <cstdint>
 #include <iostream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/bench_client.h"
@@ -40,7 +42,13 @@ int CmdSubmit(const std::vector<std::string>& args, const ClientOptions& options
   JobSpecFlags sf;
   sf.Define(f);
   std::string kernel, baseline, flags, kernel_name, backend, format = "markdown";
-  f.String("kernel", &kernel, "FILE", "your kernel: C++ (cpu) or CUDA C++ (cuda) source, or a built .so", true);
+  std::string grid, block;
+  int64_t shared_bytes = 0;
+  f.String("kernel", &kernel, "FILE",
+           "your kernel: C++ (cpu) or CUDA C++ (cuda) source, a built .so, or (cuda) a .cubin or .ptx", true);
+  f.String("grid", &grid, "X[,Y[,Z]]", "a cubin's / PTX's grid (required for them)");
+  f.String("block", &block, "X[,Y[,Z]]", "a cubin's / PTX's block (required for them)");
+  f.Int("shared-mem", &shared_bytes, "a cubin's / PTX's dynamic shared memory, bytes");
   f.String("baseline", &baseline, "A,B,...", "built-in variants to run beside it (e.g. cpu, cuda, oracle)");
   f.String("kernel-flags", &flags, "F,...", "compile flags from the server's allow-list (-O3,-march=native,...)");
   f.String("kernel-name", &kernel_name, "NAME", "the variant is user:NAME (default: the file's stem)");
@@ -61,6 +69,25 @@ int CmdSubmit(const std::vector<std::string>& args, const ClientOptions& options
   std::vector<std::string> flag_list = absl::StrSplit(flags, ',', absl::SkipEmpty());
   auto k = UserKernelFromFile(kernel, kernel_name, flag_list, backend);
   if (!k.ok()) return Fail(k.status(), 2);
+  if (!grid.empty() || !block.empty() || f.IsSet("shared-mem")) {
+    // Three dimensions each; the server checks the ranges and names the field.
+    auto dims = [](const std::string& text, uint32_t out[3]) {
+      out[0] = 0, out[1] = 1, out[2] = 1;
+      int i = 0;
+      for (absl::string_view d : absl::StrSplit(text, ',')) {
+        if (i == 3 || !absl::SimpleAtoi(d, &out[i++])) return false;
+      }
+      return true;
+    };
+    uint32_t g[3], b[3];
+    if (!dims(grid, g) || !dims(block, b) || shared_bytes < 0 || shared_bytes > UINT32_MAX) {
+      return Fail(absl::InvalidArgumentError("--grid, --block: X[,Y[,Z]] (unsigned); --shared-mem: bytes >= 0"), 2);
+    }
+    pb::CudaLaunch* l = k->mutable_launch();
+    l->set_grid_x(g[0]), l->set_grid_y(g[1]), l->set_grid_z(g[2]);
+    l->set_block_x(b[0]), l->set_block_y(b[1]), l->set_block_z(b[2]);
+    l->set_dynamic_shared_bytes(static_cast<uint32_t>(shared_bytes));
+  }
   spec->clear_variants();
   for (absl::string_view b : absl::StrSplit(baseline, ',', absl::SkipEmpty())) spec->add_variants(std::string(b));
   if (!f.IsSet("name")) spec->set_name(absl::StrCat(spec->name(), " ", k->name()));

@@ -24,8 +24,15 @@ absl::StatusOr<pb::UserKernel> UserKernelFromFile(const std::string& path, const
   k.set_filename(file);
   k.set_name(name.empty() ? file.substr(0, file.find('.')) : name);
   k.set_backend(backend);
-  if (absl::StartsWith(bytes, "\x7f" "ELF")) {
+  // A cubin is an ELF image for EM_CUDA (190): e_machine at offset 18.
+  const bool cuda_elf = absl::StartsWith(bytes, "\x7f" "ELF") && bytes.size() > 19 &&
+                        static_cast<uint8_t>(bytes[18]) == 190 && bytes[19] == 0;
+  if (cuda_elf) {
+    k.set_cubin(bytes);
+  } else if (absl::StartsWith(bytes, "\x7f" "ELF")) {
     k.set_shared_object(bytes);
+  } else if (absl::EndsWith(path, ".ptx")) {
+    k.set_ptx(bytes);
   } else {
     k.set_source(bytes);
   }

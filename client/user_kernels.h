@@ -18,8 +18,9 @@ namespace kernelserve {
 
 namespace pb = ::kernelserve::v1;
 
-// The kernel in `path`: an ELF file goes as a prebuilt shared object, any
-// other as source. `name` "" takes the file's stem ("my_attn" for
+// The kernel in `path`: an ELF file for EM_CUDA as a cubin, any other ELF
+// file as a prebuilt shared object, a .ptx file as PTX, any other as source
+// (a cubin or PTX needs its launch geometry set afterwards: UserKernel.launch). `name` "" takes the file's stem ("my_attn" for
 // my_attn.cc); `backend` "" is the server's.
 absl::StatusOr<pb::UserKernel> UserKernelFromFile(const std::string& path, const std::string& name = "",
                                                   const std::vector<std::string>& flags = {},

@@ -1,5 +1,6 @@
 #include "absl/strings/str_cat.h"
 #include "server/call_log.h"
+#include "server/device_health.h"
 #include "server/input_checks.h"
 #include "server/security/auth.h"
 #include "server/services.h"
@@ -74,6 +75,26 @@ grpc::Status DeviceServiceImpl::Drain(grpc::ServerContext* ctx, const pb::DrainD
   spdlog::info("device {} {} by tenant \"{}\"{}", req->index(), req->undrain() ? "returned to service" : "draining",
                admission->tenant.name, reason.empty() ? "" : absl::StrCat(": ", reason));
   FillDevice(state_, req->index(), resp);
+  return log.Done(absl::OkStatus());
+}
+
+grpc::Status DeviceServiceImpl::Probe(grpc::ServerContext* ctx, const pb::ProbeDeviceRequest* req,
+                                      pb::ProbeDeviceResponse* resp) {
+  CallLog log("DeviceService.Probe", ctx, &state_->calls());
+  auto admission = state_->Admit(ctx);
+  if (!admission.ok()) return log.Done(admission.status());
+  absl::Status admin = security::Authenticator::RequireAdmin(admission->tenant, "DeviceService.Probe");
+  if (!admin.ok()) return log.Done(admin);
+  if (health_ == nullptr) return log.Done(absl::UnimplementedError("DeviceService.Probe: no health monitor"));
+  const std::string who = admission->tenant.name.empty()
+                              ? std::string("re-probe requested through DeviceService.Probe")
+                              : absl::StrCat("re-probe requested by tenant \"", admission->tenant.name, "\"");
+  absl::StatusOr<DeviceHealthMonitor::Verdict> v = health_->Reprobe(req->index(), who, ctx);
+  if (!v.ok()) return log.Done(v.status());
+  spdlog::info("device {}: {}", req->index(), v->text);
+  resp->set_passed(v->passed);
+  resp->set_verdict(v->text);
+  FillDevice(state_, req->index(), resp->mutable_device());
   return log.Done(absl::OkStatus());
 }
 

@@ -20,10 +20,10 @@
 #include "kernels/backends.h"
 #include "server/bench/bench_service.h"
 #include "server/bench/pg_job_store.h"
+#include "server/device_health.h"
 #include "server/node_setup.h"
 #include "server/server_state.h"
 #include "server/services.h"
-#include "server/user_kernels/device_probe.h"
 #include "spdlog/spdlog.h"
 
 namespace kernelserve {
@@ -98,6 +98,11 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
         absl::StrCat("--memory_limit_mb: expected >= 0 (0: 90% of device memory), got ",
                      options.memory_limit_mb));
   }
+  const double reprobe_s = options.bench.user_kernels.reprobe_interval_s;
+  if (reprobe_s < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--user_kernel_reprobe_interval_s: expected >= 0 (0: off), got ", reprobe_s));
+  }
   const int devices = backend->DeviceCount();
   if (devices < 1) {
     return absl::UnavailableError(absl::StrCat("backend ", backend->Name(), " has no devices"));
@@ -130,6 +135,9 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   server->pool_service_ = std::make_unique<PoolServiceImpl>(server->state_.get());
   server->kernel_service_ = std::make_unique<KernelServiceImpl>(server->state_.get());
   server->device_service_ = std::make_unique<DeviceServiceImpl>(server->state_.get());
+  server->health_ = std::make_unique<DeviceHealthMonitor>(server->state_.get(), options.bench.user_kernels,
+                                                          server->backend_->Name());
+  server->device_service_->set_health_monitor(server->health_.get());
   absl::Status bench = server->StartBench(options);
   if (!bench.ok()) {
     server->state_->StopWorkers();
@@ -180,8 +188,12 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
     server->bench_->SetNodeAddress(AdvertisedAddress(options.listen, server->port_));
   }
   KernelServer* raw = server.get();
-  server->state_->SetHealthListener([raw] { raw->UpdateHealth(); });
+  server->state_->SetHealthListener([raw] {
+    raw->UpdateHealth();
+    raw->bench_->DeviceHealthChanged();  // a device back in service takes queued jobs
+  });
   server->UpdateHealth();
+  server->health_->StartPeriodic(reprobe_s);
 
   std::vector<std::string> names;
   for (int d = 0; d < devices; ++d) {
@@ -241,18 +253,9 @@ absl::Status KernelServer::StartBench(const ServerOptions& options) {
                                                       state->health_reason(device),
                                                       "; other devices still take jobs (leave spec.device unset)"));
   };
-  bench_options.probe_after_fault = [state, uk = bench_options.user_kernels, backend = backend_->Name()](
-                                        int device, const absl::Status& fault) -> absl::Status {
-    absl::Status probe = user_kernels::ProbeDevice(uk, backend, device);
-    std::string after(fault.message().substr(0, 300));
-    const std::string when = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
-    state->SetHealthProbe(device, absl::StrCat(probe.ok() ? "passed" : "failed", " at ", when, " after: ", after,
-                                               probe.ok() ? "" : absl::StrCat("; ", probe.message())));
-    if (!probe.ok()) {
-      state->MarkUnhealthy(device, absl::StrCat("failed its health probe after a user kernel's worker fault (",
-                                                after, "): ", probe.message()));
-    }
-    return probe;
+  DeviceHealthMonitor* health = health_.get();
+  bench_options.probe_after_fault = [health](int device, const absl::Status& fault) {
+    return health->AfterFault(device, fault);
   };
   auto runner = [state](int device, std::function<absl::Status()> fn) {
     return state->RunOnDevice(device, nullptr, std::move(fn));
@@ -394,6 +397,7 @@ KernelServer::~KernelServer() {
   server_.reset();
   bench_service_.reset();
   bench_.reset();
+  health_.reset();
   state_.reset();
   endpoints_.reset();
 }

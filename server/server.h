@@ -31,6 +31,7 @@ namespace bench {
 class BenchServiceImpl;
 }  // namespace bench
 class NodeEndpoints;
+class DeviceHealthMonitor;
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // HOST:PORT; port 0 picks a free one
@@ -96,6 +97,8 @@ class KernelServer {
   std::unique_ptr<PoolServiceImpl> pool_service_;
   std::unique_ptr<KernelServiceImpl> kernel_service_;
   std::unique_ptr<DeviceServiceImpl> device_service_;
+  // Health probes and their verdicts; before bench_, whose runners call it.
+  std::unique_ptr<DeviceHealthMonitor> health_;
   std::unique_ptr<bench::BenchScheduler> bench_;  // uses state_'s workers
   std::unique_ptr<bench::BenchServiceImpl> bench_service_;
   // Before server_: its listener uses them until it is gone.

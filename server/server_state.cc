@@ -191,6 +191,24 @@ void ServerState::MarkUnhealthy(int device, const std::string& reason) {
   if (listener) listener();
 }
 
+void ServerState::SetProbedHealth(int device, bool healthy, const std::string& reason) {
+  std::function<void()> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string now = healthy ? "" : reason.empty() ? "failed its health probe" : reason;
+    if (unhealthy_reason_[device] == now) return;
+    const bool changed = unhealthy_reason_[device].empty() != now.empty();
+    unhealthy_reason_[device] = now;
+    if (changed) listener = health_listener_;
+  }
+  if (healthy) {
+    spdlog::info("device {} passed its health probe: back in service", device);
+  } else {
+    spdlog::error("device {} unhealthy: {}", device, reason);
+  }
+  if (listener) listener();
+}
+
 void ServerState::SetHealthProbe(int device, std::string verdict) {
   absl::MutexLock lock(&mu_);
   health_probe_[device] = std::move(verdict);

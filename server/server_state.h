@@ -105,6 +105,9 @@ class ServerState {
   bool healthy(int device) const;
   std::string health_reason(int device) const;
   void MarkUnhealthy(int device, const std::string& reason);
+  // A health probe's verdict (server/device_health.h): `healthy` clears the
+  // mark, otherwise `reason` replaces whatever reason the device had.
+  void SetProbedHealth(int device, bool healthy, const std::string& reason);
   // The last health probe's verdict (DeviceService.List reports it).
   void SetHealthProbe(int device, std::string verdict);
   std::string health_probe(int device) const;

@@ -19,6 +19,8 @@ namespace kernelserve {
 
 namespace pb = ::kernelserve::v1;
 
+class DeviceHealthMonitor;
+
 // Lists `objects` into `resp` through fill(object, entry), as many as fit in
 // one response of `max_bytes`; the rest are left out and `truncated` is set.
 // The response is bounded before it is built, however many objects exist.
@@ -107,9 +109,14 @@ class DeviceServiceImpl final : public pb::DeviceService::Service {
   // Admin only (PERMISSION_DENIED otherwise).
   grpc::Status Drain(grpc::ServerContext* ctx, const pb::DrainDeviceRequest* req,
                      pb::Device* resp) override;
+  // Admin only: the device's health probe now (device_health.h).
+  grpc::Status Probe(grpc::ServerContext* ctx, const pb::ProbeDeviceRequest* req,
+                     pb::ProbeDeviceResponse* resp) override;
+  void set_health_monitor(DeviceHealthMonitor* health) { health_ = health; }
 
  private:
   ServerState* state_;
+  DeviceHealthMonitor* health_ = nullptr;
   std::function<void(pb::ListDevicesResponse*)> fleet_view_;
 };
 

@@ -63,6 +63,7 @@ constexpr char kDelete[] = "/kernelserve.v1.PoolService/Delete";
 constexpr char kListPools[] = "/kernelserve.v1.PoolService/List";
 constexpr char kDevices[] = "/kernelserve.v1.DeviceService/List";
 constexpr char kDrain[] = "/kernelserve.v1.DeviceService/Drain";
+constexpr char kProbe[] = "/kernelserve.v1.DeviceService/Probe";
 constexpr char kSubmit[] = "/kernelserve.v1.BenchService/Submit";
 constexpr char kWatch[] = "/kernelserve.v1.BenchService/Watch";
 constexpr char kGet[] = "/kernelserve.v1.BenchService/Get";
@@ -553,6 +554,11 @@ void PoolCases(const CorpusIds& ids, Builder* b) {
 
 void DeviceCases(Builder* b) {
   b->Add("Devices: list", kDevices, pb::ListDevicesRequest(), Code::OK, "");
+  pb::ProbeDeviceRequest p;
+  b->Add("Probe: not an admin", kProbe, p, Code::PERMISSION_DENIED, "DeviceService.Probe is an admin-only call");
+  p.set_index(7);
+  b->Add("Probe: device 7", kProbe, p, Code::INVALID_ARGUMENT, "index: expected a device index in [0, 1), got 7");
+  b->last().auth = Auth::kAdmin;
   pb::DrainDeviceRequest d;
   d.set_index(0);
   b->Add("Drain: not an admin", kDrain, d, Code::PERMISSION_DENIED, "DeviceService.Drain is an admin-only call");
@@ -810,7 +816,7 @@ pb::BenchJobSpec SmallJob(pb::BenchOp op) {
 
 std::vector<std::string> AllMethods() {
   return {kAttention, kFp8,     kMla,     kMoe,      kUpload, kDownload, kFree,      kListBuffers,
-          kCreate,    kWrite,   kRead,    kStats,    kDelete, kListPools, kDevices, kDrain,
+          kCreate,    kWrite,   kRead,    kStats,    kDelete, kListPools, kDevices, kDrain, kProbe,
           kSubmit,    kWatch,   kGet,     kListJobs, kCancel, kVariants};
 }
 

@@ -168,6 +168,34 @@ KS_USER_EXPORT int ks_user_mla_decode_v1(const ks_mla_decode_args_v1* args, void
 KS_USER_EXPORT int ks_user_moe_gateup_v1(const ks_moe_gateup_args_v1* args, void* stream);
 KS_USER_EXPORT int ks_user_moe_down_v1(const ks_moe_down_args_v1* args, void* stream);
 
+/* ------------------------------------------- prebuilt device code (cuda)
+ * A cubin or PTX submission (UserKernel.cubin / .ptx) holds device code only,
+ * so there is no host function to call. It exports, per op,
+ *
+ *   extern "C" __global__ void ks_user_<op>_v1_kernel(ks_<op>_args_v1 args);
+ *
+ * (KS_USER_DEVICE_KERNEL(attention)(ks_attention_args_v1 a) { ... } declares
+ * it): the same versioned args struct as the shared-object entry point,
+ * passed by value as the kernel's one parameter (its layout is the host's:
+ * 64-bit device pointers, natural alignment; in PTX one `.param .align 8
+ * .b8 NAME[sizeof]`). The name carries the version, so no
+ * ks_user_abi_version is needed. The worker launches it with cuLaunchKernel
+ * on its stream with the grid, block and dynamic shared memory that the
+ * submission gives (UserKernel.launch): a device kernel cannot choose its
+ * own grid, and a fixed convention (one block per output row, say) would
+ * force one decomposition on every kernel, while the job's shape is known
+ * at submit. A cubin must be linked (ET_EXEC: nvcc -cubin, no -rdc) for
+ * sm_90 or sm_90a; PTX must declare `.address_size 64` and a target the
+ * device can JIT-compile (sm_90a, or any sm_NN up to sm_90). */
+#define KS_USER_ATTENTION_V1_KERNEL "ks_user_attention_v1_kernel"
+#define KS_USER_FP8_ATTENTION_V1_KERNEL "ks_user_fp8_attention_v1_kernel"
+#define KS_USER_MLA_DECODE_V1_KERNEL "ks_user_mla_decode_v1_kernel"
+#define KS_USER_MOE_GATEUP_V1_KERNEL "ks_user_moe_gateup_v1_kernel"
+#define KS_USER_MOE_DOWN_V1_KERNEL "ks_user_moe_down_v1_kernel"
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define KS_USER_DEVICE_KERNEL(op) extern "C" __global__ void ks_user_##op##_v1_kernel
+#endif
+
 /* In exactly one source file of the kernel. */
 #define KS_USER_ABI_DEFINE_VERSION() const int32_t ks_user_abi_version = KS_USER_ABI_VERSION
 

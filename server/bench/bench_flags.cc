@@ -55,6 +55,9 @@ ABSL_FLAG(std::string, user_kernel_health_probe, "",
           "this command (/bin/sh -c; KERNELSERVE_DEVICE and KERNELSERVE_BACKEND set; exit 0 = healthy) instead "
           "of a fresh worker process (kernel_worker --probe); a failed probe marks the device UNHEALTHY");
 ABSL_FLAG(double, user_kernel_health_probe_timeout_s, 30, "a health probe not done within this has failed");
+ABSL_FLAG(double, user_kernel_reprobe_interval_s, 300,
+          "every this many seconds, probe again each device a failed health probe marked UNHEALTHY; it returns "
+          "to service when the probe passes. 0: off (an admin's `kernelctl probe --device=N` still does it)");
 ABSL_FLAG(std::string, job_store, "",
           "where benchmark jobs are kept: empty for this node's embedded store (<--data_dir>/bench.db), or "
           "postgres://[user[:password]@]host[:port]/database[?options] for a store shared by a fleet of "
@@ -97,6 +100,7 @@ void ApplyBenchFlags(BenchOptions* o) {
   u.isolate_network = absl::GetFlag(FLAGS_user_kernel_isolate_network);
   u.health_probe = absl::GetFlag(FLAGS_user_kernel_health_probe);
   u.health_probe_timeout_s = absl::GetFlag(FLAGS_user_kernel_health_probe_timeout_s);
+  u.reprobe_interval_s = absl::GetFlag(FLAGS_user_kernel_reprobe_interval_s);
   o->fleet.job_store = absl::GetFlag(FLAGS_job_store);
   o->fleet.node_id = absl::GetFlag(FLAGS_node_id);
   o->fleet.heartbeat_ms = absl::GetFlag(FLAGS_fleet_heartbeat_ms);

@@ -234,7 +234,11 @@ absl::Status JobRun::ResolveVariants() {
     u->variant->backend = env_.backend->Name();
     u->variant->description =
         absl::StrCat("user kernel", k.filename().empty() ? "" : absl::StrCat(" ", k.filename()),
-                     k.code_case() == pb::UserKernel::kSharedObject ? " (prebuilt)" : "", ", in its own worker process");
+                     k.code_case() == pb::UserKernel::kSharedObject ? " (prebuilt)"
+                     : k.code_case() == pb::UserKernel::kCubin      ? " (prebuilt cubin)"
+                     : k.code_case() == pb::UserKernel::kPtx        ? " (PTX)"
+                                                                    : "",
+                     ", in its own worker process");
     runs_.push_back(VariantRun{u->variant.get(), u.get()});
     users_.push_back(std::move(u));
   }
@@ -459,7 +463,7 @@ absl::Status JobRun::GateLaunchUser(size_t i) {
   pb::BenchJobSpec placed = spec_;
   placed.set_device(device_);
   absl::StatusOr<std::unique_ptr<user_kernels::KernelWorker>> started = user_kernels::KernelWorker::Start(
-      env_.builder->options(), env_.backend->Name(), u.built.so_path, placed, secret_seed_, u.variant->name,
+      env_.builder->options(), env_.backend->Name(), u.built, placed, secret_seed_, u.variant->name,
       [this] { return !Stop().ok(); });
   if (!started.ok()) return CheckDeviceAfter(started.status());
   u.worker = std::move(*started);

@@ -448,7 +448,7 @@ absl::Status BenchScheduler::ValidateUserKernels(const pb::BenchJobSpec& spec) c
   std::set<std::string> names(spec.variants().begin(), spec.variants().end());
   for (int i = 0; i < spec.user_kernels_size(); ++i) {
     const std::string field = absl::StrCat("spec.user_kernels[", i, "]");
-    KS_RETURN_IF_ERROR(builder_->Check(spec.user_kernels(i), backend_->Name(), field));
+    KS_RETURN_IF_ERROR(builder_->Check(spec.user_kernels(i), spec.op(), backend_->Name(), field));
     if (!names.insert(user_kernels::UserVariantName(spec.user_kernels(i))).second) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: ",
                                                      QuoteClientText(spec.user_kernels(i).name()), " is used twice"));
@@ -674,6 +674,11 @@ pb::ListVariantsResponse BenchScheduler::ListVariants(pb::BenchOp op) const {
 }
 
 // ------------------------------------------------------------------ runner
+
+void BenchScheduler::DeviceHealthChanged() {
+  absl::MutexLock l(&mu_);
+  work_cv_.SignalAll();
+}
 
 void BenchScheduler::RunnerLoop(int device) {
   while (true) {

@@ -121,6 +121,10 @@ class BenchScheduler {
   absl::Status WaitEvents(const std::string& id, int64_t after_seq, absl::Duration timeout,
                           std::vector<pb::BenchEvent>* out, bool* finished, const std::string& tenant = "");
 
+  // A device's health changed (a probe returned it to service, or marked it
+  // unhealthy): idle runners look at the queue again.
+  void DeviceHealthChanged();
+
   pb::ListVariantsResponse ListVariants(pb::BenchOp op) const;
   // The leaderboard (leaderboard.h) over the jobs persisted in the store
   // that `tenant` may see; INVALID_ARGUMENT naming a bad request field.

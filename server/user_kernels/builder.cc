@@ -239,7 +239,7 @@ std::string KernelBuilder::AllowedFlags(const std::string& backend) {
   return absl::StrJoin(out, " ");
 }
 
-absl::Status KernelBuilder::Check(const pb::UserKernel& k, const std::string& server_backend,
+absl::Status KernelBuilder::Check(const pb::UserKernel& k, pb::BenchOp op, const std::string& server_backend,
                                   const std::string& field) const {
   if (!options_.enabled) {
     return absl::FailedPreconditionError(
@@ -250,10 +250,21 @@ absl::Status KernelBuilder::Check(const pb::UserKernel& k, const std::string& se
                                                    QuoteClientText(k.name())));
   }
   KS_RETURN_IF_ERROR(CheckLength(absl::StrCat(field, ".filename"), k.filename(), 256));
+  const bool device_code = k.code_case() == pb::UserKernel::kCubin || k.code_case() == pb::UserKernel::kPtx;
+  const char* const device_field = k.code_case() == pb::UserKernel::kCubin ? "cubin" : "ptx";
+  if (device_code && k.backend() == "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".backend: a ", device_field,
+                                                   " is device code for the cuda backend, not cpu"));
+  }
   const std::string backend = BackendOf(k, server_backend);
   if (backend != "cpu" && backend != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat(field, ".backend: expected \"cpu\" or \"cuda\" (HIP is not "
                                                    "supported yet), got ", QuoteClientText(k.backend())));
+  }
+  if (device_code && backend != "cuda") {
+    return absl::FailedPreconditionError(absl::StrCat(field, ".", device_field,
+                                                      ": device code for the cuda backend, but this server runs the ",
+                                                      server_backend, " backend"));
   }
   if (backend != server_backend) {
     return absl::FailedPreconditionError(absl::StrCat(field, ".backend: a ", backend,
@@ -280,8 +291,38 @@ absl::Status KernelBuilder::Check(const pb::UserKernel& k, const std::string& se
         return absl::InvalidArgumentError(absl::StrCat(field, ".flags: a prebuilt object takes no compile flags"));
       }
       break;
+    case pb::UserKernel::kCubin:
+    case pb::UserKernel::kPtx: {
+      const std::string& code = k.code_case() == pb::UserKernel::kCubin ? k.cubin() : k.ptx();
+      const std::string code_field = absl::StrCat(field, ".", device_field);
+      if (static_cast<int64_t>(code.size()) > options_.max_object_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(code_field, ": ", code.size(), " bytes, larger than the limit of ",
+                                                       options_.max_object_bytes, " bytes (--user_kernel_max_object_mb)"));
+      }
+      const UserAbiEntry* entry = FindUserAbiEntry(op);
+      if (entry == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": op ", pb::BenchOp_Name(op), " has no user kernel"));
+      }
+      KS_RETURN_IF_ERROR(k.code_case() == pb::UserKernel::kCubin ? CheckCubin(code, *entry, code_field)
+                                                                 : CheckPtx(code, *entry, code_field));
+      if (!k.has_launch()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".launch: a ", device_field,
+                                                       " has no host code to launch it: give its grid_x, block_x "
+                                                       "(and grid_y/z, block_y/z, dynamic_shared_bytes)"));
+      }
+      KS_RETURN_IF_ERROR(CheckLaunch(k.launch(), absl::StrCat(field, ".launch")));
+      if (!k.flags().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".flags: a prebuilt ", device_field, " takes no compile flags"));
+      }
+      break;
+    }
     default:
-      return absl::InvalidArgumentError(absl::StrCat(field, ": expected source or shared_object"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": expected source, shared_object, cubin or ptx"));
+  }
+  if (!device_code && k.has_launch()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".launch: only for a cubin or ptx (a ",
+                                                   k.code_case() == pb::UserKernel::kSource ? "source" : "shared object",
+                                                   "'s host entry point launches its own kernels)"));
   }
   if (k.flags_size() > 64) return absl::InvalidArgumentError(absl::StrCat(field, ".flags: at most 64 flags"));
   for (int i = 0; i < k.flags_size(); ++i) {
@@ -298,17 +339,28 @@ absl::StatusOr<BuiltKernel> KernelBuilder::Build(const pb::UserKernel& k, const 
                                                  const std::function<bool()>& stop) const {
   if (cache_dir_.empty()) return absl::InternalError("no user kernel cache directory");
   BuiltKernel built;
-  if (k.code_case() == pb::UserKernel::kSharedObject) {
-    built.source_sha256 = security::Sha256Hex(k.shared_object());
-    built.build_key = security::Sha256Hex(absl::StrCat("prebuilt\n", backend, "\n", k.shared_object()));
-    built.so_path = absl::StrCat(cache_dir_, "/", built.build_key, ".so");
-    built.cached = access(built.so_path.c_str(), R_OK) == 0;
+  if (k.code_case() == pb::UserKernel::kSharedObject || k.code_case() == pb::UserKernel::kCubin ||
+      k.code_case() == pb::UserKernel::kPtx) {
+    const std::string& bytes = k.code_case() == pb::UserKernel::kSharedObject ? k.shared_object()
+                               : k.code_case() == pb::UserKernel::kCubin      ? k.cubin()
+                                                                              : k.ptx();
+    built.format = k.code_case() == pb::UserKernel::kSharedObject ? "so"
+                   : k.code_case() == pb::UserKernel::kCubin      ? "cubin"
+                                                                  : "ptx";
+    built.launch = k.launch();
+    built.source_sha256 = security::Sha256Hex(bytes);
+    built.build_key = security::Sha256Hex(absl::StrCat("prebuilt\n", backend, "\n",
+                                                       built.format == "so" ? "" : built.format + "\n", bytes));
+    built.object_path = absl::StrCat(cache_dir_, "/", built.build_key, ".", built.format);
+    built.cached = access(built.object_path.c_str(), R_OK) == 0;
     if (!built.cached) {
-      const std::string tmp = absl::StrCat(built.so_path, ".tmp", getpid());
-      KS_RETURN_IF_ERROR(WriteFile(tmp, k.shared_object()));
-      if (rename(tmp.c_str(), built.so_path.c_str()) != 0) return absl::InternalError("cannot store the object");
+      const std::string tmp = absl::StrCat(built.object_path, ".tmp", getpid());
+      KS_RETURN_IF_ERROR(WriteFile(tmp, bytes));
+      if (rename(tmp.c_str(), built.object_path.c_str()) != 0) return absl::InternalError("cannot store the object");
     }
-    built.log = "prebuilt shared object";
+    built.log = built.format == "so"      ? "prebuilt shared object"
+                : built.format == "cubin" ? "prebuilt cubin (sm_90), launched with the submission's geometry"
+                                          : "PTX, JIT-compiled by the driver when the worker loads it";
     return built;
   }
   const Toolchain& tc = toolchain(backend);
@@ -321,7 +373,7 @@ absl::StatusOr<BuiltKernel> KernelBuilder::Build(const pb::UserKernel& k, const 
                                                            "\n", absl::StrJoin(k.flags(), "\x1f"), "\n", k.source()));
   const std::string so = absl::StrCat(cache_dir_, "/", key, ".so");
   if (access(so.c_str(), R_OK) == 0) {
-    built.so_path = so;
+    built.object_path = so;
     built.build_key = key;
     built.source_sha256 = security::Sha256Hex(k.source());
     built.cached = true;
@@ -389,14 +441,14 @@ absl::StatusOr<BuiltKernel> KernelBuilder::Compile(const pb::UserKernel& k, cons
         absl::StrCat(name, " does not compile (", tc.path.substr(tc.path.rfind('/') + 1), " ", e.Describe(),
                      "); compile log:\n", built.log));
   }
-  built.so_path = absl::StrCat(cache_dir_, "/", key, ".so");
+  built.object_path = absl::StrCat(cache_dir_, "/", key, ".so");
   KS_RETURN_IF_ERROR(WriteFile(absl::StrCat(cache_dir_, "/", key, ".log"), built.log));
   // The cache may be on another file system than the build dir: copy, then
   // rename within the cache, so that a reader never sees half an object.
   KS_ASSIGN_OR_RETURN(const std::string object, ReadFileBytes(dir.path() + "/kernel.so"));
-  const std::string tmp = absl::StrCat(built.so_path, ".tmp", getpid());
+  const std::string tmp = absl::StrCat(built.object_path, ".tmp", getpid());
   KS_RETURN_IF_ERROR(WriteFile(tmp, object));
-  if (rename(tmp.c_str(), built.so_path.c_str()) != 0) {
+  if (rename(tmp.c_str(), built.object_path.c_str()) != 0) {
     return absl::InternalError(absl::StrCat("cannot move the build into the cache ", cache_dir_));
   }
   return built;

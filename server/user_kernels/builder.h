@@ -51,6 +51,10 @@ struct UserKernelOptions {
   // "" for a fresh worker process (`kernel_worker --probe`).
   std::string health_probe;
   double health_probe_timeout_s = 30;
+  // Every this many seconds a device that failed its probe is probed again
+  // and returns to service when it passes (--user_kernel_reprobe_interval_s;
+  // 0: off, only DeviceService.Probe brings it back).
+  double reprobe_interval_s = 300;
 };
 
 struct Toolchain {
@@ -60,7 +64,9 @@ struct Toolchain {
 };
 
 struct BuiltKernel {
-  std::string so_path;  // in the cache
+  std::string object_path;  // in the cache: the shared object, cubin or PTX
+  std::string format = "so";  // "so", "cubin" or "ptx": how the worker loads it
+  pb::CudaLaunch launch;      // cubin and ptx: the submission's launch geometry
   std::string source_sha256;  // of the source or the submitted object
   std::string build_key;      // the cache key
   std::string log;            // compiler output (and the network note)
@@ -76,10 +82,12 @@ class KernelBuilder {
   const Toolchain& toolchain(const std::string& backend) const;
   std::string Describe() const;  // "cpu: /usr/bin/g++ (g++ (Debian 12.2.0-14) 12.2.0); cuda: none (...)"
 
-  // At Submit, nothing compiled yet: the name, the backend, the code's size
-  // and every flag. INVALID_ARGUMENT naming `field` (spec.user_kernels[i]...)
-  // and what was expected; FAILED_PRECONDITION for another backend's kernel.
-  absl::Status Check(const pb::UserKernel& kernel, const std::string& server_backend,
+  // At Submit, nothing compiled yet: the name, the backend, the code's size,
+  // every flag, a prebuilt object's header (a cubin's machine, arch and entry
+  // kernel for `op`, PTX's directives and entry), a cubin's or PTX's launch
+  // geometry. INVALID_ARGUMENT naming `field` (spec.user_kernels[i]...) and
+  // what was expected; FAILED_PRECONDITION for another backend's kernel.
+  absl::Status Check(const pb::UserKernel& kernel, pb::BenchOp op, const std::string& server_backend,
                      const std::string& field) const;
 
   // The kernel's shared object, from the cache or compiled now. A source
@@ -101,6 +109,23 @@ class KernelBuilder {
   const std::string cache_dir_;
   std::map<std::string, Toolchain> toolchains_;  // by backend
 };
+
+// What the ABI (kernels/api/user_kernel_abi.h) names for an op.
+struct UserAbiEntry {
+  pb::BenchOp op;
+  const char* entry;          // the shared object's: ks_user_attention_v1
+  const char* device_kernel;  // a cubin's / PTX's: ks_user_attention_v1_kernel
+  const char* args;           // ks_attention_args_v1
+  size_t args_bytes;          // sizeof it: the device kernel's one parameter
+};
+// nullptr for an op without an entry point (moe_layer).
+const UserAbiEntry* FindUserAbiEntry(pb::BenchOp op);
+
+// A cubin's and a PTX's own checks (Check calls them with field
+// spec.user_kernels[i].cubin / .ptx; the launch with ...launch).
+absl::Status CheckCubin(const std::string& bytes, const UserAbiEntry& entry, const std::string& field);
+absl::Status CheckPtx(const std::string& text, const UserAbiEntry& entry, const std::string& field);
+absl::Status CheckLaunch(const pb::CudaLaunch& launch, const std::string& field);
 
 // The variant name of a user kernel: "user:<name>".
 std::string UserVariantName(const pb::UserKernel& kernel);

@@ -4,10 +4,13 @@
 // events time the launches on the worker's stream. A device-side fault
 // (an illegal address) surfaces as the stream's error and fails the job
 // with the CUDA error's name.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +27,62 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
                                          "): the kernel faulted on the device or left an error"));
+}
+
+// The driver API, through the runtime's entry-point query so that nothing
+// links -lcuda (as kernels/gpu/arch/sm90/tensor_map.h does).
+struct Driver {
+  CUresult (*load)(CUmodule*, const void*, unsigned, CUjit_option*, void**) = nullptr;
+  CUresult (*get_function)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*get_attribute)(int*, CUfunction_attribute, CUfunction) = nullptr;
+  CUresult (*set_attribute)(CUfunction, CUfunction_attribute, int) = nullptr;
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                     void**, void**) = nullptr;
+  CUresult (*param_info)(CUfunction, size_t, size_t*, size_t*) = nullptr;  // CUDA 12.4+; may be missing
+  CUresult (*error_name)(CUresult, const char**) = nullptr;
+  CUresult (*error_string)(CUresult, const char**) = nullptr;
+  std::string missing;
+};
+
+template <typename F>
+void Lookup(const char* symbol, int version, F* fn, std::string* missing) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(symbol, &f, version, cudaEnableDefault, &found) == cudaSuccess &&
+      found == cudaDriverEntryPointSuccess) {
+    *fn = reinterpret_cast<F>(f);
+  } else if (missing != nullptr) {
+    absl::StrAppend(missing, missing->empty() ? "" : ", ", symbol);
+  }
+}
+
+const Driver& GetDriver() {
+  static const Driver* d = [] {
+    auto* r = new Driver;
+    Lookup("cuModuleLoadDataEx", 12000, &r->load, &r->missing);
+    Lookup("cuModuleGetFunction", 12000, &r->get_function, &r->missing);
+    Lookup("cuFuncGetAttribute", 12000, &r->get_attribute, &r->missing);
+    Lookup("cuFuncSetAttribute", 12000, &r->set_attribute, &r->missing);
+    Lookup("cuLaunchKernel", 12000, &r->launch, &r->missing);
+    Lookup("cuGetErrorName", 12000, &r->error_name, &r->missing);
+    Lookup("cuGetErrorString", 12000, &r->error_string, &r->missing);
+    Lookup("cuFuncGetParamInfo", 12040, &r->param_info, static_cast<std::string*>(nullptr));
+    return r;
+  }();
+  return *d;
+}
+
+// "CUDA_ERROR_NO_BINARY_FOR_GPU (no kernel image is available ...)". Driver
+// names, never the runtime's cudaError...: a failed load or launch leaves
+// the device as it was (worker_client.cc reads cudaError... as a device fault).
+std::string DriverError(CUresult r) {
+  const Driver& d = GetDriver();
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (d.error_name != nullptr) d.error_name(r, &name);
+  if (d.error_string != nullptr) d.error_string(r, &text);
+  return absl::StrCat(name != nullptr ? name : absl::StrCat("CUresult ", static_cast<int>(r)), " (",
+                      text != nullptr ? text : "", ")");
 }
 
 class CudaMemory : public WorkerMemory {
@@ -113,6 +172,7 @@ class CudaMemory : public WorkerMemory {
     cudaEventDestroy(stop);
     return static_cast<double>(ms);
   }
+  absl::StatusOr<DeviceLaunch> LoadDeviceKernel(const DeviceKernelSpec& spec) override;
   std::string Describe() const override { return "device memory of the worker's own CUDA context, canaries"; }
 
  private:
@@ -122,6 +182,79 @@ class CudaMemory : public WorkerMemory {
   uint8_t* base_ = nullptr;
   size_t bytes_ = 0;
 };
+
+absl::StatusOr<DeviceLaunch> CudaMemory::LoadDeviceKernel(const DeviceKernelSpec& spec) {
+  if (!init_.ok()) return init_;
+  const Driver& drv = GetDriver();
+  if (!drv.missing.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("the CUDA driver lacks ", drv.missing,
+                                                      ": a cubin or PTX cannot be loaded on this node"));
+  }
+  std::ifstream f(spec.path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string image = ss.str();  // PTX must end with a NUL: c_str() has it
+  const char* what = spec.ptx ? "the PTX" : "the cubin";
+  // The JIT's (or loader's) own words on why an image does not load.
+  std::vector<char> error_log(8192, '\0'), info_log(8192, '\0');
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+                            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {error_log.data(), reinterpret_cast<void*>(error_log.size()), info_log.data(),
+                    reinterpret_cast<void*>(info_log.size())};
+  CUmodule module = nullptr;
+  if (CUresult r = drv.load(&module, image.c_str(), 4, options, values); r != CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " does not load on this device: ", DriverError(r),
+                                                   error_log[0] != 0 ? absl::StrCat("; ", error_log.data()) : ""));
+  }
+  CUfunction fn = nullptr;
+  if (CUresult r = drv.get_function(&fn, module, spec.name.c_str()); r != CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has no kernel ", spec.name, " (", DriverError(r), "); declare it extern \"C\" __global__"));
+  }
+  // The one parameter must be the op's args struct (drivers before 12.4
+  // cannot say; the submit checks read PTX's declaration).
+  if (drv.param_info != nullptr) {
+    size_t offset = 0, size = 0, more_offset = 0, more_size = 0;
+    const bool first = drv.param_info(fn, 0, &offset, &size) == CUDA_SUCCESS;
+    const bool second = drv.param_info(fn, 1, &more_offset, &more_size) == CUDA_SUCCESS;
+    if (!first || second || size != spec.args_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.name, " takes ", !first ? "no parameter" : second ? "more than one parameter" : absl::StrCat(size, " bytes"),
+          "; the ABI passes the op's args struct by value (", spec.args_bytes, " bytes) as its one parameter"));
+    }
+  }
+  const uint64_t threads = uint64_t{spec.block[0]} * spec.block[1] * spec.block[2];
+  int max_threads = 0, static_shared = 0;
+  drv.get_attribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn);
+  drv.get_attribute(&static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
+  if (max_threads > 0 && threads > static_cast<uint64_t>(max_threads)) {
+    return absl::InvalidArgumentError(absl::StrCat("launch.block_x: ", threads, " threads per block, but ", spec.name,
+                                                   " allows at most ", max_threads,
+                                                   " (its registers or __launch_bounds__)"));
+  }
+  if (spec.shared_bytes > 48 * 1024) {
+    if (CUresult r = drv.set_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(spec.shared_bytes));
+        r != CUDA_SUCCESS) {
+      return absl::InvalidArgumentError(absl::StrCat("launch.dynamic_shared_bytes: ", spec.shared_bytes, " bytes beside ",
+                                                     static_shared, " of static shared memory do not fit on this device: ",
+                                                     DriverError(r)));
+    }
+  }
+  DeviceLaunch l;
+  const CUstream stream = reinterpret_cast<CUstream>(stream_);
+  l.launch = [fn, spec, stream, launch = drv.launch](void* args) {
+    void* params[] = {args};
+    return static_cast<int>(launch(fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1],
+                                   spec.block[2], spec.shared_bytes, stream, params, nullptr));
+  };
+  l.describe = [spec](int rc) {
+    return absl::StrCat("cuLaunchKernel(", spec.name, ", grid (", spec.grid[0], ",", spec.grid[1], ",", spec.grid[2],
+                        "), block (", spec.block[0], ",", spec.block[1], ",", spec.block[2], "), ", spec.shared_bytes,
+                        " bytes of dynamic shared memory) failed: ", DriverError(static_cast<CUresult>(rc)));
+  };
+  return l;
+}
 
 }  // namespace
 

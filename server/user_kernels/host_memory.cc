@@ -207,6 +207,9 @@ class HostMemory : public WorkerMemory {
     if (absl::Status st = Check(); !st.ok()) return st;
     return ms;
   }
+  absl::StatusOr<DeviceLaunch> LoadDeviceKernel(const DeviceKernelSpec&) override {
+    return absl::InvalidArgumentError("a cubin or PTX runs on the cuda backend only (kernel_worker_cuda)");
+  }
   std::string Describe() const override { return "host memory: read-only inputs, guard pages around the output"; }
 
  private:

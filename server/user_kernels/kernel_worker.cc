@@ -24,6 +24,7 @@
 #include "kernels/api/user_kernel_abi.h"
 #include "kernels/numerics/numerics.h"
 #include "server/bench/bench_inputs.h"
+#include "server/user_kernels/builder.h"
 #include "server/user_kernels/worker_memory.h"
 #include "server/user_kernels/worker_protocol.h"
 
@@ -38,7 +39,23 @@ namespace pb = ::kernelserve::v1;
 struct Launcher {
   std::function<int()> launch;
   std::string what;
+  std::function<std::string(int)> describe;  // a non-zero launch result; null: the kernel's own return code
 };
+
+// How the args reach the kernel: the shared object's entry point, called on
+// the host with the stream, or a cubin's / PTX's device kernel launched with
+// the args by value.
+struct Entry {
+  void* so_fn = nullptr;
+  DeviceLaunch device;
+};
+
+template <typename Fn, typename Args>
+Launcher MakeLauncher(const Entry& e, Args* a, void* stream, const char* what) {
+  if (e.device.launch) return Launcher{[l = e.device.launch, a] { return l(a); }, what, e.device.describe};
+  auto f = reinterpret_cast<Fn>(e.so_fn);
+  return Launcher{[f, a, stream] { return f(a, stream); }, what, nullptr};
+}
 
 void Strides(Layout layout, int64_t heads, int64_t seq, int64_t d, int64_t s[3]) {
   if (layout == Layout::kBhsd) {
@@ -72,7 +89,7 @@ absl::Status QuantizeFp8Inputs(WorkerMemory& mem, const bench::HostTensors& t, F
   return absl::OkStatus();
 }
 
-absl::StatusOr<Launcher> BindAttention(WorkerMemory& mem, void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
+absl::StatusOr<Launcher> BindAttention(WorkerMemory& mem, const Entry& e, const OpCall& c, const Inputs& in, uint16_t* out) {
   auto* a = new ks_attention_args_v1{};
   const AttentionParams& p = c.attention;
   a->struct_size = sizeof(*a);
@@ -84,11 +101,10 @@ absl::StatusOr<Launcher> BindAttention(WorkerMemory& mem, void* fn, const OpCall
   Strides(p.layout, p.heads_kv, p.seq_kv, p.head_dim, a->v_stride);
   Strides(p.layout, p.heads_q, p.seq_q, p.head_dim, a->out_stride);
   a->softmax_scale = static_cast<float>(p.scale), a->causal = p.causal, a->rounding = static_cast<int32_t>(p.rounding);
-  auto f = reinterpret_cast<ks_attention_fn_v1>(fn);
-  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "attention"};
+  return MakeLauncher<ks_attention_fn_v1>(e, a, mem.stream(), "attention");
 }
 
-absl::StatusOr<Launcher> BindFp8Attention(WorkerMemory& mem, void* fn, const OpCall& c, const bench::HostTensors& t, Inputs* in,
+absl::StatusOr<Launcher> BindFp8Attention(WorkerMemory& mem, const Entry& e, const OpCall& c, const bench::HostTensors& t, Inputs* in,
                                           uint16_t* out) {
   const Fp8AttentionParams& p = c.fp8;
   float descale[3];
@@ -106,11 +122,10 @@ absl::StatusOr<Launcher> BindFp8Attention(WorkerMemory& mem, void* fn, const OpC
   a->softmax_scale = static_cast<float>(p.scale), a->causal = p.causal;
   a->format = static_cast<int32_t>(p.format), a->p_mode = static_cast<int32_t>(p.p_mode);
   a->rounding = static_cast<int32_t>(p.rounding);
-  auto f = reinterpret_cast<ks_fp8_attention_fn_v1>(fn);
-  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "fp8_attention"};
+  return MakeLauncher<ks_fp8_attention_fn_v1>(e, a, mem.stream(), "fp8_attention");
 }
 
-absl::StatusOr<Launcher> BindMla(WorkerMemory& mem, void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
+absl::StatusOr<Launcher> BindMla(WorkerMemory& mem, const Entry& e, const OpCall& c, const Inputs& in, uint16_t* out) {
   const MlaDecodeParams& p = c.mla;
   auto* a = new ks_mla_decode_args_v1{};
   a->struct_size = sizeof(*a);
@@ -120,11 +135,10 @@ absl::StatusOr<Launcher> BindMla(WorkerMemory& mem, void* fn, const OpCall& c, c
   a->softmax_scale = static_cast<float>(p.scale), a->kv_scale = static_cast<float>(p.kv_scale);
   a->kv_format = p.kv_dtype == DType::kFp8E4M3Fnuz ? KS_FP8_E4M3FNUZ : KS_FP8_E4M3FN;
   a->rounding = static_cast<int32_t>(p.rounding);
-  auto f = reinterpret_cast<ks_mla_decode_fn_v1>(fn);
-  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "mla_decode"};
+  return MakeLauncher<ks_mla_decode_fn_v1>(e, a, mem.stream(), "mla_decode");
 }
 
-absl::StatusOr<Launcher> BindMoe(WorkerMemory& mem, void* fn, const OpCall& c, const Inputs& in, uint16_t* out) {
+absl::StatusOr<Launcher> BindMoe(WorkerMemory& mem, const Entry& e, const OpCall& c, const Inputs& in, uint16_t* out) {
   const MoeParams& p = c.moe;
   if (p.stage == MoeStage::kGateUp) {
     auto* a = new ks_moe_gateup_args_v1{};
@@ -134,8 +148,7 @@ absl::StatusOr<Launcher> BindMoe(WorkerMemory& mem, void* fn, const OpCall& c, c
     a->w13_scales = In<uint8_t>(in, "w13_scales"), a->out = out;
     a->tokens = p.tokens, a->top_k = p.top_k, a->experts = p.experts, a->hidden = p.hidden, a->inter = p.inter;
     a->swiglu = p.swiglu, a->rounding = static_cast<int32_t>(p.rounding);
-    auto f = reinterpret_cast<ks_moe_gateup_fn_v1>(fn);
-    return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "moe_gateup"};
+    return MakeLauncher<ks_moe_gateup_fn_v1>(e, a, mem.stream(), "moe_gateup");
   }
   auto* a = new ks_moe_down_args_v1{};
   a->struct_size = sizeof(*a);
@@ -144,25 +157,7 @@ absl::StatusOr<Launcher> BindMoe(WorkerMemory& mem, void* fn, const OpCall& c, c
   a->w2_scales = In<uint8_t>(in, "w2_scales"), a->out = out;
   a->tokens = p.tokens, a->top_k = p.top_k, a->experts = p.experts, a->inter = p.inter, a->out_dim = p.out_dim;
   a->weighted_sum = p.weighted_sum, a->rounding = static_cast<int32_t>(p.rounding);
-  auto f = reinterpret_cast<ks_moe_down_fn_v1>(fn);
-  return Launcher{[f, a, st = mem.stream()] { return f(a, st); }, "moe_down"};
-}
-
-const char* EntryPoint(BenchOp op) {
-  switch (op) {
-    case BenchOp::kAttention:
-      return KS_USER_ATTENTION_V1;
-    case BenchOp::kFp8Attention:
-      return KS_USER_FP8_ATTENTION_V1;
-    case BenchOp::kMlaDecode:
-      return KS_USER_MLA_DECODE_V1;
-    case BenchOp::kMoeGateUp:
-      return KS_USER_MOE_GATEUP_V1;
-    case BenchOp::kMoeDown:
-      return KS_USER_MOE_DOWN_V1;
-    default:
-      return nullptr;
-  }
+  return MakeLauncher<ks_moe_down_fn_v1>(e, a, mem.stream(), "moe_down");
 }
 
 // The kernel's entry point for `op`, after its ABI version.
@@ -180,10 +175,11 @@ absl::StatusOr<void*> Load(const std::string& so, BenchOp op) {
                                                    "; this server speaks version ", KS_USER_ABI_VERSION,
                                                    " (kernels/api/user_kernel_abi.h)"));
   }
-  const char* entry = EntryPoint(op);
-  if (entry == nullptr) {
+  const UserAbiEntry* abi = FindUserAbiEntry(static_cast<pb::BenchOp>(op));
+  if (abi == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("op ", BenchOpName(op), " has no user kernel entry point"));
   }
+  const char* entry = abi->entry;
   void* fn = dlsym(h, entry);
   if (fn == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("the kernel exports no ", entry, ", the entry point of op ",
@@ -200,7 +196,22 @@ struct Worker {
   Launcher launcher;
 };
 
-absl::Status Setup(const std::string& so, const std::string& payload, Worker* w) {
+// What the worker was started with: a shared object (--so=), or a cubin /
+// PTX (--cubin=, --ptx=) with its launch (--grid=X,Y,Z --block=X,Y,Z
+// --shared_bytes=N).
+struct Object {
+  std::string so;
+  DeviceKernelSpec device;  // path "" unless a cubin or PTX
+};
+
+bool ParseDims(const char* text, uint32_t out[3]) {
+  unsigned x = 0, y = 0, z = 0;
+  if (sscanf(text, "%u,%u,%u", &x, &y, &z) != 3) return false;
+  out[0] = x, out[1] = y, out[2] = z;
+  return true;
+}
+
+absl::Status Setup(const Object& object, const std::string& payload, Worker* w) {
   uint64_t seed = 0;
   size_t pos = 0;
   pb::BenchJobSpec spec;
@@ -210,9 +221,22 @@ absl::Status Setup(const std::string& so, const std::string& payload, Worker* w)
   spec.mutable_inputs()->set_seed(seed);
   KS_ASSIGN_OR_RETURN(w->job, bench::PrepareJob(spec, bench::BufferReader(), ""));
   const OpCall& c = w->job->host_call;
-  KS_ASSIGN_OR_RETURN(void* fn, Load(so, c.op));
+  Entry fn;
+  if (object.device.path.empty()) {
+    KS_ASSIGN_OR_RETURN(fn.so_fn, Load(object.so, c.op));
+  }
   w->mem = MakeWorkerMemory(spec.device());
   WorkerMemory& mem = *w->mem;
+  if (!object.device.path.empty()) {
+    const UserAbiEntry* abi = FindUserAbiEntry(static_cast<pb::BenchOp>(c.op));
+    if (abi == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", BenchOpName(c.op), " has no user kernel entry point"));
+    }
+    DeviceKernelSpec d = object.device;
+    d.name = abi->device_kernel;
+    d.args_bytes = abi->args_bytes;
+    KS_ASSIGN_OR_RETURN(fn.device, mem.LoadDeviceKernel(d));
+  }
   KS_ASSIGN_OR_RETURN(void* out_data, mem.Output(static_cast<size_t>(c.OutputDesc().num_bytes())));
   Inputs in;
   for (const auto& [name, t] : w->job->tensors) {
@@ -239,9 +263,17 @@ absl::Status Setup(const std::string& so, const std::string& payload, Worker* w)
   return absl::OkStatus();
 }
 
+// A failed launch, after the device's own error: a fault of an earlier
+// launch surfaces at the next one, and is a device error, not this launch's.
+absl::Status LaunchFailed(Worker* w, int rc) {
+  KS_RETURN_IF_ERROR(w->mem->Check());
+  return absl::AbortedError(w->launcher.describe ? w->launcher.describe(rc)
+                                                 : absl::StrCat("the kernel returned ", rc, " (0 is success)"));
+}
+
 absl::Status LaunchOnce(Worker* w) {
   const int rc = w->launcher.launch();
-  if (rc != 0) return absl::AbortedError(absl::StrCat("the kernel returned ", rc, " (0 is success)"));
+  if (rc != 0) return LaunchFailed(w, rc);
   return w->mem->Check();
 }
 
@@ -266,7 +298,16 @@ absl::Status Time(Worker* w, const std::string& payload) {
   batches = std::max(1, std::min(batches, std::max(timed, 1)));
   for (int b = 0; b < batches && timed > 0; ++b) {
     const int m = (timed - done) / (batches - b);
-    KS_ASSIGN_OR_RETURN(const double ms, w->mem->Time(w->launcher.launch, m));
+    int failed = 0;
+    absl::StatusOr<double> timed_ms = w->mem->Time(
+        [w, &failed] {
+          const int rc = w->launcher.launch();
+          if (rc != 0) failed = rc;
+          return rc;
+        },
+        m);
+    if (!timed_ms.ok() && failed != 0) return LaunchFailed(w, failed);
+    KS_ASSIGN_OR_RETURN(const double ms, timed_ms);
     total += ms;
     samples.push_back(ms / m);
     done += m;
@@ -313,9 +354,26 @@ int Main(int argc, char** argv) {
   // The protocol pipe came as stdout: keep it on fd 3 and send the kernel's
   // own stdout to stderr (the server's log of this worker).
   if (dup2(1, kWorkerProtocolFd) < 0 || dup2(2, 1) < 0) return 2;
-  std::string so;
+  Object object;
   for (int i = 1; i < argc; ++i) {
-    if (absl::StartsWith(argv[i], "--so=")) so = argv[i] + 5;
+    const std::string arg = argv[i];
+    bool ok = true;
+    if (absl::StartsWith(arg, "--so=")) {
+      object.so = arg.substr(5);
+    } else if (absl::StartsWith(arg, "--cubin=") || absl::StartsWith(arg, "--ptx=")) {
+      object.device.ptx = absl::StartsWith(arg, "--ptx=");
+      object.device.path = arg.substr(arg.find('=') + 1);
+    } else if (absl::StartsWith(arg, "--grid=")) {
+      ok = ParseDims(argv[i] + 7, object.device.grid);
+    } else if (absl::StartsWith(arg, "--block=")) {
+      ok = ParseDims(argv[i] + 8, object.device.block);
+    } else if (absl::StartsWith(arg, "--shared_bytes=")) {
+      ok = sscanf(argv[i] + 15, "%u", &object.device.shared_bytes) == 1;
+    }
+    if (!ok) {
+      fprintf(stderr, "kernel_worker: bad argument %s\n", argv[i]);
+      return 2;
+    }
   }
   Worker w;
   while (true) {
@@ -324,7 +382,7 @@ int Main(int argc, char** argv) {
     if (!ReadFrame(0, &tag, &payload).ok() || tag == kQuit) return 0;
     absl::Status st;
     if (tag == kSetup) {
-      st = Setup(so, payload, &w);
+      st = Setup(object, payload, &w);
       if (st.ok()) st = WriteFrame(kWorkerProtocolFd, kReady, w.launcher.what);
     } else if (tag == kGate && w.launcher.launch) {
       st = Gate(&w);

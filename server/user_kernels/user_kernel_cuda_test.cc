@@ -4,7 +4,10 @@
 // cuda backend on a real port runs every example beside the built-in "cuda"
 // variant, and a kernel that faults on the device, one that hangs and one
 // that writes past its output each fail their job while the server's own
-// kernel calls keep working.
+// kernel calls keep working. Prebuilt device code: the examples' cubins and
+// PTX (//kernels/api/examples:cuda_device_code, built by nvcc) pass the
+// submit checks here; on a GPU they pass the gate beside "cuda", and a
+// faulting cubin and a block too large for its kernel fail their jobs.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -27,11 +30,25 @@ using ::testing::HasSubstr;
 
 const char* const kOps[] = {"attention", "fp8_attention", "mla_decode", "moe_gateup", "moe_down"};
 
-std::string Example(const std::string& op) {
-  std::ifstream f("kernels/api/examples/cuda/" + op + ".cu");
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+std::string Example(const std::string& op) { return ReadFile("kernels/api/examples/cuda/" + op + ".cu"); }
+
+// The example's cubin or PTX, as nvcc built it for the test.
+std::string DeviceCode(const std::string& op, bool cubin) {
+  return ReadFile(absl::StrCat("kernels/api/examples/cuda_", op, cubin ? ".cubin" : ".ptx"));
+}
+
+pb::BenchOp OpOf(const std::string& op) {
+  if (op == "attention") return pb::OP_ATTENTION;
+  if (op == "fp8_attention") return pb::OP_FP8_ATTENTION;
+  if (op == "mla_decode") return pb::OP_MLA_DECODE;
+  return op == "moe_gateup" ? pb::OP_MOE_GATEUP : pb::OP_MOE_DOWN;
 }
 
 bool HaveGpu() {
@@ -58,7 +75,7 @@ TEST(UserKernelCudaTest, ExamplesBuildWithTheServersCommand) {
   for (const char* op : kOps) {
     pb::UserKernel k = Kernel(op, Example(op));
     k.add_flags("-lineinfo");
-    ASSERT_TRUE(b->Check(k, "cuda", "k").ok());
+    ASSERT_TRUE(b->Check(k, OpOf(op), "cuda", "k").ok());
     auto built = b->Build(k, "cuda", nullptr);
     ASSERT_TRUE(built.ok()) << op << ": " << built.status();
     EXPECT_THAT(built->log, HasSubstr("sm_90a"));
@@ -66,6 +83,58 @@ TEST(UserKernelCudaTest, ExamplesBuildWithTheServersCommand) {
   auto bad = b->Build(Kernel("bad", "__global__ void k() { undeclared(); }"), "cuda", nullptr);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("undeclared"));
+}
+
+// The examples' launch geometry (their host entry points compute the same):
+// one thread per output row (attention) or element (MoE) in blocks of 128 or
+// 256, one block per (request, position, head) for MLA with its scores in
+// dynamic shared memory.
+pb::CudaLaunch LaunchFor(const pb::BenchJobSpec& s) {
+  pb::CudaLaunch l;
+  auto blocks = [](int64_t n, uint32_t per) { return static_cast<uint32_t>((n + per - 1) / per); };
+  if (s.has_attention()) {
+    const auto& a = s.attention();
+    l.set_block_x(128);
+    l.set_grid_x(blocks(a.batch() * a.heads_q() * a.seq_q(), 128));
+  } else if (s.has_mla()) {
+    const auto& m = s.mla();
+    l.set_block_x(128);
+    l.set_grid_x(static_cast<uint32_t>(m.batch() * m.q_len() * m.heads()));
+    l.set_dynamic_shared_bytes(static_cast<uint32_t>(m.seq_len() * sizeof(float)));
+  } else {
+    const auto& m = s.moe();
+    const int64_t n = s.op() == pb::OP_MOE_GATEUP ? m.tokens() * m.top_k() * (m.swiglu() ? m.inter() : 2 * m.inter())
+                                                   : (m.weighted_sum() ? m.tokens() : m.tokens() * m.top_k()) * m.hidden();
+    l.set_block_x(256);
+    l.set_grid_x(blocks(n, 256));
+  }
+  return l;
+}
+
+TEST(UserKernelCudaTest, ExamplesCubinsAndPtxPassTheSubmitChecks) {
+  user_kernels::UserKernelOptions o;
+  o.cache_dir = absl::StrCat(::testing::TempDir(), "/cuda_dev_cache_", getpid());
+  o.work_dir = ::testing::TempDir();
+  auto b = user_kernels::KernelBuilder::Create(o, "");
+  for (const char* op : kOps) {
+    for (bool cubin : {true, false}) {
+      pb::UserKernel k;
+      k.set_name(op);
+      if (cubin) {
+        k.set_cubin(DeviceCode(op, true));
+      } else {
+        k.set_ptx(DeviceCode(op, false));
+      }
+      k.mutable_launch()->set_grid_x(1);
+      k.mutable_launch()->set_block_x(128);
+      const absl::Status st = b->Check(k, OpOf(op), "cuda", "spec.user_kernels[0]");
+      EXPECT_TRUE(st.ok()) << op << (cubin ? " cubin: " : " ptx: ") << st;
+      // Another op's kernel is not this op's entry.
+      const absl::Status other = b->Check(k, OpOf(op) == pb::OP_MOE_DOWN ? pb::OP_ATTENTION : pb::OP_MOE_DOWN, "cuda",
+                                          "spec.user_kernels[0]");
+      EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument) << op;
+    }
+  }
 }
 
 class UserKernelGpuTest : public ::testing::Test {
@@ -196,6 +265,71 @@ TEST_F(UserKernelGpuTest, DeviceFaultHangAndOutOfBoundsFailOnlyTheirJob) {
       AttentionKernel("a.out[a.batch * a.heads_q * a.seq_q * a.head_dim + 5] = 1;"), false));
   EXPECT_EQ(past.state(), pb::JOB_FAILED);
   EXPECT_THAT(past.error(), HasSubstr("outside its output"));
+  ExpectServerCallsWork();
+}
+
+// The same spec with the example's cubin or PTX instead of its source.
+pb::BenchJobSpec WithDeviceCode(pb::BenchJobSpec s, const std::string& code, bool cubin) {
+  pb::UserKernel* k = s.mutable_user_kernels(0);
+  k->set_filename(absl::StrCat(k->name(), cubin ? ".cubin" : ".ptx"));
+  if (cubin) {
+    k->set_cubin(code);
+  } else {
+    k->set_ptx(code);
+  }
+  *k->mutable_launch() = LaunchFor(s);
+  return s;
+}
+
+TEST_F(UserKernelGpuTest, ExamplesCubinsAndPtxPassBesideTheBuiltInVariant) {
+  for (const char* op : kOps) {
+    for (bool cubin : {true, false}) {
+      const std::string name = absl::StrCat(op, cubin ? "_cubin" : "_ptx");
+      pb::BenchJob job = Run(WithDeviceCode(Spec(op, name, "", true), DeviceCode(op, cubin), cubin));
+      ASSERT_EQ(job.state(), pb::JOB_DONE) << name << ": " << job.error();
+      for (const auto& r : job.results()) {
+        EXPECT_TRUE(r.correct()) << name << " " << r.variant() << ": " << r.gate_message();
+        EXPECT_TRUE(r.timed()) << name << " " << r.variant();
+        std::cout << name << " " << r.variant() << " " << r.time().value_ms() << " ms rel_rms " << r.error().rel_rms()
+                  << " (" << r.method() << ")\n";
+      }
+    }
+  }
+  ExpectServerCallsWork();
+}
+
+// A cubin built here with nvcc from `source`.
+std::string BuildCubin(const std::string& name, const std::string& source) {
+  const std::string dir = ::testing::TempDir();
+  const std::string cu = absl::StrCat(dir, "/", name, ".cu"), out = absl::StrCat(dir, "/", name, ".cubin");
+  {
+    std::ofstream f(cu);
+    f << source;
+  }
+  const std::string cmd = absl::StrCat("PATH=/usr/local/cuda/bin:$PATH nvcc -cubin -gencode=arch=compute_90a,code=sm_90a ",
+                                       "-I. ", cu, " -o ", out);
+  EXPECT_EQ(system(cmd.c_str()), 0) << cmd;
+  return ReadFile(out);
+}
+
+TEST_F(UserKernelGpuTest, AFaultingCubinAndATooLargeBlockFailTheirJobs) {
+  const std::string header = "#include \"kernels/api/user_kernel_abi.h\"\n";
+  const std::string fault = BuildCubin(
+      "fault", header + "KS_USER_DEVICE_KERNEL(attention)(ks_attention_args_v1 a) { *(volatile int*)8 = 1; }\n");
+  pb::BenchJob faulted = Run(WithDeviceCode(Spec("attention", "fault", "", false), fault, true));
+  EXPECT_EQ(faulted.state(), pb::JOB_FAILED);
+  EXPECT_THAT(faulted.error(), HasSubstr("cudaErrorIllegalAddress"));
+  ExpectServerCallsWork();
+  const std::string bounded = BuildCubin(
+      "bounded", header + "extern \"C\" __global__ void __launch_bounds__(128) "
+                          "ks_user_attention_v1_kernel(ks_attention_args_v1 a) { }\n");
+  pb::BenchJobSpec big = WithDeviceCode(Spec("attention", "bounded", "", false), bounded, true);
+  big.mutable_user_kernels(0)->mutable_launch()->set_block_x(1024);
+  pb::BenchJob refused = Run(big);
+  EXPECT_EQ(refused.state(), pb::JOB_FAILED);
+  EXPECT_EQ(refused.error_code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << refused.error();
+  EXPECT_THAT(refused.error(), HasSubstr("launch.block_x: 1024 threads per block, but ks_user_attention_v1_kernel "
+                                         "allows at most 128"));
   ExpectServerCallsWork();
 }
 

@@ -62,7 +62,8 @@ class UserKernelTest : public ::testing::Test {
     {
       std::ofstream out(tokens);
       out << security::TokenFileLine("alice", "tok-alice", false) << "\n"
-          << security::TokenFileLine("bob", "tok-bob", false) << "\n";
+          << security::TokenFileLine("bob", "tok-bob", false) << "\n"
+          << security::TokenFileLine("ops", "tok-ops", true) << "\n";
     }
     ServerOptions o;
     o.listen = "127.0.0.1:0";
@@ -610,6 +611,18 @@ TEST_F(UserKernelTest, KernelctlSubmitAndLeaderboard) {
                               out + " 2>" + err).c_str());
   EXPECT_EQ(WEXITSTATUS(flag_rc), 1);
   EXPECT_THAT(ReadFile(err), HasSubstr("\"-fplugin=x.so\" is not an allowed cpu compile flag"));
+  // PTX (by its extension) with its launch: device code, which this cpu server refuses at submit.
+  const std::string ptx = dir + "/k.ptx";
+  {
+    std::ofstream f(ptx);
+    f << ".version 9.0\n.target sm_90a\n.address_size 64\n.visible .entry ks_user_attention_v1_kernel(\n"
+         "  .param .align 8 .b8 p[200]\n)\n{\n  ret;\n}\n";
+  }
+  const int ptx_rc = system((ctl + "submit --op=attention --kernel=" + ptx +
+                             " --heads=2 --seq=64 --head-dim=64 --grid=1 --block=64 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(ptx_rc), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("spec.user_kernels[0].ptx: device code for the cuda backend, but this server "
+                                       "runs the cpu backend"));
 }
 
 class NoToolchainTest : public UserKernelTest {
@@ -638,6 +651,32 @@ class DeviceHealthTest : public UserKernelTest {
     o->cpu_devices = 2;
     o->metrics_listen = "127.0.0.1:0";
     o->bench.user_kernels.health_probe = "echo probing device $KERNELSERVE_DEVICE; test \"$KERNELSERVE_DEVICE\" != 1";
+    o->bench.user_kernels.reprobe_interval_s = 0;
+  }
+
+  // Device 1 abort()s a user kernel's worker, so that the probe after the
+  // fault runs (and, with the probe command above, fails).
+  void CrashOn(int device) {
+    pb::BenchJobSpec crash = Spec(pb::OP_ATTENTION, "aborts", AttentionKernel("abort();"));
+    crash.set_device(device);
+    pb::BenchJob crashed = Run(crash);
+    EXPECT_EQ(crashed.state(), pb::JOB_FAILED);
+    EXPECT_THAT(crashed.error(), HasSubstr("SIGABRT"));
+  }
+
+  std::unique_ptr<Client> Admin() {
+    auto client = Client::Connect(Options("tok-ops"));
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  // A job pinned to `device` runs there.
+  void ExpectPinnedJobRuns(int device) {
+    pb::BenchJobSpec pinned = Spec(pb::OP_ATTENTION, "attention", Example("attention"), {"cpu"});
+    pinned.set_device(device);
+    pb::BenchJob job = Run(pinned);
+    EXPECT_EQ(job.state(), pb::JOB_DONE) << job.error();
+    EXPECT_EQ(job.device(), device);
   }
 
   pb::Device Device(int index) {
@@ -745,6 +784,122 @@ TEST_F(DeviceHealthTest, ACrashOnAHealthyDeviceLeavesItHealthy) {
   EXPECT_EQ(failed.state(), pb::JOB_FAILED);
   EXPECT_FALSE(HasNote(failed, "health probe"));
   EXPECT_EQ(Device(1).state(), pb::HEALTHY);
+}
+
+// Recovery: the probe command fails for device 1 until the test creates a
+// file (the operator repaired it), then an admin's re-probe, or the periodic
+// one, returns the device to service.
+class DeviceRecoveryTest : public DeviceHealthTest {
+ protected:
+  void Customize(ServerOptions* o) override {
+    DeviceHealthTest::Customize(o);
+    repaired_ = o->bench.user_kernels.work_dir + "/device1_repaired";
+    o->bench.user_kernels.health_probe = absl::StrCat(
+        "echo probing device $KERNELSERVE_DEVICE; test \"$KERNELSERVE_DEVICE\" != 1 || test -e ", repaired_);
+    o->bench.user_kernels.reprobe_interval_s = ReprobeInterval();
+  }
+  virtual double ReprobeInterval() const { return 0; }
+  void Repair(bool repaired) {
+    const std::string cmd = (repaired ? "touch " : "rm -f ") + repaired_;
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  }
+
+  std::string repaired_;
+};
+
+TEST_F(DeviceRecoveryTest, AnAdminsReprobeReturnsTheDeviceToService) {
+  CrashOn(1);
+  ASSERT_EQ(Device(1).state(), pb::UNHEALTHY);
+  std::unique_ptr<Client> ops = Admin();
+  ASSERT_NE(ops, nullptr);
+
+  // Admin only, like Drain; a bad index names the field.
+  auto alice = Client::Connect(Options("tok-alice"));
+  ASSERT_TRUE(alice.ok());
+  absl::Status denied = (*alice)->ProbeDevice(1).status();
+  EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied) << denied;
+  EXPECT_THAT(denied.message(), HasSubstr("DeviceService.Probe is an admin-only call"));
+  for (int bad : {2, -1}) {
+    absl::Status st = ops->ProbeDevice(bad).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("index: expected a device index in [0, 2), got ", bad)));
+  }
+  EXPECT_EQ(Device(1).state(), pb::UNHEALTHY);
+
+  // Not repaired yet: the re-probe fails and says so; the device stays out.
+  auto failed = ops->ProbeDevice(1);
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_FALSE(failed->passed());
+  EXPECT_THAT(failed->verdict(), HasSubstr("failed at "));
+  EXPECT_THAT(failed->verdict(), HasSubstr("re-probe requested by tenant \"ops\""));
+  EXPECT_THAT(failed->verdict(), HasSubstr("exit code 1"));
+  EXPECT_EQ(failed->device().state(), pb::UNHEALTHY);
+  EXPECT_THAT(failed->device().state_reason(),
+              HasSubstr("failed its health probe (re-probe requested by tenant \"ops\")"));
+  EXPECT_THAT(Metrics(), HasSubstr("kernelserve_device_healthy{device=\"1\"} 0"));
+  pb::BenchJobSpec pinned = Spec(pb::OP_ATTENTION, "attention", Example("attention"));
+  pinned.set_device(1);
+  EXPECT_EQ(alice_->Submit(pinned).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Repaired: kernelctl probe passes, and the device is back.
+  Repair(true);
+  const std::string out = ::testing::TempDir() + "/probe.txt", err = ::testing::TempDir() + "/probe.err";
+  const std::string ctl = absl::StrCat("client/kernelctl --server=127.0.0.1:", server_->port(), " --token=tok-ops ");
+  const int rc = system((ctl + "probe --device=1 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << ReadFile(out) << ReadFile(err);
+  EXPECT_THAT(ReadFile(out), HasSubstr("probe of device 1: passed at "));
+  EXPECT_THAT(ReadFile(out), HasSubstr("HEALTHY"));
+  const pb::Device back = Device(1);
+  EXPECT_EQ(back.state(), pb::HEALTHY) << back.state_reason();
+  EXPECT_EQ(back.state_reason(), "");
+  EXPECT_THAT(back.health_probe(), HasSubstr("passed at "));
+  EXPECT_THAT(Metrics(), HasSubstr("kernelserve_device_healthy{device=\"1\"} 1"));
+  ExpectPinnedJobRuns(1);
+
+  // A healthy device may be probed: the verdict, nothing else changes.
+  auto healthy = ops->ProbeDevice(0);
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  EXPECT_TRUE(healthy->passed());
+  EXPECT_EQ(healthy->device().state(), pb::HEALTHY);
+  EXPECT_EQ(healthy->device().index(), 0);
+  // ... and one that fails its probe is taken out of service.
+  Repair(false);
+  auto broke = ops->ProbeDevice(1);
+  ASSERT_TRUE(broke.ok());
+  EXPECT_FALSE(broke->passed());
+  EXPECT_EQ(Device(1).state(), pb::UNHEALTHY);
+  const int fail_rc = system((ctl + "probe --device=1 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(fail_rc), 1);
+  EXPECT_THAT(ReadFile(out), HasSubstr("probe of device 1: failed at "));
+  const int bad_rc = system((ctl + "probe --device=9 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(bad_rc), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("INVALID_ARGUMENT: index: expected a device index in [0, 2), got 9"));
+}
+
+class PeriodicReprobeTest : public DeviceRecoveryTest {
+  double ReprobeInterval() const override { return 0.3; }
+};
+
+TEST_F(PeriodicReprobeTest, ARepairedDeviceReturnsByItself) {
+  CrashOn(1);
+  // Not repaired: every periodic re-probe fails; the device stays out.
+  absl::SleepFor(absl::Seconds(1));
+  pb::Device sick = Device(1);
+  EXPECT_EQ(sick.state(), pb::UNHEALTHY);
+  EXPECT_THAT(sick.health_probe(), HasSubstr("periodic re-probe, every 0.3 s (--user_kernel_reprobe_interval_s)"));
+  EXPECT_THAT(sick.state_reason(), HasSubstr("failed its health probe (periodic re-probe"));
+  Repair(true);
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (Device(1).state() != pb::HEALTHY && absl::Now() < until) absl::SleepFor(absl::Milliseconds(100));
+  const pb::Device back = Device(1);
+  ASSERT_EQ(back.state(), pb::HEALTHY) << back.state_reason();
+  EXPECT_THAT(back.health_probe(), HasSubstr("passed at "));
+  EXPECT_THAT(back.health_probe(), HasSubstr("periodic re-probe"));
+  EXPECT_THAT(Metrics(), HasSubstr("kernelserve_device_healthy{device=\"1\"} 1"));
+  ExpectPinnedJobRuns(1);
+  // A healthy device is not probed periodically.
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(Device(0).health_probe(), "");
 }
 
 }  // namespace

@@ -69,7 +69,7 @@ KernelWorker::~KernelWorker() {
 
 absl::StatusOr<std::unique_ptr<KernelWorker>> KernelWorker::Start(const UserKernelOptions& options,
                                                                  const std::string& backend,
-                                                                 const std::string& so_path,
+                                                                 const BuiltKernel& built,
                                                                  const pb::BenchJobSpec& spec, uint64_t seed,
                                                                  std::string label, std::function<bool()> stop) {
   auto w = std::unique_ptr<KernelWorker>(new KernelWorker(options, std::move(label), std::move(stop)));
@@ -92,7 +92,14 @@ absl::StatusOr<std::unique_ptr<KernelWorker>> KernelWorker::Start(const UserKern
   SpawnSpec s;
   // The protocol pipe arrives as stdout; the worker moves it to fd 3 and
   // points its stdout at stderr.
-  s.argv = {worker, absl::StrCat("--so=", so_path)};
+  s.argv = {worker, absl::StrCat("--", built.format, "=", built.object_path)};
+  if (built.format != "so") {
+    const pb::CudaLaunch& l = built.launch;
+    auto one = [](uint32_t v) { return v == 0 ? 1u : v; };
+    s.argv.push_back(absl::StrCat("--grid=", l.grid_x(), ",", one(l.grid_y()), ",", one(l.grid_z())));
+    s.argv.push_back(absl::StrCat("--block=", l.block_x(), ",", one(l.block_y()), ",", one(l.block_z())));
+    s.argv.push_back(absl::StrCat("--shared_bytes=", l.dynamic_shared_bytes()));
+  }
   s.env = {"PATH=/usr/bin:/bin", "LANG=C", absl::StrCat("HOME=", w->dir_->path()),
            absl::StrCat("TMPDIR=", w->dir_->path())};
   if (const char* cvd = getenv("CUDA_VISIBLE_DEVICES")) s.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", cvd));

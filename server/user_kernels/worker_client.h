@@ -43,12 +43,13 @@ std::string WorkerFault(const absl::Status& status);
 
 class KernelWorker {
  public:
-  // Starts the worker for `backend`'s kernel at `so_path` and waits until it
+  // Starts the worker for `backend`'s kernel `built` (a shared object, or a
+  // cubin / PTX with its launch geometry) and waits until it
   // has generated the inputs of `spec` from `seed` and loaded the kernel
   // (checking its ABI version and entry point). `label` names the kernel in
   // messages ("user:my_attn").
   static absl::StatusOr<std::unique_ptr<KernelWorker>> Start(const UserKernelOptions& options,
-                                                            const std::string& backend, const std::string& so_path,
+                                                            const std::string& backend, const BuiltKernel& built,
                                                             const pb::BenchJobSpec& spec, uint64_t seed,
                                                             std::string label, std::function<bool()> stop);
   ~KernelWorker();  // kQuit, then SIGKILL if it lingers

@@ -6,6 +6,7 @@
 #define KERNELSERVE_SERVER_USER_KERNELS_WORKER_MEMORY_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,6 +16,26 @@
 
 namespace kernelserve {
 namespace user_kernels {
+
+// A prebuilt device kernel (a cubin or PTX, kernels/api/user_kernel_abi.h)
+// and the launch the submission gave it.
+struct DeviceKernelSpec {
+  std::string path;
+  bool ptx = false;
+  std::string name;       // ks_user_<op>_v1_kernel
+  size_t args_bytes = 0;  // sizeof the op's args struct, its one parameter
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t shared_bytes = 0;
+};
+
+// A loaded device kernel: launch(args) enqueues it on the memory's stream
+// with *args (the op's args struct) as its parameter and returns 0, or an
+// error code that describe() explains.
+struct DeviceLaunch {
+  std::function<int(void* args)> launch;
+  std::function<std::string(int)> describe;
+};
 
 class WorkerMemory {
  public:
@@ -31,6 +52,10 @@ class WorkerMemory {
   virtual void* stream() = 0;  // the ABI's stream argument
   // The time of `n` launches in ms (host clock or device events), checked after.
   virtual absl::StatusOr<double> Time(const std::function<int()>& launch, int n) = 0;
+  // Loads a cubin or PTX into this memory's context (cuda only): the
+  // kernel's checks against the device (its parameter's size, threads per
+  // block, shared memory) fail as INVALID_ARGUMENT naming the launch field.
+  virtual absl::StatusOr<DeviceLaunch> LoadDeviceKernel(const DeviceKernelSpec& spec) = 0;
   // "host memory, read-only inputs, guard pages", for the server's notes.
   virtual std::string Describe() const = 0;
 };

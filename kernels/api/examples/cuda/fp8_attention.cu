@@ -9,7 +9,11 @@ namespace {
 
 constexpr int kMaxDim = 256;
 
-__global__ void Fp8AttentionRows(ks_fp8_attention_args_v1 a) {
+}  // namespace
+
+// Exported under the ABI's name, so that this file also builds as a cubin or
+// PTX (nvcc -cubin / -ptx) launched with the geometry the host entry uses below.
+KS_USER_DEVICE_KERNEL(fp8_attention)(ks_fp8_attention_args_v1 a) {
   const int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (row >= a.batch * a.heads_q * a.seq_q) return;
   const int64_t i = row % a.seq_q, h = row / a.seq_q % a.heads_q, b = row / a.seq_q / a.heads_q;
@@ -36,8 +40,6 @@ __global__ void Fp8AttentionRows(ks_fp8_attention_args_v1 a) {
   }
 }
 
-}  // namespace
-
 extern "C" {
 
 KS_USER_ABI_DEFINE_VERSION();
@@ -45,7 +47,7 @@ KS_USER_ABI_DEFINE_VERSION();
 int ks_user_fp8_attention_v1(const ks_fp8_attention_args_v1* a, void* stream) {
   if (a->struct_size != sizeof(ks_fp8_attention_args_v1) || a->d_v > kMaxDim) return 1;
   const int64_t rows = a->batch * a->heads_q * a->seq_q;
-  Fp8AttentionRows<<<(unsigned)((rows + 127) / 128), 128, 0, (cudaStream_t)stream>>>(*a);
+  ks_user_fp8_attention_v1_kernel<<<(unsigned)((rows + 127) / 128), 128, 0, (cudaStream_t)stream>>>(*a);
   return cudaGetLastError() == cudaSuccess ? 0 : 2;
 }
 

@@ -9,7 +9,11 @@ namespace {
 
 constexpr int kLat = 512, kPe = 64, kRow = kLat + kPe;
 
-__global__ void MlaRows(ks_mla_decode_args_v1 a) {
+}  // namespace
+
+// Exported under the ABI's name, so that this file also builds as a cubin or
+// PTX (nvcc -cubin / -ptx) launched with the geometry the host entry uses below.
+KS_USER_DEVICE_KERNEL(mla_decode)(ks_mla_decode_args_v1 a) {
   extern __shared__ float score[];  // seq_len
   const int64_t qi = blockIdx.x;    // (b * q_len + t) * heads + h
   const int64_t b = qi / a.heads / a.q_len, t = qi / a.heads % a.q_len;
@@ -38,8 +42,6 @@ __global__ void MlaRows(ks_mla_decode_args_v1 a) {
   }
 }
 
-}  // namespace
-
 extern "C" {
 
 KS_USER_ABI_DEFINE_VERSION();
@@ -47,7 +49,7 @@ KS_USER_ABI_DEFINE_VERSION();
 int ks_user_mla_decode_v1(const ks_mla_decode_args_v1* a, void* stream) {
   if (a->struct_size != sizeof(ks_mla_decode_args_v1) || a->seq_len > 12 * 1024) return 1;
   const int64_t rows = a->batch * a->q_len * a->heads;
-  MlaRows<<<(unsigned)rows, 128, a->seq_len * sizeof(float), (cudaStream_t)stream>>>(*a);
+  ks_user_mla_decode_v1_kernel<<<(unsigned)rows, 128, a->seq_len * sizeof(float), (cudaStream_t)stream>>>(*a);
   return cudaGetLastError() == cudaSuccess ? 0 : 2;
 }
 

@@ -16,7 +16,11 @@ __device__ float Dot(const ks_moe_down_args_v1& a, int64_t pair, int64_t n) {
   return s;
 }
 
-__global__ void Down(ks_moe_down_args_v1 a) {
+}  // namespace
+
+// Exported under the ABI's name, so that this file also builds as a cubin or
+// PTX (nvcc -cubin / -ptx) launched with the geometry the host entry uses below.
+KS_USER_DEVICE_KERNEL(moe_down)(ks_moe_down_args_v1 a) {
   const int64_t rows = a.weighted_sum ? a.tokens : a.tokens * a.top_k;
   const int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (idx >= rows * a.out_dim) return;
@@ -30,8 +34,6 @@ __global__ void Down(ks_moe_down_args_v1 a) {
   a.out[idx] = ks_float_to_bf16(v, a.rounding);
 }
 
-}  // namespace
-
 extern "C" {
 
 KS_USER_ABI_DEFINE_VERSION();
@@ -39,7 +41,7 @@ KS_USER_ABI_DEFINE_VERSION();
 int ks_user_moe_down_v1(const ks_moe_down_args_v1* a, void* stream) {
   if (a->struct_size != sizeof(ks_moe_down_args_v1)) return 1;
   const int64_t n = (a->weighted_sum ? a->tokens : a->tokens * a->top_k) * a->out_dim;
-  Down<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(*a);
+  ks_user_moe_down_v1_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(*a);
   return cudaGetLastError() == cudaSuccess ? 0 : 2;
 }
 

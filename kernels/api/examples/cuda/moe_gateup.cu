@@ -15,7 +15,11 @@ __device__ float Dot(const ks_moe_gateup_args_v1& a, int64_t t, int64_t e, int64
   return s;
 }
 
-__global__ void GateUp(ks_moe_gateup_args_v1 a) {
+}  // namespace
+
+// Exported under the ABI's name, so that this file also builds as a cubin or
+// PTX (nvcc -cubin / -ptx) launched with the geometry the host entry uses below.
+KS_USER_DEVICE_KERNEL(moe_gateup)(ks_moe_gateup_args_v1 a) {
   const int64_t width = a.swiglu ? a.inter : 2 * a.inter;
   const int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (idx >= a.tokens * a.top_k * width) return;
@@ -31,8 +35,6 @@ __global__ void GateUp(ks_moe_gateup_args_v1 a) {
   a.out[idx] = ks_float_to_bf16(v, a.rounding);
 }
 
-}  // namespace
-
 extern "C" {
 
 KS_USER_ABI_DEFINE_VERSION();
@@ -40,7 +42,7 @@ KS_USER_ABI_DEFINE_VERSION();
 int ks_user_moe_gateup_v1(const ks_moe_gateup_args_v1* a, void* stream) {
   if (a->struct_size != sizeof(ks_moe_gateup_args_v1)) return 1;
   const int64_t n = a->tokens * a->top_k * (a->swiglu ? a->inter : 2 * a->inter);
-  GateUp<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(*a);
+  ks_user_moe_gateup_v1_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(*a);
   return cudaGetLastError() == cudaSuccess ? 0 : 2;
 }
 
