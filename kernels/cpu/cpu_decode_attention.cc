@@ -117,23 +117,7 @@ void RunItem(const DecodeCtx& c, const Item& it, Scratch<D>& sc, uint16_t* out) 
     for (int jj = 0; jj < kcount; ++jj) {
       v_bad |= LoadKv<D>(c, Slot(c, it.b, k0 + jj), it.hkv, jj, sc.kt.data(), sc.v.data());
     }
-    tiles::ScoreTile<D>(sc.q.data(), sc.kt.data(), rows4, kcount, sc.s.data());
-    for (int i = 0; i < rows4; ++i) {
-      float* srow = sc.s.data() + i * kBk;
-      const int valid = i < rows ? static_cast<int>(std::clamp<int64_t>(lim(i) - k0 + 1, 0, kcount)) : 0;
-      sc.valid[i] = valid;
-      if (valid == 0) {
-        std::fill(srow, srow + kBk, 0.0f);
-        sc.alpha[i] = 1.0f;
-        continue;
-      }
-      sc.alpha[i] = tiles::SoftmaxRow(srow, valid, c.score_c, &sc.m[i], &sc.l[i]);
-    }
-    if (v_bad) {
-      tiles::PvTileVisibleOnly<D>(sc.s.data(), sc.v.data(), sc.alpha, sc.valid, rows, sc.o.data());
-    } else {
-      tiles::PvTile<D>(sc.s.data(), sc.v.data(), sc.alpha, rows4, kcount, sc.o.data());
-    }
+    tiles::AttendKeyTile<D, D>(sc, rows, rows4, k0, kcount, v_bad, c.score_c, lim);
   }
   const float kv_scale = static_cast<float>(p.kv_scale);
   for (int i = 0; i < rows; ++i) {
