@@ -401,6 +401,42 @@ absl::StatusOr<OpResult> FinishOp(Client::Impl& impl, const CallCtx& c, const Ou
 
 int64_t HostBytes(const TensorArg& a) { return a.host() ? a.host()->num_bytes() : 0; }
 
+// The fields every op request shares (rounding, report_error, device, output).
+// Returns whether the output comes back through a temporary buffer: when
+// `large` (an input went as a buffer, or the output is over the threshold)
+// and the caller did not keep it in a buffer of its own.
+template <typename Args, typename Req>
+bool SetCommonFields(const Args& a, bool large, Req* req) {
+  req->set_rounding(ToProto(a.rounding));
+  req->set_report_error(a.report_error);
+  req->set_device(a.device);
+  const bool via_temp = !a.output.to_buffer && large;
+  req->mutable_output()->set_to_buffer(a.output.to_buffer || via_temp);
+  req->mutable_output()->set_label(a.output.label);
+  return via_temp;
+}
+
+// The index tensors of a decode call on a pool, those present.
+template <typename Args, typename Req>
+absl::Status SetPageTables(Client::Impl& impl, const CallCtx& c, const Args& a, TempBuffers& temps, Req* req,
+                           bool* uploaded) {
+  const std::pair<const TensorArg*, v1::TensorRef*> refs[] = {
+      {&a.seq_lens, req->mutable_seq_lens()},
+      {&a.kv_indices, req->mutable_kv_indices()},
+      {&a.kv_indptr, req->mutable_kv_indptr()},
+      {&a.q_lens, req->mutable_q_lens()},
+  };
+  for (const auto& [arg, ref] : refs) {
+    if (arg->present()) KS_RETURN_IF_ERROR(SetRef(impl, c, *arg, a.device, temps, ref, uploaded));
+  }
+  if (!a.q_lens.present()) req->clear_q_lens();
+  if (!a.seq_lens.present()) req->clear_seq_lens();
+  if (!a.kv_indices.present()) req->clear_kv_indices();
+  if (!a.kv_indptr.present()) req->clear_kv_indptr();
+  return absl::OkStatus();
+}
+
+
 }  // namespace
 
 // --------------------------------------------------------------- devices
@@ -515,13 +551,8 @@ absl::StatusOr<OpResult> Client::Attention(const AttentionArgs& a, const CallOpt
   req.set_layout(ToProto(a.layout));
   req.set_causal(a.causal);
   if (a.softmax_scale) req.set_softmax_scale(*a.softmax_scale);
-  req.set_rounding(ToProto(a.rounding));
-  req.set_report_error(a.report_error);
-  req.set_device(a.device);
   // The output is shaped like q (bf16).
-  const bool via_temp = !a.output.to_buffer && (uploaded || HostBytes(a.q) > options_.upload_threshold_bytes);
-  req.mutable_output()->set_to_buffer(a.output.to_buffer || via_temp);
-  req.mutable_output()->set_label(a.output.label);
+  const bool via_temp = SetCommonFields(a, uploaded || HostBytes(a.q) > options_.upload_threshold_bytes, &req);
   v1::AttentionResponse resp;
   KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->Attention(ctx, req, &resp); }));
   return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
@@ -567,6 +598,7 @@ absl::StatusOr<OpResult> Client::Fp8Attention(const Fp8AttentionArgs& a, const C
                   resp.has_error() && (a.report_error || a.report_error_split), resp.error(), resp.info(), temps);
 }
 
+
 absl::StatusOr<OpResult> Client::MlaDecode(const MlaDecodeArgs& a, const CallOptions& call) {
   CallCtx c = MakeCtx(options_, call);
   TempBuffers temps(*impl_, options_, &leaked_temp_buffers_);
@@ -578,28 +610,30 @@ absl::StatusOr<OpResult> Client::MlaDecode(const MlaDecodeArgs& a, const CallOpt
   req.set_pool_id(a.pool_id);
   if (a.softmax_scale) req.set_softmax_scale(*a.softmax_scale);
   req.set_kv_scale(a.kv_scale);
-  if (a.seq_lens.present()) {
-    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.seq_lens, a.device, temps, req.mutable_seq_lens(), &uploaded));
-  }
-  if (a.kv_indices.present()) {
-    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.kv_indices, a.device, temps, req.mutable_kv_indices(), &uploaded));
-  }
-  if (a.kv_indptr.present()) {
-    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.kv_indptr, a.device, temps, req.mutable_kv_indptr(), &uploaded));
-  }
-  if (a.q_lens.present()) {
-    KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.q_lens, a.device, temps, req.mutable_q_lens(), &uploaded));
-  }
+  KS_RETURN_IF_ERROR(SetPageTables(*impl_, c, a, temps, &req, &uploaded));
   req.set_num_splits(a.num_splits);
-  req.set_rounding(ToProto(a.rounding));
-  req.set_report_error(a.report_error);
-  req.set_device(a.device);
   // o_lat has q_lat's shape and dtype.
-  const bool via_temp = !a.output.to_buffer && (uploaded || HostBytes(a.q_lat) > options_.upload_threshold_bytes);
-  req.mutable_output()->set_to_buffer(a.output.to_buffer || via_temp);
-  req.mutable_output()->set_label(a.output.label);
+  const bool via_temp = SetCommonFields(a, uploaded || HostBytes(a.q_lat) > options_.upload_threshold_bytes, &req);
   v1::MlaDecodeResponse resp;
   KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->MlaDecode(ctx, req, &resp); }));
+  return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
+                  resp.info(), temps);
+}
+
+absl::StatusOr<OpResult> Client::DecodeAttention(const DecodeAttentionArgs& a, const CallOptions& call) {
+  CallCtx c = MakeCtx(options_, call);
+  TempBuffers temps(*impl_, options_, &leaked_temp_buffers_);
+  v1::DecodeAttentionRequest req;
+  bool uploaded = false;
+  KS_RETURN_IF_ERROR(SetRef(*impl_, c, a.q, a.device, temps, req.mutable_q(), &uploaded));
+  req.set_pool_id(a.pool_id);
+  KS_RETURN_IF_ERROR(SetPageTables(*impl_, c, a, temps, &req, &uploaded));
+  if (a.softmax_scale) req.set_softmax_scale(*a.softmax_scale);
+  // The output has q's shape and dtype.
+  const bool via_temp = SetCommonFields(a, uploaded || HostBytes(a.q) > options_.upload_threshold_bytes, &req);
+  v1::DecodeAttentionResponse resp;
+  KS_RETURN_IF_ERROR(
+      Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->DecodeAttention(ctx, req, &resp); }));
   return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
                   resp.info(), temps);
 }

@@ -167,6 +167,21 @@ struct MlaDecodeArgs {
   int device = 0;
 };
 
+// Decode attention over a PER_HEAD_KV pool (kernels/api/ops.h,
+// DecodeAttentionParams): new tokens' queries against the pool's rows, read
+// where they live through the page tables.
+struct DecodeAttentionArgs {
+  TensorArg q;  // bf16 [B,q_len,Hq,D], D the pool's head_dim
+  std::string pool_id;
+  TensorArg seq_lens, kv_indices, kv_indptr;  // int32 [B], [n], [B+1]
+  TensorArg q_lens;                           // optional int32 [B], each 1..q_len
+  std::optional<double> softmax_scale;        // default 1/sqrt(D)
+  Rounding rounding = Rounding::kRtne;
+  bool report_error = false;
+  OutputOptions output;
+  int device = 0;
+};
+
 struct MoeArgs {
   MoeStage stage = MoeStage::kLayer;
   TensorArg x;             // gateup/layer [T,K] bf16; down [T*top_k,I] bf16
@@ -228,6 +243,7 @@ class Client {
   absl::StatusOr<OpResult> Fp8Attention(const Fp8AttentionArgs& args, const CallOptions& call = {});
   absl::StatusOr<OpResult> MlaDecode(const MlaDecodeArgs& args, const CallOptions& call = {});
   absl::StatusOr<OpResult> Moe(const MoeArgs& args, const CallOptions& call = {});
+  absl::StatusOr<OpResult> DecodeAttention(const DecodeAttentionArgs& args, const CallOptions& call = {});
 
   // -------------------------------------------------------------- pools
   absl::StatusOr<v1::PoolInfo> CreatePool(const PoolSpec& spec, const CallOptions& call = {});

@@ -517,15 +517,41 @@ int CmdFp8Attention(Env& env, const std::vector<std::string>& args) {
   return Finish((*client)->Fp8Attention(a), out.out);
 }
 
+// The index tensors of a decode call on a pool: --seq-lens, --kv-indices,
+// --kv-indptr (required where `required`) and the optional --q-lens.
+struct PageTableFlags {
+  std::string seq_lens, kv_indices, kv_indptr, q_lens;
+  void Define(FlagSet& f, bool required) {
+    f.String("seq-lens", &seq_lens, "FILE.npy",
+             required ? "int [B] tokens per request, the new ones included" : "int [B] tokens per request (required with --pool)",
+             required);
+    f.String("kv-indices", &kv_indices, "FILE.npy", "int pool slots (page 1) or pages, flat over requests", required);
+    f.String("kv-indptr", &kv_indptr, "FILE.npy", "int [B+1] offsets into --kv-indices", required);
+    f.String("q-lens", &q_lens, "FILE.npy", "int [B] ragged new-token counts, each 1..q_len");
+  }
+};
+
+template <typename Args>
+absl::Status LoadPageTables(const PageTableFlags& t, Args* a) {
+  for (auto [path, arg, what] :
+       {std::make_tuple(&t.seq_lens, &a->seq_lens, "seq_lens"), std::make_tuple(&t.kv_indices, &a->kv_indices, "kv_indices"),
+        std::make_tuple(&t.kv_indptr, &a->kv_indptr, "kv_indptr"), std::make_tuple(&t.q_lens, &a->q_lens, "q_lens")}) {
+    if (path->empty()) continue;
+    KS_ASSIGN_OR_RETURN(*arg, LoadArg(*path, IndexAccept(what)));
+  }
+  return absl::OkStatus();
+}
+
 // ----------------------------------------------------------- mla-decode
 
 int CmdMlaDecode(Env& env, const std::vector<std::string>& args) {
   FlagSet f("mla-decode");
-  std::string q_lat, q_pe, kv, pool, kv_format, q_lens, kv_indices, kv_indptr, seq_lens, round = "rtne";
+  std::string q_lat, q_pe, kv, pool, kv_format, round = "rtne";
   std::optional<double> scale, kv_scale;
   int64_t num_splits = 0, device = 0;
   bool report = false;
   OutFlags out;
+  PageTableFlags tables;
   f.String("q-lat", &q_lat, "FILE.npy", "latent queries [B,q_len,H,512] (floats, rounded to bf16)", true);
   f.String("q-pe", &q_pe, "FILE.npy", "rope queries [B,q_len,H,64]", true);
   f.String("kv", &kv, "FILE.npy", "contiguous KV [B,S,576] as uint8 FP8 codes (needs --kv-format)");
@@ -534,10 +560,7 @@ int CmdMlaDecode(Env& env, const std::vector<std::string>& args) {
   out.Define(f);
   f.Double("scale", &scale, "softmax scale (default 1/sqrt(576))");
   f.Double("kv-scale", &kv_scale, "dequantization scale of contiguous --kv (default 1; a pool has its own)");
-  f.String("seq-lens", &seq_lens, "FILE.npy", "int [B] tokens per request (required with --pool)");
-  f.String("kv-indices", &kv_indices, "FILE.npy", "int pool slots (page 1) or pages, flat over requests");
-  f.String("kv-indptr", &kv_indptr, "FILE.npy", "int [B+1] offsets into --kv-indices");
-  f.String("q-lens", &q_lens, "FILE.npy", "int [B] ragged draft lengths, each 1..q_len");
+  tables.Define(f, false);
   f.Int("num-splits", &num_splits, "KV splits (0: the backend chooses)");
   f.String("round", &round, "rtne|rtna|rtz", "output rounding (default rtne)");
   f.Bool("report-error", &report, "also compute the error against the fp64 oracle");
@@ -583,17 +606,56 @@ int CmdMlaDecode(Env& env, const std::vector<std::string>& args) {
     if (!t.ok()) return Fail(t.status(), 1);
     a.kv = std::move(*t);
   }
-  for (auto [path, arg, what] :
-       {std::make_tuple(&seq_lens, &a.seq_lens, "seq_lens"), std::make_tuple(&kv_indices, &a.kv_indices, "kv_indices"),
-        std::make_tuple(&kv_indptr, &a.kv_indptr, "kv_indptr"), std::make_tuple(&q_lens, &a.q_lens, "q_lens")}) {
-    if (path->empty()) continue;
-    auto t = LoadArg(*path, IndexAccept(what));
-    if (!t.ok()) return Fail(t.status(), 1);
-    *arg = std::move(*t);
-  }
+  if (absl::Status st = LoadPageTables(tables, &a); !st.ok()) return Fail(st, 1);
   auto client = env.GetClient();
   if (!client.ok()) return Fail(client.status(), 1);
   return Finish((*client)->MlaDecode(a), out.out);
+}
+
+// ---------------------------------------------------------------- decode
+
+int CmdDecode(Env& env, const std::vector<std::string>& args) {
+  FlagSet f("decode");
+  std::string q, pool, round = "rtne";
+  std::optional<double> scale;
+  int64_t device = 0;
+  bool report = false;
+  OutFlags out;
+  PageTableFlags tables;
+  f.String("q", &q, "FILE.npy", "queries of the new tokens [B,q_len,Hq,D] (floats, rounded to bf16)", true);
+  f.String("pool", &pool, "POOL_ID", "a per-head KV pool (pool create --kind=per-head)", true);
+  out.Define(f);
+  tables.Define(f, true);
+  f.Double("scale", &scale, "softmax scale (default 1/sqrt(D))");
+  f.String("round", &round, "rtne|rtna|rtz", "output rounding (default rtne)");
+  f.Bool("report-error", &report, "also compute the error against the fp64 oracle");
+  f.Int("device", &device, "device index (default 0)");
+  if (env.help) {
+    PrintUsage("kernelctl decode --q=q.npy --pool=ID --seq-lens=s.npy --kv-indices=i.npy --kv-indptr=p.npy "
+               "--out=o.npy [flags]",
+               "Decode attention over a per-head KV pool: each request's new tokens (the last q_lens[b] of its\n"
+               "seq_lens[b]) attend causally to its cached keys, GQA when Hq is a multiple of the pool's heads.",
+               f);
+    return 0;
+  }
+  if (auto rc = ParseOrFail(f, args)) return *rc;
+  if (absl::Status st = out.Check("decode"); !st.ok()) return Fail(st, 2);
+  DecodeAttentionArgs a;
+  auto r = ParseRounding(round);
+  if (!r.ok()) return Fail(r.status(), 2);
+  a.rounding = *r;
+  a.softmax_scale = scale;
+  a.report_error = report;
+  a.pool_id = pool;
+  a.output = out.Options();
+  a.device = static_cast<int>(device);
+  auto t = LoadArg(q, Accept("q", DType::kBf16));
+  if (!t.ok()) return Fail(t.status(), 1);
+  a.q = std::move(*t);
+  if (absl::Status st = LoadPageTables(tables, &a); !st.ok()) return Fail(st, 1);
+  auto client = env.GetClient();
+  if (!client.ok()) return Fail(client.status(), 1);
+  return Finish((*client)->DecodeAttention(a), out.out);
 }
 
 // ------------------------------------------------------------------ moe
@@ -851,6 +913,7 @@ const std::vector<Command>& Commands() {
       {"attention", "bf16 attention forward", CmdAttention},
       {"fp8-attention", "FP8 attention (ZYFA block-scaled P)", CmdFp8Attention},
       {"mla-decode", "MLA absorbed decode (bf16 Q, FP8 KV)", CmdMlaDecode},
+      {"decode", "decode attention over a per-head KV pool (GQA, paged)", CmdDecode},
       {"moe", "MXFP4 MoE gate/up, down or the whole layer", CmdMoe},
       {"pool", "create, write, read, inspect and delete KV pools", CmdPool},
   };

@@ -476,6 +476,27 @@ absl::Status DoFp8Attention(ServerState* state, grpc::ServerContext* ctx,
   return absl::OkStatus();
 }
 
+// The index tensors of a decode call on a pool (seq_lens, kv_indices,
+// kv_indptr, q_lens; all optional here, the op's Validate says which it
+// needs): int32 host copies, so Validate can check their values.
+template <typename Req>
+absl::Status ResolvePageTables(const Req& req, OpCall* call, Input* seq_lens, Input* kv_indices,
+                               Input* kv_indptr, Input* q_lens) {
+  KS_RETURN_IF_ERROR(call->Resolve("seq_lens", req.seq_lens(), false, seq_lens));
+  KS_RETURN_IF_ERROR(call->Resolve("kv_indices", req.kv_indices(), false, kv_indices));
+  KS_RETURN_IF_ERROR(call->Resolve("kv_indptr", req.kv_indptr(), false, kv_indptr));
+  KS_RETURN_IF_ERROR(call->Resolve("q_lens", req.q_lens(), false, q_lens));
+  for (Input* in : {seq_lens, kv_indices, kv_indptr, q_lens}) {
+    // The protos and the ops' inputs say int32, and backends read them so.
+    if (in->present && in->desc.dtype != DType::kInt32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in->field, ": expected int32, got ", DTypeName(in->desc.dtype)));
+    }
+    call->NeedHostBeforeValidate(in);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DoMlaDecode(ServerState* state, grpc::ServerContext* ctx, const pb::MlaDecodeRequest& req,
                          pb::MlaDecodeResponse* resp, CallLog* log) {
   OpCall call(state, ctx, log);
@@ -519,18 +540,7 @@ absl::Status DoMlaDecode(ServerState* state, grpc::ServerContext* ctx, const pb:
           absl::StrCat("kv_scale: expected a finite value > 0 (0 means 1), got ", req.kv_scale()));
     }
   }
-  KS_RETURN_IF_ERROR(call.Resolve("seq_lens", req.seq_lens(), false, &seq_lens));
-  KS_RETURN_IF_ERROR(call.Resolve("kv_indices", req.kv_indices(), false, &kv_indices));
-  KS_RETURN_IF_ERROR(call.Resolve("kv_indptr", req.kv_indptr(), false, &kv_indptr));
-  KS_RETURN_IF_ERROR(call.Resolve("q_lens", req.q_lens(), false, &q_lens));
-  for (Input* in : {&seq_lens, &kv_indices, &kv_indptr, &q_lens}) {
-    // The proto and MlaDecodeInputs say int32, and backends read them so.
-    if (in->present && in->desc.dtype != DType::kInt32) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(in->field, ": expected int32, got ", DTypeName(in->desc.dtype)));
-    }
-    call.NeedHostBeforeValidate(in);
-  }
+  KS_RETURN_IF_ERROR(ResolvePageTables(req, &call, &seq_lens, &kv_indices, &kv_indptr, &q_lens));
   Backend& backend = state->backend();
   const int device = call.device();
   OpHooks op;
@@ -559,6 +569,55 @@ absl::Status DoMlaDecode(ServerState* state, grpc::ServerContext* ctx, const pb:
                             seq_lens.host_view(), kv_indices.host_view(), kv_indptr.host_view(),
                             q_lens.host_view()};
     KS_ASSIGN_OR_RETURN(const ErrorReport r, MlaDecodeError(p, host_in, call.out_host()));
+    FillError(r, resp->mutable_error());
+  }
+  call.FillInfo(resp->mutable_info());
+  return absl::OkStatus();
+}
+
+absl::Status DoDecodeAttention(ServerState* state, grpc::ServerContext* ctx,
+                               const pb::DecodeAttentionRequest& req, pb::DecodeAttentionResponse* resp,
+                               CallLog* log) {
+  OpCall call(state, ctx, log);
+  KS_RETURN_IF_ERROR(call.SetDevice(req.device()));
+  DecodeAttentionParams p;
+  KS_ASSIGN_OR_RETURN(p.rounding, ParseRounding(req.rounding()));
+  KS_RETURN_IF_ERROR(CheckScale(req.has_softmax_scale(), req.softmax_scale()));
+  if (req.has_softmax_scale()) p.softmax_scale = req.softmax_scale();
+  Input q, kv, seq_lens, kv_indices, kv_indptr, q_lens;
+  KS_RETURN_IF_ERROR(call.Resolve("q", req.q(), true, &q));
+  if (req.pool_id().empty()) {
+    return absl::InvalidArgumentError("pool_id: required (a PER_HEAD_KV pool)");
+  }
+  KS_RETURN_IF_ERROR(call.ResolvePool("pool_id", req.pool_id(), &kv));
+  const Pool& pool = *kv.pool;
+  if (pool.kind != PoolKind::kPerHeadKv) {
+    return absl::InvalidArgumentError(absl::StrCat("pool_id: pool ", QuoteClientText(req.pool_id()),
+                                                   " is MLA_FUSED; decode attention needs a PER_HEAD_KV pool"));
+  }
+  p.kv_scale = pool.kv_scale;
+  KS_RETURN_IF_ERROR(ResolvePageTables(req, &call, &seq_lens, &kv_indices, &kv_indptr, &q_lens));
+  Backend& backend = state->backend();
+  const int device = call.device();
+  OpHooks op;
+  op.validate = [&] {
+    return p.Validate(q.desc, kv.desc, pool.num_heads, pool.head_dim, pool.page_size, seq_lens.host_or_null(),
+                      kv_indices.host_or_null(), kv_indptr.host_or_null(), q_lens.host_or_null());
+  };
+  op.out_desc = [&] { return p.OutputDesc(); };
+  op.run = [&](TensorView& out) {
+    DecodeAttentionInputs in{q.view, kv.view, seq_lens.view, kv_indices.view, kv_indptr.view, q_lens.view};
+    return backend.DecodeAttention(device, p, in, out);
+  };
+  // The oracle holds one request's rows in fp64 at a time.
+  op.oracle_bytes = [&] {
+    return OracleBytes({&q}, p.OutputDesc(), 2) + 8 * 2 * p.heads_kv * p.head_dim * p.max_seq;
+  };
+  KS_RETURN_IF_ERROR(call.Execute(req.output(), req.report_error(), op, resp->mutable_out()));
+  if (req.report_error()) {
+    DecodeAttentionInputs host_in{q.host_view(),          kv.host_view(),        seq_lens.host_view(),
+                                  kv_indices.host_view(), kv_indptr.host_view(), q_lens.host_view()};
+    KS_ASSIGN_OR_RETURN(const ErrorReport r, DecodeAttentionError(p, host_in, call.out_host()));
     FillError(r, resp->mutable_error());
   }
   call.FillInfo(resp->mutable_info());
@@ -644,6 +703,13 @@ grpc::Status KernelServiceImpl::Moe(grpc::ServerContext* ctx, const pb::MoeReque
                                     pb::MoeResponse* resp) {
   return state_->Serve("KernelService.Moe", ctx, /*stream=*/false,
                        [&](CallLog* log) { return DoMoe(state_, ctx, *req, resp, log); });
+}
+
+grpc::Status KernelServiceImpl::DecodeAttention(grpc::ServerContext* ctx,
+                                                const pb::DecodeAttentionRequest* req,
+                                                pb::DecodeAttentionResponse* resp) {
+  return state_->Serve("KernelService.DecodeAttention", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoDecodeAttention(state_, ctx, *req, resp, log); });
 }
 
 }  // namespace kernelserve

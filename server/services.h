@@ -90,6 +90,8 @@ class KernelServiceImpl final : public pb::KernelService::Service {
                          pb::MlaDecodeResponse* resp) override;
   grpc::Status Moe(grpc::ServerContext* ctx, const pb::MoeRequest* req,
                    pb::MoeResponse* resp) override;
+  grpc::Status DecodeAttention(grpc::ServerContext* ctx, const pb::DecodeAttentionRequest* req,
+                               pb::DecodeAttentionResponse* resp) override;
 
  private:
   ServerState* state_;

@@ -51,6 +51,7 @@ constexpr char kAttention[] = "/kernelserve.v1.KernelService/Attention";
 constexpr char kFp8[] = "/kernelserve.v1.KernelService/Fp8Attention";
 constexpr char kMla[] = "/kernelserve.v1.KernelService/MlaDecode";
 constexpr char kMoe[] = "/kernelserve.v1.KernelService/Moe";
+constexpr char kDecode[] = "/kernelserve.v1.KernelService/DecodeAttention";
 constexpr char kUpload[] = "/kernelserve.v1.BufferService/Upload";
 constexpr char kDownload[] = "/kernelserve.v1.BufferService/Download";
 constexpr char kFree[] = "/kernelserve.v1.BufferService/Free";
@@ -271,6 +272,53 @@ void KernelCases(const CorpusIds& ids, Builder* b) {
     *r->mutable_kv() = Ref(Tensor(pb::FP8_E4M3FN, {1, 3, 576}, std::string(3 * 576, '\x30')));
     r->set_kv_scale(kNaN);
   }, Code::INVALID_ARGUMENT, "kv_scale");
+
+  using DA = pb::DecodeAttentionRequest;
+  // The PER_HEAD_KV pool: bf16, 64 KV heads of 256, 4 slots of page 1.
+  auto decode = [&](const std::string& name, const std::function<void(DA*)>& edit, Code code,
+                    const std::string& substr) {
+    DA r;
+    *r.mutable_q() = Ref(Bf16Tensor({1, 2, 64, 256}));
+    r.set_pool_id(ids.kv_pool);
+    *r.mutable_seq_lens() = Ref(Int32s({3}));
+    *r.mutable_kv_indices() = Ref(Int32s({2, 0, 1}));
+    *r.mutable_kv_indptr() = Ref(Int32s({0, 3}));
+    edit(&r);
+    b->Add("DecodeAttention: " + name, kDecode, r, code, substr);
+  };
+  decode("a good call", [](DA*) {}, Code::OK, "");
+  decode("a good call with the oracle", [](DA* r) { r->set_report_error(true); }, Code::OK, "");
+  decode("q missing", [](DA* r) { r->clear_q(); }, Code::INVALID_ARGUMENT, "q: required");
+  decode("no pool", [](DA* r) { r->clear_pool_id(); }, Code::INVALID_ARGUMENT, "pool_id: required");
+  decode("unknown pool", [](DA* r) { r->set_pool_id("pool-00000000000000000000000000000000"); }, Code::NOT_FOUND,
+         "pool_id: no pool");
+  decode("MLA pool", [&](DA* r) { r->set_pool_id(ids.mla_pool); }, Code::INVALID_ARGUMENT,
+         "is MLA_FUSED; decode attention needs a PER_HEAD_KV pool");
+  decode("head_dim 128", [](DA* r) { *r->mutable_q() = Ref(Bf16Tensor({1, 2, 64, 128})); }, Code::INVALID_ARGUMENT,
+         "q.shape[3]: expected 256 (the pool's head_dim), got 128");
+  decode("96 heads", [](DA* r) { *r->mutable_q() = Ref(Bf16Tensor({1, 1, 96, 256})); }, Code::INVALID_ARGUMENT,
+         "q.shape[2]: expected a multiple of the pool's num_heads (64)");
+  decode("q_len 9", [](DA* r) { *r->mutable_q() = Ref(Bf16Tensor({1, 9, 64, 256})); }, Code::INVALID_ARGUMENT,
+         "q.shape[1]: expected q_len in 1..8, got 9");
+  decode("seq_lens under q_len", [](DA* r) { *r->mutable_seq_lens() = Ref(Int32s({1})); }, Code::INVALID_ARGUMENT,
+         "seq_lens[0]: expected at least q_len (2), got 1");
+  decode("q_lens 3 of 2", [](DA* r) { *r->mutable_q_lens() = Ref(Int32s({3})); }, Code::INVALID_ARGUMENT,
+         "q_lens[0]: expected 1..2 (q_len), got 3");
+  decode("seq_lens under its own q_lens", [](DA* r) {
+    *r->mutable_seq_lens() = Ref(Int32s({1}));
+    *r->mutable_q_lens() = Ref(Int32s({2}));
+  }, Code::INVALID_ARGUMENT, "seq_lens[0]: expected at least q_lens[0] (2), got 1");
+  decode("kv_indices out of range", [](DA* r) { *r->mutable_kv_indices() = Ref(Int32s({2, 0, 4})); },
+         Code::INVALID_ARGUMENT, "kv_indices[2]: expected a slot in 0..3, got 4");
+  decode("kv_indptr short", [](DA* r) { *r->mutable_kv_indptr() = Ref(Int32s({0, 2})); }, Code::INVALID_ARGUMENT,
+         "kv_indptr[1] - kv_indptr[0]: expected at least 3 slots");
+  decode("kv_indptr missing", [](DA* r) { r->clear_kv_indptr(); }, Code::INVALID_ARGUMENT, "kv_indptr");
+  decode("seq_lens int64", [](DA* r) {
+    *r->mutable_seq_lens() = Ref(Tensor(pb::INT64, {1}, std::string("\x03\0\0\0\0\0\0\0", 8)));
+  }, Code::INVALID_ARGUMENT, "seq_lens: expected int32");
+  decode("softmax_scale 0", [](DA* r) { r->set_softmax_scale(0); }, Code::INVALID_ARGUMENT, "softmax_scale");
+  decode("rounding 7", [](DA* r) { r->set_rounding(static_cast<pb::Rounding>(7)); }, Code::INVALID_ARGUMENT,
+         "rounding");
 
   using E = pb::MoeRequest;
   auto moe = [&](const std::string& name, const std::function<void(E*)>& edit, Code code, const std::string& substr) {
@@ -815,7 +863,7 @@ pb::BenchJobSpec SmallJob(pb::BenchOp op) {
 }
 
 std::vector<std::string> AllMethods() {
-  return {kAttention, kFp8,     kMla,     kMoe,      kUpload, kDownload, kFree,      kListBuffers,
+  return {kAttention, kFp8,     kMla,     kMoe,      kDecode, kUpload, kDownload, kFree,      kListBuffers,
           kCreate,    kWrite,   kRead,    kStats,    kDelete, kListPools, kDevices, kDrain, kProbe,
           kSubmit,    kWatch,   kGet,     kListJobs, kCancel, kVariants};
 }

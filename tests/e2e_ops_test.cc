@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -322,6 +323,155 @@ TEST_F(E2eOpsTest, MlaDecodeThroughAPoolLifecycle) {
     ASSERT_TRUE(pools.ok());
     EXPECT_TRUE(pools->empty());
   }
+}
+
+struct DecodePoolCase {
+  int page_size;
+  DType dtype;
+  double kv_scale;
+};
+
+// Decode attention on PER_HEAD_KV pools through the client library: GQA 2:1,
+// ragged windows, pages scattered over the pool, against the fp64 oracle on a
+// host copy of the pool (and the server's own error report); bad requests name
+// their field and leave the pool as it was.
+TEST_F(E2eOpsTest, DecodeAttentionOverPerHeadPools) {
+  for (const DecodePoolCase& pc : {DecodePoolCase{1, DType::kBf16, 0}, DecodePoolCase{4, DType::kFp8E4M3Fn, 0.125},
+                                   DecodePoolCase{16, DType::kFp8E4M3Fnuz, 0.5}}) {
+    const uint64_t seed = FreshSeed();
+    SCOPED_TRACE(absl::StrCat("seed=", seed, " page_size=", pc.page_size, " ", DTypeName(pc.dtype)));
+    std::mt19937_64 rng(seed);
+    const int64_t P = pc.page_size, num_slots = 128, Hkv = 2, Hq = 4, D = 64, row = 2 * Hkv * D;
+    PoolSpec spec;
+    spec.kind = v1::PER_HEAD_KV;
+    spec.num_slots = num_slots;
+    spec.page_size = pc.page_size;
+    spec.dtype = pc.dtype;
+    spec.num_heads = static_cast<int>(Hkv);
+    spec.head_dim = static_cast<int>(D);
+    spec.kv_scale = pc.kv_scale;
+    auto pool = client_->CreatePool(spec);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    EXPECT_EQ(pool->row_elements(), row);
+
+    const std::vector<int32_t> lens = {45, 3};
+    std::vector<int32_t> pages(num_slots / P);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    std::vector<int32_t> indices, indptr = {0}, slots;
+    for (int32_t len : lens) {
+      const int64_t first = static_cast<int64_t>(indices.size());
+      for (int64_t i = 0; i < (len + P - 1) / P; ++i) indices.push_back(pages[indices.size()]);
+      for (int32_t t = 0; t < len; ++t) slots.push_back(indices[first + t / P] * static_cast<int32_t>(P) + t % P);
+      indptr.push_back(static_cast<int32_t>(indices.size()));
+    }
+    const int64_t n = static_cast<int64_t>(slots.size());
+    HostTensor rows = pc.dtype == DType::kBf16 ? numerics::GaussianBf16({n, row}, seed + 3)
+                                               : RandomFp8({n, row}, pc.dtype, rng, 4.0);
+    ASSERT_TRUE(client_->WritePool(pool->id(), Int32s(slots), rows, /*rows_per_chunk=*/5).ok());
+    const int64_t rb = NumBytes(pc.dtype, row);
+    HostTensor pool_rows(pc.dtype, {num_slots, row});
+    std::memset(pool_rows.bytes(), 0, pool_rows.num_bytes());
+    for (int64_t i = 0; i < n; ++i) std::memcpy(pool_rows.bytes() + slots[i] * rb, rows.bytes() + i * rb, rb);
+
+    const int64_t B = 2, q_len = 3;
+    HostTensor q = numerics::GaussianBf16({B, q_len, Hq, D}, seed + 1);
+    HostTensor seq_lens = Int32s(lens), kv_indices = Int32s(indices), kv_indptr = Int32s(indptr);
+    HostTensor q_lens = Int32s({3, 1});
+    DecodeAttentionArgs a;
+    a.q = q;
+    a.pool_id = pool->id();
+    a.seq_lens = seq_lens;
+    a.kv_indices = kv_indices;
+    a.kv_indptr = kv_indptr;
+    a.q_lens = q_lens;
+    a.report_error = true;
+    auto r = client_->DecodeAttention(a);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r->error.has_value());
+    EXPECT_LT(r->error->rel_rms, 1e-2);
+    EXPECT_EQ(r->error->nonfinite, 0);
+    EXPECT_EQ(r->info.backend, "cpu");
+
+    DecodeAttentionParams p;
+    p.kv_scale = pc.kv_scale == 0 ? 1.0 : pc.kv_scale;
+    ASSERT_TRUE(p.Validate(q.desc(), pool_rows.desc(), Hkv, D, P, &seq_lens, &kv_indices, &kv_indptr, &q_lens).ok());
+    DecodeAttentionInputs in{q.view(),          pool_rows.view(), seq_lens.view(),
+                             kv_indices.view(), kv_indptr.view(), q_lens.view()};
+    auto ref = oracle::DecodeAttention(p, in);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    ExpectBf16MatchesOracle(r->out, *ref, Rounding::kRtne, 1e-4, 0.8);
+    // Request 1 has one new token: its rows 1 and 2 are zeros.
+    const uint16_t* o = r->out.data<uint16_t>();
+    for (int64_t i = 0; i < 2 * Hq * D; ++i) ASSERT_EQ(o[(1 * q_len + 1) * Hq * D + i] & 0x7FFF, 0) << i;
+
+    // Without q_lens every request needs q_len tokens: request 1 has 3, so it fits.
+    DecodeAttentionArgs full = a;
+    full.q_lens = TensorArg();
+    full.rounding = Rounding::kRtz;
+    auto rf = client_->DecodeAttention(full);
+    ASSERT_TRUE(rf.ok()) << rf.status();
+
+    // Bad requests name the field; the pool is unchanged and keeps serving.
+    HostTensor q128 = numerics::GaussianBf16({B, q_len, Hq, 128}, seed + 4);
+    HostTensor q3 = numerics::GaussianBf16({B, q_len, 3, D}, seed + 5);
+    HostTensor short_lens = Int32s({45, 2});
+    HostTensor bad_indices = Int32s(indices);
+    bad_indices.data<int32_t>()[1] = static_cast<int32_t>(num_slots / P);
+    struct Bad {
+      const char* what;
+      std::function<void(DecodeAttentionArgs*)> edit;
+      std::string message;
+    };
+    const std::vector<Bad> bads = {
+        {"head_dim", [&](DecodeAttentionArgs* x) { x->q = q128; },
+         "q.shape[3]: expected 64 (the pool's head_dim), got 128"},
+        {"gqa", [&](DecodeAttentionArgs* x) { x->q = q3; }, "q.shape[2]: expected a multiple of the pool's num_heads (2)"},
+        {"seq_len", [&](DecodeAttentionArgs* x) {
+           x->q_lens = TensorArg();
+           x->seq_lens = short_lens;
+         }, "seq_lens[1]: expected at least q_len (3), got 2"},
+        {"index", [&](DecodeAttentionArgs* x) { x->kv_indices = bad_indices; },
+         absl::StrCat("kv_indices[1]: expected a ", P == 1 ? "slot" : "page", " in 0..", num_slots / P - 1)},
+    };
+    for (const Bad& bad : bads) {
+      DecodeAttentionArgs x = a;
+      bad.edit(&x);
+      auto st = client_->DecodeAttention(x);
+      EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument) << bad.what << ": " << st.status();
+      EXPECT_THAT(std::string(st.status().message()), HasSubstr(bad.message)) << bad.what;
+    }
+    auto stats = client_->PoolStats(pool->id());
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->rows_written(), n);
+    auto again = client_->DecodeAttention(a);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->out.storage(), r->out.storage());
+
+    ASSERT_TRUE(client_->DeletePool(pool->id()).ok());
+    EXPECT_EQ(client_->DecodeAttention(a).status().code(), absl::StatusCode::kNotFound);
+  }
+}
+
+TEST_F(E2eOpsTest, DecodeAttentionRefusesAnMlaPool) {
+  PoolSpec spec;
+  spec.kind = v1::MLA_FUSED;
+  spec.num_slots = 8;
+  spec.dtype = DType::kFp8E4M3Fn;
+  auto pool = client_->CreatePool(spec);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  HostTensor q = numerics::GaussianBf16({1, 1, 2, 64}, 1);
+  HostTensor seq_lens = Int32s({1}), kv_indices = Int32s({0}), kv_indptr = Int32s({0, 1});
+  DecodeAttentionArgs a;
+  a.q = q;
+  a.pool_id = pool->id();
+  a.seq_lens = seq_lens;
+  a.kv_indices = kv_indices;
+  a.kv_indptr = kv_indptr;
+  auto r = client_->DecodeAttention(a);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("is MLA_FUSED; decode attention needs a PER_HEAD_KV pool"));
 }
 
 TEST_F(E2eOpsTest, PerHeadBf16PoolRoundTrip) {

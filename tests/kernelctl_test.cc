@@ -439,6 +439,79 @@ TEST_F(KernelctlTest, PoolLifecycleAndMlaDecode) {
   EXPECT_THAT(r.err, HasSubstr("--kv-format"));
 }
 
+// `kernelctl decode` on a per-head bf16 pool of page 4: GQA 4:1, ragged new
+// tokens, against the fp64 oracle; usage errors exit 2 naming the flag.
+TEST_F(KernelctlTest, DecodeOverAPerHeadPool) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  const int64_t kSlots = 32, Hkv = 2, D = 64, row = 2 * Hkv * D;
+  RunResult r = Kernelctl({"pool", "create", "--kind=per-head", "--slots=32", "--page-size=4", "--dtype=bf16",
+                           "--heads=2", "--head-dim=64", "--kv-scale=0.5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string pool = FirstWord(r.out);
+  // Request 0: 10 tokens on pages 5, 2, 7; request 1: 3 tokens on page 0.
+  std::vector<int32_t> slots;
+  for (int32_t page : {5, 2, 7}) {
+    for (int32_t i = 0; i < 4 && slots.size() < 10; ++i) slots.push_back(page * 4 + i);
+  }
+  for (int32_t i = 0; i < 3; ++i) slots.push_back(i);
+  const int64_t n = static_cast<int64_t>(slots.size());
+  HostTensor rows = numerics::GaussianBf16({n, row}, seed);
+  r = Kernelctl({"pool", "write", "--pool=" + pool, "--rows=" + Save("hrows.npy", rows),
+                 "--slot-ids=" + Save("hslots.npy", Ints(slots))});
+  ASSERT_EQ(r.code, 0) << r.err;
+  HostTensor pool_rows(DType::kBf16, {kSlots, row});
+  std::memset(pool_rows.bytes(), 0, pool_rows.num_bytes());
+  for (int64_t i = 0; i < n; ++i) std::memcpy(pool_rows.bytes() + slots[i] * row * 2, rows.bytes() + i * row * 2, row * 2);
+  HostTensor q = numerics::GaussianBf16({2, 2, 8, D}, seed + 1);
+  HostTensor seq_lens = Ints({10, 3}), kv_indices = Ints({5, 2, 7, 0}), kv_indptr = Ints({0, 3, 4});
+  HostTensor q_lens = Ints({2, 1});
+  const std::vector<std::string> call = {"decode", "--q=" + Save("dq.npy", q), "--pool=" + pool,
+                                         "--seq-lens=" + Save("dsl.npy", seq_lens),
+                                         "--kv-indices=" + Save("dki.npy", kv_indices),
+                                         "--kv-indptr=" + Save("dkp.npy", kv_indptr),
+                                         "--q-lens=" + Save("dql.npy", q_lens), "--round=rtna"};
+  std::vector<std::string> args = call;
+  args.push_back("--out=" + Path("do.npy"));
+  args.push_back("--report-error");
+  r = Kernelctl(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("error_report: "));
+  HostTensor out = ReadOutput("do.npy");
+  DecodeAttentionParams p;
+  p.kv_scale = 0.5;
+  p.rounding = Rounding::kRtna;
+  ASSERT_TRUE(p.Validate(q.desc(), pool_rows.desc(), Hkv, D, 4, &seq_lens, &kv_indices, &kv_indptr, &q_lens).ok());
+  auto ref = oracle::DecodeAttention(p, DecodeAttentionInputs{q.view(), pool_rows.view(), seq_lens.view(),
+                                                              kv_indices.view(), kv_indptr.view(), q_lens.view()});
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ExpectBf16MatchesOracle(out, *ref, Rounding::kRtna, 1e-4, 0.8);
+
+  // Usage errors: exit 2 naming the flag.
+  r = Kernelctl({"decode", "--q=" + Path("dq.npy"), "--pool=" + pool, "--kv-indices=" + Path("dki.npy"),
+                 "--kv-indptr=" + Path("dkp.npy"), "--out=" + Path("do.npy")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--seq-lens"));
+  args = call;
+  r = Kernelctl(args);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--out"));
+  args.push_back("--out=" + Path("do.npy"));
+  args.push_back("--round=up");
+  r = Kernelctl(args);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("round"));
+  // A server-side refusal is exit 1 with the field.
+  r = Kernelctl({"decode", "--q=" + Save("dq3.npy", numerics::GaussianBf16({2, 2, 3, D}, seed + 2)),
+                 "--pool=" + pool, "--seq-lens=" + Path("dsl.npy"), "--kv-indices=" + Path("dki.npy"),
+                 "--kv-indptr=" + Path("dkp.npy"), "--out=" + Path("do.npy")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("q.shape[2]: expected a multiple of the pool's num_heads (2)"));
+  r = Kernelctl({"help", "decode"}, false);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--kv-indptr"));
+}
+
 TEST_F(KernelctlTest, MoeGateUpSwigluMatchesOracle) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed=", seed));

@@ -257,6 +257,29 @@ def mla_decode(q_lat, q_pe, kv_rows, kv_scale, scale=None, q_lens=None):
     return out
 
 
+def decode_attention(q, kv_rows, heads_kv, kv_scale, scale=None, q_lens=None):
+    """Decode attention over a per-head pool. q [B,Q,Hq,D] float64; kv_rows: per request the
+    [S_b, 2*Hkv*D] stored values (K of every head, then V; before kv_scale). Query head h reads KV
+    head h // (Hq // Hkv); position t of request b (q_len_b = q_lens[b] or Q) attends tokens
+    [0, S_b - q_len_b + t]; rows t >= q_len_b are 0."""
+    bsz, ql, hq, d = q.shape
+    group = hq // heads_kv
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    out = np.zeros(q.shape)
+    for b in range(bsz):
+        kv = kv_rows[b].reshape(-1, 2, heads_kv, d) * kv_scale
+        s_b = kv.shape[0]
+        n = ql if q_lens is None else int(q_lens[b])
+        for t in range(n):
+            vis = kv[:s_b - n + t + 1]
+            for h in range(hq):
+                k, v = vis[:, 0, h // group], vis[:, 1, h // group]
+                s = (k @ q[b, t, h]) * scale
+                p = np.exp(s - s.max())
+                out[b, t, h] = (p @ v) / p.sum()
+    return out
+
+
 # ------------------------------------------------------------------ MXFP4 MoE
 E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0.0, -.5, -1, -1.5, -2, -3, -4, -6])
 

@@ -192,6 +192,46 @@ class Check:
         self.expect_error("mla_decode float kv", lambda: self.c.mla_decode(qlat, qpe, kv=kv.astype(np.float32)),
                           None, "fp8_encode", exc=TypeError)
 
+    def decode(self):
+        """decode_attention over per-head pools: bf16 page 1 and fp8 page 16, GQA 4:1, ragged windows."""
+        bsz, ql, hq, hkv, d, seq_lens, q_lens = 3, 3, 8, 2, 64, [70, 5, 3], [3, 1, 2]
+        q, q64 = self.gauss((bsz, ql, hq, d), 0.5)
+        for dtype, page, kv_scale in (("bf16", 1, 0.0), ("fp8_e4m3fn", 16, 0.25)):
+            stored = self.rng.standard_normal((bsz, max(seq_lens), 2 * hkv * d)) * (4 if page > 1 else 1)
+            if dtype == "bf16":
+                kv = ks.round_bf16(stored.astype(np.float32))
+                vals = kv.astype(np.float64)
+            else:
+                kv = ks.fp8_encode(stored, "e4m3fn")
+                vals = ref.fp8_values("e4m3fn")[kv]
+            expected = ref.decode_attention(q64, [vals[i, :seq_lens[i]] for i in range(bsz)], hkv,
+                                            kv_scale or 1.0, q_lens=q_lens)
+            num_pages, indices, indptr, slots, rows = ref.paged_layout(self.rng, kv, seq_lens, page)
+            name = "decode_attention %s pool page=%d Hq=%d Hkv=%d q_lens=%s" % (dtype, page, hq, hkv, q_lens)
+            try:
+                with self.c.create_pool("per_head", num_slots=num_pages * page, page_size=page, dtype=dtype,
+                                        num_heads=hkv, head_dim=d, kv_scale=kv_scale) as pool:
+                    order = self.rng.permutation(len(slots))
+                    pool.write(slots[order], rows[order])
+                    tables = dict(seq_lens=np.int32(seq_lens), kv_indices=np.int32(indices),
+                                  kv_indptr=np.int32(indptr))
+                    res = self.call(name, self.c.decode_attention, q, pool, q_lens=np.int32(q_lens),
+                                    report_error=True, **tables)
+                    if res is not None and any(np.any(res.out[i, n:] != 0) for i, n in enumerate(q_lens)):
+                        self.fail(name, "rows past q_lens are not 0")
+                    self.verdict(name, res, expected)
+                    self.expect_error("decode_attention head_dim 128 on a head_dim 64 pool",
+                                      lambda: self.c.decode_attention(np.zeros((bsz, ql, hq, 128), np.float32),
+                                                                      pool, **tables),
+                                      "INVALID_ARGUMENT", "q.shape[3]: expected 64 (the pool's head_dim)")
+                    self.expect_error("decode_attention seq_lens[1] = 2 under q_len 3",
+                                      lambda: self.c.decode_attention(
+                                          q, pool, seq_lens=np.int32([70, 2, 3]), kv_indices=tables["kv_indices"],
+                                          kv_indptr=tables["kv_indptr"]),
+                                      "INVALID_ARGUMENT", "seq_lens[1]: expected at least q_len (3), got 2")
+            except ks.Error as e:
+                self.fail(name, str(e))
+
     def moe(self):
         e, k, inter, n, tokens, top_k = 5, 96, 64, 96, 4, 2
         w13, w13s, w2, w2s, ids, weights = ref.random_moe_inputs(self.rng, e, k, inter, n, tokens, top_k)
@@ -459,6 +499,7 @@ def main():
             check.attention()
             check.fp8_attention()
             check.mla()
+            check.decode()
             check.moe()
             check.buffers()
             job_id = check.jobs(work)

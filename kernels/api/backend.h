@@ -111,6 +111,18 @@ class Backend {
   virtual absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
                                  TensorView& out) = 0;
   virtual absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) = 0;
+  // Decode attention over a PER_HEAD_KV pool; `in.kv` is the pool's memory,
+  // read in place. Not every backend has it: the default says so.
+  virtual absl::Status DecodeAttention(int device, const DecodeAttentionParams& p,
+                                       const DecodeAttentionInputs& in, TensorView& out) {
+    (void)device;
+    (void)p;
+    (void)in;
+    (void)out;
+    return absl::UnimplementedError(absl::StrCat(
+        "decode attention (per-head KV pools): backend ", Name(),
+        " has no kernel for it; the cpu backend (--backend=cpu) has one"));
+  }
 
   // The backend's variant tables, every op (empty: the backend has one
   // kernel per op, run by the op methods above).

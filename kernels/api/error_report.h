@@ -33,6 +33,8 @@ absl::StatusOr<ErrorReport> Fp8AttentionError(const Fp8AttentionParams& p,
                                               const HostTensor& out, bool split);
 absl::StatusOr<ErrorReport> MlaDecodeError(const MlaDecodeParams& p, const MlaDecodeInputs& host_in,
                                            const HostTensor& out);
+absl::StatusOr<ErrorReport> DecodeAttentionError(const DecodeAttentionParams& p,
+                                                 const DecodeAttentionInputs& host_in, const HostTensor& out);
 absl::StatusOr<ErrorReport> MoeError(const MoeParams& p, const MoeInputs& host_in,
                                      const HostTensor& out);
 

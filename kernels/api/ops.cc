@@ -1,8 +1,10 @@
 #include "kernels/api/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -59,6 +61,72 @@ absl::Status CheckIndexTensor(absl::string_view field, const HostTensor& t, int6
   if (t.shape().size() != 1) return Invalid(absl::StrCat(field, ".shape"), "rank 1", ShapeString(t.shape()));
   if (want_len >= 0 && t.shape()[0] != want_len) {
     return Invalid(absl::StrCat(field, ".shape[0]"), absl::StrCat(want_len), absl::StrCat(t.shape()[0]));
+  }
+  return absl::OkStatus();
+}
+
+// q_lens (optional, [B], each 1..q_len) against each request's own length:
+// a request's new tokens are the last q_lens[b] of its own seq_lens[b]
+// tokens, so each request needs at least its own window, not q_len.
+absl::Status CheckQLens(int64_t batch, int64_t q_len, const std::vector<int64_t>& lens,
+                        const HostTensor* q_lens) {
+  if (q_lens == nullptr) {
+    for (int64_t b = 0; b < batch; ++b) {
+      if (lens[b] < q_len) {
+        return Invalid(absl::StrCat("seq_lens[", b, "]"), absl::StrCat("at least q_len (", q_len, ")"),
+                       absl::StrCat(lens[b]));
+      }
+    }
+    return absl::OkStatus();
+  }
+  KS_RETURN_IF_ERROR(CheckIndexTensor("q_lens", *q_lens, batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t ql = IndexAt(*q_lens, b);
+    if (ql < 1 || ql > q_len) {
+      return Invalid(absl::StrCat("q_lens[", b, "]"), absl::StrCat("1..", q_len, " (q_len)"), absl::StrCat(ql));
+    }
+    if (lens[b] < ql) {
+      return Invalid(absl::StrCat("seq_lens[", b, "]"), absl::StrCat("at least q_lens[", b, "] (", ql, ")"),
+                     absl::StrCat(lens[b]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A paged request's pages: kv_indptr [B+1] non-decreasing from 0 within
+// kv_indices, enough pages for each seq_lens[b], and each of those pages in
+// the pool.
+absl::Status CheckPages(int64_t batch, const std::vector<int64_t>& lens, int64_t page_size,
+                        int64_t num_slots, const HostTensor& kv_indptr, const HostTensor& kv_indices) {
+  KS_RETURN_IF_ERROR(CheckIndexTensor("kv_indptr", kv_indptr, batch + 1));
+  KS_RETURN_IF_ERROR(CheckIndexTensor("kv_indices", kv_indices, -1));
+  const int64_t n_idx = kv_indices.shape()[0];
+  const int64_t num_pages = num_slots / page_size;
+  if (IndexAt(kv_indptr, 0) != 0) {
+    return Invalid("kv_indptr[0]", "0", absl::StrCat(IndexAt(kv_indptr, 0)));
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t lo = IndexAt(kv_indptr, b), hi = IndexAt(kv_indptr, b + 1);
+    const int64_t need = (lens[b] + page_size - 1) / page_size;
+    if (hi < lo || hi > n_idx) {
+      return Invalid(absl::StrCat("kv_indptr[", b + 1, "]"),
+                     absl::StrCat(lo, "..", n_idx, " (non-decreasing, within kv_indices)"),
+                     absl::StrCat(hi));
+    }
+    if (hi - lo < need) {
+      return Invalid(absl::StrCat("kv_indptr[", b + 1, "] - kv_indptr[", b, "]"),
+                     absl::StrCat("at least ", need, page_size == 1 ? " slots" : " pages",
+                                  " for seq_lens[", b, "]=", lens[b]),
+                     absl::StrCat(hi - lo));
+    }
+    for (int64_t i = lo; i < lo + need; ++i) {
+      const int64_t idx = IndexAt(kv_indices, i);
+      if (idx < 0 || idx >= num_pages) {
+        return Invalid(absl::StrCat("kv_indices[", i, "]"),
+                       absl::StrCat(page_size == 1 ? "a slot in 0.." : "a page in 0..", num_pages - 1),
+                       absl::StrCat(idx));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -296,66 +364,80 @@ absl::Status MlaDecodeParams::Validate(const TensorDesc& q_lat, const TensorDesc
     }
   }
   for (int64_t s : lens) max_seq = std::max(max_seq, s);
-  if (q_lens != nullptr) {
-    KS_RETURN_IF_ERROR(CheckIndexTensor("q_lens", *q_lens, batch));
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t ql = IndexAt(*q_lens, b);
-      if (ql < 1 || ql > q_len) {
-        return Invalid(absl::StrCat("q_lens[", b, "]"), absl::StrCat("1..", q_len, " (q_len)"), absl::StrCat(ql));
-      }
-      // A request's draft tokens are the last q_lens[b] of its own seq_lens[b]
-      // tokens, so each request needs at least its own window, not q_len.
-      if (lens[b] < ql) {
-        return Invalid(absl::StrCat("seq_lens[", b, "]"), absl::StrCat("at least q_lens[", b, "] (", ql, ")"),
-                       absl::StrCat(lens[b]));
-      }
-    }
-  } else {
-    for (int64_t b = 0; b < batch; ++b) {
-      if (lens[b] < q_len) {
-        return Invalid(absl::StrCat("seq_lens[", b, "]"), absl::StrCat("at least q_len (", q_len, ")"),
-                       absl::StrCat(lens[b]));
-      }
-    }
-  }
-  if (paged) {
-    KS_RETURN_IF_ERROR(CheckIndexTensor("kv_indptr", *kv_indptr, batch + 1));
-    KS_RETURN_IF_ERROR(CheckIndexTensor("kv_indices", *kv_indices, -1));
-    const int64_t n_idx = kv_indices->shape()[0];
-    const int64_t num_pages = num_slots / page_size;
-    if (IndexAt(*kv_indptr, 0) != 0) {
-      return Invalid("kv_indptr[0]", "0", absl::StrCat(IndexAt(*kv_indptr, 0)));
-    }
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t lo = IndexAt(*kv_indptr, b), hi = IndexAt(*kv_indptr, b + 1);
-      const int64_t need = (lens[b] + page_size - 1) / page_size;
-      if (hi < lo || hi > n_idx) {
-        return Invalid(absl::StrCat("kv_indptr[", b + 1, "]"),
-                       absl::StrCat(lo, "..", n_idx, " (non-decreasing, within kv_indices)"),
-                       absl::StrCat(hi));
-      }
-      if (hi - lo < need) {
-        return Invalid(absl::StrCat("kv_indptr[", b + 1, "] - kv_indptr[", b, "]"),
-                       absl::StrCat("at least ", need, page_size == 1 ? " slots" : " pages",
-                                    " for seq_lens[", b, "]=", lens[b]),
-                       absl::StrCat(hi - lo));
-      }
-      for (int64_t i = lo; i < lo + need; ++i) {
-        const int64_t idx = IndexAt(*kv_indices, i);
-        if (idx < 0 || idx >= num_pages) {
-          return Invalid(absl::StrCat("kv_indices[", i, "]"),
-                         absl::StrCat(page_size == 1 ? "a slot in 0.." : "a page in 0..", num_pages - 1),
-                         absl::StrCat(idx));
-        }
-      }
-    }
-  }
+  KS_RETURN_IF_ERROR(CheckQLens(batch, q_len, lens, q_lens));
+  if (paged) KS_RETURN_IF_ERROR(CheckPages(batch, lens, page_size, num_slots, *kv_indptr, *kv_indices));
   scale = softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(kMlaRowDim)));
   return absl::OkStatus();
 }
 
 TensorDesc MlaDecodeParams::OutputDesc() const {
   return TensorDesc{DType::kBf16, {batch, q_len, heads, kMlaLatentDim}};
+}
+
+// ----------------------------------------------------------- decode attention
+
+absl::Status DecodeAttentionParams::Validate(const TensorDesc& q, const TensorDesc& kv,
+                                             int64_t pool_heads, int64_t pool_head_dim,
+                                             int64_t pool_page_size, const HostTensor* seq_lens,
+                                             const HostTensor* kv_indices, const HostTensor* kv_indptr,
+                                             const HostTensor* q_lens) {
+  KS_RETURN_IF_ERROR(CheckDType("q", q, DType::kBf16));
+  KS_RETURN_IF_ERROR(CheckRank("q", q, 4, "[B,q_len,Hq,D]"));
+  batch = q.shape[0];
+  q_len = q.shape[1];
+  heads_q = q.shape[2];
+  head_dim = q.shape[3];
+  if (q_len > kDecodeMaxQLen) {
+    return Invalid("q.shape[1]", absl::StrCat("q_len in 1..", kDecodeMaxQLen), absl::StrCat(q_len));
+  }
+  if (pool_heads <= 0 || pool_head_dim <= 0) {
+    return Invalid("pool_id", "a PER_HEAD_KV pool (num_heads and head_dim > 0)",
+                   absl::StrCat("num_heads ", pool_heads, ", head_dim ", pool_head_dim));
+  }
+  if (head_dim != pool_head_dim) {
+    return Invalid("q.shape[3]", absl::StrCat(pool_head_dim, " (the pool's head_dim)"), absl::StrCat(head_dim));
+  }
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
+    return Invalid("q.shape[3]", "a head_dim of 64, 128 or 256", absl::StrCat(head_dim));
+  }
+  heads_kv = pool_heads;
+  if (heads_q % heads_kv != 0) {
+    return Invalid("q.shape[2]", absl::StrCat("a multiple of the pool's num_heads (", heads_kv, ") for GQA"),
+                   absl::StrCat(heads_q));
+  }
+  if (kv.dtype != DType::kBf16 && !IsFp8(kv.dtype)) {
+    return Invalid("pool_id", "a pool of bf16 or fp8 rows", DTypeName(kv.dtype));
+  }
+  kv_dtype = kv.dtype;
+  KS_RETURN_IF_ERROR(CheckRank("kv", kv, 2, "[num_slots,2*num_heads*head_dim] (pool)"));
+  KS_RETURN_IF_ERROR(CheckDim("kv", kv, 1, 2 * heads_kv * head_dim, "K and V of every head"));
+  KS_RETURN_IF_ERROR(CheckScale("softmax_scale", softmax_scale));
+  if (!(std::isfinite(kv_scale) && kv_scale > 0)) {
+    return Invalid("kv_scale", "a finite positive number", absl::StrCat(kv_scale));
+  }
+  if (pool_page_size <= 0) return Invalid("page_size", "a positive page size", absl::StrCat(pool_page_size));
+  page_size = pool_page_size;
+  num_slots = kv.shape[0];
+  if (seq_lens == nullptr) return Invalid("seq_lens", "an int32 [B] tensor", "none");
+  if (kv_indices == nullptr) return Invalid("kv_indices", "an int32 tensor", "none");
+  if (kv_indptr == nullptr) return Invalid("kv_indptr", "an int32 [B+1] tensor", "none");
+  KS_RETURN_IF_ERROR(CheckIndexTensor("seq_lens", *seq_lens, batch));
+  std::vector<int64_t> lens(batch);
+  max_seq = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    lens[b] = IndexAt(*seq_lens, b);
+    if (lens[b] < 1) return Invalid(absl::StrCat("seq_lens[", b, "]"), "at least 1", absl::StrCat(lens[b]));
+    max_seq = std::max(max_seq, lens[b]);
+  }
+  has_q_lens = q_lens != nullptr;
+  KS_RETURN_IF_ERROR(CheckQLens(batch, q_len, lens, q_lens));
+  KS_RETURN_IF_ERROR(CheckPages(batch, lens, page_size, num_slots, *kv_indptr, *kv_indices));
+  scale = softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  return absl::OkStatus();
+}
+
+TensorDesc DecodeAttentionParams::OutputDesc() const {
+  return TensorDesc{DType::kBf16, {batch, q_len, heads_q, head_dim}};
 }
 
 // ----------------------------------------------------------------------- MoE

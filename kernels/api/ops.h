@@ -124,6 +124,52 @@ struct MlaDecodeInputs {
   TensorView seq_lens, kv_indices, kv_indptr, q_lens;  // int32; empty when absent
 };
 
+// ----------------------------------------------------- decode attention
+constexpr int64_t kDecodeMaxQLen = 8;
+
+// Decode attention over a PER_HEAD_KV pool (DESIGN §4, "Decode attention").
+// q [B,q_len,Hq,D] bf16, q_len 1..8 (the largest window; an optional q_lens
+// [B] gives each request its own window 1..q_len); the pool is
+// [num_slots, 2*Hkv*D] of bf16 or fp8: row = K [Hkv,D] then V [Hkv,D], every
+// stored element multiplied by the pool's kv_scale. D is 64, 128 or 256; GQA:
+// Hq a multiple of Hkv, query head h reads KV head h / (Hq/Hkv). Token j of
+// request b lives in slot kv_indices[kv_indptr[b] + j / page_size] *
+// page_size + j % page_size. Query t of request b (window qlen_b, seq_len
+// s_b tokens, the last qlen_b of them new) sees keys j <= s_b - qlen_b + t
+// (bottom-right aligned causal). o = softmax(scale * q.k) v with scale
+// defaulting to 1/sqrt(D); fp32 softmax and accumulation in the backends,
+// fp64 in the oracle; bf16 out rounded once in `rounding`. Rows past a
+// request's window are 0. out [B,q_len,Hq,D] bf16.
+struct DecodeAttentionParams {
+  std::optional<double> softmax_scale;  // default 1/sqrt(D)
+  double kv_scale = 1.0;                // the pool's
+  Rounding rounding = Rounding::kRtne;
+
+  // Filled by Validate.
+  int64_t batch = 0, q_len = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  int64_t page_size = 1, num_slots = 0;
+  int64_t max_seq = 0;  // max(seq_lens)
+  bool has_q_lens = false;
+  DType kv_dtype = DType::kInvalid;
+  double scale = 0;
+
+  // kv is the pool [num_slots, 2*pool_heads*pool_head_dim]; pool_heads,
+  // pool_head_dim and page_size are the pool's. seq_lens [B], kv_indices and
+  // kv_indptr [B+1] are required, q_lens optional; all int32 host copies.
+  absl::Status Validate(const TensorDesc& q, const TensorDesc& kv, int64_t pool_heads,
+                        int64_t pool_head_dim, int64_t page_size, const HostTensor* seq_lens,
+                        const HostTensor* kv_indices, const HostTensor* kv_indptr,
+                        const HostTensor* q_lens);
+  TensorDesc OutputDesc() const;
+  // Element offset of K (v = false) or V of KV head `hkv` within a pool row.
+  int64_t RowOffset(bool v, int64_t hkv) const { return ((v ? heads_kv : 0) + hkv) * head_dim; }
+};
+
+struct DecodeAttentionInputs {
+  TensorView q, kv;                                    // kv: the pool rows
+  TensorView seq_lens, kv_indices, kv_indptr, q_lens;  // int32; q_lens empty when absent
+};
+
 // ----------------------------------------------------------------- MoE
 // MXFP4 MoE (DESIGN §4). W13 [E,2I,K] and W2 [E,N,I] packed E2M1 with E8M0
 // scales per 32 along the last dim. Pairs are token-major: row t*top_k + r.

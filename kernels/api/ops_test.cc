@@ -144,6 +144,68 @@ TEST(MlaDecodeValidate, ContiguousAndPaged) {
                 "q_lat.shape[1]", "1..8");
 }
 
+TEST(DecodeAttentionValidate, PerHeadPoolsNamingTheField) {
+  // Pool of 8 pages of 4 slots, 2 KV heads of 64: rows of 256 bf16.
+  const TensorDesc pool{DType::kBf16, {32, 256}};
+  const HostTensor seq = Ints({5, 2}), indptr = Ints({0, 2, 3}), indices = Ints({7, 0, 3});
+  auto run = [&](DecodeAttentionParams& p, const TensorDesc& q, const TensorDesc& kv, int64_t heads,
+                 int64_t dim, const HostTensor* s, const HostTensor* idx, const HostTensor* ptr,
+                 const HostTensor* ql) { return p.Validate(q, kv, heads, dim, 4, s, idx, ptr, ql); };
+  DecodeAttentionParams ok;
+  ASSERT_TRUE(run(ok, Bf16({2, 2, 8, 64}), pool, 2, 64, &seq, &indices, &indptr, nullptr).ok());
+  EXPECT_EQ(ok.heads_q, 8);
+  EXPECT_EQ(ok.heads_kv, 2);
+  EXPECT_EQ(ok.max_seq, 5);
+  EXPECT_DOUBLE_EQ(ok.scale, 1.0 / 8.0);
+  EXPECT_EQ(ok.OutputDesc().shape, (Shape{2, 2, 8, 64}));
+  struct Bad {
+    TensorDesc q;
+    int64_t heads, dim;
+    const HostTensor *s, *idx, *ptr, *ql;
+    std::string field, what;
+  };
+  const HostTensor seq_short = Ints({5, 1}), ql_ok = Ints({2, 1}), ql_big = Ints({3, 1});
+  const HostTensor idx_oob = Ints({7, 8, 3}), ptr_short = Ints({0, 1, 2});
+  const HostTensor seq_i64(DType::kInt64, {2});
+  const std::vector<Bad> bad = {
+      {Bf16({2, 9, 8, 64}), 2, 64, &seq, &indices, &indptr, nullptr, "q.shape[1]", "q_len in 1..8, got 9"},
+      {Bf16({2, 2, 8, 128}), 2, 64, &seq, &indices, &indptr, nullptr, "q.shape[3]",
+       "expected 64 (the pool's head_dim), got 128"},
+      {Bf16({2, 2, 6, 64}), 4, 32, &seq, &indices, &indptr, nullptr, "q.shape[3]", "expected 32"},
+      {Bf16({2, 2, 7, 64}), 2, 64, &seq, &indices, &indptr, nullptr, "q.shape[2]",
+       "a multiple of the pool's num_heads (2) for GQA, got 7"},
+      {Bf16({2, 2, 8, 64}), 2, 64, &seq_short, &indices, &indptr, nullptr, "seq_lens[1]",
+       "at least q_len (2), got 1"},
+      // Each request's seq_len is checked against its own q_len.
+      {Bf16({2, 2, 8, 64}), 2, 64, &seq_short, &indices, &indptr, &ql_ok, "", ""},
+      {Bf16({2, 2, 8, 64}), 2, 64, &seq, &indices, &indptr, &ql_big, "q_lens[0]", "1..2 (q_len), got 3"},
+      {Bf16({2, 2, 8, 64}), 2, 64, &seq, &idx_oob, &indptr, nullptr, "kv_indices[1]", "a page in 0..7, got 8"},
+      {Bf16({2, 2, 8, 64}), 2, 64, &seq, &indices, &ptr_short, nullptr, "kv_indptr[1] - kv_indptr[0]",
+       "at least 2 pages for seq_lens[0]=5"},
+      {Bf16({2, 2, 8, 64}), 2, 64, nullptr, &indices, &indptr, nullptr, "seq_lens", "an int32 [B] tensor"},
+      {Bf16({2, 2, 8, 64}), 2, 64, &seq_i64, &indices, &indptr, nullptr, "seq_lens", "int32, got int64"},
+  };
+  for (const Bad& b : bad) {
+    DecodeAttentionParams p;
+    const absl::Status st = run(p, b.q, pool, b.heads, b.dim, b.s, b.idx, b.ptr, b.ql);
+    SCOPED_TRACE(b.field + " " + b.what);
+    if (b.field.empty()) {
+      EXPECT_TRUE(st.ok()) << st;
+    } else {
+      ExpectInvalid(st, b.field, b.what);
+    }
+  }
+  DecodeAttentionParams p;
+  ExpectInvalid(run(p, TensorDesc{DType::kFp32, {2, 2, 8, 64}}, pool, 2, 64, &seq, &indices, &indptr, nullptr),
+                "q", "expected bf16, got fp32");
+  ExpectInvalid(run(p, Bf16({2, 2, 8, 64}), TensorDesc{DType::kFp32, {32, 256}}, 2, 64, &seq, &indices, &indptr,
+                    nullptr),
+                "pool_id", "bf16 or fp8");
+  p.softmax_scale = -1;
+  ExpectInvalid(run(p, Bf16({2, 2, 8, 64}), pool, 2, 64, &seq, &indices, &indptr, nullptr), "softmax_scale",
+                "finite positive");
+}
+
 TEST(MoeValidate, StagesShapesAndIds) {
   const int64_t T = 3, top_k = 2, E = 4, K = 64, I = 32;
   HostTensor ids(DType::kInt32, {T, top_k});

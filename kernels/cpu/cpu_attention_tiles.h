@@ -252,6 +252,35 @@ inline float SoftmaxRow(float* s, int valid, float score_scale, float* m, float*
   return alpha;
 }
 
+// One 64-key tile of online-softmax decode attention for `rows` query rows
+// (padded to rows4): scores q.kt, each row's softmax over its visible keys
+// (lim(i) is row i's last visible key; rows past `rows` see none), then P.V
+// into o. Scratch holds q, kt, v, s, o (vectors) and m, l, alpha, valid
+// (arrays of kBq); kt and v hold the tile's kcount keys, and v_bad says V has
+// a non-finite value, so masked keys must not reach o through 0 * NaN.
+template <int DK, int DV, typename Scratch, typename Lim>
+void AttendKeyTile(Scratch& sc, int rows, int rows4, int64_t k0, int kcount, bool v_bad, float score_c,
+                   const Lim& lim) {
+  ScoreTile<DK>(sc.q.data(), sc.kt.data(), rows4, kcount, sc.s.data());
+  for (int i = 0; i < rows4; ++i) {
+    float* srow = sc.s.data() + i * kBk;
+    const int64_t visible = i < rows ? lim(i) - k0 + 1 : 0;
+    const int valid = static_cast<int>(visible < 0 ? 0 : visible > kcount ? kcount : visible);
+    sc.valid[i] = valid;
+    if (valid == 0) {
+      for (int j = 0; j < kBk; ++j) srow[j] = 0.0f;
+      sc.alpha[i] = 1.0f;
+      continue;
+    }
+    sc.alpha[i] = SoftmaxRow(srow, valid, score_c, &sc.m[i], &sc.l[i]);
+  }
+  if (v_bad) {
+    PvTileVisibleOnly<DV>(sc.s.data(), sc.v.data(), sc.alpha, sc.valid, rows, sc.o.data());
+  } else {
+    PvTile<DV>(sc.s.data(), sc.v.data(), sc.alpha, rows4, kcount, sc.o.data());
+  }
+}
+
 }  // namespace tiles
 }  // namespace cpu
 }  // namespace kernelserve

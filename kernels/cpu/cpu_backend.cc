@@ -202,6 +202,15 @@ class CpuBackend : public Backend {
     const int threads = ThreadsFor(2.0 * p.batch * p.q_len * p.heads * p.max_seq * (576 + 512));
     return Guarded("mla decode", [&] { return cpu::MlaDecode(p, in, out, threads); });
   }
+  absl::Status DecodeAttention(int device, const DecodeAttentionParams& p, const DecodeAttentionInputs& in,
+                               TensorView& out) override {
+    KS_RETURN_IF_ERROR(CheckDevice(device, devices_));
+    if (in.q.empty() || in.kv.empty() || out.empty()) {
+      return absl::InvalidArgumentError("decode attention: a tensor has no data");
+    }
+    const int threads = ThreadsFor(4.0 * p.batch * p.q_len * p.heads_q * p.max_seq * p.head_dim);
+    return Guarded("decode attention", [&] { return cpu::DecodeAttention(p, in, out, threads); });
+  }
   // The ceiling for "% GEMM": a packed, cache-blocked fp32 GEMM with the
   // ops' thread count and the widest vectors this CPU has (kernels/cpu/cpu_gemm.h),
   // at a size with work for every thread (1152^3 is ~3 GFLOP, 48 work items).

@@ -17,6 +17,9 @@ absl::Status Fp8Attention(const Fp8AttentionParams& p, const Fp8AttentionInputs&
 absl::Status MlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& in, TensorView& out,
                        int threads);
 absl::Status Moe(const MoeParams& p, const MoeInputs& in, TensorView& out, int threads);
+// Reads the pool rows of in.kv in place.
+absl::Status DecodeAttention(const DecodeAttentionParams& p, const DecodeAttentionInputs& in,
+                             TensorView& out, int threads);
 
 }  // namespace cpu
 }  // namespace kernelserve

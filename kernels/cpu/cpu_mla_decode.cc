@@ -110,24 +110,7 @@ void SplitBlock(const MlaCtx& c, int64_t b, int64_t seq, int64_t qlen, int64_t t
       for (int d = kDl; d < kDk; ++d) sc.kt[d * kBk + jj] = c.table[row[d]];
       for (int d = 0; d < kDl; ++d) v_bad |= !std::isfinite(vrow[d]);
     }
-    tiles::ScoreTile<kDk>(sc.q.data(), sc.kt.data(), rows4, kcount, sc.s.data());
-    for (int i = 0; i < rows4; ++i) {
-      float* srow = sc.s.data() + i * kBk;
-      const int valid =
-          i < rows ? static_cast<int>(std::clamp<int64_t>(lim(i) - k0 + 1, 0, kcount)) : 0;
-      sc.valid[i] = valid;
-      if (valid == 0) {
-        std::fill(srow, srow + kBk, 0.0f);
-        sc.alpha[i] = 1.0f;
-        continue;
-      }
-      sc.alpha[i] = tiles::SoftmaxRow(srow, valid, c.score_c, &sc.m[i], &sc.l[i]);
-    }
-    if (v_bad) {
-      tiles::PvTileVisibleOnly<kDl>(sc.s.data(), sc.v.data(), sc.alpha, sc.valid, rows, sc.o.data());
-    } else {
-      tiles::PvTile<kDl>(sc.s.data(), sc.v.data(), sc.alpha, rows4, kcount, sc.o.data());
-    }
+    tiles::AttendKeyTile<kDk, kDl>(sc, rows, rows4, k0, kcount, v_bad, c.score_c, lim);
   }
   for (int i = 0; i < rows; ++i) {
     const int64_t idx = split * rows_total + r0 + i;

@@ -27,15 +27,10 @@
 namespace kernelserve {
 namespace {
 
-using cpu_test::CompareBf16;
+using cpu_test::BitwiseEqual;
+using cpu_test::Int32Tensor;
 using cpu_test::FreshSeed;
 using cpu_test::PoisonedBf16;
-
-HostTensor Int32Tensor(const std::vector<int32_t>& v) {
-  HostTensor t(DType::kInt32, {static_cast<int64_t>(v.size())});
-  std::memcpy(t.bytes(), v.data(), v.size() * sizeof(int32_t));
-  return t;
-}
 
 struct Problem {
   int64_t b, q_len, heads, s;
@@ -128,16 +123,8 @@ void RunMla(Backend& be, const Problem& pr, int64_t page_size, int64_t num_split
   }
 }
 
-bool BitwiseEqual(const HostTensor& a, const HostTensor& b) {
-  return a.num_bytes() == b.num_bytes() && std::memcmp(a.bytes(), b.bytes(), a.num_bytes()) == 0;
-}
-
 void ExpectMatchesOracle(const Result& r, Rounding rounding) {
-  const auto cmp = CompareBf16(r.out, r.ref, rounding);
-  EXPECT_EQ(cmp.nonfinite, 0);
-  EXPECT_LT(cmp.rel_rms, 1e-2);
-  EXPECT_EQ(cmp.far, 0) << cmp.first_far;
-  EXPECT_GE(cmp.exact, cmp.n * 9 / 10) << "exact " << cmp.exact << " of " << cmp.n;
+  cpu_test::ExpectDecodeMatchesOracle(r.out, r.ref, rounding);
 }
 
 TEST(CpuMlaDecode, ContiguousMatchesOracle) {
@@ -196,20 +183,7 @@ TEST(CpuMlaDecode, RaggedQLensGiveZeroRows) {
   Result r;
   RunMla(*be, pr, 0, 2, Rounding::kRtne, 0, true, &r);
   if (::testing::Test::HasFatalFailure()) return;
-  const int64_t row = heads * kMlaLatentDim;  // one draft position of a request
-  for (int64_t b = 0; b < 2; ++b) {
-    for (int64_t t = 0; t < q_len; ++t) {
-      const bool past = t >= pr.q_lens[b];
-      bool all_zero = true;
-      for (int64_t i = 0; i < row; ++i) {
-        all_zero &= r.out.data<uint16_t>()[(b * q_len + t) * row + i] == 0;
-        if (past) {
-          ASSERT_EQ(r.ref[(b * q_len + t) * row + i], 0.0);
-        }
-      }
-      EXPECT_EQ(all_zero, past) << "b=" << b << " t=" << t;
-    }
-  }
+  cpu_test::ExpectZeroRowsPastWindows(r.out, r.ref, q_len, heads * kMlaLatentDim, pr.q_lens);
   ExpectMatchesOracle(r, Rounding::kRtne);
 }
 

@@ -102,6 +102,48 @@ inline Bf16Comparison CompareBf16(const HostTensor& out, const std::vector<doubl
   return c;
 }
 
+inline HostTensor Int32Tensor(const std::vector<int32_t>& v) {
+  HostTensor t(DType::kInt32, {static_cast<int64_t>(v.size())});
+  std::memcpy(t.bytes(), v.data(), v.size() * sizeof(int32_t));
+  return t;
+}
+
+inline bool BitwiseEqual(const HostTensor& a, const HostTensor& b) {
+  return a.num_bytes() == b.num_bytes() && std::memcmp(a.bytes(), b.bytes(), a.num_bytes()) == 0;
+}
+
+// The decode ops' tolerance (one bf16 rounding after fp32 accumulation):
+// no non-finite output, rel_rms < 1e-2, no element far from the rounded
+// oracle (CompareBf16), >= 90% bit-equal.
+inline void ExpectDecodeMatchesOracle(const HostTensor& out, const std::vector<double>& ref, Rounding rounding) {
+  const Bf16Comparison cmp = CompareBf16(out, ref, rounding);
+  EXPECT_EQ(cmp.nonfinite, 0);
+  EXPECT_LT(cmp.rel_rms, 1e-2);
+  EXPECT_EQ(cmp.far, 0) << cmp.first_far;
+  EXPECT_GE(cmp.exact, cmp.n * 9 / 10) << "exact " << cmp.exact << " of " << cmp.n;
+}
+
+// Ragged windows: for output [B, q_len, row...] (row elements per new token),
+// rows t >= q_lens[b] must be bf16 zeros (and the oracle's exact zeros), the
+// others not all zero.
+inline void ExpectZeroRowsPastWindows(const HostTensor& out, const std::vector<double>& ref, int64_t q_len,
+                                      int64_t row, const std::vector<int32_t>& q_lens) {
+  for (size_t b = 0; b < q_lens.size(); ++b) {
+    for (int64_t t = 0; t < q_len; ++t) {
+      const bool past = t >= q_lens[b];
+      const int64_t base = (static_cast<int64_t>(b) * q_len + t) * row;
+      bool all_zero = true;
+      for (int64_t i = 0; i < row; ++i) {
+        all_zero &= out.data<uint16_t>()[base + i] == 0;
+        if (past) {
+          ASSERT_EQ(ref[base + i], 0.0);
+        }
+      }
+      EXPECT_EQ(all_zero, past) << "b=" << b << " t=" << t;
+    }
+  }
+}
+
 }  // namespace cpu_test
 }  // namespace kernelserve
 

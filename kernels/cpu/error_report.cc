@@ -94,6 +94,13 @@ absl::StatusOr<ErrorReport> MlaDecodeError(const MlaDecodeParams& p, const MlaDe
   return Report(o, ref);
 }
 
+absl::StatusOr<ErrorReport> DecodeAttentionError(const DecodeAttentionParams& p,
+                                                 const DecodeAttentionInputs& host_in, const HostTensor& out) {
+  KS_ASSIGN_OR_RETURN(std::vector<double> o, OutputValues(out, p.OutputDesc()));
+  KS_ASSIGN_OR_RETURN(std::vector<double> ref, oracle::DecodeAttention(p, host_in));
+  return Report(o, ref);
+}
+
 absl::StatusOr<ErrorReport> MoeError(const MoeParams& p, const MoeInputs& host_in, const HostTensor& out) {
   KS_ASSIGN_OR_RETURN(std::vector<double> o, OutputValues(out, p.OutputDesc()));
   KS_ASSIGN_OR_RETURN(std::vector<double> ref, oracle::Moe(p, host_in));

@@ -49,6 +49,13 @@ absl::StatusOr<std::vector<double>> Fp8AttentionUnquantized(const Fp8AttentionPa
 // Rows past a request's q_len window are 0.
 absl::StatusOr<std::vector<double>> MlaDecode(const MlaDecodeParams& p, const MlaDecodeInputs& host_in);
 
+// Decode attention over host tensors (kv is the pool's rows, read through the
+// page tables as ops.h says). Every pool element is decoded exactly (bf16 or
+// the pool's fp8) and multiplied by kv_scale in fp64. Rows past a request's
+// q_lens window are 0.
+absl::StatusOr<std::vector<double>> DecodeAttention(const DecodeAttentionParams& p,
+                                                    const DecodeAttentionInputs& host_in);
+
 // MoE stage over host tensors, dequantizing MXFP4 exactly. For kLayer the
 // gate/up output is rounded to bf16 (RTNE) before the down projection, as a
 // backend would store it.

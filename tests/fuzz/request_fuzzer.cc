@@ -76,6 +76,8 @@ const std::vector<Method>& Methods() {
       {"/kernelserve.v1.BenchService/Cancel", Kind::kUnary, &pb::CancelBenchRequest::default_instance()},
       {"/kernelserve.v1.BenchService/ListVariants", Kind::kUnary, &pb::ListVariantsRequest::default_instance()},
       {"/kernelserve.v1.DeviceService/Drain", Kind::kUnary, &pb::DrainDeviceRequest::default_instance()},
+      {"/kernelserve.v1.KernelService/DecodeAttention", Kind::kUnary,
+       &pb::DecodeAttentionRequest::default_instance()},
   };
   return *methods;
 }

@@ -351,14 +351,32 @@ class Client:
             req.kv.CopyFrom(self._ref(kv, kv_format, "kv"))
         else:
             req.pool_id = pool.id if isinstance(pool, Pool) else pool
-        for name, x in (("seq_lens", seq_lens), ("kv_indices", kv_indices), ("kv_indptr", kv_indptr),
-                        ("q_lens", q_lens)):
-            if x is not None:
-                getattr(req, name).CopyFrom(self._ref(x, "int32", name))
+        self._page_tables(req, seq_lens, kv_indices, kv_indptr, q_lens)
         if softmax_scale is not None:
             req.softmax_scale = softmax_scale
         self._common(req, rounding, report_error, to_buffer, label, device)
         return self._run(self._kernels.MlaDecode, req, _t.is_torch(q_lat), to_buffer)
+
+    def _page_tables(self, req, seq_lens, kv_indices, kv_indptr, q_lens):
+        for name, x in (("seq_lens", seq_lens), ("kv_indices", kv_indices), ("kv_indptr", kv_indptr),
+                        ("q_lens", q_lens)):
+            if x is not None:
+                getattr(req, name).CopyFrom(self._ref(x, "int32", name))
+
+    def decode_attention(self, q, pool, seq_lens, kv_indices, kv_indptr, q_lens=None, softmax_scale=None,
+                         rounding="rtne", report_error=False, to_buffer=False, label="", device=0):
+        """Decode attention over a per-head KV pool (kind="per_head"). q [B,q_len,Hq,D] (q_len 1..8, D the
+        pool's head_dim, Hq a multiple of its heads: GQA); seq_lens [B] tokens per request, the new ones
+        included; kv_indices / kv_indptr [B+1] the page tables (slots for page size 1, pages otherwise);
+        q_lens [B] ragged new-token counts (rows past them come back 0). Query t of request b sees keys
+        j <= seq_lens[b] - q_lens[b] + t. Returns a Result with out [B,q_len,Hq,D]."""
+        req = kernel_pb2.DecodeAttentionRequest(q=self._ref(q, "bf16", "q"),
+                                                pool_id=pool.id if isinstance(pool, Pool) else pool)
+        self._page_tables(req, seq_lens, kv_indices, kv_indptr, q_lens)
+        if softmax_scale is not None:
+            req.softmax_scale = softmax_scale
+        self._common(req, rounding, report_error, to_buffer, label, device)
+        return self._run(self._kernels.DecodeAttention, req, _t.is_torch(q), to_buffer)
 
     def _moe(self, stage, x, topk_ids, topk_weights=None, w13=None, w13_scales=None, w2=None, w2_scales=None,
              swiglu=False, weighted_sum=False, rounding="rtne", report_error=False, to_buffer=False, label="",
