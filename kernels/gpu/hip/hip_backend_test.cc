@@ -114,10 +114,10 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (mfma_fp8: format e4m3fn (serves "
                          "e4m3fnuz))");
   AttentionParams att;
-  att.head_dim = 256;
+  att.head_dim = 96;
   s = (*b)->Attention(0, att, TensorView{}, TensorView{}, TensorView{}, out);
   EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for attention (mfma_bf16: attention: the hip backend serves "
-                         "head_dim 128 (got 256))");
+                         "head_dim 64, 128 or 256 (got 96))");
   s = (*b)->Fp8Attention(0, Fp8AttentionParams{}, Fp8AttentionInputs{}, out);
   EXPECT_EQ(s.message(), "hip backend has no gfx942 kernel for fp8_attention (mfma_fp8: format e4m3fn (serves "
                          "e4m3fnuz))");
@@ -367,11 +367,15 @@ class AttentionStandIn : public ::testing::Test {
     ASSERT_TRUE(b_.ok()) << b_.status();
   }
   const absl::StatusOr<Runtime> rt_ = RecordingStandIn();
-  const std::vector<CodeObject> objects_ = {
-      {"attention_fwd_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
-       {attention::gfx942::kKernel, attention::gfx942::kCausalKernel}},
-      {"attention_aux_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
-       {attention::gfx942::kVTransposeKernel, attention::gfx942::kMergeKernel}}};
+  // One forward and one aux object per head dim, as embedded.
+  const std::vector<CodeObject> objects_ = [] {
+    std::vector<CodeObject> o;
+    for (const attention::gfx942::HdimKernels& k : attention::gfx942::kKernels) {
+      o.push_back({"attention_fwd_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {k.fwd, k.causal}});
+      o.push_back({"attention_aux_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {k.v_transpose, k.merge}});
+    }
+    return o;
+  }();
   absl::StatusOr<std::unique_ptr<Backend>> b_;
 };
 
@@ -389,15 +393,15 @@ TEST_F(AttentionStandIn, SmallGridTransposesVSplitsEveryItemAlongKvAndMerges) {
   const absl::Status s = (*b_)->Attention(0, p, q, k, v, out);
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(g_launches.size(), 3u);
-  EXPECT_EQ(g_launches[0].symbol, attention::gfx942::kVTransposeKernel);
+  EXPECT_EQ(g_launches[0].symbol, attention::gfx942::KernelsOf(128).v_transpose);
   EXPECT_EQ(g_launches[0].gx, 1024u / 64);
   EXPECT_EQ(g_launches[0].gy, 2u);
   EXPECT_EQ(g_launches[0].threads, 256u);
-  EXPECT_EQ(g_launches[1].symbol, attention::gfx942::kKernel);
+  EXPECT_EQ(g_launches[1].symbol, attention::gfx942::KernelsOf(128).fwd);
   EXPECT_EQ(g_launches[1].gx, 6u * 8);
   EXPECT_EQ(g_launches[1].gy, 1u);
   EXPECT_EQ(g_launches[1].threads, 512u);
-  EXPECT_EQ(g_launches[2].symbol, attention::gfx942::kMergeKernel);
+  EXPECT_EQ(g_launches[2].symbol, attention::gfx942::KernelsOf(128).merge);
   EXPECT_EQ(g_launches[2].gx, 6u * 384 / 2);
   const auto a = ArgsOf<attention::gfx942::Gfx942AttnParams>(g_launches[1]);
   EXPECT_EQ(a.f.q, q.data);
@@ -418,6 +422,55 @@ TEST_F(AttentionStandIn, SmallGridTransposesVSplitsEveryItemAlongKvAndMerges) {
   EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
 }
 
+TEST_F(AttentionStandIn, HeadDim64LaunchesItsOwnInstantiations) {
+  // d64: 1 x 8 heads x 11 blocks of 384 rows = 88 items on 304 CUs at two
+  // CTAs per CU: 6 chunks each, merged 4 rows per block.
+  AttentionParams p;
+  const TensorDesc t64{DType::kBf16, {1, 8, 4096, 64}};
+  ASSERT_TRUE(p.Validate(t64, t64, t64).ok());
+  const TensorView q{t64, reinterpret_cast<void*>(0x1000)};
+  TensorView out{p.OutputDesc(), reinterpret_cast<void*>(0x4000)};
+  ASSERT_TRUE((*b_)->Attention(0, p, q, q, q, out).ok());
+  ASSERT_EQ(g_launches.size(), 3u);
+  EXPECT_EQ(g_launches[0].symbol, "KsAttentionVTransposeHdim64Gfx942");
+  EXPECT_EQ(g_launches[0].gx, 4096u / 64);
+  EXPECT_EQ(g_launches[1].symbol, "KsAttentionFwdBf16Hdim64Gfx942");
+  EXPECT_EQ(g_launches[1].gx, 88u * 6);
+  EXPECT_EQ(g_launches[1].threads, 512u);
+  EXPECT_EQ(g_launches[2].symbol, "KsAttentionMergeHdim64Gfx942");
+  EXPECT_EQ(g_launches[2].gx, 88u * 384 / 4);
+  const auto a = ArgsOf<attention::gfx942::Gfx942AttnParams>(g_launches[1]);
+  EXPECT_EQ(a.head_dim, 64);
+  EXPECT_EQ(a.splits, 6);
+  EXPECT_EQ(a.vt_head_stride, 64 * 4096);
+}
+
+TEST_F(AttentionStandIn, HeadDim256LaunchesItsOwnInstantiations) {
+  // d256 causal: 1 x 4 heads x 16 blocks of 256 rows = 64 items on 304 CUs,
+  // the longest (block 15) 128 K tiles: 4 chunks each, one row per merge
+  // block.
+  AttentionParams p;
+  p.causal = true;
+  const TensorDesc t256{DType::kBf16, {1, 4, 4096, 256}};
+  ASSERT_TRUE(p.Validate(t256, t256, t256).ok());
+  const TensorView q{t256, reinterpret_cast<void*>(0x1000)};
+  TensorView out{p.OutputDesc(), reinterpret_cast<void*>(0x4000)};
+  const absl::Status s = (*b_)->Attention(0, p, q, q, q, out);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(g_launches.size(), 3u);
+  EXPECT_EQ(g_launches[0].symbol, "KsAttentionVTransposeHdim256Gfx942");
+  EXPECT_EQ(g_launches[1].symbol, "KsAttentionFwdBf16CausalHdim256Gfx942");
+  EXPECT_EQ(g_launches[2].symbol, "KsAttentionMergeHdim256Gfx942");
+  const auto a = ArgsOf<attention::gfx942::Gfx942AttnParams>(g_launches[1]);
+  EXPECT_EQ(a.head_dim, 256);
+  EXPECT_EQ(a.q_blocks, 16);
+  EXPECT_EQ(a.tail_items, 64);
+  EXPECT_EQ(a.splits, 4);
+  EXPECT_EQ(g_launches[1].gx, 64u * 4);
+  EXPECT_EQ(g_launches[2].gx, 64u * 256);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+}
+
 TEST_F(AttentionStandIn, EvenGridRunsWithoutMerge) {
   // 1 x 38 heads x 8 blocks = 304 items: one full round, causal.
   AttentionParams p;
@@ -428,7 +481,7 @@ TEST_F(AttentionStandIn, EvenGridRunsWithoutMerge) {
   TensorView out{p.OutputDesc(), reinterpret_cast<void*>(0x4000)};
   ASSERT_TRUE((*b_)->Attention(0, p, qv, kvv, kvv, out).ok());
   ASSERT_EQ(g_launches.size(), 2u);
-  EXPECT_EQ(g_launches[1].symbol, attention::gfx942::kCausalKernel);
+  EXPECT_EQ(g_launches[1].symbol, attention::gfx942::KernelsOf(128).causal);
   EXPECT_EQ(g_launches[1].gx, 304u);
   const auto a = ArgsOf<attention::gfx942::Gfx942AttnParams>(g_launches[1]);
   EXPECT_EQ(a.splits, 1);

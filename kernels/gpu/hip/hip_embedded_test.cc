@@ -2,6 +2,7 @@
 // hipModuleLoadData takes) holding every kernel the variant table launches.
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
@@ -31,11 +32,17 @@ TEST(EmbeddedCodeObjects, LinkedGfx942ElfObjects) {
 
 TEST(EmbeddedCodeObjects, HoldEveryKernelTheTableLaunches) {
   // hip_variants.cc launches these by name.
-  for (const char* kernel : {attention::gfx942::kKernel, attention::gfx942::kCausalKernel, attention::gfx942::kVTransposeKernel,
-                             attention::gfx942::kMergeKernel, mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
+  std::vector<const char*> names;
+  for (const attention::gfx942::HdimKernels& k : attention::gfx942::kKernels) {
+    names.insert(names.end(), {k.fwd, k.causal, k.v_transpose, k.merge});
+  }
+  for (const char* kernel : {mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
                              moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32, "MoeCountKernel", "MoeScanKernel",
                              "MoeScatterKernel", "MoeWeightedSumKernel", "AmaxKernel", "QuantizeKernel",
                              "DescaleKernel"}) {
+    names.push_back(kernel);
+  }
+  for (const char* kernel : names) {
     int found = 0;
     for (const CodeObject& o : EmbeddedCodeObjects()) found += !FindKernelSymbol(o, kernel).empty();
     EXPECT_EQ(found, 1) << kernel;

@@ -139,21 +139,22 @@ std::string AttentionUnsupported(absl::string_view arch, const OpCall& c) {
 }
 
 // V^T into the workspace, the forward (whole items, then the dense tail's
-// chunks), and the tail's merge when the plan splits it.
+// chunks), and the tail's merge when the plan splits it: the head dim's
+// instantiations.
 absl::Status RunAttention(const LaunchContext& ctx, const OpCall& c, TensorView& out) {
   namespace ag = attention::gfx942;
   KS_ASSIGN_OR_RETURN(attention::FlashFwdParams fp, attention::MakeFlashFwdParams(c.attention, c.q, c.k, c.v, out));
   if (!attention::HasWork(fp)) return absl::OkStatus();
-  ag::AttentionLaunch l = ag::PlanAttention(fp, c.attention.causal, ctx.compute_units > 0 ? ctx.compute_units : 1);
+  ag::AttentionLaunch l = ag::PlanAttention(fp, static_cast<int>(c.attention.head_dim), c.attention.causal,
+                                            ctx.compute_units > 0 ? ctx.compute_units : 1);
   KS_ASSIGN_OR_RETURN(void* ws, ctx.workspace(l.workspace.bytes));
   ag::SetWorkspace(l, ws);
   ag::Gfx942AttnParams params = l.params;
   void* args[] = {&params};
-  KS_RETURN_IF_ERROR(
-      Launch(ctx, ag::kVTransposeKernel, l.vt_grid.x, l.vt_grid.y, l.vt_grid.z, ag::kAuxThreads, args));
+  KS_RETURN_IF_ERROR(Launch(ctx, l.v_transpose, l.vt_grid.x, l.vt_grid.y, l.vt_grid.z, ag::kAuxThreads, args));
   KS_RETURN_IF_ERROR(Launch(ctx, l.kernel, l.fwd_grid.x, 1, 1, ag::kThreads, args));
   if (!l.tail.on) return absl::OkStatus();
-  return Launch(ctx, ag::kMergeKernel, l.merge_grid.x, 1, 1, ag::kAuxThreads, args);
+  return Launch(ctx, l.merge, l.merge_grid.x, 1, 1, ag::kAuxThreads, args);
 }
 
 std::string Fp8AttentionUnsupported(absl::string_view arch, const OpCall& c) {
@@ -201,10 +202,10 @@ absl::Status RunFp8Attention(const LaunchContext& ctx, const OpCall& c, TensorVi
 const std::vector<Variant>& Variants() {
   static const auto* table = new std::vector<Variant>{
       {BenchOp::kAttention, "mfma_bf16",
-       "bf16 MHA forward on v_mfma_f32_16x16x16bf16_1k: eight waves of three 16-row query tiles (two in registers, "
-       "one staged in LDS), K double-buffered in LDS, V pre-transposed; the dense-tail KV split (cost model) merged "
-       "in fp32",
-       "gfx942, head_dim 128, BSHD or BHSD, causal or not, GQA, any seq_q and seq_kv, RTNE/RTNA/RTZ",
+       "bf16 MHA forward on v_mfma_f32_16x16x16bf16_1k: eight waves of 16-row query tiles (d64 and d128: three, two "
+       "in registers and one staged in LDS; d256: two in registers), K double-buffered in LDS, V pre-transposed; the "
+       "dense-tail KV split (cost model) merged in fp32",
+       "gfx942, head_dim 64, 128 or 256, BSHD or BHSD, causal or not, GQA, any seq_q and seq_kv, RTNE/RTNA/RTZ",
        AttentionUnsupported, RunAttention},
       {BenchOp::kFp8Attention, "mfma_fp8",
        "FP8 attention with ZYFA's numerics on v_mfma_f32_16x16x32_fp8_fp8: per-64-key power-of-two P blocks "

@@ -2,6 +2,7 @@
 // kernel-name lookup the backend resolves table launches with.
 #include "kernels/gpu/hip/hip_variants.h"
 
+#include <cstdint>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -109,20 +110,27 @@ TEST(HipVariants, EveryMoeStageTakesTheMxfp4KernelWithinItsShapes) {
   }
 }
 
-TEST(HipVariants, AttentionAtHeadDim128OnlyOnGfx942) {
+TEST(HipVariants, AttentionAtHeadDims64128And256OnGfx942) {
   OpCall c;
   c.op = BenchOp::kAttention;
-  const TensorDesc t{DType::kBf16, {1, 4, 32, 128}};
-  ASSERT_TRUE(c.attention.Validate(t, t, t).ok());
+  for (int64_t d : {64, 128, 256}) {
+    const TensorDesc t{DType::kBf16, {1, 4, 32, d}};
+    ASSERT_TRUE(c.attention.Validate(t, t, t).ok());
+    auto v = Select("gfx942", c);
+    ASSERT_TRUE(v.ok()) << d << ": " << v.status();
+    EXPECT_STREQ((*v)->name, "mfma_bf16");
+    v = Select("gfx950", c);
+    ASSERT_FALSE(v.ok());
+    EXPECT_EQ(v.status().message(),
+              "hip backend has no gfx950 kernel for attention (mfma_bf16: device is gfx950 (serves gfx942))");
+  }
+  const TensorDesc t96{DType::kBf16, {1, 4, 32, 96}};
+  ASSERT_TRUE(c.attention.Validate(t96, t96, t96).ok());
   auto v = Select("gfx942", c);
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_STREQ((*v)->name, "mfma_bf16");
-  const TensorDesc t64{DType::kBf16, {1, 4, 32, 64}};
-  ASSERT_TRUE(c.attention.Validate(t64, t64, t64).ok());
-  v = Select("gfx942", c);
   ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(v.status().message(), "hip backend has no gfx942 kernel for attention (mfma_bf16: attention: the hip "
-                                  "backend serves head_dim 128 (got 64))");
+                                  "backend serves head_dim 64, 128 or 256 (got 96))");
 }
 
 TEST(HipVariants, EveryEntryDescribesItself) {

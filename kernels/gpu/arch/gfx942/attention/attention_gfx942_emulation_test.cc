@@ -6,7 +6,8 @@
 // tail chunk merged by the kernel's own MergeChunks, the output rounded once.
 // It checks the plan, the work order, the chunking and the merge together on
 // fresh random inputs (causal and not, GQA, BSHD and BHSD, Sq != Skv, every
-// rounding). It does not run the device code (no AMD GPU exists here): the
+// rounding) at head dims 64, 128 and 256 (each with its own rows per CTA and
+// CTAs per CU, attention_gfx942_launch.h's FwdShape). It does not run the device code (no AMD GPU exists here): the
 // MFMA's summation order and v_exp_f32's last bits are not emulated.
 #include <cmath>
 #include <cstdint>
@@ -33,9 +34,10 @@ namespace {
 
 float Bf(uint16_t b) { return numerics::Bf16ToFloat(b); }
 
-// KsAttentionVTransposeGfx942: vt[((b * heads_kv + hk) * 128 + d) * vt_len + j].
+// The V transpose: vt[((b * heads_kv + hk) * head_dim + d) * vt_len + j].
 std::vector<uint16_t> Transpose(const Gfx942AttnParams& ap) {
   const FlashFwdParams& f = ap.f;
+  const int kHeadDim = ap.head_dim;
   std::vector<uint16_t> vt(static_cast<size_t>(f.batch) * f.heads_kv * ap.vt_head_stride, 0);
   const uint16_t* v = static_cast<const uint16_t*>(f.v);
   for (int b = 0; b < f.batch; ++b) {
@@ -55,11 +57,12 @@ std::vector<uint16_t> Transpose(const Gfx942AttnParams& ap) {
 void RunCta(const Gfx942AttnParams& ap, bool causal, int bid, const std::vector<uint16_t>& vt,
             std::vector<float>& part_o, std::vector<float>& part_ml) {
   const FlashFwdParams& p = ap.f;
+  const int kHeadDim = ap.head_dim, kRows = ShapeOf(ap.head_dim).rows();
   const bool tail = bid >= ap.full_items;
   const int tail_idx = tail ? (bid - ap.full_items) / ap.splits : 0;
   const int split = tail ? (bid - ap.full_items) % ap.splits : 0;
   const WorkItem w = WorkItemAt(tail ? ap.full_items + tail_idx : bid, ap.q_blocks, p.heads_q, p.batch);
-  const int n_tiles = ItemKvTiles(p, w.qb, causal);
+  const int n_tiles = ItemKvTiles(p, kRows, w.qb, causal);
   const int t_begin = tail ? ChunkBegin(n_tiles, split, ap.splits) : 0;
   const int t_end = tail ? ChunkBegin(n_tiles, split + 1, ap.splits) : n_tiles;
   const int hk = w.head / p.group;
@@ -114,9 +117,10 @@ void RunCta(const Gfx942AttnParams& ap, bool causal, int bid, const std::vector<
   }
 }
 
-// KsAttentionMergeGfx942.
+// The merge kernel.
 void Merge(const Gfx942AttnParams& ap, const std::vector<float>& part_o, const std::vector<float>& part_ml) {
   const FlashFwdParams& p = ap.f;
+  const int kHeadDim = ap.head_dim, kRows = ShapeOf(ap.head_dim).rows();
   for (int t = 0; t < ap.tail_items; ++t) {
     const WorkItem w = WorkItemAt(ap.full_items + t, ap.q_blocks, p.heads_q, p.batch);
     uint16_t* o = static_cast<uint16_t*>(p.o) + w.batch * p.o_batch_stride + w.head * p.o_head_stride;
@@ -136,8 +140,8 @@ void Merge(const Gfx942AttnParams& ap, const std::vector<float>& part_o, const s
 // The whole call: transpose, every CTA of the forward grid, merge.
 void Emulate(const Gfx942AttnParams& ap, bool causal, int ctas) {
   const std::vector<uint16_t> vt = Transpose(ap);
-  const size_t rows = static_cast<size_t>(ap.tail_items) * ap.splits * kRows;
-  std::vector<float> part_o(rows * kHeadDim, std::nanf("")), part_ml(rows * 2, std::nanf(""));
+  const size_t rows = static_cast<size_t>(ap.tail_items) * ap.splits * ShapeOf(ap.head_dim).rows();
+  std::vector<float> part_o(rows * ap.head_dim, std::nanf("")), part_ml(rows * 2, std::nanf(""));
   for (int bid = 0; bid < ctas; ++bid) RunCta(ap, causal, bid, vt, part_o, part_ml);
   Merge(ap, part_o, part_ml);
 }
@@ -147,6 +151,7 @@ struct Case {
   bool causal;
   int64_t b, hq, hkv, sq, skv;
   Rounding rounding;
+  int64_t d = 128;
 };
 
 class Gfx942AttentionEmulation : public ::testing::TestWithParam<Case> {};
@@ -170,8 +175,8 @@ TEST_P(Gfx942AttentionEmulation, PlannedAndForcedSplitsMatchTheOracle) {
   p.causal = c.causal;
   p.rounding = c.rounding;
   const bool bshd = c.layout == Layout::kBshd;
-  const Shape qs = bshd ? Shape{c.b, c.sq, c.hq, 128} : Shape{c.b, c.hq, c.sq, 128};
-  const Shape kvs = bshd ? Shape{c.b, c.skv, c.hkv, 128} : Shape{c.b, c.hkv, c.skv, 128};
+  const Shape qs = bshd ? Shape{c.b, c.sq, c.hq, c.d} : Shape{c.b, c.hq, c.sq, c.d};
+  const Shape kvs = bshd ? Shape{c.b, c.skv, c.hkv, c.d} : Shape{c.b, c.hkv, c.skv, c.d};
   std::random_device rd;
   const uint64_t seed = (static_cast<uint64_t>(rd()) << 32) | rd();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
@@ -184,7 +189,8 @@ TEST_P(Gfx942AttentionEmulation, PlannedAndForcedSplitsMatchTheOracle) {
   auto want = oracle::Attention(p, q, k, v);
   ASSERT_TRUE(want.ok()) << want.status();
 
-  const int items = static_cast<int>((c.sq + kRows - 1) / kRows * c.hq * c.b);
+  const int rows = ShapeOf(static_cast<int>(c.d)).rows();
+  const int items = static_cast<int>((c.sq + rows - 1) / rows * c.hq * c.b);
   // The plan on a small device (so the grid has a partial round), then every
   // item split 2 or 5 ways whatever the cost model says (5: more chunks than
   // some items have tiles, so some chunks are empty).
@@ -194,7 +200,8 @@ TEST_P(Gfx942AttentionEmulation, PlannedAndForcedSplitsMatchTheOracle) {
     TensorView ov{p.OutputDesc(), out.data()};
     auto f = MakeFlashFwdParams(p, q.view(), k.view(), v.view(), ov);
     ASSERT_TRUE(f.ok()) << f.status();
-    AttentionLaunch l = PlanAttention(*f, c.causal, 5);
+    AttentionLaunch l = PlanAttention(*f, static_cast<int>(c.d), c.causal, 5);
+    ASSERT_EQ(l.params.head_dim, c.d);
     Gfx942AttnParams ap = l.params;
     int ctas = l.tail.ctas;
     if (forced > 0) {
@@ -218,7 +225,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Layout::kBshd, true, 1, 4, 2, 400, 450, Rounding::kRtna},  // GQA, bottom-right
                       Case{Layout::kBshd, true, 2, 2, 1, 300, 100, Rounding::kRtz},   // seq_q > seq_kv: rows with no key
                       Case{Layout::kBhsd, false, 1, 1, 1, 1, 1, Rounding::kRtne},
-                      Case{Layout::kBhsd, true, 1, 1, 1, 500, 500, Rounding::kRtz}));
+                      Case{Layout::kBhsd, true, 1, 1, 1, 500, 500, Rounding::kRtz},
+                      // d64: 384-row blocks at two CTAs per CU.
+                      Case{Layout::kBshd, false, 1, 3, 3, 450, 300, Rounding::kRtne, 64},
+                      Case{Layout::kBhsd, true, 2, 4, 2, 400, 420, Rounding::kRtna, 64},   // GQA, bottom-right
+                      Case{Layout::kBshd, true, 1, 2, 1, 300, 90, Rounding::kRtz, 64},     // rows with no key
+                      // d256: 256-row blocks (two Q tiles per wave).
+                      Case{Layout::kBhsd, false, 1, 2, 2, 300, 333, Rounding::kRtne, 256},
+                      Case{Layout::kBshd, true, 1, 4, 2, 520, 600, Rounding::kRtna, 256},  // GQA, three blocks
+                      Case{Layout::kBshd, true, 2, 2, 1, 280, 100, Rounding::kRtz, 256},   // rows with no key
+                      Case{Layout::kBhsd, false, 1, 1, 1, 1, 1, Rounding::kRtz, 256}));
 
 }  // namespace
 }  // namespace gfx942

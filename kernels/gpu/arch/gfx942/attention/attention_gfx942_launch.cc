@@ -20,10 +20,18 @@ constexpr int64_t kMaxCtas = (int64_t{1} << 32) / kThreads / kMaxSplits;
 
 }  // namespace
 
-std::string Unsupported(const AttentionParams& p) {
-  if (p.head_dim != kHeadDim) {
-    return absl::StrCat("attention: the hip backend serves head_dim ", kHeadDim, " (got ", p.head_dim, ")");
+const HdimKernels& KernelsOf(int head_dim) {
+  for (const HdimKernels& k : kKernels) {
+    if (k.head_dim == head_dim) return k;
   }
+  return kKernels[1];  // 128; Unsupported declines other head dims first
+}
+
+std::string Unsupported(const AttentionParams& p) {
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) {
+    return absl::StrCat("attention: the hip backend serves head_dim 64, 128 or 256 (got ", p.head_dim, ")");
+  }
+  const FwdShape s = ShapeOf(static_cast<int>(p.head_dim));
   // One head's K rows are read through a buffer resource with 32-bit byte
   // offsets (hardware bounds return zeros past seq_kv), up to two tiles past
   // the last key (the prefetch after the last tile).
@@ -32,31 +40,31 @@ std::string Unsupported(const AttentionParams& p) {
     return absl::StrCat("attention: the hip backend addresses one head's K rows with 31-bit byte offsets: seq_kv ",
                         p.seq_kv, " at a row stride of ", k_row_stride, " elements is too long");
   }
-  // V^T of one head, kHeadDim columns of seq_kv rounded up to kVtTok keys,
+  // V^T of one head, head_dim columns of seq_kv rounded up to kVtTok keys,
   // goes through a buffer resource too.
-  if ((p.seq_kv + kVtTok) * kHeadDim * 2 >= (int64_t{1} << 31)) {
+  if ((p.seq_kv + kVtTok) * p.head_dim * 2 >= (int64_t{1} << 31)) {
     return absl::StrCat("attention: the hip backend addresses one head's V^T with 31-bit byte offsets: seq_kv ",
                         p.seq_kv, " is too long");
   }
-  const int64_t items = CeilDiv(p.seq_q, kRows) * p.heads_q * p.batch;
+  const int64_t items = CeilDiv(p.seq_q, s.rows()) * p.heads_q * p.batch;
   if (items > kMaxCtas) {
-    return absl::StrCat("attention: the hip backend's grid holds at most ", kMaxCtas, " blocks of ", kRows,
+    return absl::StrCat("attention: the hip backend's grid holds at most ", kMaxCtas, " blocks of ", s.rows(),
                         " query rows (got ", items, ")");
   }
   return "";
 }
 
-DenseTailPlan PlanDenseTail(int q_blocks, int cus, int tail_kv_tiles) {
+DenseTailPlan PlanDenseTail(int q_blocks, int slots, int tail_kv_tiles) {
   DenseTailPlan d;
   d.full_items = q_blocks;
   d.ctas = q_blocks;
-  const int tail = q_blocks % cus;
+  const int tail = q_blocks % slots;
   d.cost_off = tail_kv_tiles;
   if (tail == 0 || tail_kv_tiles <= 0) return d;
-  const int splits = std::min({cus / tail, tail_kv_tiles / kMinTilesPerSplit, kMaxSplits});
+  const int splits = std::min({slots / tail, tail_kv_tiles / kMinTilesPerSplit, kMaxSplits});
   if (splits < 2) return d;
   d.cost_on = CeilDiv(tail_kv_tiles, splits) + kPartialTiles + kMergeLaunchTiles +
-              CeilDiv(static_cast<int64_t>(tail) * (splits + 1), cus) * kPartialTiles;
+              CeilDiv(static_cast<int64_t>(tail) * (splits + 1), slots) * kPartialTiles;
   if (d.cost_on >= d.cost_off) return d;
   d.on = true;
   d.full_items = q_blocks - tail;
@@ -66,34 +74,42 @@ DenseTailPlan PlanDenseTail(int q_blocks, int cus, int tail_kv_tiles) {
   return d;
 }
 
-AttentionLaunch PlanAttention(const FlashFwdParams& f, bool causal, int compute_units) {
+AttentionLaunch PlanAttention(const FlashFwdParams& f, int head_dim, bool causal, int compute_units) {
   AttentionLaunch l;
+  const FwdShape s = ShapeOf(head_dim);
+  const int rows = s.rows();
+  l.shape = s;
   Gfx942AttnParams& p = l.params;
   p.f = f;
-  p.q_blocks = static_cast<int>(CeilDiv(f.seq_q, kRows));
+  p.head_dim = s.head_dim;
+  p.q_blocks = static_cast<int>(CeilDiv(f.seq_q, rows));
   p.vt_len = static_cast<int>(CeilDiv(f.seq_kv, kVtTok) * kVtTok);
-  p.vt_head_stride = static_cast<int64_t>(kHeadDim) * p.vt_len;
+  p.vt_head_stride = static_cast<int64_t>(s.head_dim) * p.vt_len;
   const int items = p.q_blocks * f.heads_q * f.batch;
   // The longest item of the last partial round is its first (WorkItemAt).
-  const int tail = items % compute_units;
-  const int first_tail = items - (tail == 0 ? compute_units : tail);
+  const int slots = compute_units * s.ctas_per_cu;
+  const int tail = items % slots;
+  const int first_tail = items - (tail == 0 ? slots : tail);
   const int tail_tiles =
-      ItemKvTiles(f, WorkItemAt(std::max(first_tail, 0), p.q_blocks, f.heads_q, f.batch).qb, causal);
-  l.tail = PlanDenseTail(items, compute_units, tail_tiles);
+      ItemKvTiles(f, rows, WorkItemAt(std::max(first_tail, 0), p.q_blocks, f.heads_q, f.batch).qb, causal);
+  l.tail = PlanDenseTail(items, slots, tail_tiles);
   p.full_items = l.tail.full_items;
   p.tail_items = l.tail.tail_items;
   p.splits = l.tail.splits;
-  l.kernel = causal ? kCausalKernel : kKernel;
+  const HdimKernels& k = KernelsOf(s.head_dim);
+  l.kernel = causal ? k.causal : k.fwd;
+  l.v_transpose = k.v_transpose;
+  l.merge = k.merge;
 
   Workspace& w = l.workspace;
   w.vt = 0;
   size_t at = Align256(static_cast<size_t>(f.batch) * f.heads_kv * p.vt_head_stride * 2);
   if (l.tail.on) {
-    const size_t rows = static_cast<size_t>(l.tail.tail_items) * l.tail.splits * kRows;
+    const size_t part_rows = static_cast<size_t>(l.tail.tail_items) * l.tail.splits * rows;
     w.part_o = at;
-    at += Align256(rows * kHeadDim * 4);
+    at += Align256(part_rows * s.head_dim * 4);
     w.part_ml = at;
-    at += Align256(rows * 2 * 4);
+    at += Align256(part_rows * 2 * 4);
   }
   w.bytes = at;
 
@@ -101,7 +117,7 @@ AttentionLaunch PlanAttention(const FlashFwdParams& f, bool causal, int compute_
                static_cast<unsigned>(f.batch)};
   l.fwd_grid = {static_cast<unsigned>(l.tail.ctas), 1, 1};
   if (l.tail.on) {
-    l.merge_grid = {static_cast<unsigned>(l.tail.tail_items * (kRows / kMergeRowsPerBlock)), 1, 1};
+    l.merge_grid = {static_cast<unsigned>(l.tail.tail_items * (rows / MergeRowsPerBlock(s))), 1, 1};
   }
   return l;
 }

@@ -24,19 +24,57 @@ using gpu_test::FakeAddr;
 constexpr int kMi300xCus = 304;
 
 TEST(Gfx942AttentionLaunch, TheFiguresTheCodeObjectsAreHeldTo) {
-  // attention_gfx942_hip_test and attention_aux_gfx942_hip_test: every kernel
-  // takes this struct.
+  // attention_gfx942_hdim*_hip_test and attention_aux_gfx942_hdim*_hip_test:
+  // every kernel takes this struct.
   EXPECT_EQ(sizeof(Gfx942AttnParams), 224u);
   EXPECT_EQ(sizeof(FlashFwdParams), 168u);
-  EXPECT_EQ(kLdsBytes, 52224);  // two 32-key K tiles + eight staged 16-row Q tiles, rows of 272 bytes
-  EXPECT_EQ(kVtLdsBytes, 17408);
   EXPECT_EQ(kThreads, 8 * 64);
-  EXPECT_EQ(kRows, 8 * 3 * 16);
-  // One CTA per CU: a second would need 2 x 52224 bytes of the CU's 64 KiB.
-  EXPECT_GT(2 * kLdsBytes, 64 * 1024);
-  // Eight waves on four SIMDs is two per SIMD: 512 / 2 = 256 VGPR + AGPR,
-  // the attention_gfx942_hip_test limit.
-  EXPECT_EQ(512 / (kThreads / 64 / 4), 256);
+  // d128, the seed's CTA: three 16-row tiles per wave, two K tiles of 32
+  // rows of 272 bytes and eight staged Q tiles: one CTA per CU (a second
+  // would need 2 x 52224 bytes of the CU's 64 KiB); eight waves on four SIMDs
+  // is two per SIMD: 512 / 2 = 256 VGPR + AGPR.
+  EXPECT_EQ(kHdim128.rows(), 8 * 3 * 16);
+  EXPECT_EQ(kHdim128.lds_bytes(), 2 * 32 * 272 + 8 * 16 * 272);
+  EXPECT_EQ(kHdim128.lds_bytes(), 52224);
+  EXPECT_GT(2 * kHdim128.lds_bytes(), kCuLdsBytes);
+  EXPECT_EQ(kHdim128.max_regs(), 256);
+  // d64: the same CTA at rows of 144 bytes, 27648 bytes: two CTAs per CU
+  // fit (55296), so four waves per SIMD and 128 registers.
+  EXPECT_EQ(kHdim64.rows(), 384);
+  EXPECT_EQ(kHdim64.lds_bytes(), 2 * 32 * 144 + 8 * 16 * 144);
+  EXPECT_EQ(kHdim64.lds_bytes(), 27648);
+  EXPECT_LE(2 * kHdim64.lds_bytes(), kCuLdsBytes);
+  EXPECT_GT(3 * kHdim64.lds_bytes(), kCuLdsBytes);
+  EXPECT_EQ(kHdim64.waves_per_simd(), 4);
+  EXPECT_EQ(kHdim64.max_regs(), 128);
+  // d256: rows of 528 bytes; one staged Q tile per wave would be 8 x 16 x
+  // 528 = 67584 bytes, over the CU's LDS by itself, so both tiles are in
+  // registers and the wave owns two: 256 rows per CTA, 33792 bytes (the K
+  // tiles), one CTA per CU (two would need 67584), 256 registers.
+  EXPECT_EQ(kHdim256.rows(), 8 * 2 * 16);
+  EXPECT_GT(8 * 16 * kHdim256.row_bytes(), kCuLdsBytes);
+  EXPECT_EQ(kHdim256.q_stage_bytes(), 0);
+  EXPECT_EQ(kHdim256.lds_bytes(), 2 * 32 * 528);
+  EXPECT_EQ(kHdim256.lds_bytes(), 33792);
+  EXPECT_GT(2 * kHdim256.lds_bytes(), kCuLdsBytes);
+  EXPECT_EQ(kHdim256.max_regs(), 256);
+  // Per lane, O alone: 3 x 4 tiles x 4 fp32 at d64, 3 x 8 x 4 at d128,
+  // 2 x 16 x 4 at d256, and the register Q tiles head_dim / 8 VGPRs each.
+  for (const FwdShape& s : {kHdim64, kHdim128, kHdim256}) {
+    const int o = s.q_tiles_per_wave * s.n_tiles() * 4, q = s.reg_q_tiles * s.head_dim / 8;
+    EXPECT_LT(o + q, s.max_regs()) << s.head_dim;
+    EXPECT_LE(s.lds_bytes() * s.ctas_per_cu, kCuLdsBytes) << s.head_dim;
+    EXPECT_EQ(ShapeOf(s.head_dim).head_dim, s.head_dim);
+    EXPECT_EQ(KernelsOf(s.head_dim).head_dim, s.head_dim);
+    EXPECT_EQ(MergeRowsPerBlock(s) * s.head_dim, kAuxThreads);
+    EXPECT_EQ(s.rows() % MergeRowsPerBlock(s), 0);
+  }
+  // The transposes' LDS: 64 keys of padded rows.
+  EXPECT_EQ(VtLdsBytes(kHdim64), 9216);
+  EXPECT_EQ(VtLdsBytes(kHdim128), 17408);
+  EXPECT_EQ(VtLdsBytes(kHdim256), 33792);
+  EXPECT_STREQ(KernelsOf(64).fwd, "KsAttentionFwdBf16Hdim64Gfx942");
+  EXPECT_STREQ(KernelsOf(256).merge, "KsAttentionMergeHdim256Gfx942");
 }
 
 struct Call {
@@ -45,15 +83,15 @@ struct Call {
 };
 
 Call Make(Layout layout, bool causal, int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv,
-          Rounding rounding = Rounding::kRtne) {
+          Rounding rounding = Rounding::kRtne, int64_t d = 128) {
   Call c;
   c.p.layout = layout;
   c.p.causal = causal;
   c.p.rounding = rounding;
   const bool bshd = layout == Layout::kBshd;
-  const TensorDesc q{DType::kBf16, bshd ? std::vector<int64_t>{b, sq, hq, 128} : std::vector<int64_t>{b, hq, sq, 128}};
+  const TensorDesc q{DType::kBf16, bshd ? std::vector<int64_t>{b, sq, hq, d} : std::vector<int64_t>{b, hq, sq, d}};
   const TensorDesc kv{DType::kBf16,
-                      bshd ? std::vector<int64_t>{b, skv, hkv, 128} : std::vector<int64_t>{b, hkv, skv, 128}};
+                      bshd ? std::vector<int64_t>{b, skv, hkv, d} : std::vector<int64_t>{b, hkv, skv, d}};
   const absl::Status st = c.p.Validate(q, kv, kv);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(Unsupported(c.p), "");
@@ -179,8 +217,10 @@ TEST(DenseTailPlan, SplitCtasNeverExceedTheCusAndTheCountsAddUp) {
 TEST(Gfx942AttentionLaunch, SeedShapeSplitsItsTailAndSizesTheWorkspace) {
   for (Layout layout : {Layout::kBhsd, Layout::kBshd}) {
     const Call c = Make(layout, false, 2, 24, 24, 8192, 8192, Rounding::kRtz);
-    AttentionLaunch l = PlanAttention(c.f, false, kMi300xCus);
-    EXPECT_STREQ(l.kernel, kKernel);
+    AttentionLaunch l = PlanAttention(c.f, 128, false, kMi300xCus);
+    EXPECT_STREQ(l.kernel, KernelsOf(128).fwd);
+    EXPECT_STREQ(l.v_transpose, KernelsOf(128).v_transpose);
+    EXPECT_STREQ(l.merge, KernelsOf(128).merge);
     EXPECT_TRUE(l.tail.on);
     EXPECT_EQ(l.params.q_blocks, 22);
     EXPECT_EQ(l.params.full_items, 912);
@@ -211,7 +251,7 @@ TEST(Gfx942AttentionLaunch, SeedShapeSplitsItsTailAndSizesTheWorkspace) {
 TEST(Gfx942AttentionLaunch, EvenGridHasNoPartialsOnlyVt) {
   // 304 items: 1 x 38 heads x 8 blocks of 384 rows = 3072 rows.
   const Call c = Make(Layout::kBhsd, false, 1, 38, 38, 3072, 1000);
-  AttentionLaunch l = PlanAttention(c.f, false, kMi300xCus);
+  AttentionLaunch l = PlanAttention(c.f, 128, false, kMi300xCus);
   EXPECT_FALSE(l.tail.on);
   EXPECT_EQ(l.fwd_grid.x, 304u);
   EXPECT_EQ(l.params.splits, 1);
@@ -230,11 +270,11 @@ TEST(Gfx942AttentionLaunch, CausalGqaCrossAttentionTakesTheShortestItemsAsTheTai
   const Call c = Make(Layout::kBshd, true, 2, 8, 2, 2048, 3048);
   EXPECT_EQ(c.f.group, 4);
   EXPECT_EQ(c.f.causal_offset, 1000);
-  EXPECT_EQ(ItemKvTiles(c.f, 5, true), 96);
-  EXPECT_EQ(ItemKvTiles(c.f, 0, true), (383 + 1000) / 32 + 1);
-  EXPECT_EQ(ItemKvTiles(c.f, 0, false), 96);  // 3048 keys
-  AttentionLaunch l = PlanAttention(c.f, true, kMi300xCus);
-  EXPECT_STREQ(l.kernel, kCausalKernel);
+  EXPECT_EQ(ItemKvTiles(c.f, 384, 5, true), 96);
+  EXPECT_EQ(ItemKvTiles(c.f, 384, 0, true), (383 + 1000) / 32 + 1);
+  EXPECT_EQ(ItemKvTiles(c.f, 384, 0, false), 96);  // 3048 keys
+  AttentionLaunch l = PlanAttention(c.f, 128, true, kMi300xCus);
+  EXPECT_STREQ(l.kernel, KernelsOf(128).causal);
   EXPECT_TRUE(l.tail.on);
   EXPECT_EQ(l.tail.cost_off, 96);
   EXPECT_EQ(l.params.tail_items, 96);
@@ -249,7 +289,7 @@ TEST(Gfx942AttentionLaunch, CausalLastRoundIsCostedByItsLongestItem) {
   // longest block 4, whose last row 1919 sees 1920 keys: 60 tiles. 160 tail
   // items leave no second CU for any: off.
   const Call c = Make(Layout::kBhsd, true, 1, 32, 32, 16384, 16384);
-  AttentionLaunch l = PlanAttention(c.f, true, kMi300xCus);
+  AttentionLaunch l = PlanAttention(c.f, 128, true, kMi300xCus);
   EXPECT_EQ(l.params.q_blocks, 43);
   EXPECT_EQ(WorkItemAt(1216, 43, 32, 1).qb, 4);
   EXPECT_EQ(l.tail.cost_off, 60);
@@ -257,20 +297,80 @@ TEST(Gfx942AttentionLaunch, CausalLastRoundIsCostedByItsLongestItem) {
   EXPECT_EQ(l.fwd_grid.x, 1376u);
   // 4 heads: 172 items, all in one partial round, 304 / 172 = 1 CU each: off;
   // 2 heads: 86 items, 3 CUs each, the longest (block 42) 512 tiles: on.
-  l = PlanAttention(Make(Layout::kBhsd, true, 1, 4, 4, 16384, 16384).f, true, kMi300xCus);
+  l = PlanAttention(Make(Layout::kBhsd, true, 1, 4, 4, 16384, 16384).f, 128, true, kMi300xCus);
   EXPECT_FALSE(l.tail.on);
-  l = PlanAttention(Make(Layout::kBhsd, true, 1, 2, 2, 16384, 16384).f, true, kMi300xCus);
+  l = PlanAttention(Make(Layout::kBhsd, true, 1, 2, 2, 16384, 16384).f, 128, true, kMi300xCus);
   EXPECT_TRUE(l.tail.on);
   EXPECT_EQ(l.tail.cost_off, 512);
   EXPECT_EQ(l.params.splits, 3);
   EXPECT_EQ(l.fwd_grid.x, 86u * 3);
 }
 
-TEST(Gfx942AttentionLaunch, OnlyHeadDim128) {
+TEST(Gfx942AttentionLaunch, HeadDims64And256HaveTheirOwnTilingsKernelsAndSlots) {
+  // d64: 384-row blocks at two CTAs per CU, 608 slots on 304 CUs. (2, 24,
+  // 8192) is 1056 items: 1 full round of 608 and 448 left, 448 > 608 / 2, so
+  // no idle slot for a second chunk of any: off.
+  Call c = Make(Layout::kBshd, false, 2, 24, 24, 8192, 8192, Rounding::kRtne, 64);
+  AttentionLaunch l = PlanAttention(c.f, 64, false, kMi300xCus);
+  EXPECT_EQ(l.shape.head_dim, 64);
+  EXPECT_EQ(l.params.head_dim, 64);
+  EXPECT_STREQ(l.kernel, "KsAttentionFwdBf16Hdim64Gfx942");
+  EXPECT_STREQ(l.v_transpose, "KsAttentionVTransposeHdim64Gfx942");
+  EXPECT_STREQ(l.merge, "KsAttentionMergeHdim64Gfx942");
+  EXPECT_EQ(l.params.q_blocks, 22);
+  EXPECT_FALSE(l.tail.on);
+  EXPECT_EQ(l.fwd_grid.x, 1056u);
+  EXPECT_EQ(l.params.vt_head_stride, 64 * 8192);
+  EXPECT_EQ(l.workspace.bytes, size_t{2} * 24 * 64 * 8192 * 2);
+  // 1 x 8 heads x 11 blocks = 88 items on 608 slots: 6 chunks each (608 /
+  // 88), 4096 keys = 128 tiles; the partials and the merge at d64.
+  c = Make(Layout::kBhsd, false, 1, 8, 8, 4096, 4096, Rounding::kRtne, 64);
+  l = PlanAttention(c.f, 64, false, kMi300xCus);
+  EXPECT_TRUE(l.tail.on);
+  EXPECT_EQ(l.params.splits, 6);
+  EXPECT_EQ(l.fwd_grid.x, 88u * 6);
+  EXPECT_EQ(l.merge_grid.x, 88u * 384 / 4);
+  const size_t vt64 = size_t{8} * 64 * 4096 * 2;
+  EXPECT_EQ(l.workspace.part_o, vt64);
+  EXPECT_EQ(l.workspace.part_ml, vt64 + size_t{88} * 6 * 384 * 64 * 4);
+  // The same shape at d128 has half the slots: 3 chunks each.
+  EXPECT_EQ(PlanAttention(Make(Layout::kBhsd, false, 1, 8, 8, 4096, 4096).f, 128, false, kMi300xCus).params.splits, 3);
+
+  // d256: 256-row blocks, one CTA per CU. (2, 24, 8192): 32 blocks x 48 =
+  // 1536 items, 5 full rounds (1520) and 16 left: 19 chunks by the idle CUs,
+  // bounded at kMaxSplits; 256 tiles each.
+  c = Make(Layout::kBhsd, false, 2, 24, 24, 8192, 8192, Rounding::kRtz, 256);
+  l = PlanAttention(c.f, 256, false, kMi300xCus);
+  EXPECT_EQ(l.params.head_dim, 256);
+  EXPECT_STREQ(l.kernel, "KsAttentionFwdBf16Hdim256Gfx942");
+  EXPECT_EQ(l.params.q_blocks, 32);
+  EXPECT_TRUE(l.tail.on);
+  EXPECT_EQ(l.params.full_items, 1520);
+  EXPECT_EQ(l.params.tail_items, 16);
+  EXPECT_EQ(l.params.splits, kMaxSplits);
+  EXPECT_EQ(l.fwd_grid.x, 1520u + 16 * kMaxSplits);
+  EXPECT_EQ(l.merge_grid.x, 16u * 256);  // one row per merge block
+  const size_t vt256 = size_t{2} * 24 * 256 * 8192 * 2;
+  EXPECT_EQ(l.workspace.part_o, vt256);
+  EXPECT_EQ(l.workspace.part_ml, vt256 + size_t{16} * kMaxSplits * 256 * 256 * 4);
+  // Causal d256: the causal kernel, 256-row blocks in the tile count.
+  c = Make(Layout::kBshd, true, 1, 2, 1, 1000, 1000, Rounding::kRtne, 256);
+  l = PlanAttention(c.f, 256, true, kMi300xCus);
+  EXPECT_STREQ(l.kernel, "KsAttentionFwdBf16CausalHdim256Gfx942");
+  EXPECT_EQ(l.params.q_blocks, 4);
+  EXPECT_EQ(ItemKvTiles(c.f, 256, 0, true), 8);  // rows 0..255 see keys up to 255
+}
+
+TEST(Gfx942AttentionLaunch, OnlyHeadDims64128And256) {
   AttentionParams p;
-  const TensorDesc t{DType::kBf16, {1, 2, 64, 64}};
+  const TensorDesc t{DType::kBf16, {1, 2, 64, 96}};
   ASSERT_TRUE(p.Validate(t, t, t).ok());
-  EXPECT_EQ(Unsupported(p), "attention: the hip backend serves head_dim 128 (got 64)");
+  EXPECT_EQ(Unsupported(p), "attention: the hip backend serves head_dim 64, 128 or 256 (got 96)");
+  for (int64_t d : {64, 128, 256}) {
+    const TensorDesc td{DType::kBf16, {1, 2, 64, d}};
+    ASSERT_TRUE(p.Validate(td, td, td).ok());
+    EXPECT_EQ(Unsupported(p), "") << d;
+  }
 }
 
 TEST(Gfx942AttentionLaunch, KeysBeyondThe31BitBufferOffsetsAreUnsupported) {

@@ -1,0 +1,6 @@
+// The gfx942 bf16 forward's V transpose and dense-tail merge at head dim 64
+// (attention_aux_bf16_kernel.h): their C names; the transpose's 9216 bytes of
+// LDS leave room for 7 blocks per CU. Compiled, never run: no AMD GPU exists here.
+#include "kernels/gpu/arch/gfx942/attention/attention_aux_bf16_kernel.h"
+
+KS_ATTENTION_AUX_GFX942(KsAttentionVTransposeHdim64Gfx942, KsAttentionMergeHdim64Gfx942, 64, 7)
