@@ -1,9 +1,10 @@
-// The launch of the gfx942 bf16 MHA forward (attention_fwd_bf16.hip and
-// attention_aux_bf16.hip), as pure host functions tested on the CPU: the CTA
-// shape the kernels are compiled for, the device parameters, the work order,
-// the dense-tail KV split (its cost model and its plan), the workspace and
-// the grids. The code objects are held to the same figures by
-// attention_gfx942_hip_test and attention_aux_gfx942_hip_test.
+// The launch of the gfx942 bf16 MHA forward (attention_fwd_bf16_kernel.h and
+// attention_aux_bf16_kernel.h, instantiated per head dim), as pure host
+// functions tested on the CPU: the CTA shape and tiling each head dim's
+// kernels are compiled for, the device parameters, the work order, the
+// dense-tail KV split (its cost model and its plan), the workspace and the
+// grids. The code objects are held to the same figures by
+// attention_gfx942_hdim*_hip_test and attention_aux_gfx942_hdim*_hip_test.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_GFX942_ATTENTION_ATTENTION_GFX942_LAUNCH_H_
 #define KERNELSERVE_KERNELS_GPU_ARCH_GFX942_ATTENTION_ATTENTION_GFX942_LAUNCH_H_
 

@@ -1,6 +1,7 @@
 // The fp32 merge of the dense-tail KV split, one output element at a time:
-// the same inline function runs in KsAttentionMergeGfx942 and in the CPU test
-// that holds it to an fp64 single-pass softmax (dense_tail_merge_test).
+// the same inline function runs in the merge kernels (one per head dim) and
+// in the CPU test that holds it to an fp64 single-pass softmax
+// (dense_tail_merge_test).
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_GFX942_ATTENTION_DENSE_TAIL_MERGE_H_
 #define KERNELSERVE_KERNELS_GPU_ARCH_GFX942_ATTENTION_DENSE_TAIL_MERGE_H_
 

@@ -1,4 +1,4 @@
-// The dense-tail merge (the inline function KsAttentionMergeGfx942 runs) on
+// The dense-tail merge (the inline function the merge kernels run) on
 // the CPU: one row's scores and values split into chunks at random points,
 // each chunk's (m, l, O) computed in fp32 the way the forward leaves them,
 // merged, against an fp64 softmax over all the keys in one pass.
