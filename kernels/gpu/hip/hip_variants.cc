@@ -220,8 +220,9 @@ const std::vector<Variant>& Variants() {
        "fixed at plan time, merged in fp32 in split order",
        "gfx942, e4m3fnuz KV, q_len 1..8, contiguous or paged, ragged q_lens", MlaA16w8Unsupported, RunMlaA16w8},
       {BenchOp::kMoeGateUp, "mfma_mxfp4",
-       "bf16 activations against E2M1 x E8M0 weights decoded in registers, v_mfma_f32_16x16x16bf16_1k over 16-pair "
-       "expert tiles; fused SwiGLU; down into fp32 and a weighted per-token sum",
+       "bf16 activations against E2M1 x E8M0 weights, v_mfma_f32_16x16x16bf16_1k over 16-pair expert tiles; K in "
+       "64-k slabs staged in LDS (double-buffered), the weights decoded from LDS; fused SwiGLU; down into fp32 and a "
+       "weighted per-token sum",
        "gfx942, every MoE stage (gate/up, down, layer), K and I multiples of 32", MoeUnsupported, RunMoe},
   };
   return *table;

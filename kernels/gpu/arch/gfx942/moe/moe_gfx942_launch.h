@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/gpu/common/host_device.h"
+
 namespace kernelserve {
 namespace gpu {
 namespace moe {
@@ -17,6 +19,27 @@ constexpr int kThreads = 256;   // four wave64s
 constexpr int kTileRows = 16;   // (token, expert) pairs per routing tile: one MFMA M-tile
 constexpr int kCtaCols = 64;    // output columns per CTA: 16 per wave
 constexpr int kKMultiple = 32;  // K steps of one E8M0 scale block
+
+// K is walked in slabs of kKSlab, each staged in LDS (double-buffered) by
+// the whole CTA with 16-byte loads: the tile's 16 activation rows (bf16),
+// the CTA's weight rows (64, or 128 under SwiGLU: gate and up) as packed
+// E2M1 nibbles, and their E8M0 scale bytes. Rows are padded by 16 bytes.
+constexpr int kKSlab = 64;                                   // two scale blocks
+constexpr int kARowBytes = kKSlab * 2 + 16;                  // 144
+constexpr int kWRowBytes = kKSlab / 2 + 16;                  // 48
+constexpr int kAStageBytes = kTileRows * kARowBytes;         // 2304
+KS_HOST_DEVICE constexpr int WeightRows(bool swiglu) { return swiglu ? 2 * kCtaCols : kCtaCols; }
+// One slab's buffer: activations, weight nibbles, scales (a byte per row and scale block).
+KS_HOST_DEVICE constexpr int SlabBytes(bool swiglu) {
+  return kAStageBytes + WeightRows(swiglu) * kWRowBytes + WeightRows(swiglu) * (kKSlab / kKMultiple);
+}
+// Two buffers: 11008 bytes (bf16 and fp32 epilogues), 17408 (SwiGLU).
+KS_HOST_DEVICE constexpr int LdsBytes(bool swiglu) { return 2 * SlabBytes(swiglu); }
+// Every epilogue is compiled for three CTAs (four waves each) per CU, three
+// waves per SIMD: the SwiGLU kernel's LDS fits three times in 64 KiB, not
+// four, and 512 / 3 leaves 168 VGPR + AGPR per lane (allocation granule 8).
+constexpr int kWavesPerSimd = 3;
+constexpr int kMaxRegs = 168;
 
 // The GEMM's C names, one per epilogue (moe_params.h's Epilogue).
 constexpr char kGemmBf16[] = "KsMoeGemmMxfp4Gfx942Bf16";

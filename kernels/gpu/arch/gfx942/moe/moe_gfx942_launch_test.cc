@@ -23,6 +23,27 @@ TEST(Gfx942MoeLaunch, TheFiguresTheCodeObjectIsHeldTo) {
   EXPECT_EQ(kThreads, 4 * 64);
   EXPECT_EQ(kCtaCols, 4 * 16);
   EXPECT_EQ(kTileRows, 16);
+  // The slab staging: 16 activation rows of 64 bf16 k and 64 (SwiGLU: 128)
+  // weight rows of 32 bytes of nibbles, rows padded by 16 bytes, two scale
+  // bytes per weight row; two buffers.
+  EXPECT_EQ(kKSlab % kKMultiple, 0);
+  EXPECT_EQ(kAStageBytes, 16 * (64 * 2 + 16));
+  EXPECT_EQ(SlabBytes(false), 2304 + 64 * 48 + 64 * 2);
+  EXPECT_EQ(SlabBytes(true), 2304 + 128 * 48 + 128 * 2);
+  EXPECT_EQ(LdsBytes(false), 11008);  // moe_gfx942_hip_test's LDS limit is the SwiGLU kernel's
+  EXPECT_EQ(LdsBytes(true), 17408);
+  EXPECT_EQ(SlabBytes(true) % 16, 0);  // 16-byte LDS stores in the second buffer too
+  // Three CTAs of four waves per CU: the SwiGLU kernel's LDS fits three
+  // times in 64 KiB, not four; three waves per SIMD leave 512 / 3 registers,
+  // 168 in granules of 8 (the code-object limit).
+  EXPECT_LE(3 * LdsBytes(true), 64 * 1024);
+  EXPECT_GT(4 * LdsBytes(true), 64 * 1024);
+  EXPECT_EQ(kWavesPerSimd, 3 * kThreads / 64 / 4);
+  EXPECT_EQ(kMaxRegs, 512 / kWavesPerSimd / 8 * 8);
+  // A slab's 16-byte pieces over the 256 threads: one each (bf16, fp32) or
+  // 384 (SwiGLU: two loads for the first half of the CTA).
+  EXPECT_EQ(16 * kKSlab / 8 + WeightRows(false) * 2, kThreads);
+  EXPECT_EQ(16 * kKSlab / 8 + WeightRows(true) * 2, kThreads + kThreads / 2);
 }
 
 TEST(Gfx942MoeLaunch, SixteenRowRoutingTilesForEveryStage) {
