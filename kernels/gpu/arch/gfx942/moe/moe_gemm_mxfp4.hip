@@ -127,16 +127,14 @@ __device__ __forceinline__ void LoadSlab(const GemmParams& p, const uint16_t* co
   const int t = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < S::kLoads; ++i) {
-    const int pc = t + kThreads * i;
+    const SlabPiece sp = SlabPieceAt(S::kSwiglu, t + kThreads * i);
+    const int64_t k = k0 + sp.k;
     U32x4 x = U32x4{0u, 0u, 0u, 0u};
-    if (pc < S::kAPieces) {
-      const int64_t k = k0 + (pc % 8) * 8;
+    if (sp.kind == kActivation) {
       const uint16_t* a = a_rows[i];
       if (a != nullptr && k < p.k) x = LoadGlobal16(a + k);
-    } else if (pc < S::kPieces) {
-      const int wp = pc - S::kAPieces;
-      const int64_t row = CtaWeightRow<kEpi>(p, e, wp / 2);
-      const int64_t k = k0 + (wp % 2) * 32;
+    } else if (sp.kind == kWeight) {
+      const int64_t row = CtaWeightRow<kEpi>(p, e, sp.row);
       if (row >= 0 && k < p.k) x = LoadGlobal16(p.w + row * (p.k / 2) + k / 2);
     }
     v.piece[i] = x;
@@ -155,15 +153,10 @@ __device__ __forceinline__ void StoreSlab(uint8_t* buf, const SlabLoads<kEpi>& v
   const int t = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < S::kLoads; ++i) {
-    const int pc = t + kThreads * i;
-    if (pc < S::kAPieces) {
-      *reinterpret_cast<U32x4*>(buf + (pc / 8) * kARowBytes + (pc % 8) * 16) = v.piece[i];
-    } else if (pc < S::kPieces) {
-      const int wp = pc - S::kAPieces;
-      *reinterpret_cast<U32x4*>(buf + S::kWOffset + (wp / 2) * kWRowBytes + (wp % 2) * 16) = v.piece[i];
-    }
+    const SlabPiece sp = SlabPieceAt(S::kSwiglu, t + kThreads * i);
+    if (sp.kind != kNone) *reinterpret_cast<U32x4*>(buf + sp.lds) = v.piece[i];
   }
-  if (t < S::kScales) buf[S::kSOffset + t] = static_cast<uint8_t>(v.scale);
+  if (t < S::kScales) buf[SlabScaleLds(S::kSwiglu, t)] = static_cast<uint8_t>(v.scale);
 }
 
 // B operand of the slab's weight row r at k = 16 ks + 4 lq .. + 3, from LDS.
@@ -192,8 +185,8 @@ __device__ __forceinline__ void GemmCta(const GemmParams& p) {
   const uint16_t* a_rows[S::kLoads];
 #pragma unroll
   for (int i = 0; i < S::kLoads; ++i) {
-    const int pc = threadIdx.x + kThreads * i;
-    const int pair = pc < S::kAPieces ? p.sorted[tile * kTileRows + pc / 8] : -1;
+    const SlabPiece sp = SlabPieceAt(S::kSwiglu, threadIdx.x + kThreads * i);
+    const int pair = sp.kind == kActivation ? p.sorted[tile * kTileRows + sp.row] : -1;
     a_rows[i] = pair >= 0 ? p.a + static_cast<int64_t>(pair / p.a_row_div) * p.k : nullptr;
   }
 

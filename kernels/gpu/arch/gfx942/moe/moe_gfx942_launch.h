@@ -35,6 +35,29 @@ KS_HOST_DEVICE constexpr int SlabBytes(bool swiglu) {
 }
 // Two buffers: 11008 bytes (bf16 and fp32 epilogues), 17408 (SwiGLU).
 KS_HOST_DEVICE constexpr int LdsBytes(bool swiglu) { return 2 * SlabBytes(swiglu); }
+// Slab piece pc (16 bytes; thread t moves pieces t, t + kThreads, ...): the
+// 16 activation rows first (8 pieces of 8 k per row), then the weight rows
+// (2 pieces of 32 k per row). `row` is the tile's pair row or the CTA's
+// weight row, `k` the first k in the slab, `lds` the byte offset in the
+// slab's buffer; kind kNone past the slab's pieces.
+enum SlabPieceKind : int { kNone = 0, kActivation = 1, kWeight = 2 };
+struct SlabPiece {
+  int kind, row, k, lds;
+};
+KS_HOST_DEVICE constexpr SlabPiece SlabPieceAt(bool swiglu, int pc) {
+  constexpr int kAPieces = kTileRows * kKSlab / 8;
+  return pc < kAPieces ? SlabPiece{kActivation, pc / 8, pc % 8 * 8, pc / 8 * kARowBytes + pc % 8 * 16}
+         : pc < kAPieces + 2 * WeightRows(swiglu)
+             ? SlabPiece{kWeight, (pc - kAPieces) / 2, (pc - kAPieces) % 2 * 32,
+                         kAStageBytes + (pc - kAPieces) / 2 * kWRowBytes + (pc - kAPieces) % 2 * 16}
+             : SlabPiece{kNone, 0, 0, 0};
+}
+// Scale byte t of a slab (t < WeightRows * 2): weight row t / 2, the 32-k
+// block t % 2, at this offset of the slab's buffer.
+KS_HOST_DEVICE constexpr int SlabScaleLds(bool swiglu, int t) {
+  return kAStageBytes + WeightRows(swiglu) * kWRowBytes + t;
+}
+
 // Every epilogue is compiled for three CTAs (four waves each) per CU, three
 // waves per SIMD: the SwiGLU kernel's LDS fits three times in 64 KiB, not
 // four, and 512 / 3 leaves 168 VGPR + AGPR per lane (allocation granule 8).

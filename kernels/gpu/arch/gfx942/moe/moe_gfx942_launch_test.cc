@@ -1,6 +1,8 @@
-// The gfx942 MoE GEMM launch on the CPU: its routing tile, grid and the
-// shapes it serves.
+// The gfx942 MoE GEMM launch on the CPU: its slab staging's LDS map and
+// occupancy, its routing tile, grid and the shapes it serves.
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
+
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
@@ -44,6 +46,43 @@ TEST(Gfx942MoeLaunch, TheFiguresTheCodeObjectIsHeldTo) {
   // 384 (SwiGLU: two loads for the first half of the CTA).
   EXPECT_EQ(16 * kKSlab / 8 + WeightRows(false) * 2, kThreads);
   EXPECT_EQ(16 * kKSlab / 8 + WeightRows(true) * 2, kThreads + kThreads / 2);
+}
+
+TEST(Gfx942MoeLaunch, SlabPiecesCoverEveryActivationAndWeightByteOnce) {
+  // The kernel's LoadSlab and StoreSlab move pieces t + 256 i of
+  // SlabPieceAt: every (row, k) of the slab's activations and weights is
+  // moved once, to the offset the MFMA operands are read from, and nothing
+  // lands in the padding or the scales.
+  for (bool swiglu : {false, true}) {
+    SCOPED_TRACE(swiglu ? "swiglu" : "bf16/f32");
+    const int w_rows = WeightRows(swiglu);
+    std::vector<int> a_seen(16 * kKSlab, 0), w_seen(w_rows * kKSlab, 0), lds(SlabBytes(swiglu), 0);
+    const int loads = (16 * kKSlab / 8 + 2 * w_rows + kThreads - 1) / kThreads;
+    for (int pc = 0; pc < loads * kThreads; ++pc) {
+      const SlabPiece sp = SlabPieceAt(swiglu, pc);
+      if (sp.kind == kNone) continue;
+      ASSERT_EQ(sp.lds % 16, 0) << pc;  // a 16-byte LDS store
+      for (int b = 0; b < 16; ++b) ++lds[sp.lds + b];
+      if (sp.kind == kActivation) {
+        ASSERT_LT(sp.row, 16);
+        for (int j = 0; j < 8; ++j) ++a_seen[sp.row * kKSlab + sp.k + j];
+        // The A operand of k-step ks, lane (lr, lq) reads row lr at byte (16 ks + 4 lq) * 2.
+        EXPECT_EQ(sp.lds, sp.row * kARowBytes + sp.k * 2);
+      } else {
+        ASSERT_LT(sp.row, w_rows);
+        for (int j = 0; j < 32; ++j) ++w_seen[sp.row * kKSlab + sp.k + j];
+        // WeightOperand reads row r's nibbles of k at kAStageBytes + r * kWRowBytes + k / 2.
+        EXPECT_EQ(sp.lds, kAStageBytes + sp.row * kWRowBytes + sp.k / 2);
+      }
+    }
+    for (int x : a_seen) ASSERT_EQ(x, 1);
+    for (int x : w_seen) ASSERT_EQ(x, 1);
+    for (int b = 0; b < SlabBytes(swiglu); ++b) ASSERT_LE(lds[b], 1) << b;
+    // The scales follow the weight rows, one byte per (row, 32-k block), all within the slab.
+    EXPECT_EQ(SlabScaleLds(swiglu, 0), kAStageBytes + w_rows * kWRowBytes);
+    EXPECT_EQ(SlabScaleLds(swiglu, 2 * w_rows - 1), SlabBytes(swiglu) - 1);
+    EXPECT_EQ(lds[SlabScaleLds(swiglu, 0)], 0);
+  }
 }
 
 TEST(Gfx942MoeLaunch, SixteenRowRoutingTilesForEveryStage) {
