@@ -11,11 +11,34 @@
 # container toolkit (CDI or --gpus) mounts the host's at run time; the CUDA
 # runtime itself is linked statically into kernelserve.
 #
-#   deploy/make_bundle.sh OUT_DIR BIN...     (OUT_DIR is usually CONTEXT/bundle)
+#
+#   deploy/make_bundle.sh [--rocm] [--on-base] OUT_DIR BIN...     (OUT_DIR is usually CONTEXT/bundle)
+#
+# --rocm     also bundles this host's HIP runtime and ROCm SMI (Debian 12's
+#            libamdhip64-5, librocm-smi64-1: ROCm 5.2.3) with the libraries they
+#            load (ldd, and libamd_comgr.so.2, which HIP opens with dlopen), for
+#            deploy/Containerfile.rocm FROM scratch. Unlike NVIDIA's driver
+#            libraries, AMD's user-space runtime is not mounted from the host.
+# --on-base  for an image on a base that has its own system (AMD's ROCm images):
+#            only opt/kernelserve and etc/kernelserve, without glibc, libstdc++,
+#            libgcc_s (the base's, newer, serve both kernelserve and the base's
+#            ROCm) and without passwd/group/hosts; ROCm comes from the base.
 set -euo pipefail
-out=${1:?usage: make_bundle.sh OUT_DIR BINARY...}
+rocm=0
+on_base=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rocm) rocm=1; shift ;;
+    --on-base) on_base=1; shift ;;
+    --*) echo "make_bundle.sh: unknown option $1 (--rocm, --on-base)" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+out=${1:?usage: make_bundle.sh [--rocm] [--on-base] OUT_DIR BINARY...}
 shift
 [ $# -gt 0 ] || { echo "make_bundle.sh: no binaries" >&2; exit 2; }
+[ $rocm = 1 ] && [ $on_base = 1 ] &&
+  { echo "make_bundle.sh: --rocm bundles Debian's ROCm for FROM scratch; --on-base takes the base's" >&2; exit 2; }
 uid=${KERNELSERVE_UID:-10001}
 
 datadir="$(dirname "$out")/datadir"
@@ -33,13 +56,21 @@ is_glibc() {
   return 1
 }
 
-for bin in "$@"; do
-  [ -x "$bin" ] || { echo "make_bundle.sh: $bin is not an executable" >&2; exit 1; }
-  install -m 0755 "$bin" "$out/opt/kernelserve/bin/$(basename "$bin")"
+# The base's own C++ runtime, on --on-base.
+is_base_system() {
+  is_glibc "$1" && return 0
+  case "$1" in libstdc++.so.*|libgcc_s.so.*) return 0 ;; esac
+  return 1
+}
+
+# Copies the libraries `ldd $1` names.
+bundle_deps() {
   # "name => /path (addr)" and "/lib64/ld-linux-x86-64.so.2 (addr)"
-  ldd "$bin" | awk '/=>/ { if ($3 ~ /^\//) print $3; next } /^\t\// { print $1 }' | while read -r lib; do
+  ldd "$1" | awk '/=>/ { if ($3 ~ /^\//) print $3; next } /^\t\// { print $1 }' | while read -r lib; do
     name=$(basename "$lib")
-    if [[ "$name" == ld-linux* ]]; then
+    if [ $on_base = 1 ] && is_base_system "$name"; then
+      continue
+    elif [[ "$name" == ld-linux* ]]; then
       cp -L "$lib" "$out/lib64/$name"
       cp -L "$lib" "$out/lib/x86_64-linux-gnu/$name"
     elif is_glibc "$name"; then
@@ -48,7 +79,31 @@ for bin in "$@"; do
       cp -L "$lib" "$out/opt/kernelserve/lib/$name"
     fi
   done
+}
+
+for bin in "$@"; do
+  [ -x "$bin" ] || { echo "make_bundle.sh: $bin is not an executable" >&2; exit 1; }
+  install -m 0755 "$bin" "$out/opt/kernelserve/bin/$(basename "$bin")"
+  bundle_deps "$bin"
 done
+
+if [ $rocm = 1 ]; then
+  # kernelserve dlopens these by soname (kernels/gpu/hip/hip_runtime.cc,
+  # common/rocm_smi.cc); HIP dlopens comgr to read code objects.
+  for soname in libamdhip64.so.5 libamd_comgr.so.2 librocm_smi64.so.1; do
+    lib=$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ { print $NF; exit }')
+    [ -n "$lib" ] || { echo "make_bundle.sh: --rocm: $soname is not installed (apt-get install libamdhip64-5 librocm-smi64-1)" >&2; exit 1; }
+    cp -L "$lib" "$out/opt/kernelserve/lib/$soname"
+    bundle_deps "$lib"
+  done
+fi
+
+if [ $on_base = 1 ]; then
+  rm -rf "$out/lib" "$out/lib64" "$out/tmp" "$out/var"
+  cp "$(dirname "$0")/kernelserve.conf" "$out/etc/kernelserve/kernelserve.conf"
+  echo "bundle (for a base image): $(du -sh "$out" | cut -f1) in $out ($(ls "$out/opt/kernelserve/lib" | wc -l) libraries)"
+  exit 0
+fi
 
 cat > "$out/etc/passwd" <<PW
 root:x:0:0:root:/:/sbin/nologin

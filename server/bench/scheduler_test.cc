@@ -28,7 +28,10 @@ namespace kernelserve {
 namespace bench {
 namespace {
 
+using ::testing::AnyOf;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 // Runs device tasks inline, one at a time, like a device worker.
 DeviceRunner InlineRunner() {
@@ -1198,6 +1201,31 @@ TEST_F(SchedulerTest, CapabilitiesNotNamesDecideTimersGraphsAndClocks) {
   ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
   EXPECT_FALSE(j.results(0).clocks().available());
   EXPECT_THAT(j.results(0).clocks().note(), HasSubstr("no clock telemetry on backend cuda"));
+}
+
+// A hip backend's sustained window is sampled through ROCm SMI. This machine
+// has no AMD GPU: with Debian's librocm-smi64-1 installed rsmi_init fails,
+// without it the library is missing; either way the job finishes, its
+// clocks unavailable with a note saying why.
+TEST_F(SchedulerTest, HipClocksWithoutAnAmdGpuAreANoteNotAFailure) {
+  TimedCpuBackend be("hip", GpuLikeCapabilities());
+  BenchOptions o;
+  o.min_warmin_s = 0.02;
+  o.min_window_s = 0.05;
+  auto made = BenchScheduler::Create(&be, o, InlineRunner(), nullptr);
+  ASSERT_TRUE(made.ok()) << made.status();
+  pb::BenchJobSpec sustained = LongSpec(0.05);
+  sustained.set_variants(0, "hip");
+  auto job = (*made)->Submit(sustained);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const pb::BenchJob j = WaitFinal(**made, job->id());
+  ASSERT_EQ(j.state(), pb::JOB_DONE) << j.error();
+  const pb::ClockStats& c = j.results(0).clocks();
+  EXPECT_FALSE(c.available());
+  EXPECT_EQ(c.samples(), 0);
+  EXPECT_THAT(c.note(), EndsWith(": no clock, power or temperature samples"));
+  EXPECT_THAT(c.note(), AnyOf(StartsWith("rsmi_init failed (RSMI status "), StartsWith("cannot load ROCm SMI"),
+                              HasSubstr(") sees no AMD GPU")));
 }
 
 // With l2_flush a job reserves (and allocates) two flush buffers of the

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/rocm_smi.h"
 
 namespace kernelserve {
 namespace bench {
@@ -190,9 +191,17 @@ unsigned NvmlIndex(int device) {
 ClockSampler::ClockSampler(const Backend& backend, int device, int period_ms) : period_ms_(period_ms) {
   if (!backend.Capabilities().device_timer) {
     note_ = absl::StrCat("no clock telemetry on backend ", backend.Name(),
-                         " (no device timer, so no GPU; NVML is NVIDIA only)");
+                         " (no device timer, so no GPU to sample)");
     return;
   }
+  if (backend.Name() == "hip") {
+    OpenRocmSmi(device);
+  } else {
+    OpenNvml(device);
+  }
+}
+
+void ClockSampler::OpenNvml(int device) {
   auto n = std::make_unique<Nvml>();
   n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (n->lib == nullptr) {
@@ -224,6 +233,30 @@ ClockSampler::ClockSampler(const Backend& backend, int device, int period_ms) : 
     return;
   }
   nvml_ = std::move(n);
+  source_ = "NVML";
+}
+
+void ClockSampler::OpenRocmSmi(int device) {
+  constexpr char kNone[] = ": no clock, power or temperature samples";
+  absl::StatusOr<uint32_t> index = rocm_smi::SmiIndexFromEnvironment(device);
+  if (!index.ok()) {
+    note_ = absl::StrCat("cannot map HIP device ", device, " to its ROCm SMI index: ", index.status().message(), kNone);
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<rocm_smi::Smi>> smi = rocm_smi::Smi::Open();
+  if (!smi.ok()) {
+    note_ = absl::StrCat(smi.status().message(), kNone);
+    return;
+  }
+  absl::StatusOr<uint32_t> count = (*smi)->DeviceCount();
+  if (count.ok() && *index >= *count) {
+    note_ = absl::StrCat("HIP device ", device, " is ROCm SMI device ", *index, ", but ROCm SMI sees ", *count,
+                         " devices", kNone);
+    return;
+  }
+  smi_ = std::move(*smi);
+  smi_index_ = *index;
+  source_ = absl::StrCat("ROCm SMI (", smi_->library(), ")");
 }
 
 ClockSampler::~ClockSampler() {
@@ -232,7 +265,7 @@ ClockSampler::~ClockSampler() {
 }
 
 void ClockSampler::Start() {
-  if (!nvml_) return;
+  if (!nvml_ && !smi_) return;
   stop_ = false;
   thread_ = std::thread([this] { Loop(); });
 }
@@ -240,7 +273,17 @@ void ClockSampler::Start() {
 void ClockSampler::Loop() {
   constexpr int kNvmlClockSm = 1;
   constexpr int kNvmlTemperatureGpu = 0;
-  while (!stop_) {
+  while (!stop_ && smi_) {
+    const rocm_smi::Reading r = smi_->Read(smi_index_);
+    {
+      absl::MutexLock l(&mu_);
+      if (r.sys_clock_mhz) clock_mhz_.push_back(*r.sys_clock_mhz);
+      if (r.power_w) power_w_.push_back(*r.power_w);
+      if (r.temperature_c) temp_c_.push_back(*r.temperature_c);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(period_ms_));
+  }
+  while (!stop_ && nvml_) {
     unsigned clock = 0, mw = 0, temp = 0;
     const bool ok_c = nvml_->clock_info(nvml_->dev, kNvmlClockSm, &clock) == 0;
     const bool ok_p = nvml_->power_usage(nvml_->dev, &mw) == 0;
@@ -259,7 +302,7 @@ pb::ClockStats ClockSampler::Stop() {
   pb::ClockStats s;
   stop_ = true;
   if (thread_.joinable()) thread_.join();
-  if (!nvml_) {
+  if (!nvml_ && !smi_) {
     s.set_note(note_);
     return s;
   }
@@ -270,7 +313,7 @@ pb::ClockStats ClockSampler::Stop() {
   auto maxv = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
   auto minv = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); };
   s.set_available(!clock_mhz_.empty());
-  if (clock_mhz_.empty()) s.set_note("NVML returned no samples");
+  if (clock_mhz_.empty()) s.set_note(absl::StrCat(source_, " returned no clock samples"));
   s.set_samples(static_cast<int64_t>(clock_mhz_.size()));
   s.set_sm_clock_mhz_mean(mean(clock_mhz_));
   s.set_sm_clock_mhz_min(minv(clock_mhz_));

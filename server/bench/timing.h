@@ -20,6 +20,9 @@
 #include "kernelserve/v1/bench.pb.h"
 
 namespace kernelserve {
+namespace rocm_smi {
+class Smi;
+}  // namespace rocm_smi
 namespace bench {
 
 namespace pb = ::kernelserve::v1;
@@ -73,10 +76,13 @@ class CeilingCache {
 };
 
 // Samples SM clock, power and temperature of one GPU every `period_ms` while
-// running, through libnvidia-ml.so.1 opened with dlopen. A backend without a
-// device timer runs on no GPU and is not sampled; without the library (a GPU
-// that is not NVIDIA's, or no driver) Stop() returns
-// ClockStats{available=false, note} too.
+// running, through a vendor library opened with dlopen: NVML
+// (libnvidia-ml.so.1) on the cuda backend, ROCm SMI (librocm_smi64,
+// common/rocm_smi.h; the system clock, average or socket power, junction
+// temperature) on the hip backend. A backend without a device timer runs on
+// no GPU and is not sampled; without the library, or when it finds no GPU,
+// Stop() returns ClockStats{available=false, note saying why} too, and the
+// job runs on.
 class ClockSampler {
  public:
   ClockSampler(const Backend& backend, int device, int period_ms = 50);
@@ -87,8 +93,14 @@ class ClockSampler {
  private:
   void Loop();
 
+  void OpenNvml(int device);
+  void OpenRocmSmi(int device);
+
   struct Nvml;
   std::unique_ptr<Nvml> nvml_;
+  std::unique_ptr<rocm_smi::Smi> smi_;
+  uint32_t smi_index_ = 0;
+  std::string source_;  // the library sampled
   std::string note_;
   int period_ms_;
   std::atomic<bool> stop_{false};

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rocm_smi.h"
 #include "common/status_macros.h"
 #include "kernels/gpu/common/device_health.h"
 #include "kernels/gpu/hip/hip_variants.h"
@@ -299,6 +300,26 @@ absl::Status SetUpDevice(const Runtime& rt, const std::vector<CodeObject>& objec
   return absl::OkStatus();
 }
 
+// Runtimes that report no clock rate (0, or the attribute refused) get the
+// highest clocks ROCm SMI lists for the device; without SMI they stay 0.
+void FillClocksFromSmi(std::vector<std::unique_ptr<Device>>& devices) {
+  bool missing = false;
+  for (const auto& d : devices) missing |= d->info.clock_mhz <= 0 || d->info.memory_clock_mhz <= 0;
+  if (!missing) return;
+  absl::StatusOr<std::unique_ptr<rocm_smi::Smi>> smi = rocm_smi::Smi::Open();
+  if (!smi.ok()) return;
+  for (auto& d : devices) {
+    absl::StatusOr<uint32_t> index = rocm_smi::SmiIndexFromEnvironment(d->info.index);
+    if (!index.ok()) continue;
+    if (d->info.clock_mhz <= 0) {
+      if (auto f = (*smi)->SysClock(*index); f.ok()) d->info.clock_mhz = static_cast<int>(f->max_hz / 1000000);
+    }
+    if (d->info.memory_clock_mhz <= 0) {
+      if (auto f = (*smi)->MemClock(*index); f.ok()) d->info.memory_clock_mhz = static_cast<int>(f->max_hz / 1000000);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::StatusOr<Runtime>& runtime,
@@ -318,6 +339,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::Status
     KS_RETURN_IF_ERROR(SetUpDevice(rt, objects, i, *d));
     devices.push_back(std::move(d));
   }
+  FillClocksFromSmi(devices);
   return std::unique_ptr<Backend>(new HipBackend(&rt, std::move(devices)));
 }
 

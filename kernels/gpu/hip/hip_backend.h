@@ -5,6 +5,7 @@
 // (hip_variants.h). One stream per device; every runtime call checked; a
 // kernel fault marks the device unhealthy and later calls on it return
 // UNAVAILABLE. Ops it has no kernel for return UNIMPLEMENTED naming the case.
+// Clock rates the runtime does not report come from ROCm SMI when it loads.
 //
 // It is a class of its own rather than kernels/gpu/gpu_backend.cc compiled
 // for HIP: that one is host code that launches with <<<...>>> and links the
