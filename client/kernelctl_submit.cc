@@ -45,14 +45,16 @@ int CmdSubmit(const std::vector<std::string>& args, const ClientOptions& options
   std::string grid, block;
   int64_t shared_bytes = 0;
   f.String("kernel", &kernel, "FILE",
-           "your kernel: C++ (cpu) or CUDA C++ (cuda) source, a built .so, or (cuda) a .cubin or .ptx", true);
-  f.String("grid", &grid, "X[,Y[,Z]]", "a cubin's / PTX's grid (required for them)");
-  f.String("block", &block, "X[,Y[,Z]]", "a cubin's / PTX's block (required for them)");
-  f.Int("shared-mem", &shared_bytes, "a cubin's / PTX's dynamic shared memory, bytes");
+           "your kernel: C++ (cpu), CUDA C++ (cuda, .cu) or HIP C++ (hip, .hip) source, a built .so, (cuda) a "
+           ".cubin or .ptx, or (hip) an AMD GPU code object (.hsaco)",
+           true);
+  f.String("grid", &grid, "X[,Y[,Z]]", "device code's grid: a cubin's, PTX's, code object's or HIP source's (required)");
+  f.String("block", &block, "X[,Y[,Z]]", "device code's block (a workgroup on hip; required for device code)");
+  f.Int("shared-mem", &shared_bytes, "device code's dynamic shared memory (LDS on hip), bytes");
   f.String("baseline", &baseline, "A,B,...", "built-in variants to run beside it (e.g. cpu, cuda, oracle)");
   f.String("kernel-flags", &flags, "F,...", "compile flags from the server's allow-list (-O3,-march=native,...)");
   f.String("kernel-name", &kernel_name, "NAME", "the variant is user:NAME (default: the file's stem)");
-  f.String("kernel-backend", &backend, "cpu|cuda", "the kernel's backend (default: the server's)");
+  f.String("kernel-backend", &backend, "cpu|cuda|hip", "the kernel's backend (default: the server's; hip for a .hip file)");
   f.String("output", &format, "markdown|json", "what to print when the job finishes");
   if (help) {
     PrintUsage("kernelctl submit --op=OP --kernel=FILE [shape flags] [--baseline=cpu] [flags]",

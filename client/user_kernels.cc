@@ -24,17 +24,23 @@ absl::StatusOr<pb::UserKernel> UserKernelFromFile(const std::string& path, const
   k.set_filename(file);
   k.set_name(name.empty() ? file.substr(0, file.find('.')) : name);
   k.set_backend(backend);
-  // A cubin is an ELF image for EM_CUDA (190): e_machine at offset 18.
-  const bool cuda_elf = absl::StartsWith(bytes, "\x7f" "ELF") && bytes.size() > 19 &&
-                        static_cast<uint8_t>(bytes[18]) == 190 && bytes[19] == 0;
-  if (cuda_elf) {
+  // A cubin is an ELF image for EM_CUDA (190), an AMD GPU code object one
+  // for EM_AMDGPU (224): e_machine at offset 18.
+  const bool elf = absl::StartsWith(bytes, "\x7f" "ELF") && bytes.size() > 19 && bytes[19] == 0;
+  const uint8_t machine = elf ? static_cast<uint8_t>(bytes[18]) : 0;
+  if (machine == 190) {
     k.set_cubin(bytes);
+  } else if (machine == 224) {
+    k.set_code_object(bytes);
   } else if (absl::StartsWith(bytes, "\x7f" "ELF")) {
     k.set_shared_object(bytes);
   } else if (absl::EndsWith(path, ".ptx")) {
     k.set_ptx(bytes);
   } else {
     k.set_source(bytes);
+    // HIP C++ is only ever built for the hip backend: say so, so that a
+    // server of another backend refuses it by name instead of compiling it.
+    if (backend.empty() && absl::EndsWith(path, ".hip")) k.set_backend("hip");
   }
   for (const std::string& fl : flags) k.add_flags(fl);
   return k;

@@ -16,12 +16,15 @@
  *       ks_user_mla_decode_v1      MLA absorbed decode (a16w8), contiguous KV
  *       ks_user_moe_gateup_v1      MXFP4 MoE gate/up
  *       ks_user_moe_down_v1        MXFP4 MoE down
+ *       ks_user_moe_layer_v1       the whole MXFP4 MoE layer (gate/up, SwiGLU, down, weighted sum)
  *     each `int fn(const ARGS* args, void* stream)`: 0 on success, anything
  *     else is reported as the kernel's failure (the job fails, naming it).
  *
  * Pointers are device pointers on cuda (`stream` is the cudaStream_t to
  * launch on; the worker synchronises it) and host pointers on cpu (`stream`
- * is NULL; the call is synchronous). Inputs are read-only: on cpu they are
+ * is NULL; the call is synchronous). On hip a kernel is device code only (a
+ * HIP source built into a code object, or a prebuilt code object): see
+ * "prebuilt device code" below. Inputs are read-only: on cpu they are
  * mapped read-only, so a write faults. The output is poisoned with NaN
  * before the gate launch and bracketed by guard pages (cpu) or canaries
  * (cuda): a write outside it fails the job. bf16 values are their 16-bit
@@ -153,6 +156,30 @@ typedef struct {
   int32_t rounding;
 } ks_moe_down_args_v1;
 
+/* The whole layer: out[t] = sum_r topk_weights[t, r] * (a_r . W2[e_r]^T),
+ * a_r = bf16(silu(x[t] . W13[e_r]_gate^T) * (x[t] . W13[e_r]_up^T)) with
+ * e_r = topk_ids[t, r]: gate/up with the SwiGLU epilogue, the intermediate
+ * rounded once to bf16 (RTNE, whatever `rounding` says, as the oracle does),
+ * then down with the weighted sum; the output is rounded in `rounding`.
+ * `workspace` is scratch of `workspace_bytes` (at least T*top_k*I*2 bytes:
+ * room for the bf16 intermediate), in the same memory as the tensors; its
+ * contents are undefined on entry and it need not be used. */
+typedef struct {
+  uint32_t struct_size;       /* sizeof(ks_moe_layer_args_v1) */
+  const uint16_t* x;          /* bf16 [T, K] */
+  const int32_t* topk_ids;    /* [T, top_k] */
+  const float* topk_weights;  /* [T, top_k] */
+  const uint8_t* w13;         /* [E, 2I, K/2]: rows 0..I-1 gate, I..2I-1 up */
+  const uint8_t* w13_scales;  /* [E, 2I, K/32] */
+  const uint8_t* w2;          /* [E, N, I/2] */
+  const uint8_t* w2_scales;   /* [E, N, I/32] */
+  uint16_t* out;              /* bf16 [T, N] */
+  void* workspace;
+  int64_t workspace_bytes;
+  int64_t tokens, top_k, experts, hidden, inter, out_dim;
+  int32_t rounding;
+} ks_moe_layer_args_v1;
+
 /* The exported names, for loaders. */
 #define KS_USER_ABI_VERSION_SYMBOL "ks_user_abi_version"
 #define KS_USER_ATTENTION_V1 "ks_user_attention_v1"
@@ -160,6 +187,7 @@ typedef struct {
 #define KS_USER_MLA_DECODE_V1 "ks_user_mla_decode_v1"
 #define KS_USER_MOE_GATEUP_V1 "ks_user_moe_gateup_v1"
 #define KS_USER_MOE_DOWN_V1 "ks_user_moe_down_v1"
+#define KS_USER_MOE_LAYER_V1 "ks_user_moe_layer_v1"
 
 KS_USER_EXPORT extern const int32_t ks_user_abi_version;
 KS_USER_EXPORT int ks_user_attention_v1(const ks_attention_args_v1* args, void* stream);
@@ -167,8 +195,9 @@ KS_USER_EXPORT int ks_user_fp8_attention_v1(const ks_fp8_attention_args_v1* args
 KS_USER_EXPORT int ks_user_mla_decode_v1(const ks_mla_decode_args_v1* args, void* stream);
 KS_USER_EXPORT int ks_user_moe_gateup_v1(const ks_moe_gateup_args_v1* args, void* stream);
 KS_USER_EXPORT int ks_user_moe_down_v1(const ks_moe_down_args_v1* args, void* stream);
+KS_USER_EXPORT int ks_user_moe_layer_v1(const ks_moe_layer_args_v1* args, void* stream);
 
-/* ------------------------------------------- prebuilt device code (cuda)
+/* ------------------------------------ prebuilt device code (cuda, hip)
  * A cubin or PTX submission (UserKernel.cubin / .ptx) holds device code only,
  * so there is no host function to call. It exports, per op,
  *
@@ -186,13 +215,24 @@ KS_USER_EXPORT int ks_user_moe_down_v1(const ks_moe_down_args_v1* args, void* st
  * force one decomposition on every kernel, while the job's shape is known
  * at submit. A cubin must be linked (ET_EXEC: nvcc -cubin, no -rdc) for
  * sm_90 or sm_90a; PTX must declare `.address_size 64` and a target the
- * device can JIT-compile (sm_90a, or any sm_NN up to sm_90). */
+ * device can JIT-compile (sm_90a, or any sm_NN up to sm_90).
+ *
+ * hip takes only this form: a HIP C++ source (the server builds it with
+ * clang -x hip --offload-arch=gfx942 --cuda-device-only into a code object)
+ * or a prebuilt code object (UserKernel.code_object: a linked AMD GPU ELF,
+ * EM_AMDGPU, for the device's gfx architecture, with the kernel's `.kd`
+ * descriptor symbol), launched by the worker with hipModuleLaunchKernel on
+ * its stream with UserKernel.launch (a block is a workgroup). Include
+ * user_kernel_util.h first: it brings <hip/hip_runtime.h> and, when built
+ * without ROCm's device libraries (-DKS_HIP_NO_DEVICE_LIBS, as the server
+ * does), the work-item id entry points they would provide. */
 #define KS_USER_ATTENTION_V1_KERNEL "ks_user_attention_v1_kernel"
 #define KS_USER_FP8_ATTENTION_V1_KERNEL "ks_user_fp8_attention_v1_kernel"
 #define KS_USER_MLA_DECODE_V1_KERNEL "ks_user_mla_decode_v1_kernel"
 #define KS_USER_MOE_GATEUP_V1_KERNEL "ks_user_moe_gateup_v1_kernel"
 #define KS_USER_MOE_DOWN_V1_KERNEL "ks_user_moe_down_v1_kernel"
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#define KS_USER_MOE_LAYER_V1_KERNEL "ks_user_moe_layer_v1_kernel"
+#if defined(__CUDACC__) || defined(__HIP__)
 #define KS_USER_DEVICE_KERNEL(op) extern "C" __global__ void ks_user_##op##_v1_kernel
 #endif
 
@@ -204,6 +244,7 @@ typedef int (*ks_fp8_attention_fn_v1)(const ks_fp8_attention_args_v1*, void*);
 typedef int (*ks_mla_decode_fn_v1)(const ks_mla_decode_args_v1*, void*);
 typedef int (*ks_moe_gateup_fn_v1)(const ks_moe_gateup_args_v1*, void*);
 typedef int (*ks_moe_down_fn_v1)(const ks_moe_down_args_v1*, void*);
+typedef int (*ks_moe_layer_fn_v1)(const ks_moe_layer_args_v1*, void*);
 
 #ifdef __cplusplus
 }  /* extern "C" */

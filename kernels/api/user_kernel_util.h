@@ -1,9 +1,18 @@
 /* Small value codecs for user kernels (kernels/api/user_kernel_abi.h): bf16,
  * FP8 (e4m3fn, e4m3fnuz), MXFP4's E2M1 and E8M0. The server puts this header
  * beside user_kernel_abi.h when it compiles a kernel, so a submitted source
- * may include it; it is plain C (C99 / C++ / CUDA C++; host and device in
- * CUDA). These are the codecs of DESIGN §4, written for clarity: a fast
- * kernel would use the hardware's conversions.
+ * may include it; it is plain C (C99 / C++ / CUDA C++ / HIP C++; host and
+ * device in CUDA and HIP). These are the codecs of DESIGN §4, written for
+ * clarity: a fast kernel would use the hardware's conversions.
+ *
+ * In HIP it also includes <hip/hip_runtime.h> (threadIdx, __global__, the
+ * math functions). The server compiles HIP without ROCm's device libraries
+ * (-nogpulib -DKS_HIP_NO_DEVICE_LIBS: a node may have only clang and the
+ * HIP headers), so the work-item and workgroup ids and sizes that HIP's
+ * headers read through those libraries are defined below from the
+ * compiler's AMDGPU built-ins; a kernel that calls other device-library
+ * functions (__ockl_*, __ocml_* beyond what clang lowers itself) does not
+ * link there.
  */
 #ifndef KERNELSERVE_KERNELS_API_USER_KERNEL_UTIL_H_
 #define KERNELSERVE_KERNELS_API_USER_KERNEL_UTIL_H_
@@ -12,9 +21,49 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__HIP__)
+#include <hip/hip_runtime.h>
+#endif
+
 #include "kernels/api/user_kernel_abi.h"
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if defined(__HIP_DEVICE_COMPILE__) && defined(KS_HIP_NO_DEVICE_LIBS)
+/* Dimension d (0: x, 1: y, 2: z), as ROCm's device library defines them. */
+extern "C" {
+__device__ inline size_t __ockl_get_local_id(unsigned d) {
+  return d == 0 ? __builtin_amdgcn_workitem_id_x() : d == 1 ? __builtin_amdgcn_workitem_id_y() : __builtin_amdgcn_workitem_id_z();
+}
+__device__ inline size_t __ockl_get_group_id(unsigned d) {
+  return d == 0 ? __builtin_amdgcn_workgroup_id_x() : d == 1 ? __builtin_amdgcn_workgroup_id_y() : __builtin_amdgcn_workgroup_id_z();
+}
+__device__ inline size_t __ockl_get_local_size(unsigned d) {
+  return d == 0 ? __builtin_amdgcn_workgroup_size_x() : d == 1 ? __builtin_amdgcn_workgroup_size_y()
+                                                               : __builtin_amdgcn_workgroup_size_z();
+}
+/* The HSA dispatch packet's grid_size_x/y/z are its 32-bit words 3..5. */
+__device__ inline size_t __ockl_get_num_groups(unsigned d) {
+  const size_t grid = ((const uint32_t*)__builtin_amdgcn_dispatch_ptr())[3 + d];
+  return (grid + __ockl_get_local_size(d) - 1) / __ockl_get_local_size(d);
+}
+/* __syncthreads' (and HIP's other) fences: `order` at the workgroup's scope
+ * when no wider one is asked for (a sub-group's widened to it, which is
+ * always correct), else at the device's (agent) scope or the system's. */
+#define KS_HIP_FENCE_AT(ORDER)                                                      \
+  if (scope == __memory_scope_device) __builtin_amdgcn_fence(ORDER, "agent");       \
+  else if (scope == __memory_scope_all_svm_devices) __builtin_amdgcn_fence(ORDER, ""); \
+  else __builtin_amdgcn_fence(ORDER, "workgroup")
+__device__ inline void __atomic_work_item_fence(__cl_mem_fence_flags, __memory_order order, __memory_scope scope) {
+  if (scope == __memory_scope_work_item) return;
+  if (order == __memory_order_acquire) { KS_HIP_FENCE_AT(__ATOMIC_ACQUIRE); }
+  else if (order == __memory_order_release) { KS_HIP_FENCE_AT(__ATOMIC_RELEASE); }
+  else if (order == __memory_order_acq_rel) { KS_HIP_FENCE_AT(__ATOMIC_ACQ_REL); }
+  else if (order == __memory_order_seq_cst) { KS_HIP_FENCE_AT(__ATOMIC_SEQ_CST); }
+}
+#undef KS_HIP_FENCE_AT
+}  /* extern "C" */
+#endif
+
+#if defined(__CUDACC__) || defined(__HIP__)
 #define KS_HD __host__ __device__ static inline
 #else
 #define KS_HD static inline

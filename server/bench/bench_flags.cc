@@ -38,6 +38,15 @@ ABSL_FLAG(std::string, user_kernel_worker, "",
 ABSL_FLAG(std::string, user_kernel_worker_cuda, "",
           "the cuda kernel worker (//server/user_kernels:kernel_worker_cuda); empty: "
           "user_kernels/kernel_worker_cuda beside the server binary");
+ABSL_FLAG(std::string, user_kernel_hipcc, "",
+          "clang for hip user kernels (HIP C++ to a code object); empty: clang++-19, else clang++ on PATH, else "
+          "/opt/rocm/llvm/bin/clang++");
+ABSL_FLAG(std::string, user_kernel_worker_hip, "",
+          "the hip kernel worker (//server/user_kernels:kernel_worker_hip); empty: "
+          "user_kernels/kernel_worker_hip beside the server binary");
+ABSL_FLAG(std::string, user_kernel_hip_arch, "gfx942",
+          "the gfx architecture hip user kernels are built for, and code objects must target when the HIP "
+          "backend does not report its devices'");
 ABSL_FLAG(std::string, user_kernel_cache_dir, "",
           "build cache of user kernels; empty: <--data_dir>/user_kernels, or a temp dir without one");
 ABSL_FLAG(std::string, user_kernel_work_dir, "/tmp", "where private build and run directories are made");
@@ -89,6 +98,9 @@ void ApplyBenchFlags(BenchOptions* o) {
   u.nvcc = absl::GetFlag(FLAGS_user_kernel_nvcc);
   u.worker = absl::GetFlag(FLAGS_user_kernel_worker);
   u.worker_cuda = absl::GetFlag(FLAGS_user_kernel_worker_cuda);
+  u.hipcc = absl::GetFlag(FLAGS_user_kernel_hipcc);
+  u.worker_hip = absl::GetFlag(FLAGS_user_kernel_worker_hip);
+  u.hip_arch = absl::GetFlag(FLAGS_user_kernel_hip_arch);
   u.cache_dir = absl::GetFlag(FLAGS_user_kernel_cache_dir);
   u.work_dir = absl::GetFlag(FLAGS_user_kernel_work_dir);
   u.max_source_bytes = int64_t{absl::GetFlag(FLAGS_user_kernel_max_source_kb)} << 10;

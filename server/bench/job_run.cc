@@ -237,6 +237,7 @@ absl::Status JobRun::ResolveVariants() {
                      k.code_case() == pb::UserKernel::kSharedObject ? " (prebuilt)"
                      : k.code_case() == pb::UserKernel::kCubin      ? " (prebuilt cubin)"
                      : k.code_case() == pb::UserKernel::kPtx        ? " (PTX)"
+                     : k.code_case() == pb::UserKernel::kCodeObject ? " (prebuilt code object)"
                                                                     : "",
                      ", in its own worker process");
     runs_.push_back(VariantRun{u->variant.get(), u.get()});

@@ -424,11 +424,6 @@ absl::Status BenchScheduler::ValidateUserKernels(const pb::BenchJobSpec& spec) c
     return absl::InvalidArgumentError(absl::StrCat("spec.user_kernels: at most ", options_.max_user_kernels_per_job,
                                                    " per job, got ", spec.user_kernels_size()));
   }
-  if (spec.op() == pb::OP_MOE_LAYER) {
-    return absl::InvalidArgumentError(
-        "spec.user_kernels: op moe_layer has no user kernel entry point in ABI v1 (attention, fp8_attention, "
-        "mla_decode, moe_gateup and moe_down have)");
-  }
   if (spec.inputs().kind() == pb::INPUT_BUFFERS) {
     return absl::InvalidArgumentError(
         "spec.inputs.kind: a job with user kernels generates its inputs from a secret seed (fresh per run), "
@@ -445,10 +440,16 @@ absl::Status BenchScheduler::ValidateUserKernels(const pb::BenchJobSpec& spec) c
         "spec.mla.page_size: user MLA decode kernels (ABI v1) read contiguous KV; expected 0, got " +
         std::to_string(spec.mla().page_size()));
   }
+  // A code object must target the gfx architecture of the devices (the
+  // job's, or the first: a node's HIP devices are alike).
+  const std::string arch =
+      backend_->Name() == "hip"
+          ? user_kernels::HipArchFromDriver(backend_->GetDeviceInfo(spec.has_device() ? spec.device() : 0).driver)
+          : "";
   std::set<std::string> names(spec.variants().begin(), spec.variants().end());
   for (int i = 0; i < spec.user_kernels_size(); ++i) {
     const std::string field = absl::StrCat("spec.user_kernels[", i, "]");
-    KS_RETURN_IF_ERROR(builder_->Check(spec.user_kernels(i), spec.op(), backend_->Name(), field));
+    KS_RETURN_IF_ERROR(builder_->Check(spec.user_kernels(i), spec.op(), backend_->Name(), field, arch));
     if (!names.insert(user_kernels::UserVariantName(spec.user_kernels(i))).second) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: ",
                                                      QuoteClientText(spec.user_kernels(i).name()), " is used twice"));

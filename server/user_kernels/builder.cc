@@ -174,7 +174,20 @@ const std::vector<FlagRule>& Rules(const std::string& backend) {
                        {"--extended-lambda", nullptr}});
     return r;
   }();
-  return backend == "cuda" ? kCuda : kCpu;
+  static const std::vector<FlagRule> kHip = [] {
+    std::vector<FlagRule> r = kCommon;
+    r.insert(r.end(), {{"-ffast-math", nullptr},
+                       {"-fno-math-errno", nullptr},
+                       {"-funroll-loops", nullptr},
+                       {"-ffp-contract=", "(fast|on|off)"},
+                       {"-munsafe-fp-atomics", nullptr},
+                       {"-fgpu-flush-denormals-to-zero", nullptr},
+                       {"-fno-gpu-flush-denormals-to-zero", nullptr},
+                       {"-Wall", nullptr},
+                       {"-Wextra", nullptr}});
+    return r;
+  }();
+  return backend == "cuda" ? kCuda : backend == "hip" ? kHip : kCpu;
 }
 
 bool Allowed(const std::string& backend, const std::string& flag) {
@@ -199,6 +212,15 @@ std::string BackendOf(const pb::UserKernel& k, const std::string& server_backend
 
 }  // namespace
 
+std::string HipArchFromDriver(const std::string& driver) {
+  static constexpr char kTag[] = "code objects ";
+  const size_t at = driver.rfind(kTag);
+  if (at == std::string::npos) return "";
+  const std::string rest = driver.substr(at + strlen(kTag));
+  std::smatch m;
+  return std::regex_search(rest, m, std::regex("^gfx[0-9a-f]+")) ? m.str(0) : "";
+}
+
 std::string UserVariantName(const pb::UserKernel& kernel) { return absl::StrCat("user:", kernel.name()); }
 bool IsUserVariantName(const std::string& name) { return absl::StartsWith(name, "user:"); }
 
@@ -213,6 +235,10 @@ std::unique_ptr<KernelBuilder> KernelBuilder::Create(UserKernelOptions options, 
   auto b = std::unique_ptr<KernelBuilder>(new KernelBuilder(std::move(options), cache));
   b->toolchains_["cpu"] = Find(b->options_.cxx, {"g++", "c++", "clang++"}, {}, "--user_kernel_cxx");
   b->toolchains_["cuda"] = Find(b->options_.nvcc, {"nvcc"}, {"/usr/local/cuda/bin/nvcc"}, "--user_kernel_nvcc");
+  // The clang that builds our own gfx942 code (bazel/hip.bzl): Debian's
+  // clang-19 first, a ROCm install's last.
+  b->toolchains_["hip"] =
+      Find(b->options_.hipcc, {"clang++-19", "clang++"}, {"/opt/rocm/llvm/bin/clang++"}, "--user_kernel_hipcc");
   return b;
 }
 
@@ -240,7 +266,7 @@ std::string KernelBuilder::AllowedFlags(const std::string& backend) {
 }
 
 absl::Status KernelBuilder::Check(const pb::UserKernel& k, pb::BenchOp op, const std::string& server_backend,
-                                  const std::string& field) const {
+                                  const std::string& field, const std::string& device_arch) const {
   if (!options_.enabled) {
     return absl::FailedPreconditionError(
         absl::StrCat(field, ": user kernels are off on this server (--user_kernels=false)"));
@@ -250,26 +276,40 @@ absl::Status KernelBuilder::Check(const pb::UserKernel& k, pb::BenchOp op, const
                                                    QuoteClientText(k.name())));
   }
   KS_RETURN_IF_ERROR(CheckLength(absl::StrCat(field, ".filename"), k.filename(), 256));
-  const bool device_code = k.code_case() == pb::UserKernel::kCubin || k.code_case() == pb::UserKernel::kPtx;
-  const char* const device_field = k.code_case() == pb::UserKernel::kCubin ? "cubin" : "ptx";
-  if (device_code && k.backend() == "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".backend: a ", device_field,
-                                                   " is device code for the cuda backend, not cpu"));
+  const bool device_code = k.code_case() == pb::UserKernel::kCubin || k.code_case() == pb::UserKernel::kPtx ||
+                           k.code_case() == pb::UserKernel::kCodeObject;
+  const char* const device_field = k.code_case() == pb::UserKernel::kCubin ? "cubin"
+                                   : k.code_case() == pb::UserKernel::kPtx ? "ptx"
+                                                                           : "code_object";
+  const char* const device_backend = k.code_case() == pb::UserKernel::kCodeObject ? "hip" : "cuda";
+  if (device_code && !k.backend().empty() && k.backend() != device_backend) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".backend: a ", device_field, " is device code for the ",
+                                                   device_backend, " backend, not ", QuoteClientText(k.backend())));
   }
   const std::string backend = BackendOf(k, server_backend);
-  if (backend != "cpu" && backend != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".backend: expected \"cpu\" or \"cuda\" (HIP is not "
-                                                   "supported yet), got ", QuoteClientText(k.backend())));
+  if (backend != "cpu" && backend != "cuda" && backend != "hip") {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".backend: expected \"cpu\", \"cuda\" or \"hip\", got ",
+                                                   QuoteClientText(k.backend())));
   }
-  if (device_code && backend != "cuda") {
-    return absl::FailedPreconditionError(absl::StrCat(field, ".", device_field,
-                                                      ": device code for the cuda backend, but this server runs the ",
+  if (device_code && backend != device_backend) {
+    return absl::FailedPreconditionError(absl::StrCat(field, ".", device_field, ": device code for the ",
+                                                      device_backend, " backend, but this server runs the ",
                                                       server_backend, " backend"));
   }
   if (backend != server_backend) {
-    return absl::FailedPreconditionError(absl::StrCat(field, ".backend: a ", backend,
-                                                      " kernel, but this server runs the ", server_backend,
-                                                      " backend"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ".backend: a ", backend, " kernel, but this server runs the ", server_backend, " backend",
+        backend == "hip" ? " and has no HIP (AMD) device; submit it to a server started with --backend=hip" : ""));
+  }
+  if (backend == "hip" && k.code_case() == pb::UserKernel::kSharedObject) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".shared_object: a hip kernel is device code: send its "
+                                                   "HIP source or a code_object (with launch)"));
+  }
+  // A HIP source builds into device code only: the worker launches it.
+  const bool launched = device_code || (backend == "hip" && k.code_case() == pb::UserKernel::kSource);
+  const UserAbiEntry* entry = FindUserAbiEntry(op);
+  if (entry == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": op ", pb::BenchOp_Name(op), " has no user kernel"));
   }
   switch (k.code_case()) {
     case pb::UserKernel::kSource:
@@ -292,35 +332,40 @@ absl::Status KernelBuilder::Check(const pb::UserKernel& k, pb::BenchOp op, const
       }
       break;
     case pb::UserKernel::kCubin:
-    case pb::UserKernel::kPtx: {
-      const std::string& code = k.code_case() == pb::UserKernel::kCubin ? k.cubin() : k.ptx();
+    case pb::UserKernel::kPtx:
+    case pb::UserKernel::kCodeObject: {
+      const std::string& code = k.code_case() == pb::UserKernel::kCubin ? k.cubin()
+                                : k.code_case() == pb::UserKernel::kPtx ? k.ptx()
+                                                                        : k.code_object();
       const std::string code_field = absl::StrCat(field, ".", device_field);
       if (static_cast<int64_t>(code.size()) > options_.max_object_bytes) {
         return absl::InvalidArgumentError(absl::StrCat(code_field, ": ", code.size(), " bytes, larger than the limit of ",
                                                        options_.max_object_bytes, " bytes (--user_kernel_max_object_mb)"));
       }
-      const UserAbiEntry* entry = FindUserAbiEntry(op);
-      if (entry == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ": op ", pb::BenchOp_Name(op), " has no user kernel"));
-      }
       KS_RETURN_IF_ERROR(k.code_case() == pb::UserKernel::kCubin ? CheckCubin(code, *entry, code_field)
-                                                                 : CheckPtx(code, *entry, code_field));
-      if (!k.has_launch()) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".launch: a ", device_field,
-                                                       " has no host code to launch it: give its grid_x, block_x "
-                                                       "(and grid_y/z, block_y/z, dynamic_shared_bytes)"));
-      }
-      KS_RETURN_IF_ERROR(CheckLaunch(k.launch(), absl::StrCat(field, ".launch")));
+                         : k.code_case() == pb::UserKernel::kPtx
+                             ? CheckPtx(code, *entry, code_field)
+                             : CheckCodeObject(code, *entry, device_arch.empty() ? options_.hip_arch : device_arch,
+                                               code_field));
       if (!k.flags().empty()) {
         return absl::InvalidArgumentError(absl::StrCat(field, ".flags: a prebuilt ", device_field, " takes no compile flags"));
       }
       break;
     }
     default:
-      return absl::InvalidArgumentError(absl::StrCat(field, ": expected source, shared_object, cubin or ptx"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": expected source, shared_object, cubin, ptx or code_object"));
   }
-  if (!device_code && k.has_launch()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".launch: only for a cubin or ptx (a ",
+  if (launched) {
+    const char* what = device_code ? device_field : "HIP source";
+    if (!k.has_launch()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".launch: a ", what,
+                                                     " has no host code to launch it: give its grid_x, block_x "
+                                                     "(and grid_y/z, block_y/z, dynamic_shared_bytes)"));
+    }
+    KS_RETURN_IF_ERROR(CheckLaunch(k.launch(), backend, absl::StrCat(field, ".launch")));
+  } else if (k.has_launch()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".launch: only for device code, a cubin, ptx, code_object "
+                                                   "or HIP source (a ",
                                                    k.code_case() == pb::UserKernel::kSource ? "source" : "shared object",
                                                    "'s host entry point launches its own kernels)"));
   }
@@ -339,14 +384,15 @@ absl::StatusOr<BuiltKernel> KernelBuilder::Build(const pb::UserKernel& k, const 
                                                  const std::function<bool()>& stop) const {
   if (cache_dir_.empty()) return absl::InternalError("no user kernel cache directory");
   BuiltKernel built;
-  if (k.code_case() == pb::UserKernel::kSharedObject || k.code_case() == pb::UserKernel::kCubin ||
-      k.code_case() == pb::UserKernel::kPtx) {
+  if (k.code_case() != pb::UserKernel::kSource) {
     const std::string& bytes = k.code_case() == pb::UserKernel::kSharedObject ? k.shared_object()
                                : k.code_case() == pb::UserKernel::kCubin      ? k.cubin()
-                                                                              : k.ptx();
+                               : k.code_case() == pb::UserKernel::kPtx        ? k.ptx()
+                                                                              : k.code_object();
     built.format = k.code_case() == pb::UserKernel::kSharedObject ? "so"
                    : k.code_case() == pb::UserKernel::kCubin      ? "cubin"
-                                                                  : "ptx";
+                   : k.code_case() == pb::UserKernel::kPtx        ? "ptx"
+                                                                  : "hsaco";
     built.launch = k.launch();
     built.source_sha256 = security::Sha256Hex(bytes);
     built.build_key = security::Sha256Hex(absl::StrCat("prebuilt\n", backend, "\n",
@@ -360,20 +406,28 @@ absl::StatusOr<BuiltKernel> KernelBuilder::Build(const pb::UserKernel& k, const 
     }
     built.log = built.format == "so"      ? "prebuilt shared object"
                 : built.format == "cubin" ? "prebuilt cubin (sm_90), launched with the submission's geometry"
-                                          : "PTX, JIT-compiled by the driver when the worker loads it";
+                : built.format == "ptx"   ? "PTX, JIT-compiled by the driver when the worker loads it"
+                                          : "prebuilt AMD GPU code object, launched with the submission's geometry";
     return built;
   }
   const Toolchain& tc = toolchain(backend);
   if (tc.path.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("no ", backend == "cuda" ? "CUDA compiler" : "C++ compiler", " on this node to build ",
+        absl::StrCat("no ", backend == "cuda" ? "CUDA compiler" : backend == "hip" ? "HIP compiler (clang)" : "C++ compiler",
+                     " on this node to build ",
                      UserVariantName(k), ": ", tc.why_missing));
   }
+  const bool hip = backend == "hip";
   const std::string key = security::Sha256Hex(absl::StrCat(backend, "\n", tc.identity, "\nabi ", KS_USER_ABI_VERSION,
-                                                           "\n", absl::StrJoin(k.flags(), "\x1f"), "\n", k.source()));
-  const std::string so = absl::StrCat(cache_dir_, "/", key, ".so");
-  if (access(so.c_str(), R_OK) == 0) {
-    built.object_path = so;
+                                                           hip ? absl::StrCat("\n", options_.hip_arch) : "", "\n",
+                                                           absl::StrJoin(k.flags(), "\x1f"), "\n", k.source()));
+  const std::string object = absl::StrCat(cache_dir_, "/", key, hip ? ".hsaco" : ".so");
+  if (access(object.c_str(), R_OK) == 0) {
+    built.object_path = object;
+    if (hip) {
+      built.format = "hsaco";
+      built.launch = k.launch();
+    }
     built.build_key = key;
     built.source_sha256 = security::Sha256Hex(k.source());
     built.cached = true;
@@ -394,18 +448,27 @@ absl::StatusOr<BuiltKernel> KernelBuilder::Compile(const pb::UserKernel& k, cons
     }
     KS_RETURN_IF_ERROR(WriteFile(full, text));
   }
-  const std::string src = absl::StrCat(dir.path(), backend == "cuda" ? "/kernel.cu" : "/kernel.cc");
+  const bool hip = backend == "hip";
+  const std::string src = absl::StrCat(dir.path(), backend == "cuda" ? "/kernel.cu" : hip ? "/kernel.hip" : "/kernel.cc");
+  const std::string out = absl::StrCat(dir.path(), hip ? "/kernel.hsaco" : "/kernel.so");
   KS_RETURN_IF_ERROR(WriteFile(src, k.source()));
   SpawnSpec s;
   s.argv = {tc.path};
-  if (backend == "cuda") {
+  if (hip) {
+    // Device code only, as bazel/hip.bzl builds our own: one linked code
+    // object for the device's architecture, without ROCm's device libraries
+    // (user_kernel_util.h defines the few entry points HIP's headers need).
+    s.argv.insert(s.argv.end(), {"-x", "hip", absl::StrCat("--offload-arch=", options_.hip_arch), "--cuda-device-only",
+                                 "--no-gpu-bundle-output", "-nogpulib", "-DKS_HIP_NO_DEVICE_LIBS", "-c", "-std=c++17",
+                                 "-O3"});
+  } else if (backend == "cuda") {
     s.argv.insert(s.argv.end(), {"-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90a,code=sm_90a",
                                  "-std=c++17", "-O3"});
   } else {
     s.argv.insert(s.argv.end(), {"-shared", "-fPIC", "-std=c++17", "-O2"});
   }
   for (const std::string& f : k.flags()) s.argv.push_back(f);  // later flags win (-O3 over -O2)
-  s.argv.insert(s.argv.end(), {"-I", dir.path() + "/include", "-o", dir.path() + "/kernel.so", src});
+  s.argv.insert(s.argv.end(), {"-I", dir.path() + "/include", "-o", out, src});
   const std::string tool_dir = tc.path.substr(0, tc.path.rfind('/'));
   s.env = {absl::StrCat("PATH=", tool_dir, ":/usr/bin:/bin"), "LANG=C", absl::StrCat("HOME=", dir.path()),
            absl::StrCat("TMPDIR=", dir.path())};
@@ -441,11 +504,15 @@ absl::StatusOr<BuiltKernel> KernelBuilder::Compile(const pb::UserKernel& k, cons
         absl::StrCat(name, " does not compile (", tc.path.substr(tc.path.rfind('/') + 1), " ", e.Describe(),
                      "); compile log:\n", built.log));
   }
-  built.object_path = absl::StrCat(cache_dir_, "/", key, ".so");
+  if (hip) {
+    built.format = "hsaco";
+    built.launch = k.launch();
+  }
+  built.object_path = absl::StrCat(cache_dir_, "/", key, hip ? ".hsaco" : ".so");
   KS_RETURN_IF_ERROR(WriteFile(absl::StrCat(cache_dir_, "/", key, ".log"), built.log));
   // The cache may be on another file system than the build dir: copy, then
   // rename within the cache, so that a reader never sees half an object.
-  KS_ASSIGN_OR_RETURN(const std::string object, ReadFileBytes(dir.path() + "/kernel.so"));
+  KS_ASSIGN_OR_RETURN(const std::string object, ReadFileBytes(out));
   const std::string tmp = absl::StrCat(built.object_path, ".tmp", getpid());
   KS_RETURN_IF_ERROR(WriteFile(tmp, object));
   if (rename(tmp.c_str(), built.object_path.c_str()) != 0) {

@@ -1,6 +1,6 @@
 // Building users' kernels (kernels/api/user_kernel_abi.h) into shared
-// objects: the node's toolchain found at start-up (g++ for cpu, nvcc for
-// cuda), flags from an allow-list, the compiler in a sandboxed child process
+// objects (cpu, cuda) or AMD GPU code objects (hip): the node's toolchain
+// found at start-up (g++ for cpu, nvcc for cuda, clang for hip), flags from an allow-list, the compiler in a sandboxed child process
 // (sandbox.h: CPU time, memory and file-size limits, a wall-clock timeout, a
 // private temp dir, no network where the kernel allows it), the compile log
 // kept for the user, and a content-addressed cache of builds keyed by
@@ -30,6 +30,12 @@ struct UserKernelOptions {
   std::string nvcc;    // --user_kernel_nvcc; "": nvcc on PATH, else /usr/local/cuda/bin/nvcc
   std::string worker;  // --user_kernel_worker; "": kernel_worker beside the server binary
   std::string worker_cuda;  // the CUDA worker; "": kernel_worker_cuda beside the server binary
+  // --user_kernel_hipcc; "": clang++-19, else clang++ on PATH, else /opt/rocm/llvm/bin/clang++
+  std::string hipcc;
+  std::string worker_hip;  // the HIP worker; "": kernel_worker_hip beside the server binary
+  // The gfx architecture HIP sources are built for and code objects must
+  // target when the backend does not name its devices' (--user_kernel_hip_arch).
+  std::string hip_arch = "gfx942";
   std::string cache_dir;    // "": <data_dir>/user_kernels, or a temp dir without one
   std::string work_dir = "/tmp";  // private build and run dirs are made here
   int64_t max_source_bytes = 1 << 20;
@@ -64,9 +70,9 @@ struct Toolchain {
 };
 
 struct BuiltKernel {
-  std::string object_path;  // in the cache: the shared object, cubin or PTX
-  std::string format = "so";  // "so", "cubin" or "ptx": how the worker loads it
-  pb::CudaLaunch launch;      // cubin and ptx: the submission's launch geometry
+  std::string object_path;  // in the cache: the shared object, cubin, PTX or code object
+  std::string format = "so";  // "so", "cubin", "ptx" or "hsaco": how the worker loads it
+  pb::CudaLaunch launch;      // device code (not "so"): the submission's launch geometry
   std::string source_sha256;  // of the source or the submitted object
   std::string build_key;      // the cache key
   std::string log;            // compiler output (and the network note)
@@ -84,11 +90,14 @@ class KernelBuilder {
 
   // At Submit, nothing compiled yet: the name, the backend, the code's size,
   // every flag, a prebuilt object's header (a cubin's machine, arch and entry
-  // kernel for `op`, PTX's directives and entry), a cubin's or PTX's launch
-  // geometry. INVALID_ARGUMENT naming `field` (spec.user_kernels[i]...) and
-  // what was expected; FAILED_PRECONDITION for another backend's kernel.
+  // kernel for `op`, PTX's directives and entry; an AMD code object's
+  // machine, gfx architecture (`device_arch`, the server's devices'; "":
+  // options().hip_arch) and kernel descriptor), device code's launch
+  // geometry (a HIP source's too). INVALID_ARGUMENT naming `field`
+  // (spec.user_kernels[i]...) and what was expected; FAILED_PRECONDITION for
+  // another backend's kernel (a hip kernel on a server without HIP devices).
   absl::Status Check(const pb::UserKernel& kernel, pb::BenchOp op, const std::string& server_backend,
-                     const std::string& field) const;
+                     const std::string& field, const std::string& device_arch = "") const;
 
   // The kernel's shared object, from the cache or compiled now. A source
   // that does not compile is INVALID_ARGUMENT with the compiler's log; no
@@ -118,14 +127,26 @@ struct UserAbiEntry {
   const char* args;           // ks_attention_args_v1
   size_t args_bytes;          // sizeof it: the device kernel's one parameter
 };
-// nullptr for an op without an entry point (moe_layer).
+// nullptr for an op without an entry point.
 const UserAbiEntry* FindUserAbiEntry(pb::BenchOp op);
 
 // A cubin's and a PTX's own checks (Check calls them with field
 // spec.user_kernels[i].cubin / .ptx; the launch with ...launch).
 absl::Status CheckCubin(const std::string& bytes, const UserAbiEntry& entry, const std::string& field);
 absl::Status CheckPtx(const std::string& text, const UserAbiEntry& entry, const std::string& field);
-absl::Status CheckLaunch(const pb::CudaLaunch& launch, const std::string& field);
+// An AMD GPU code object (UserKernel.code_object) for `device_arch` ("gfx942"):
+// a linked (ET_DYN) 64-bit little-endian HSA ELF for EM_AMDGPU whose e_flags
+// name that processor, its sections inside the file, exporting the op's
+// kernel descriptor ks_user_<op>_v1_kernel.kd.
+absl::Status CheckCodeObject(const std::string& bytes, const UserAbiEntry& entry, const std::string& device_arch,
+                             const std::string& field);
+// The device's limits for `backend` (cuda: sm_90; hip: gfx942).
+absl::Status CheckLaunch(const pb::CudaLaunch& launch, const std::string& backend, const std::string& field);
+
+// The gfx architecture of a HIP device as the HIP backend reports it in
+// DeviceInfo::driver (the one whose code objects the runtime loaded there,
+// "...; code objects gfx942"), or "" when it does not say.
+std::string HipArchFromDriver(const std::string& driver);
 
 // The variant name of a user kernel: "user:<name>".
 std::string UserVariantName(const pb::UserKernel& kernel);

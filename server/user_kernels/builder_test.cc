@@ -347,7 +347,7 @@ TEST_F(DeviceCodeTest, LaunchGeometrySizeBackendAndFlagsAreChecked) {
   EXPECT_THAT(Check(none).message(), HasSubstr("spec.user_kernels[0].launch: a cubin has no host code to launch it"));
   pb::UserKernel source = Kernel("x");
   source.mutable_launch()->set_grid_x(1);
-  EXPECT_THAT(Check(source).message(), HasSubstr("spec.user_kernels[0].launch: only for a cubin or ptx"));
+  EXPECT_THAT(Check(source).message(), HasSubstr("spec.user_kernels[0].launch: only for device code, a cubin, ptx, code_object or HIP source"));
   pb::UserKernel flagged = Device(false, Ptx());
   flagged.add_flags("-O3");
   EXPECT_THAT(Check(flagged).message(), HasSubstr("spec.user_kernels[0].flags: a prebuilt ptx takes no compile flags"));

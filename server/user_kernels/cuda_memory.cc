@@ -116,6 +116,13 @@ class CudaMemory : public WorkerMemory {
     }
     return static_cast<void*>(base_ + kCanaryBytes);
   }
+  absl::StatusOr<void*> Scratch(size_t bytes) override {
+    if (!init_.ok()) return init_;
+    void* p = nullptr;
+    if (absl::Status st = CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"); !st.ok()) return st;
+    allocs_.push_back(p);
+    return p;
+  }
   absl::Status Poison() override {
     return CudaStatus(cudaMemset(base_ + kCanaryBytes, 0xFF, bytes_), "cudaMemset");
   }
@@ -131,19 +138,7 @@ class CudaMemory : public WorkerMemory {
         !st.ok()) {
       return st;
     }
-    for (size_t i = 0; i < kCanaryBytes; ++i) {
-      if (after[i] != kCanary) {
-        return absl::AbortedError(
-            absl::StrCat("the kernel wrote outside its output: byte ", i, " past its end (canary bytes changed)"));
-      }
-    }
-    for (size_t i = 0; i < kCanaryBytes; ++i) {
-      if (before[i] != kCanary) {
-        return absl::AbortedError(absl::StrCat("the kernel wrote outside its output: ", kCanaryBytes - i,
-                                               " bytes before its start (canary bytes changed)"));
-      }
-    }
-    return absl::OkStatus();
+    return CheckCanaryBlocks(before.data(), after.data(), kCanaryBytes, kCanary);
   }
   absl::StatusOr<std::string> ReadOutput() override {
     std::string out(bytes_, '\0');

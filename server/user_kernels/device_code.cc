@@ -1,6 +1,7 @@
-// Prebuilt device code for the cuda backend (a cubin or PTX), checked at
-// submit on any machine, without CUDA: what the worker's driver would refuse
-// later, or load and then run wrongly, is named now with its field.
+// Prebuilt device code (a cubin or PTX for cuda, an AMD GPU code object for
+// hip), checked at submit on any machine, without CUDA or ROCm: what the
+// worker's driver would refuse later, or load and then run wrongly, is named
+// now with its field.
 #include <elf.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,6 +32,22 @@ constexpr uint8_t kStoCudaEntry = 0x10;  // st_other of a __global__ function
 constexpr int kDeviceSm = 90;            // the H200 (sm_90; sm_90a code runs there only)
 constexpr uint32_t kMaxSharedOptin = 232448;
 
+// AMD GPU code objects (LLVM's BinaryFormat/ELF.h, AMDGPUUsage): e_machine,
+// EI_OSABI of the HSA runtime, and the processor in e_flags bits 0..7.
+constexpr uint16_t kEmAmdgpu = 224;
+constexpr uint8_t kOsAbiAmdgpuHsa = 64;
+constexpr uint32_t kAmdgpuMachMask = 0xff;
+constexpr uint32_t kMaxLdsGfx942 = 65536;  // LDS per workgroup
+struct GfxMach {
+  const char* name;
+  uint32_t mach;
+};
+constexpr GfxMach kGfxMachs[] = {
+    {"gfx906", 0x2f}, {"gfx908", 0x30},  {"gfx90a", 0x3f},  {"gfx940", 0x40},  {"gfx941", 0x4b},
+    {"gfx942", 0x4c}, {"gfx950", 0x4f},  {"gfx1030", 0x36}, {"gfx1100", 0x41}, {"gfx1101", 0x46},
+    {"gfx1102", 0x47}, {"gfx1200", 0x48}, {"gfx1201", 0x4e},
+};
+
 const UserAbiEntry kEntries[] = {
     {pb::OP_ATTENTION, KS_USER_ATTENTION_V1, KS_USER_ATTENTION_V1_KERNEL, "ks_attention_args_v1",
      sizeof(ks_attention_args_v1)},
@@ -41,6 +59,8 @@ const UserAbiEntry kEntries[] = {
      sizeof(ks_moe_gateup_args_v1)},
     {pb::OP_MOE_DOWN, KS_USER_MOE_DOWN_V1, KS_USER_MOE_DOWN_V1_KERNEL, "ks_moe_down_args_v1",
      sizeof(ks_moe_down_args_v1)},
+    {pb::OP_MOE_LAYER, KS_USER_MOE_LAYER_V1, KS_USER_MOE_LAYER_V1_KERNEL, "ks_moe_layer_args_v1",
+     sizeof(ks_moe_layer_args_v1)},
 };
 
 absl::Status Bad(const std::string& field, absl::string_view what) {
@@ -69,12 +89,13 @@ absl::StatusOr<std::vector<Elf64_Shdr>> Sections(const std::string& b, const Elf
   return s;
 }
 
-// What the symbol tables say about `name`: "" when it is an exported
-// __global__ kernel, else why not.
-std::string FindKernel(const std::string& b, const std::vector<Elf64_Shdr>& sections, const UserAbiEntry& e) {
-  std::string mangled, device_fn;
+// Calls fn(name, symbol) for every defined symbol of the image's symbol
+// tables (.symtab and .dynsym), bounds-checked.
+template <typename Fn>
+void ForEachDefinedSymbol(const std::string& b, const std::vector<Elf64_Shdr>& sections, Fn fn) {
   for (const Elf64_Shdr& symtab : sections) {
-    if (symtab.sh_type != SHT_SYMTAB || symtab.sh_link >= sections.size() || symtab.sh_entsize != sizeof(Elf64_Sym)) {
+    if ((symtab.sh_type != SHT_SYMTAB && symtab.sh_type != SHT_DYNSYM) || symtab.sh_link >= sections.size() ||
+        symtab.sh_entsize != sizeof(Elf64_Sym)) {
       continue;
     }
     const Elf64_Shdr& strtab = sections[symtab.sh_link];
@@ -82,23 +103,62 @@ std::string FindKernel(const std::string& b, const std::vector<Elf64_Shdr>& sect
     for (uint64_t i = 0; i < symtab.sh_size / sizeof(Elf64_Sym); ++i) {
       Elf64_Sym sym;
       std::memcpy(&sym, b.data() + symtab.sh_offset + i * sizeof(Elf64_Sym), sizeof(sym));
-      if (sym.st_name >= strings.size()) continue;
+      if (sym.st_name >= strings.size() || sym.st_shndx == SHN_UNDEF) continue;
       const absl::string_view rest = strings.substr(sym.st_name);
-      const absl::string_view name = rest.substr(0, rest.find('\0'));
-      if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF) continue;
-      if (name == e.device_kernel) {
-        if (ELF64_ST_BIND(sym.st_info) == STB_LOCAL) return absl::StrCat(e.device_kernel, " is not exported (static)");
-        if ((sym.st_other & kStoCudaEntry) == 0) {
-          device_fn = absl::StrCat(e.device_kernel, " is a __device__ function, not a __global__ kernel");
-          continue;
-        }
-        return "";
-      }
-      if (mangled.empty() && name.find(e.device_kernel) != absl::string_view::npos) mangled = std::string(name);
+      fn(rest.substr(0, rest.find('\0')), sym);
     }
   }
+}
+
+// What the symbol tables say about `name`: "" when it is an exported
+// __global__ kernel, else why not.
+std::string FindKernel(const std::string& b, const std::vector<Elf64_Shdr>& sections, const UserAbiEntry& e) {
+  std::string mangled, device_fn, local;
+  bool found = false;
+  ForEachDefinedSymbol(b, sections, [&](absl::string_view name, const Elf64_Sym& sym) {
+    if (found || ELF64_ST_TYPE(sym.st_info) != STT_FUNC) return;
+    if (name == e.device_kernel) {
+      if (ELF64_ST_BIND(sym.st_info) == STB_LOCAL) {
+        local = absl::StrCat(e.device_kernel, " is not exported (static)");
+      } else if ((sym.st_other & kStoCudaEntry) == 0) {
+        device_fn = absl::StrCat(e.device_kernel, " is a __device__ function, not a __global__ kernel");
+      } else {
+        found = true;
+      }
+    } else if (mangled.empty() && name.find(e.device_kernel) != absl::string_view::npos) {
+      mangled = std::string(name);
+    }
+  });
+  if (found) return "";
+  if (!local.empty()) return local;
   if (!device_fn.empty()) return device_fn;
   return absl::StrCat("exports no kernel ", e.device_kernel,
+                      mangled.empty() ? "" : absl::StrCat(" (only the C++-mangled ", mangled, ": declare it extern \"C\")"),
+                      "; expected ", Declaration(e));
+}
+
+// An AMD code object's kernel is its descriptor, the STT_OBJECT symbol
+// "<kernel>.kd" that hipModuleGetFunction looks up: "" when it is exported,
+// else why not.
+std::string FindAmdKernel(const std::string& b, const std::vector<Elf64_Shdr>& sections, const UserAbiEntry& e) {
+  const std::string kd = absl::StrCat(e.device_kernel, ".kd");
+  std::string mangled, local;
+  bool found = false;
+  ForEachDefinedSymbol(b, sections, [&](absl::string_view name, const Elf64_Sym& sym) {
+    if (found || ELF64_ST_TYPE(sym.st_info) != STT_OBJECT || !absl::EndsWith(name, ".kd")) return;
+    if (name == kd) {
+      if (ELF64_ST_BIND(sym.st_info) == STB_LOCAL) {
+        local = absl::StrCat(kd, " is not exported (a static kernel)");
+      } else {
+        found = true;
+      }
+    } else if (mangled.empty() && name.find(e.device_kernel) != absl::string_view::npos) {
+      mangled = std::string(name.substr(0, name.size() - 3));
+    }
+  });
+  if (found) return "";
+  if (!local.empty()) return local;
+  return absl::StrCat("has no kernel descriptor ", kd, " (no kernel ", e.device_kernel, ")",
                       mangled.empty() ? "" : absl::StrCat(" (only the C++-mangled ", mangled, ": declare it extern \"C\")"),
                       "; expected ", Declaration(e));
 }
@@ -227,6 +287,52 @@ absl::Status CheckCubin(const std::string& b, const UserAbiEntry& e, const std::
   return absl::OkStatus();
 }
 
+std::string GfxName(uint32_t mach) {
+  for (const GfxMach& g : kGfxMachs) {
+    if (g.mach == mach) return g.name;
+  }
+  return absl::StrCat("an AMD GPU of EF_AMDGPU_MACH 0x", absl::Hex(mach));
+}
+
+absl::Status CheckCodeObject(const std::string& b, const UserAbiEntry& e, const std::string& device_arch,
+                             const std::string& field) {
+  const std::string build = absl::StrCat("build one with clang -x hip --offload-arch=", device_arch,
+                                         " --cuda-device-only --no-gpu-bundle-output -c (or send the HIP source)");
+  if (b.size() < sizeof(Elf64_Ehdr) || b.compare(0, 4, "\x7f" "ELF") != 0) {
+    return Bad(field, absl::StrCat("not an AMD GPU code object (no ELF header", absl::StartsWith(b, "BC") ? "; LLVM bitcode: drop -fgpu-rdc" : "",
+                                   "); ", build));
+  }
+  Elf64_Ehdr h;
+  std::memcpy(&h, b.data(), sizeof(h));
+  if (h.e_ident[EI_CLASS] != ELFCLASS64 || h.e_ident[EI_DATA] != ELFDATA2LSB) {
+    return Bad(field, "a 32-bit or big-endian ELF object, not an AMD GPU code object (64-bit little-endian, EM_AMDGPU = 224)");
+  }
+  if (h.e_machine != kEmAmdgpu) {
+    return Bad(field, absl::StrCat("built for ELF machine ", h.e_machine,
+                                   h.e_machine == EM_X86_64 ? " (x86-64)" : h.e_machine == kEmCuda ? " (a cubin)" : "",
+                                   ", not an AMD GPU code object (EM_AMDGPU = 224); ", build));
+  }
+  if (h.e_ident[EI_OSABI] != kOsAbiAmdgpuHsa) {
+    return Bad(field, absl::StrCat("ELF OS/ABI ", static_cast<int>(h.e_ident[EI_OSABI]),
+                                   "; the HIP runtime loads HSA code objects (ELFOSABI_AMDGPU_HSA = 64, amdgcn-amd-amdhsa)"));
+  }
+  if (h.e_type != ET_DYN) {
+    return Bad(field, absl::StrCat("ELF type ", h.e_type, h.e_type == ET_REL ? " (a relocatable object)" : "",
+                                   ", not a linked code object (ET_DYN = 3); ", build));
+  }
+  const std::string arch = GfxName(h.e_flags & kAmdgpuMachMask);
+  if (arch != device_arch) {
+    return Bad(field, absl::StrCat("built for ", arch, "; this server's devices are ", device_arch,
+                                   " (the code object's e_flags name its processor; rebuild with --offload-arch=",
+                                   device_arch, ")"));
+  }
+  absl::StatusOr<std::vector<Elf64_Shdr>> sections = Sections(b, h, field);
+  if (!sections.ok()) return sections.status();
+  const std::string missing = FindAmdKernel(b, *sections, e);
+  if (!missing.empty()) return Bad(field, missing);
+  return absl::OkStatus();
+}
+
 absl::Status CheckPtx(const std::string& text, const UserAbiEntry& e, const std::string& field) {
   if (const size_t nul = text.find('\0'); nul != std::string::npos) {
     return Bad(field, absl::StrCat("not PTX text (a NUL byte at offset ", nul, "); a cubin goes in cubin"));
@@ -279,7 +385,7 @@ absl::Status CheckPtx(const std::string& text, const UserAbiEntry& e, const std:
   return absl::OkStatus();
 }
 
-absl::Status CheckLaunch(const pb::CudaLaunch& l, const std::string& field) {
+absl::Status CheckLaunch(const pb::CudaLaunch& l, const std::string& backend, const std::string& field) {
   auto dim = [](uint32_t v) { return v == 0 ? 1u : v; };
   if (l.grid_x() < 1 || l.grid_x() > 0x7fffffffu) {
     return Bad(field + ".grid_x", absl::StrCat("expected 1 to 2147483647 blocks, got ", l.grid_x()));
@@ -298,10 +404,12 @@ absl::Status CheckLaunch(const pb::CudaLaunch& l, const std::string& field) {
     return Bad(field + ".block_x", absl::StrCat("block_x * block_y * block_z is ", threads,
                                                  " threads; a block has at most 1024"));
   }
-  if (l.dynamic_shared_bytes() > kMaxSharedOptin) {
+  const bool hip = backend == "hip";
+  if (l.dynamic_shared_bytes() > (hip ? kMaxLdsGfx942 : kMaxSharedOptin)) {
     return Bad(field + ".dynamic_shared_bytes",
-               absl::StrCat("expected at most ", kMaxSharedOptin, " (227 KiB, sm_90's limit per block), got ",
-                            l.dynamic_shared_bytes()));
+               absl::StrCat("expected at most ", hip ? kMaxLdsGfx942 : kMaxSharedOptin,
+                            hip ? " (64 KiB, gfx942's LDS per workgroup)" : " (227 KiB, sm_90's limit per block)",
+                            ", got ", l.dynamic_shared_bytes()));
   }
   return absl::OkStatus();
 }

@@ -46,7 +46,7 @@ absl::Status ProbeDevice(const UserKernelOptions& options, const std::string& ba
     }
     s.argv = {worker, "--probe", absl::StrCat("--device=", device)};
     s.limits.isolate_network = options.isolate_network;
-    s.limits.memory_bytes = backend == "cuda" ? 0 : options.worker_memory_bytes;
+    s.limits.memory_bytes = backend == "cpu" ? options.worker_memory_bytes : 0;
     s.limits.max_processes = options.worker_max_processes;
     what = absl::StrCat("the health probe of device ", device, " (", worker, " --probe)");
   }

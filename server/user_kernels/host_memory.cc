@@ -188,6 +188,12 @@ class HostMemory : public WorkerMemory {
     memset(out_.slack, kCanary, out_.slack_bytes);
     return static_cast<void*>(out_.data);
   }
+  absl::StatusOr<void*> Scratch(size_t bytes) override {
+    void* p = mmap(nullptr, RoundUp(std::max<size_t>(bytes, 1)), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (p == MAP_FAILED) return absl::ResourceExhaustedError(absl::StrCat("mmap of the workspace (", bytes, " bytes)"));
+    return p;
+  }
   absl::Status Poison() override {
     memset(out_.data, 0xFF, out_.bytes);
     return absl::OkStatus();
@@ -208,7 +214,9 @@ class HostMemory : public WorkerMemory {
     return ms;
   }
   absl::StatusOr<DeviceLaunch> LoadDeviceKernel(const DeviceKernelSpec&) override {
-    return absl::InvalidArgumentError("a cubin or PTX runs on the cuda backend only (kernel_worker_cuda)");
+    return absl::InvalidArgumentError(
+        "device code runs on a GPU backend only (a cubin or PTX in kernel_worker_cuda, a code object in "
+        "kernel_worker_hip)");
   }
   std::string Describe() const override { return "host memory: read-only inputs, guard pages around the output"; }
 

@@ -1,6 +1,7 @@
 // The kernel worker: runs one user kernel (kernels/api/user_kernel_abi.h) in
 // a process of its own, for one job run (kernel_worker on cpu with
-// host_memory.cc, kernel_worker_cuda with cuda_memory.cc). The server
+// host_memory.cc, kernel_worker_cuda with cuda_memory.cc, kernel_worker_hip
+// with hip_memory.cc). The server
 // (worker_client.h) starts it with the built shared object, hands it the
 // job's spec and a secret seed over the protocol of worker_protocol.h, and
 // reads back the output of the gate launch and the timings. A fault, an
@@ -140,6 +141,19 @@ absl::StatusOr<Launcher> BindMla(WorkerMemory& mem, const Entry& e, const OpCall
 
 absl::StatusOr<Launcher> BindMoe(WorkerMemory& mem, const Entry& e, const OpCall& c, const Inputs& in, uint16_t* out) {
   const MoeParams& p = c.moe;
+  if (p.stage == MoeStage::kLayer) {
+    auto* a = new ks_moe_layer_args_v1{};
+    a->struct_size = sizeof(*a);
+    a->x = In<uint16_t>(in, "x"), a->topk_ids = In<int32_t>(in, "topk_ids");
+    a->topk_weights = In<float>(in, "topk_weights");
+    a->w13 = In<uint8_t>(in, "w13"), a->w13_scales = In<uint8_t>(in, "w13_scales");
+    a->w2 = In<uint8_t>(in, "w2"), a->w2_scales = In<uint8_t>(in, "w2_scales"), a->out = out;
+    a->workspace_bytes = p.tokens * p.top_k * p.inter * static_cast<int64_t>(sizeof(uint16_t));
+    KS_ASSIGN_OR_RETURN(a->workspace, mem.Scratch(static_cast<size_t>(a->workspace_bytes)));
+    a->tokens = p.tokens, a->top_k = p.top_k, a->experts = p.experts, a->hidden = p.hidden, a->inter = p.inter;
+    a->out_dim = p.out_dim, a->rounding = static_cast<int32_t>(p.rounding);
+    return MakeLauncher<ks_moe_layer_fn_v1>(e, a, mem.stream(), "moe_layer");
+  }
   if (p.stage == MoeStage::kGateUp) {
     auto* a = new ks_moe_gateup_args_v1{};
     a->struct_size = sizeof(*a);
@@ -197,7 +211,7 @@ struct Worker {
 };
 
 // What the worker was started with: a shared object (--so=), or a cubin /
-// PTX (--cubin=, --ptx=) with its launch (--grid=X,Y,Z --block=X,Y,Z
+// PTX / AMD code object (--cubin=, --ptx=, --hsaco=) with its launch (--grid=X,Y,Z --block=X,Y,Z
 // --shared_bytes=N).
 struct Object {
   std::string so;
@@ -360,7 +374,8 @@ int Main(int argc, char** argv) {
     bool ok = true;
     if (absl::StartsWith(arg, "--so=")) {
       object.so = arg.substr(5);
-    } else if (absl::StartsWith(arg, "--cubin=") || absl::StartsWith(arg, "--ptx=")) {
+    } else if (absl::StartsWith(arg, "--cubin=") || absl::StartsWith(arg, "--ptx=") ||
+               absl::StartsWith(arg, "--hsaco=")) {
       object.device.ptx = absl::StartsWith(arg, "--ptx=");
       object.device.path = arg.substr(arg.find('=') + 1);
     } else if (absl::StartsWith(arg, "--grid=")) {

@@ -129,6 +129,7 @@ class UserKernelTest : public ::testing::Test {
       m->set_inter(64);
       m->set_swiglu(op == pb::OP_MOE_GATEUP);
       m->set_weighted_sum(op == pb::OP_MOE_DOWN);
+      if (op == pb::OP_MOE_LAYER) m->set_out_dim(64);
     }
     for (auto& b : baselines) s.add_variants(b);
     s.mutable_method()->set_warmup(2);
@@ -187,7 +188,8 @@ TEST_F(UserKernelTest, ExamplesOfEveryOpPassTheGateBesideTheBuiltInVariant) {
                                                                 {pb::OP_FP8_ATTENTION, "fp8_attention"},
                                                                 {pb::OP_MLA_DECODE, "mla_decode"},
                                                                 {pb::OP_MOE_GATEUP, "moe_gateup"},
-                                                                {pb::OP_MOE_DOWN, "moe_down"}};
+                                                                {pb::OP_MOE_DOWN, "moe_down"},
+                                                                {pb::OP_MOE_LAYER, "moe_layer"}};
   for (const auto& [op, name] : ops) {
     SCOPED_TRACE(name);
     pb::BenchJob job = Run(Spec(op, name, Example(name), {"cpu"}));
@@ -366,6 +368,35 @@ TEST_F(UserKernelTest, AKernelThatWritesNothingFailsTheGateOnThePoison) {
   EXPECT_THAT(job.results(0).gate_message(), HasSubstr("NaN"));
 }
 
+// The whole MoE layer: the example passes the gate beside the built-in cpu
+// variant (in the examples' test above); one that forgets the routing weights
+// runs, is judged against the oracle and fails the gate, unranked.
+TEST_F(UserKernelTest, AWrongMoeLayerFailsTheGate) {
+  std::string wrong = Example("moe_layer");
+  const std::string weighted = "y[n] += a->topk_weights[t * R + r] * Dot(";
+  ASSERT_NE(wrong.find(weighted), std::string::npos);
+  wrong.replace(wrong.find(weighted), weighted.size(), "y[n] += Dot(");
+  pb::BenchJob job = Run(Spec(pb::OP_MOE_LAYER, "unweighted", wrong, {"cpu"}));
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  const pb::VariantResult* user = Result(job, "user:unweighted");
+  const pb::VariantResult* cpu = Result(job, "cpu");
+  ASSERT_NE(user, nullptr);
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_FALSE(user->correct());
+  EXPECT_THAT(user->gate_message(), HasSubstr("exceeds the tolerance"));
+  EXPECT_FALSE(user->timed());
+  EXPECT_TRUE(cpu->correct()) << cpu->gate_message();
+  // A layer kernel that never touches its workspace's bounds check still
+  // has to be given one of the documented size.
+  std::string small = Example("moe_layer");
+  const std::string check = "if (a->workspace_bytes < a->tokens * R * I * 2) return 2;";
+  ASSERT_NE(small.find(check), std::string::npos);
+  small.replace(small.find(check), check.size(), "if (a->workspace_bytes != a->tokens * R * I * 2) return 2;");
+  pb::BenchJob exact = Run(Spec(pb::OP_MOE_LAYER, "exact", small));
+  ASSERT_EQ(exact.state(), pb::JOB_DONE) << exact.error();
+  EXPECT_TRUE(exact.results(0).correct()) << exact.results(0).gate_message();
+}
+
 TEST_F(UserKernelTest, HugeSourceIsRefusedBeforeCompilingNamingItsSize) {
   pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "huge", std::string(100 << 20, ' '));
   auto job = alice_->Submit(spec);
@@ -403,9 +434,20 @@ TEST_F(UserKernelTest, SubmitChecks) {
   EXPECT_EQ(alice_->Submit(spec).status().code(), absl::StatusCode::kFailedPrecondition);
   spec = Spec(pb::OP_ATTENTION, "bad name!", Example("attention"));
   EXPECT_THAT(alice_->Submit(spec).status().message(), HasSubstr("spec.user_kernels[0].name"));
-  spec = Spec(pb::OP_MOE_LAYER, "layer", Example("attention"));
-  spec.mutable_moe()->set_out_dim(64);
-  EXPECT_THAT(alice_->Submit(spec).status().message(), HasSubstr("moe_layer has no user kernel entry point"));
+  // HIP on a server without a HIP device: refused at submit, naming the backend.
+  spec = Spec(pb::OP_ATTENTION, "hip", ReadFile("kernels/api/examples/hip/attention.hip"));
+  spec.mutable_user_kernels(0)->set_backend("hip");
+  spec.mutable_user_kernels(0)->mutable_launch()->set_grid_x(1);
+  spec.mutable_user_kernels(0)->mutable_launch()->set_block_x(128);
+  absl::Status hip = alice_->Submit(spec).status();
+  EXPECT_EQ(hip.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(hip.message(), HasSubstr("spec.user_kernels[0].backend: a hip kernel, but this server runs the cpu "
+                                       "backend and has no HIP (AMD) device"));
+  spec.mutable_user_kernels(0)->set_code_object("\x7f" "ELF");
+  spec.mutable_user_kernels(0)->clear_backend();  // the server's, but a code object is hip's
+  hip = alice_->Submit(spec).status();
+  EXPECT_EQ(hip.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(hip.message(), HasSubstr("spec.user_kernels[0].code_object: device code for the hip backend"));
   spec = Spec(pb::OP_ATTENTION, "buffers", Example("attention"));
   spec.mutable_inputs()->set_kind(pb::INPUT_BUFFERS);
   (*spec.mutable_inputs()->mutable_buffers())["q"] = "buf-1";
@@ -623,6 +665,20 @@ TEST_F(UserKernelTest, KernelctlSubmitAndLeaderboard) {
   EXPECT_EQ(WEXITSTATUS(ptx_rc), 1);
   EXPECT_THAT(ReadFile(err), HasSubstr("spec.user_kernels[0].ptx: device code for the cuda backend, but this server "
                                        "runs the cpu backend"));
+  // A HIP source (by its extension) goes to the hip backend: this cpu server has no HIP device.
+  const int hip_rc = system((ctl + "submit --op=attention --kernel=kernels/api/examples/hip/attention.hip"
+                                   " --heads=2 --seq=64 --head-dim=64 --grid=1 --block=128 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(hip_rc), 1);
+  EXPECT_THAT(ReadFile(err), HasSubstr("FAILED_PRECONDITION: "));
+  EXPECT_THAT(ReadFile(err), HasSubstr("spec.user_kernels[0].backend: a hip kernel, but this server runs the cpu "
+                                       "backend and has no HIP (AMD) device"));
+  // The whole MoE layer through kernelctl: the example passes the gate beside cpu.
+  const int layer_rc = system((ctl + "submit --op=moe_layer --kernel=kernels/api/examples/cpu/moe_layer.cc "
+                                     "--tokens=4 --experts=4 --top-k=2 --hidden=64 --inter=64 --out-dim=64 "
+                                     "--baseline=cpu --warmup=1 --iters=2 >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(layer_rc), 0) << ReadFile(err) << ReadFile(out);
+  EXPECT_THAT(ReadFile(out), HasSubstr("| user:moe_layer | pass |"));
+  EXPECT_THAT(ReadFile(err), HasSubstr("user:moe_layer (sha256 "));
 }
 
 class NoToolchainTest : public UserKernelTest {

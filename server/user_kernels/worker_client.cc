@@ -35,9 +35,9 @@ absl::Status WithFault(absl::Status st, absl::string_view kind) {
 }  // namespace
 
 std::string WorkerBinary(const UserKernelOptions& o, const std::string& backend) {
-  const std::string& configured = backend == "cuda" ? o.worker_cuda : o.worker;
+  const std::string& configured = backend == "cuda" ? o.worker_cuda : backend == "hip" ? o.worker_hip : o.worker;
   if (!configured.empty()) return configured;
-  const std::string name = backend == "cuda" ? "kernel_worker_cuda" : "kernel_worker";
+  const std::string name = backend == "cuda" ? "kernel_worker_cuda" : backend == "hip" ? "kernel_worker_hip" : "kernel_worker";
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   const std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)).substr(0, std::string(self, n).rfind('/')) : ".";
@@ -82,7 +82,8 @@ absl::StatusOr<std::unique_ptr<KernelWorker>> KernelWorker::Start(const UserKern
   if (realpath(worker.c_str(), resolved) != nullptr) worker = resolved;
   if (access(worker.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat("the kernel worker ", worker,
-                                                      " is missing (set --user_kernel_worker)"));
+                                                      " is missing (set --user_kernel_worker",
+                                                      backend == "cpu" ? "" : absl::StrCat("_", backend), ")"));
   }
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
@@ -108,7 +109,8 @@ absl::StatusOr<std::unique_ptr<KernelWorker>> KernelWorker::Start(const UserKern
   if (const char* lib = getenv("LD_LIBRARY_PATH")) s.env.push_back(absl::StrCat("LD_LIBRARY_PATH=", lib));
   s.cwd = w->dir_->path();
   s.limits.cpu_s = 0;  // the wall-clock deadlines bound it
-  s.limits.memory_bytes = backend == "cuda" ? 0 : options.worker_memory_bytes;
+  // A GPU process maps far more address space than it uses.
+  s.limits.memory_bytes = backend == "cpu" ? options.worker_memory_bytes : 0;
   s.limits.file_bytes = 16 << 20;
   s.limits.max_processes = options.worker_max_processes;
   s.limits.isolate_network = options.isolate_network;
@@ -155,8 +157,12 @@ absl::Status KernelWorker::Await(double timeout_s, uint32_t* tag, std::string* p
         pid_ = -1;
         if (e.signal != 0) return Gone(err, e);
         absl::Status reported(err.code(), absl::StrCat(label_, ": ", err.message()));
-        // A CUDA error after the kernel may have left the device itself broken.
-        return absl::StrContains(err.message(), "cudaError") ? WithFault(reported, "device error") : reported;
+        // A device error after the kernel (CUDA's or HIP's, hip_memory.cc) may
+        // have left the device itself broken.
+        return absl::StrContains(err.message(), "cudaError") ||
+                       absl::StrContains(err.message(), "faulted on the device or left an error")
+                   ? WithFault(reported, "device error")
+                   : reported;
       }
       return absl::OkStatus();
     }

@@ -1,6 +1,6 @@
 // Where a kernel worker keeps the job's tensors for the user kernel: host
 // memory with guard pages (host_memory.cc, the cpu worker) or device memory
-// with canaries (cuda_memory.cc, the cuda worker). kernel_worker.cc links
+// with canaries (cuda_memory.cc and hip_memory.cc, the cuda and hip workers). kernel_worker.cc links
 // one of them.
 #ifndef KERNELSERVE_SERVER_USER_KERNELS_WORKER_MEMORY_H_
 #define KERNELSERVE_SERVER_USER_KERNELS_WORKER_MEMORY_H_
@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace kernelserve {
 namespace user_kernels {
@@ -44,6 +45,9 @@ class WorkerMemory {
   virtual absl::StatusOr<const void*> Input(const std::string& name, const void* bytes, size_t n) = 0;
   // The output (once), bracketed so that a write outside it is found.
   virtual absl::StatusOr<void*> Output(size_t bytes) = 0;
+  // Scratch the kernel may use as it likes (the MoE layer's workspace), in
+  // the same memory as the tensors.
+  virtual absl::StatusOr<void*> Scratch(size_t bytes) = 0;
   virtual absl::Status Poison() = 0;  // NaN (0xFF bytes) in every output element
   // After launches: wait for them (device errors are the kernel's) and check
   // what brackets the output.
@@ -52,7 +56,8 @@ class WorkerMemory {
   virtual void* stream() = 0;  // the ABI's stream argument
   // The time of `n` launches in ms (host clock or device events), checked after.
   virtual absl::StatusOr<double> Time(const std::function<int()>& launch, int n) = 0;
-  // Loads a cubin or PTX into this memory's context (cuda only): the
+  // Loads a cubin or PTX (cuda) or an AMD code object (hip) into this
+  // memory's context: the
   // kernel's checks against the device (its parameter's size, threads per
   // block, shared memory) fail as INVALID_ARGUMENT naming the launch field.
   virtual absl::StatusOr<DeviceLaunch> LoadDeviceKernel(const DeviceKernelSpec& spec) = 0;
@@ -60,7 +65,25 @@ class WorkerMemory {
   virtual std::string Describe() const = 0;
 };
 
-// `device`: the job's device (the CUDA ordinal on cuda).
+// The canary blocks of a device output read back (`before` and `after` its
+// `n` bytes each, filled with `canary`): which one a kernel wrote into.
+inline absl::Status CheckCanaryBlocks(const uint8_t* before, const uint8_t* after, size_t n, uint8_t canary) {
+  for (size_t i = 0; i < n; ++i) {
+    if (after[i] != canary) {
+      return absl::AbortedError(
+          absl::StrCat("the kernel wrote outside its output: byte ", i, " past its end (canary bytes changed)"));
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (before[i] != canary) {
+      return absl::AbortedError(absl::StrCat("the kernel wrote outside its output: ", n - i,
+                                             " bytes before its start (canary bytes changed)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `device`: the job's device (the CUDA or HIP ordinal on cuda, hip).
 std::unique_ptr<WorkerMemory> MakeWorkerMemory(int device);
 
 }  // namespace user_kernels
