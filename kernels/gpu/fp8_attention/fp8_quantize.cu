@@ -29,6 +29,15 @@ __device__ __forceinline__ uint8_t E4m3fnCode(float y) {
 #endif
 }
 
+// Two e4m3fn codes, lo's in bits 0-7 and hi's in bits 8-15.
+__device__ __forceinline__ uint32_t E4m3fnPair(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  return sm80::F32x2ToE4m3fnX2(lo, hi);
+#else
+  return FloatToE4m3fn(lo) | FloatToE4m3fn(hi) << 8;
+#endif
+}
+
 // The code of y in the args' format, and the format's largest value.
 __device__ __forceinline__ uint8_t CodeOf(const QuantizeArgs& a, float y) {
   return a.fnuz ? static_cast<uint8_t>(FloatToE4m3fnuz(y)) : E4m3fnCode(y);
@@ -167,6 +176,75 @@ __global__ void DescaleKernel(const QuantizeArgs a) {
 }
 
 #if !(defined(__HIP__) || defined(__HIP_PLATFORM_AMD__))
+// The per-tensor, unrotated case (the default) as two streaming passes over
+// the flat tensor, eight elements a thread step (16-byte loads of bf16,
+// 8-byte stores of codes), CUDA only: the row kernels above read two bytes
+// per lane and write one, and a 128 MiB tensor took ~4x its bytes' time.
+// The amax is a block's maximum in one atomic; the codes are the row
+// kernels' (the same division, the same encoder), so either path gives the
+// same bytes.
+constexpr int kVecThreads = 256;
+
+__device__ __forceinline__ float AbsMax8(const uint4 v, float m) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m = fmaxf(m, fabsf(__uint_as_float(w[i] << 16)));
+    m = fmaxf(m, fabsf(__uint_as_float(w[i] & 0xFFFF0000u)));
+  }
+  return m;
+}
+
+__global__ void __launch_bounds__(kVecThreads) AmaxVecKernel(const uint4* x, int64_t n8, unsigned int* amax) {
+  float m = 0.f;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kVecThreads;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kVecThreads) + threadIdx.x; i < n8; i += stride) {
+    m = AbsMax8(x[i], m);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ float warp_max[kVecThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kVecThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
+    if (m > 0.f) atomicMax(amax, __float_as_uint(m));
+  }
+}
+
+__global__ void __launch_bounds__(kVecThreads) QuantizeVecKernel(const QuantizeArgs a, int64_t n8) {
+  const float amax = __uint_as_float(a.amax[0]);
+  const float descale = amax == 0.f ? 1.f : __fdiv_rn(amax, Fp8MaxOf(a));
+  const uint4* x = reinterpret_cast<const uint4*>(a.x);
+  uint2* codes = reinterpret_cast<uint2*>(a.codes);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kVecThreads;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kVecThreads) + threadIdx.x; i < n8; i += stride) {
+    const uint4 v = x[i];
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t out[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float lo = __fdiv_rn(__uint_as_float(w[j] << 16), descale);
+      const float hi = __fdiv_rn(__uint_as_float(w[j] & 0xFFFF0000u), descale);
+      const uint32_t pair = a.fnuz ? (static_cast<uint32_t>(FloatToE4m3fnuz(lo)) |
+                                      static_cast<uint32_t>(FloatToE4m3fnuz(hi)) << 8)
+                                   : E4m3fnPair(lo, hi);
+      out[j >> 1] |= pair << (16 * (j & 1));
+    }
+    codes[i] = make_uint2(out[0], out[1]);
+  }
+}
+
+// The vector path's conditions: per tensor, no rotation, 16-byte aligned
+// input and 8-byte aligned codes (rows of 64, 128 or 192 elements keep the
+// flat tensor a multiple of 8).
+bool VecQuantizeApplies(const QuantizeArgs& a) {
+  return !a.hadamard && !a.per_head && a.dim % 8 == 0 && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(a.codes) & 7) == 0;
+}
+#endif
+
+#if !(defined(__HIP__) || defined(__HIP_PLATFORM_AMD__))
 // CUDA only (gfx942's matrix unit reads e4m3fnuz itself).
 // Through a 256-entry table in shared memory (one load per code instead of
 // the encoder's bit arithmetic); four codes per thread when both pointers are
@@ -204,6 +282,17 @@ cudaError_t LaunchFnuzToFn(const uint8_t* in, uint8_t* out, int64_t n, cudaStrea
 
 cudaError_t LaunchQuantize(const QuantizeArgs& a, cudaStream_t stream) {
   const QuantizeGrids g = QuantizeGridsOf(a);
+#if !(defined(__HIP__) || defined(__HIP_PLATFORM_AMD__))
+  if (VecQuantizeApplies(a)) {
+    const int64_t n8 = a.rows * a.dim / 8;
+    // A few resident blocks per SM stream the tensor; more only add atomics.
+    const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n8 + kVecThreads - 1) / kVecThreads, 132 * 8)));
+    AmaxVecKernel<<<blocks, kVecThreads, 0, stream>>>(reinterpret_cast<const uint4*>(a.x), n8, a.amax);
+    QuantizeVecKernel<<<blocks, kVecThreads, 0, stream>>>(a, n8);
+    DescaleKernel<<<g.descale, kQuantizeThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
+#endif
   AmaxKernel<<<g.amax, kQuantizeThreads, 0, stream>>>(a);
   QuantizeKernel<<<g.quantize, kQuantizeThreads, 0, stream>>>(a);
   DescaleKernel<<<g.descale, kQuantizeThreads, 0, stream>>>(a);

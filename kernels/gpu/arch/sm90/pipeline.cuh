@@ -69,6 +69,32 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// MbarWait for a warp that has nothing else to issue while it waits (a
+// producer ahead of its consumers): each try_wait may suspend the warp up to
+// kMbarSuspendNs until the phase completes, where the plain try_wait comes
+// back after a short system-defined time and the loop re-issues; those
+// retries took issue slots from the consumer warps of the same SM
+// sub-partitions (bench/NOTES.md, FP8 attention v5).
+constexpr uint32_t kMbarSuspendNs = 1000000;
+__device__ __forceinline__ void MbarWaitSleep(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done, waiting;\n.reg .u64 t0, t;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@done bra MBAR_SLEEP_DONE;\n"
+      "mov.u64 t0, %%globaltimer;\n"
+      "MBAR_SLEEP_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %3;\n"
+      "@done bra MBAR_SLEEP_DONE;\n"
+      "mov.u64 t, %%globaltimer;\n"
+      "sub.u64 t, t, t0;\n"
+      "setp.lt.u64 waiting, t, %2;\n"
+      "@waiting bra MBAR_SLEEP_WAIT;\n"
+      "trap;\n"
+      "MBAR_SLEEP_DONE:\n}\n" ::"r"(bar),
+      "r"(parity), "l"(kMbarWatchdogNs), "r"(kMbarSuspendNs)
+      : "memory");
+}
+
 // Named barriers 1..15 (0 is __syncthreads). `threads` counts both the
 // threads that sync and those that only arrive.
 __device__ __forceinline__ void NamedBarrierSync(uint32_t id, uint32_t threads) {

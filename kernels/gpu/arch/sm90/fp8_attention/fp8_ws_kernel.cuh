@@ -16,17 +16,19 @@
 //     64-byte tail in a 64-byte-swizzled part of their own) into two-stage
 //     rings on mbarriers; all 128
 //     threads transpose each raw V tile into a V^T stage (fp8 wgmma takes B
-//     K-major only), fence.proxy.async, and arrive on the stage's full
-//     barrier;
+//     K-major only; VTransposer, addresses fixed per thread), fence.proxy.async,
+//     and arrive on the stage's full barrier; its waits suspend the warp
+//     (MbarWaitSleep) rather than spin in the consumers' issue slots;
 //   warpgroups 1 and 2, the consumers (setmaxnreg up): 64 query rows each.
 //
 // Consumer loop over key tiles n (each tile = two 64-key P blocks):
 //   turn (named barrier): issue S(n) = Q K(n)^T, then P1 V(n-1) into ob
 //     (block 1 of the previous tile); pass the turn, so that the other
 //     warpgroup's softmax and folds run under these wgmmas (ping-pong);
-//   wait S(n): release K(n); mask, block 0's frame and codes under P1 V(n-1);
+//   wait S(n): release K(n); mask; both blocks' frames (one dependency
+//     chain per tile), block 0's codes, all under P1 V(n-1);
 //   wait P1 V(n-1): fold O = O 2^(R_prev - R) + ob, release V^T(n-1);
-//   P0 V(n) into ob; block 1's frame and codes under it; wait, fold.
+//   P0 V(n) into ob; block 1's codes under it; wait, fold.
 // The folds run in block order: P0 V(n), then P1 V(n).
 //
 // CTAs are numbered longest first: with causal masking blockIdx.x = 0 is
@@ -173,11 +175,12 @@ __device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Sm& sm, uin
     sm90::MbarArriveExpectTx(sm.VFull(0), kVBytes);
     LoadTile(&wp.map_v, sm.V(0), sm.VFull(0), 0, 0, hk, b, hi);
   }
+  const VTransposer transposer(ptid);
   for (int n = 0; n < n_tiles; ++n) {
     const int s = n % Sm::kStages;
     const uint32_t ph = (n / Sm::kStages) & 1;
     if (ptid == 0) {
-      sm90::MbarWait(sm.KEmpty(s), ph ^ 1);
+      sm90::MbarWaitSleep(sm.KEmpty(s), ph ^ 1);
       sm90::MbarArriveExpectTx(sm.KFull(s), Sm::Qk::kKBytes);
       LoadQkTile<typename Sm::Qk>(&wp.map_k, &wp.map_k_tail, sm.K(s), Sm::Qk::kKTail, sm.KFull(s), n * kTile, hk, b,
                                   hi);
@@ -187,10 +190,9 @@ __device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Sm& sm, uin
         LoadTile(&wp.map_v, sm.V(s1), sm.VFull(s1), 0, (n + 1) * kTile, hk, b, hi);
       }
     }
-    sm90::MbarWait(sm.VFull(s), ph);
-    sm90::MbarWait(sm.VtEmpty(s), ph ^ 1);
-    const uint8_t* sv = smem + Sm::kOffV + s * kVBytes;
-    TransposeV<128>([sv](int key, int byte) { return sv + Swz(key, byte); }, smem + Sm::kOffVt + s * kVtBytes, ptid);
+    sm90::MbarWaitSleep(sm.VFull(s), ph);
+    sm90::MbarWaitSleep(sm.VtEmpty(s), ph ^ 1);
+    transposer.Run(sm.V(s), sm.Vt(s));
     sm90::FenceProxyAsync();  // V^T (st.shared) is read by wgmma next
     sm90::MbarArrive(sm.VtFull(s));
     sm90::NamedBarrierSync(kProducerBarrier, 128);  // every read of raw V stage s done before its refill
@@ -274,6 +276,10 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
 
   using Qk = typename Sm::Qk;
   const uint32_t q_addr = sm.Q() + cwg * 64 * 128, q_tail = sm.Q() + Qk::kQTail + cwg * 64 * 64;
+  const uint64_t q_desc = sm90::MakeSmemDesc(q_addr, 16, 1024), k_desc = sm90::MakeSmemDesc(sm.K(0), 16, 1024);
+  const uint64_t q_tail_desc = sm90::MakeSmemDesc64B(q_tail, 16, 512);
+  const uint64_t k_tail_desc = sm90::MakeSmemDesc64B(sm.K(0) + Qk::kKTail, 16, 512);
+  const uint64_t vt_desc = sm90::MakeSmemDesc(sm.Vt(0), 16, 1024);
   const uint32_t my_turn = kTurnBarrier + cwg, other_turn = kTurnBarrier + (cwg ^ 1);
   constexpr uint32_t kTurnThreads = 256;
 
@@ -298,21 +304,21 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
       sm90::WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t da = sm90::MakeSmemDesc(q_addr + 32u * kk, 16, 1024);
-        const uint64_t db = sm90::MakeSmemDesc(sm.K(st) + 32u * kk, 16, 1024);
+        const uint64_t da = DescPlus(q_desc, 32u * kk);
+        const uint64_t db = DescPlus(k_desc, st * Qk::kKBytes + 32u * kk);
         sm90::WgmmaSS<128, sm90::E4m3>(s, da, db, kk > 0 ? 1 : 0);
       }
       if constexpr (Qk::kHasTail) {
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
-          const uint64_t da = sm90::MakeSmemDesc64B(q_tail + 32u * kk, 16, 512);
-          const uint64_t db = sm90::MakeSmemDesc64B(sm.K(st) + Qk::kKTail + 32u * kk, 16, 512);
+          const uint64_t da = DescPlus(q_tail_desc, 32u * kk);
+          const uint64_t db = DescPlus(k_tail_desc, st * Qk::kKBytes + 32u * kk);
           sm90::WgmmaSS<128, sm90::E4m3>(s, da, db, 1);
         }
       }
       sm90::WgmmaCommit();
       if constexpr (!kFirst) {
-        IssuePv(ob, pa, sm.Vt(prev), 1);
+        IssuePv(ob, pa, DescPlus(vt_desc, prev * kVtBytes), 1);
         sm90::WgmmaCommit();
       }
       sm90::NamedBarrierArrive(other_turn, kTurnThreads);
@@ -325,9 +331,11 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
       sm90::MbarArriveIf(sm.KEmpty(st), release);
       Mask<kCausal>(s, p, static_cast<int64_t>(n) * kTile, q0, diag, lim, c);
 
-      // Block 0's codes (pa[0], pa[1]) under P1 V(n-1), which reads pa[2], pa[3].
-      float factor0[2], factor1[2];
-      BlockCodes<kMode>(s, 0, pa, m_run, r_last, r_max, lsum, factor0, sc, naive_shift);
+      // Both blocks' frames, then block 0's codes (pa[0], pa[1]) under
+      // P1 V(n-1), which reads pa[2], pa[3].
+      float factor[2][2], ref[2][2];
+      TileFrames<kMode>(s, sc, naive_shift, m_run, r_last, r_max, factor, ref);
+      BlockCodes<kMode>(s, 0, pa, ref[0], factor[0], lsum, sc);
       if constexpr (!kFirst) {
         sm90::WgmmaWait<0>();
         sm90::FenceOperand(ob);
@@ -339,15 +347,15 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
       sm90::FenceOperand(ob);
       sm90::FenceOperand(pa);
       sm90::WgmmaFence();
-      IssuePv(ob, pa, sm.Vt(st), 0);
+      IssuePv(ob, pa, DescPlus(vt_desc, st * kVtBytes), 0);
       sm90::WgmmaCommit();
-      BlockCodes<kMode>(s, 1, pa, m_run, r_last, r_max, lsum, factor1, sc, naive_shift);  // under P0 V(n)
+      BlockCodes<kMode>(s, 1, pa, ref[1], factor[1], lsum, sc);  // under P0 V(n)
       sm90::WgmmaWait<0>();
       sm90::FenceOperand(ob);
       sm90::FenceOperand(pa);
-      FoldBlock(o, ob, factor0);
-      factor_prev[0] = factor1[0];
-      factor_prev[1] = factor1[1];
+      FoldBlock(o, ob, factor[0]);
+      factor_prev[0] = factor[1][0];
+      factor_prev[1] = factor[1][1];
     };
     tile(0, std::true_type{});
     for (int n = 1; n < n_tiles; ++n) tile(n, std::false_type{});
@@ -357,7 +365,7 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
     sm90::FenceOperand(ob);
     sm90::FenceOperand(pa);
     sm90::WgmmaFence();
-    IssuePv(ob, pa, sm.Vt(last), 1);
+    IssuePv(ob, pa, DescPlus(vt_desc, last * kVtBytes), 1);
     sm90::WgmmaCommit();
     sm90::NamedBarrierArriveIf(other_turn, kTurnThreads, cwg == 0);
     sm90::WgmmaWait<0>();

@@ -25,12 +25,20 @@ __device__ __forceinline__ int64_t RowOff(int bshd, int64_t b, int64_t h, int64_
 // P modes (PMode's values), as the kernels' template argument.
 constexpr int kExact = 1, kLean = 2, kNaive = 3;
 
+// 2^d for an integer d <= 127, built from its exponent bits (0 below 2^-126):
+// two integer operations where exp2f of a converted integer is a float
+// conversion and a MUFU.EX2 on the frame's dependency chain. It differs from
+// exp2f only for d in [-149, -127], a frame change so large that the scaled
+// accumulators lie under fp32 precision of the new block's.
+__device__ __forceinline__ float Pow2Int(int d) { return __int_as_float((max(d, -127) + 127) << 23); }
+
 // From the block's row maxima `bmax` (base-2 scores; -inf: no key in the
 // block): `factor` rescales the accumulators into the block's frame and
 // `ref` is subtracted from the scores before encoding (+inf: every code of
 // the row is 0). Exact and lean P keep the frame in r_last / r_max (a block
 // more than 60 binades under the row's largest R is dropped); naive P is a
-// plain running max m_run.
+// plain running max m_run. The ceiling is one conversion (cvt.rpi: +inf
+// saturates, NaN gives 0, as ceilf then a truncating conversion did).
 template <int kMode>
 __device__ __forceinline__ void UpdateBlockFrame(const float (&bmax)[2], float (&m_run)[2],
                                                  int (&r_last)[2], int (&r_max)[2], float (&factor)[2],
@@ -43,20 +51,16 @@ __device__ __forceinline__ void UpdateBlockFrame(const float (&bmax)[2], float (
       factor[hf] = exp2f(m_run[hf] - mu);
       m_run[hf] = mn;
       ref[hf] = mu;
-    } else if (bmax[hf] == -INFINITY) {
-      factor[hf] = 1.f;    // empty block for this row: no change of frame
-      ref[hf] = INFINITY;  // t - inf = -inf: code 0
     } else {
-      const int rb = static_cast<int>(ceilf(bmax[hf])) - 8;
-      if (rb < r_max[hf] - 60) {
-        factor[hf] = 1.f;  // negligible block: dropped
-        ref[hf] = INFINITY;
-      } else {
-        factor[hf] = exp2f(static_cast<float>(r_last[hf] - rb));  // exact power of two (0 at the start)
-        r_last[hf] = rb;
-        r_max[hf] = max(r_max[hf], rb);
-        ref[hf] = static_cast<float>(rb);
-      }
+      // Wrapping subtraction: -inf converts to INT_MIN (that block is `empty`).
+      const int rb = static_cast<int>(static_cast<unsigned>(__float2int_ru(bmax[hf])) - 8u);
+      const bool empty = bmax[hf] == -INFINITY;      // no key of this row in the block: no change of frame
+      const bool dropped = rb < r_max[hf] - 60;      // negligible block
+      const bool keep = !empty && !dropped;
+      factor[hf] = keep ? Pow2Int(r_last[hf] - rb) : 1.f;  // exact power of two (0 at the start)
+      ref[hf] = keep ? static_cast<float>(rb) : INFINITY;  // t - inf = -inf: code 0
+      r_last[hf] = keep ? rb : r_last[hf];
+      r_max[hf] = keep ? max(r_max[hf], rb) : r_max[hf];
     }
   }
 }
