@@ -55,6 +55,13 @@ __device__ __forceinline__ uint64_t MakeSmemDesc64B(uint32_t smem_addr, uint32_t
   return MakeSmemDescInterleave(smem_addr, lbo_bytes, sbo_bytes) | (static_cast<uint64_t>(2) << 62);
 }
 
+// A descriptor moved by `bytes` (a multiple of 16): the start address field
+// holds address >> 4 in 14 bits and shared memory lies below 256 KB, so the
+// add never carries out of the field. Kernels make the descriptor of a
+// tile's first byte once and move it per wgmma: one add, where building the
+// descriptor from the address is about five uniform-datapath operations.
+__device__ __forceinline__ uint64_t DescPlus(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 // ----------------------------------------------------------------- fences
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -92,7 +92,9 @@ struct WsMainloop {
   }
 
   // Q once, then K and V of every key tile through the ring. Each stage is
-  // refilled only after all consumer warps released it (empty barrier).
+  // refilled only after all consumer warps released it (empty barrier); the
+  // producer's waits suspend its warp (MbarWaitSleep) instead of spinning in
+  // the issue slots of the consumer warps beside it.
   __device__ static void Produce(const void* map_q, const void* map_k, const void* map_v,
                                  bool heads_inner, const WsSmem<Traits>& sm, int m0, int head,
                                  int kv_head, int batch, int n_blocks) {
@@ -104,11 +106,11 @@ struct WsMainloop {
     for (int nb = 0; nb < n_blocks; ++nb) {
       const int stage = nb % kStages;
       const uint32_t phase = (nb / kStages) & 1;
-      sm90::MbarWait(sm.KEmpty(stage), phase ^ 1);
+      sm90::MbarWaitSleep(sm.KEmpty(stage), phase ^ 1);
       sm90::MbarArriveExpectTx(sm.KFull(stage), Traits::kTileKVBytes);
       LoadTile<kBlockN>(map_k, sm.KTile(stage), sm.KFull(stage), nb * kBlockN, kv_head, batch,
                         heads_inner);
-      sm90::MbarWait(sm.VEmpty(stage), phase ^ 1);
+      sm90::MbarWaitSleep(sm.VEmpty(stage), phase ^ 1);
       sm90::MbarArriveExpectTx(sm.VFull(stage), Traits::kTileKVBytes);
       LoadTile<kBlockN>(map_v, sm.VTile(stage), sm.VFull(stage), nb * kBlockN, kv_head, batch,
                         heads_inner);
@@ -119,26 +121,27 @@ struct WsMainloop {
 
   // S = Q K^T over d: k-step kk in column block kk / 4 at byte offset
   // 32 * (kk % 4) within the 128-byte rows.
-  __device__ static void IssueScores(float (&s)[kNTiles][4], uint32_t sq_wg, uint32_t sk) {
+  // q_desc, k_desc: descriptors of this warpgroup's Q rows and of the K
+  // tile's first byte (sm90::DescPlus moves them).
+  __device__ static void IssueScores(float (&s)[kNTiles][4], uint64_t q_desc, uint64_t k_desc) {
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const uint32_t k_off = 32u * (kk & 3);
       const uint32_t q_blk = (kk >> 2) * 2u * (kBlockM * 64);
       const uint32_t k_blk = (kk >> 2) * 2u * (kBlockN * 64);
-      const uint64_t da = sm90::MakeSmemDesc(sq_wg + q_blk + k_off, 16, 1024);
-      const uint64_t db = sm90::MakeSmemDesc(sk + k_blk + k_off, 16, 1024);
-      sm90::WgmmaSS<kBlockN, sm90::Bf16>(s, da, db, kk > 0 ? 1 : 0);
+      sm90::WgmmaSS<kBlockN, sm90::Bf16>(s, sm90::DescPlus(q_desc, q_blk + k_off), sm90::DescPlus(k_desc, k_blk + k_off),
+                                         kk > 0 ? 1 : 0);
     }
   }
 
   // O += P V: V the MN-major operand (d blocks kBlockN * 128 bytes apart,
   // 8-key groups 1024 bytes apart), P from registers.
+  // v_desc: the V tile's first byte (lbo kBlockN * 128, sbo 1024).
   __device__ static void IssuePv(float (&acc)[kD / 8][4], const uint32_t (&pa)[kBlockN / 16][4],
-                                 uint32_t sv) {
+                                 uint64_t v_desc) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t db = sm90::MakeSmemDesc(sv + kk * 16u * 128u, kBlockN * 128, 1024);
-      sm90::WgmmaRS<128, sm90::Bf16, true>(acc, pa[kk], db, 1);
+      sm90::WgmmaRS<128, sm90::Bf16, true>(acc, pa[kk], sm90::DescPlus(v_desc, kk * 16u * 128u), 1);
     }
   }
 
@@ -212,6 +215,12 @@ struct WsMainloop {
     const uint32_t other_turn = Traits::kTurnBarrier + (wg ^ 1);
     const bool release = lane == 0;  // one arrival per warp on the empty barriers
     const uint32_t scratch = sm.Scratch(4 * wg + warp_in_wg);
+    // Descriptors made once; per tile they move by the stage's offset.
+    const uint64_t q_desc = sm90::MakeSmemDesc(sq_wg, 16, 1024);
+    const uint64_t k_desc = sm90::MakeSmemDesc(sm.KTile(0), 16, 1024);
+    const uint64_t v_desc = sm90::MakeSmemDesc(sm.VTile(0), kBlockN * 128, 1024);
+    auto k_at = [&](int stage) { return sm90::DescPlus(k_desc, sm.KTile(stage) - sm.KTile(0)); };
+    auto v_at = [&](int stage) { return sm90::DescPlus(v_desc, sm.VTile(stage) - sm.VTile(0)); };
 
     float s[kNTiles][4];
     uint32_t pa[kBlockN / 16][4];
@@ -227,7 +236,7 @@ struct WsMainloop {
     sm90::NamedBarrierSync(my_turn, kTurnThreads);
     sm90::FenceOperand(s);
     sm90::WgmmaFence();
-    IssueScores(s, sq_wg, sm.KTile(0));
+    IssueScores(s, q_desc, k_desc);
     sm90::WgmmaCommit();
     sm90::NamedBarrierArrive(other_turn, kTurnThreads);
     sm90::WgmmaWait<0>();
@@ -251,9 +260,9 @@ struct WsMainloop {
       sm90::FenceOperand(pa);
       sm90::FenceOperand(acc);
       sm90::WgmmaFence();
-      IssueScores(s, sq_wg, sm.KTile(stage));
+      IssueScores(s, q_desc, k_at(stage));
       sm90::WgmmaCommit();
-      IssuePv(acc, pa, sm.VTile(prev));
+      IssuePv(acc, pa, v_at(prev));
       sm90::WgmmaCommit();
       sm90::NamedBarrierArrive(other_turn, kTurnThreads);
       sm90::WgmmaWait<1>();  // S(nb) done; PV(nb-1) may still run
@@ -278,7 +287,7 @@ struct WsMainloop {
     sm90::FenceOperand(pa);
     sm90::FenceOperand(acc);
     sm90::WgmmaFence();
-    IssuePv(acc, pa, sm.VTile(last));
+    IssuePv(acc, pa, v_at(last));
     sm90::WgmmaCommit();
     sm90::NamedBarrierArriveIf(other_turn, kTurnThreads, wg == 0);
     sm90::WgmmaWait<0>();

@@ -253,14 +253,6 @@ __device__ __forceinline__ void BlockCodes(const float (&s)[kTile / 8][4], int h
   }
 }
 
-// A shared-memory descriptor moved by `bytes` (a multiple of 16): its start
-// address field holds address >> 4 in 14 bits, and every tile of the kernel
-// lies below 256 KB, so the add never carries out of the field. The
-// descriptors of a stage's first byte are made once per CTA; per wgmma the
-// offset is one add where a descriptor built from the address was five
-// uniform-datapath operations.
-__device__ __forceinline__ uint64_t DescPlus(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
-
 // P V of block hb (keys [64 hb, 64 hb + 64) of the tile) into a fresh ob
 // (scale-d 0, then 1): fp8 wgmma accumulation truncates (~14-bit
 // alignment), so each block's P V is folded into O in fp32 (FoldBlock)
@@ -269,7 +261,7 @@ __device__ __forceinline__ void IssuePv(float (&ob)[kNt][4], const uint32_t (&pa
                                         int hb) {
 #pragma unroll
   for (int kc = 2 * hb; kc < 2 * hb + 2; ++kc) {
-    sm90::WgmmaRS<136, sm90::E4m3>(ob, pa[kc], DescPlus(vt_desc, 32u * kc), kc == 2 * hb ? 0 : 1);
+    sm90::WgmmaRS<136, sm90::E4m3>(ob, pa[kc], sm90::DescPlus(vt_desc, 32u * kc), kc == 2 * hb ? 0 : 1);
   }
 }
 

@@ -304,21 +304,21 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
       sm90::WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t da = DescPlus(q_desc, 32u * kk);
-        const uint64_t db = DescPlus(k_desc, st * Qk::kKBytes + 32u * kk);
+        const uint64_t da = sm90::DescPlus(q_desc, 32u * kk);
+        const uint64_t db = sm90::DescPlus(k_desc, st * Qk::kKBytes + 32u * kk);
         sm90::WgmmaSS<128, sm90::E4m3>(s, da, db, kk > 0 ? 1 : 0);
       }
       if constexpr (Qk::kHasTail) {
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
-          const uint64_t da = DescPlus(q_tail_desc, 32u * kk);
-          const uint64_t db = DescPlus(k_tail_desc, st * Qk::kKBytes + 32u * kk);
+          const uint64_t da = sm90::DescPlus(q_tail_desc, 32u * kk);
+          const uint64_t db = sm90::DescPlus(k_tail_desc, st * Qk::kKBytes + 32u * kk);
           sm90::WgmmaSS<128, sm90::E4m3>(s, da, db, 1);
         }
       }
       sm90::WgmmaCommit();
       if constexpr (!kFirst) {
-        IssuePv(ob, pa, DescPlus(vt_desc, prev * kVtBytes), 1);
+        IssuePv(ob, pa, sm90::DescPlus(vt_desc, prev * kVtBytes), 1);
         sm90::WgmmaCommit();
       }
       sm90::NamedBarrierArrive(other_turn, kTurnThreads);
@@ -347,7 +347,7 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
       sm90::FenceOperand(ob);
       sm90::FenceOperand(pa);
       sm90::WgmmaFence();
-      IssuePv(ob, pa, DescPlus(vt_desc, st * kVtBytes), 0);
+      IssuePv(ob, pa, sm90::DescPlus(vt_desc, st * kVtBytes), 0);
       sm90::WgmmaCommit();
       BlockCodes<kMode>(s, 1, pa, ref[1], factor[1], lsum, sc);  // under P0 V(n)
       sm90::WgmmaWait<0>();
@@ -365,7 +365,7 @@ __device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, 
     sm90::FenceOperand(ob);
     sm90::FenceOperand(pa);
     sm90::WgmmaFence();
-    IssuePv(ob, pa, DescPlus(vt_desc, last * kVtBytes), 1);
+    IssuePv(ob, pa, sm90::DescPlus(vt_desc, last * kVtBytes), 1);
     sm90::WgmmaCommit();
     sm90::NamedBarrierArriveIf(other_turn, kTurnThreads, cwg == 0);
     sm90::WgmmaWait<0>();
