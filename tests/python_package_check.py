@@ -21,7 +21,14 @@ through the package's API only:
   plot() to PNG (opened: size and non-blank, coloured pixels) and SVG,
   html_report() (one file, PNG embedded, one table row per variant);
 - TLS with a bearer token: a second server with a self-signed certificate and
-  a tokens file; the right token works, none or a wrong one is UNAUTHENTICATED.
+  a tokens file; the right token works, none or a wrong one is UNAUTHENTICATED;
+- torch tensors in and out (float32 and bfloat16 in, torch.bfloat16 out equal
+  to the NumPy call) when torch is importable (skipped with a note otherwise);
+- OpResult.info's wall-time split; a sustained job's clock samples drawn over
+  the window (samples put into a real job's JSON: the cpu backend has none);
+- with --user-kernel: a user kernel (the cpu example) submitted as a job from
+  its file, its gated and timed result, the leaderboard, and a kernel that
+  does not build coming back failed with its build log.
 """
 import argparse
 import hashlib
@@ -306,6 +313,74 @@ class Check:
             else:
                 self.ok("upload fp8 codes with dtype=", repr(b))
 
+    def torch_tensors(self):
+        """torch tensors in and out: float32 and bfloat16 inputs, outputs as torch.bfloat16 equal to the NumPy
+        call's float32 values; Buffer.download(as_torch=True). Skipped with a note when torch is absent."""
+        try:
+            import torch
+        except ImportError:
+            print("SKIPPED torch tensors: torch is not importable here (apt-get install python3-torch)")
+            return
+        (q, _), (k, _), (v, _) = self.gauss((1, 2, 24, 64)), self.gauss((1, 1, 40, 64)), self.gauss((1, 1, 40, 64))
+        want = self.c.attention(q, k, v, causal=True).out
+        for label, conv in (("float32", lambda a: torch.from_numpy(a)),
+                            ("bfloat16", lambda a: torch.from_numpy(a).to(torch.bfloat16))):
+            name = "attention with torch.%s inputs" % label
+            res = self.call(name, self.c.attention, conv(q), conv(k), conv(v), causal=True)
+            if res is None:
+                continue
+            out = res.out
+            if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16 or tuple(out.shape) != want.shape:
+                self.fail(name, "got %r" % (out,))
+            elif not np.array_equal(out.float().numpy(), want):
+                self.fail(name, "differs from the NumPy call's output")
+            else:
+                self.ok(name, "torch.bfloat16 %s equal to the NumPy call" % list(out.shape))
+        with self.c.upload(torch.from_numpy(k).to(torch.bfloat16)) as b:
+            back = b.download(as_torch=True)
+            if back.dtype != torch.bfloat16 or not np.array_equal(back.float().numpy(), ks.round_bf16(k)):
+                self.fail("Buffer.download(as_torch=True)", repr(back)[:200])
+            else:
+                self.ok("Buffer.download(as_torch=True)", "torch.bfloat16 %s, bit-exact" % list(back.shape))
+
+    def timing_info(self):
+        q = np.ones((1, 1, 16, 64), np.float32)
+        info = self.c.attention(q, q, q).info
+        parts = info["queue_ms"] + info["run_ms"] + info["transfer_ms"]
+        if not (info["wall_ms"] > 0 and info["transfer_ms"] >= 0 and abs(parts - info["wall_ms"]) < 1e-6 +
+                1e-9 * info["wall_ms"]):
+            self.fail("OpResult.info wall-time split", repr(info))
+        else:
+            self.ok("OpResult.info wall-time split", "wall %.3f = queue %.3f + run %.3f + transfer %.3f ms" % (
+                info["wall_ms"], info["queue_ms"], info["run_ms"], info["transfer_ms"]))
+
+    def user_kernel(self, source):
+        """Your own kernel as a job (the cpu example, from its file), its result, and the leaderboard."""
+        name = "user kernel job"
+        shape = dict(batch=1, heads_q=2, seq_q=64, head_dim=64, causal=True)
+        kernel = ks.user_kernel(source, name="py_check_attention")
+        job = self.c.submit(op="attention", shape=shape, variants=["cpu"], user_kernels=[kernel], iters=3)
+        job.watch(progress=False)
+        recs = {r["variant"]: r for r in job.records()}
+        mine = recs.get("user:py_check_attention")
+        if job.state != "done" or mine is None or not (mine["correct"] and mine["timed"] and mine["source_sha256"]):
+            self.fail(name, "state %s, error %r, records %s" % (job.state, job.error, repr(recs)[:600]))
+            return
+        self.ok(name, "%s: %s, %.4g ms (cpu %.4g ms)" % (job.proto.spec.name, mine["gate_message"], mine["value_ms"],
+                                                         recs["cpu"]["value_ms"]))
+        board = self.c.leaderboard("attention", shape=shape)
+        if not any(e["variant"] == "user:py_check_attention" and e["rank"] >= 1 for e in board):
+            self.fail("leaderboard", repr(board)[:400])
+        else:
+            self.ok("leaderboard", "%d entries, e.g. %s rank %d" % (len(board), board[0]["variant"], board[0]["rank"]))
+        broken = ks.user_kernel(None, source="this is not C++", name="py_check_broken")
+        job = self.c.submit(op="attention", shape=shape, user_kernels=[broken], iters=3).wait(timeout=300)
+        if job.state != "failed" or "py_check_broken.cc does not compile" not in job.error or \
+                "this is not C++" not in job.error:
+            self.fail("user kernel that does not build", "state %s, error %r" % (job.state, job.error[:400]))
+        else:
+            self.ok("user kernel that does not build", "job failed with the compile log: %r" % job.error[:80])
+
     # ------------------------------------------------------------ jobs and plots
     def jobs(self, work):
         names = [v["name"] for v in self.c.variants("attention") if not v["test_only"]]
@@ -366,6 +441,32 @@ class Check:
         else:
             self.ok("plot png", "%dx%d, %.1f%% non-white pixels, %.2f%% in the gate's pass green" % (
                 w, h, 100 * nonwhite, 100 * green))
+
+
+def clock_series_check(check, job, work):
+    """A sustained job's clock samples drawn over the window. The cpu backend samples no clocks, so the
+    samples are put into a real job's JSON here (as NVML gives them on a GPU) and the plot is checked."""
+    d = job.to_dict()
+    for i, r in enumerate(d["results"]):
+        n = 120
+        t = np.arange(n)
+        r.setdefault("clocks", {}).update(available=True, samples=n, sample_period_ms=50.0, sm_clock_mhz_mean=1800.0,
+                           sm_clock_mhz_min=1500.0, sm_clock_mhz_max=1980.0, power_w_mean=500.0,
+                           sm_clock_mhz_samples=list(1980.0 - 480.0 * (t > 60 + 10 * i)),
+                           power_w_samples=list(450.0 + t))
+    recs = ks.records(d)
+    if any(not isinstance(v, (int, float, str, bool)) for r in recs for v in r.values()):
+        check.fail("records with clock samples", "not flat: %s" % repr(recs[0])[:300])
+    path = os.path.join(work, "clocks.png")
+    fig = ks.plot_job(d, path)
+    ax = [a for a in fig.axes if a.get_title() == "clocks over the sustained window"][0]
+    lines = [line for line in ax.get_lines() if len(line.get_xdata()) == 120]
+    if len(lines) != len(d["results"]) or abs(max(lines[0].get_xdata()) - 119 * 0.05) > 1e-9:
+        check.fail("plot of clock samples", "%d lines of 120 samples over %s s" % (
+            len(lines), [max(line.get_xdata()) for line in lines]))
+    else:
+        check.ok("plot of clock samples", "%d variants, %.2f s each" % (len(lines), max(lines[0].get_xdata())))
+    check.check_png(path)
 
 
 def kernelctl_check(kernelctl, port, work, check, job_id):
@@ -484,6 +585,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernelserve", required=True)
     ap.add_argument("--kernelctl", help="also check kernelctl's usability fixes and export --plot")
+    ap.add_argument("--user-kernel", help="a cpu user kernel source (kernels/api/examples/cpu/attention.cc) to "
+                    "submit as a job")
     ap.add_argument("--seed", type=int, help="default: fresh")
     args = ap.parse_args()
     seed = fresh_seed(args.seed)
@@ -502,7 +605,13 @@ def main():
             check.decode()
             check.moe()
             check.buffers()
+            check.torch_tensors()
+            check.timing_info()
             job_id = check.jobs(work)
+            if job_id:
+                clock_series_check(check, client.job(job_id), work)
+            if args.user_kernel:
+                check.user_kernel(args.user_kernel)
             if args.kernelctl and job_id:
                 kernelctl_check(args.kernelctl, port, work, check, job_id)
     finally:
