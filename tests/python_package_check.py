@@ -387,6 +387,10 @@ class Check:
         if not names:
             self.fail("variants", "no attention variants")
             return
+        self.expect_error("submit with an unknown shape field",
+                          lambda: self.c.submit(op="attention", shape=dict(batch=1, heads=8)), None,
+                          "no field 'heads' in attention's shape (AttentionShape); its fields: batch, heads_q",
+                          exc=ValueError)
         job = self.c.submit(op="attention", shape=dict(batch=1, heads_q=2, seq_q=128, head_dim=64, causal=True),
                             variants=names[:3], method="kernel", warmup=2, iters=5, name="py-package-check")
         bar = io.StringIO()

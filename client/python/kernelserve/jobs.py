@@ -42,7 +42,13 @@ def state_enum(state):
 
 def parse_shape(op, shape, message):
     """Fills the shape field of `message` (a BenchJobSpec or LeaderboardRequest) that op uses from a dict."""
-    json_format.ParseDict(shape, getattr(message, _SHAPE_FIELD[_key(op, _OPS, "op")]))
+    target = getattr(message, _SHAPE_FIELD[_key(op, _OPS, "op")])
+    fields = [f.name for f in target.DESCRIPTOR.fields]
+    unknown = sorted(set(shape) - set(fields) - {f.json_name for f in target.DESCRIPTOR.fields})
+    if unknown:
+        raise ValueError("shape: no field %s in %s's shape (%s); its fields: %s" % (
+            ", ".join(map(repr, unknown)), op, target.DESCRIPTOR.name, ", ".join(fields)))
+    json_format.ParseDict(shape, target)
 
 
 
