@@ -22,6 +22,8 @@ through the package's API only:
   html_report() (one file, PNG embedded, one table row per variant);
 - TLS with a bearer token: a second server with a self-signed certificate and
   a tokens file; the right token works, none or a wrong one is UNAUTHENTICATED;
+  mTLS: a client certificate signed by the server's --tls_client_ca connects,
+  none is refused;
 - torch tensors in and out (float32 and bfloat16 in, torch.bfloat16 out equal
   to the NumPy call) when torch is importable (skipped with a note otherwise);
 - OpResult.info's wall-time split; a sustained job's clock samples drawn over
@@ -581,6 +583,32 @@ def tls_check(binary, work, check):
                 check.expect_error("TLS, %s" % label, lambda: c.attention(q, q, q), "UNAUTHENTICATED", "")
     except ks.Error as e:
         check.fail("TLS + bearer token", str(e))
+    finally:
+        stop_server(server)
+    mtls_check(binary, d, check)
+
+
+def mtls_check(binary, d, check):
+    """mTLS (--tls_client_ca): a client certificate signed by the CA connects; none is refused."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for cmd in (["openssl", "req"] + ec + ["-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=py-client"],
+                ["openssl", "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", "client.pem", "-days", "2"]):
+        subprocess.run(cmd, cwd=d, check=True, capture_output=True)
+    f = lambda name: os.path.join(d, name)  # noqa: E731
+    server, port = start_server(binary, d, ["--tls_cert=" + f("server.pem"), "--tls_key=" + f("server.key"),
+                                            "--tls_client_ca=" + f("ca.pem")])
+    try:
+        addr = "localhost:%d" % port
+        q = check.rng.standard_normal((1, 1, 8, 64)).astype(np.float32)
+        with ks.Client(addr, tls=True, root_certs=f("ca.pem"), client_cert=f("client.pem"),
+                       client_key=f("client.key")) as c:
+            out = c.wait_ready().attention(q, q, q).out
+            check.ok("mTLS with a client certificate", "attention %s" % (out.shape,))
+        with ks.Client(addr, tls=True, root_certs=f("ca.pem"), timeout=10) as c:
+            check.expect_error("mTLS without a client certificate", lambda: c.attention(q, q, q), "UNAVAILABLE", "")
+    except ks.Error as e:
+        check.fail("mTLS with a client certificate", str(e))
     finally:
         stop_server(server)
 
