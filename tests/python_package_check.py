@@ -393,8 +393,10 @@ class Check:
                           lambda: self.c.submit(op="attention", shape=dict(batch=1, heads=8)), None,
                           "no field 'heads' in attention's shape (AttentionShape); its fields: batch, heads_q",
                           exc=ValueError)
+        # test.wrong (the server's --enable_test_variants: output x 1.5) fails the gate: drawn red, not timed.
         job = self.c.submit(op="attention", shape=dict(batch=1, heads_q=2, seq_q=128, head_dim=64, causal=True),
-                            variants=names[:3], method="kernel", warmup=2, iters=5, name="py-package-check")
+                            variants=names[:3] + ["test.wrong"], method="kernel", warmup=2, iters=5,
+                            name="py-package-check")
         bar = io.StringIO()
         job.watch(file=bar)
         if job.state != "done" or "100%" not in bar.getvalue() or "\r[" not in bar.getvalue():
@@ -402,9 +404,12 @@ class Check:
             return
         self.ok("job watch", "%r; bar ends %r" % (job, bar.getvalue().strip().split("\r")[-1]))
         recs = job.records()
-        good = (len(recs) == len(names[:3]) and all(isinstance(r, dict) for r in recs) and
+        wrong = [r for r in recs if r["variant"] == "test.wrong"]
+        good = (len(recs) == len(names[:3]) + 1 and all(isinstance(r, dict) for r in recs) and
                 all(isinstance(v, (int, float, str, bool)) for r in recs for v in r.values()) and
-                all(r["timed"] and r["correct"] and r["value_ms"] > 0 for r in recs))
+                all(r["timed"] and r["correct"] and r["value_ms"] > 0 for r in recs if r not in wrong) and
+                len(wrong) == 1 and not wrong[0]["correct"] and not wrong[0]["timed"] and
+                "rel_rms" in wrong[0]["gate_message"])
         if not good:
             self.fail("job records", repr(recs)[:500])
         else:
@@ -419,7 +424,7 @@ class Check:
         png, svg, page = (os.path.join(work, f) for f in ("job.png", "job.svg", "job.html"))
         job.plot(png)
         job.plot(svg)
-        self.check_png(png)
+        self.check_png(png, want_red=True)
         text = open(svg).read(4000)
         if "<svg" not in text:
             self.fail("plot svg", text[:200])
@@ -435,18 +440,22 @@ class Check:
             self.fail("ks.records", "differs from job.records()")
         return job.id
 
-    def check_png(self, path):
+    def check_png(self, path, want_red=False):
+        """Opens the image: its size, non-white pixels, the gate's pass green (and fail red when a variant
+        failed)."""
         import matplotlib.image
         img = matplotlib.image.imread(path)
         h, w = img.shape[:2]
         rgb = img[..., :3]
         nonwhite = np.mean(np.any(rgb < 0.95, axis=-1))
         green = np.mean((rgb[..., 1] > 0.4) & (rgb[..., 0] < 0.3) & (rgb[..., 2] < 0.3))
-        if w < 1200 or h < 600 or nonwhite < 0.03 or green < 0.001:
-            self.fail("plot png", "%dx%d, %.1f%% non-white, %.2f%% pass-green" % (w, h, 100 * nonwhite, 100 * green))
+        red = np.mean((rgb[..., 0] > 0.6) & (rgb[..., 1] < 0.3) & (rgb[..., 2] < 0.3))
+        what = "%dx%d, %.1f%% non-white, %.2f%% pass green, %.3f%% fail red" % (w, h, 100 * nonwhite, 100 * green,
+                                                                           100 * red)
+        if w < 1200 or h < 600 or nonwhite < 0.03 or green < 0.001 or (want_red and red < 0.0001):
+            self.fail("plot png " + os.path.basename(path), what)
         else:
-            self.ok("plot png", "%dx%d, %.1f%% non-white pixels, %.2f%% in the gate's pass green" % (
-                w, h, 100 * nonwhite, 100 * green))
+            self.ok("plot png " + os.path.basename(path), what)
 
 
 def clock_series_check(check, job, work):
@@ -536,7 +545,7 @@ def kernelctl_check(kernelctl, port, work, check, job_id):
     if rc != 0 or not os.path.exists(png):
         check.fail("kernelctl export --plot", "exit %d: %s %s" % (rc, out, err))
     else:
-        check.check_png(png)
+        check.check_png(png, want_red=True)
         html = open(page).read()
         if "data:image/png;base64," not in html:
             check.fail("kernelctl export --html", html[:200])
@@ -624,7 +633,7 @@ def main():
     seed = fresh_seed(args.seed)
     work = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
     start = time.time()
-    server, port = start_server(args.kernelserve, work)
+    server, port = start_server(args.kernelserve, work, ["--enable_test_variants"])
     try:
         with ks.Client("127.0.0.1:%d" % port) as client:
             client.wait_ready()
