@@ -28,6 +28,8 @@ through the package's API only:
   to the NumPy call) when torch is importable (skipped with a note otherwise);
 - OpResult.info's wall-time split; a sustained job's clock samples drawn over
   the window (samples put into a real job's JSON: the cpu backend has none);
+- in a Jupyter kernel (when ipykernel is installed): the progress bar, the
+  Job's HTML table, and job.plot() displayed as a PNG (opened and checked);
 - with --user-kernel: a user kernel (the cpu example) submitted as a job from
   its file, its gated and timed result, the leaderboard, and a kernel that
   does not build coming back failed with its build log.
@@ -484,6 +486,72 @@ def clock_series_check(check, job, work):
     check.check_png(path)
 
 
+def notebook_check(check, port, work):
+    """The package in a Jupyter kernel (ipykernel on this venv's Python), cell by cell as a notebook runs them:
+    the progress bar streams, a Job shows as an HTML table, and job.plot() comes back as a PNG image."""
+    try:
+        import jupyter_client  # noqa: F401
+        import ipykernel  # noqa: F401
+    except ImportError:
+        print("SKIPPED notebook kernel: no ipykernel/jupyter_client here (apt-get install python3-ipykernel)")
+        return
+    import base64
+    import json
+    spec = os.path.join(work, "jupyter", "kernels", "ks-check")
+    os.makedirs(spec)
+    with open(os.path.join(spec, "kernel.json"), "w") as f:
+        json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                   "display_name": "ks-check", "language": "python"}, f)
+    os.environ["JUPYTER_PATH"] = os.path.join(work, "jupyter")
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    from jupyter_client import KernelManager
+    km = KernelManager(kernel_name="ks-check")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    cells = ["import kernelserve as ks\nc = ks.Client('127.0.0.1:%d')\n"
+             "job = c.submit(op='attention', shape=dict(batch=1, heads_q=2, seq_q=64, head_dim=64), "
+             "variants=['cpu'], iters=3)\njob.watch()" % port,
+             "job.plot()"]
+    outputs = []
+    try:
+        kc.wait_for_ready(timeout=120)
+        for code in cells:
+            msg_id = kc.execute(code)
+            got = {"stderr": "", "data": {}, "error": ""}
+            while True:
+                m = kc.get_iopub_msg(timeout=120)
+                if m["parent_header"].get("msg_id") != msg_id:
+                    continue
+                kind, content = m["msg_type"], m["content"]
+                if kind == "status" and content["execution_state"] == "idle":
+                    break
+                if kind == "stream" and content["name"] == "stderr":
+                    got["stderr"] += content["text"]
+                elif kind in ("execute_result", "display_data"):
+                    got["data"].update(content["data"])
+                elif kind == "error":
+                    got["error"] = "%s: %s" % (content["ename"], content["evalue"])
+            outputs.append(got)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    watch, plot = outputs
+    if watch["error"] or "100%" not in watch["stderr"] or "<table>" not in watch["data"].get("text/html", ""):
+        check.fail("notebook: submit and watch", repr(watch)[:400])
+    else:
+        check.ok("notebook: submit and watch", "progress bar streamed, the Job shown as an HTML table")
+    png = plot["data"].get("image/png")
+    if plot["error"] or not png:
+        check.fail("notebook: job.plot() shows an image", repr(plot)[:400])
+        return
+    path = os.path.join(work, "notebook.png")
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(png))
+    check.ok("notebook: job.plot() shows an image", "image/png of %d bytes" % os.path.getsize(path))
+    check.check_png(path)
+
+
 def kernelctl_check(kernelctl, port, work, check, job_id):
     """kernelctl's usability fixes (issue 20) and its --plot/--html, driven from here with .npy files."""
     def run(*args):
@@ -651,6 +719,7 @@ def main():
             job_id = check.jobs(work)
             if job_id:
                 clock_series_check(check, client.job(job_id), work)
+            notebook_check(check, port, work)
             if args.user_kernel:
                 check.user_kernel(args.user_kernel)
             if args.kernelctl and job_id:

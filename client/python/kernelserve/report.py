@@ -288,9 +288,25 @@ def _draw(fig, job):
               transform=info.transAxes)
 
 
+def _notebook_shows_figures():
+    """In a Jupyter kernel, registers IPython's PNG formatter for matplotlib Figures (what `%matplotlib inline`
+    does), so that a returned Figure is drawn: the figures here are made without pyplot, which is what would
+    otherwise register it. Does nothing outside IPython."""
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import select_figure_formats
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and not getattr(shell, "_kernelserve_figures", False):
+        select_figure_formats(shell, {"png"})
+        shell._kernelserve_figures = True
+
+
 def plot_jobs(jobs, path=None, dpi=100):
     """A matplotlib Figure of one or more jobs (one block of panels per job); saved to path when given."""
     from matplotlib.figure import Figure
+    _notebook_shows_figures()
     jobs = list(jobs)
     fig = Figure(figsize=(16, 8.5 * max(1, len(jobs))), layout="constrained")
     subs = [fig] if len(jobs) <= 1 else list(fig.subfigures(len(jobs), 1))
