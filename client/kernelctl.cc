@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -504,6 +505,29 @@ int CmdFp8Attention(Env& env, const std::vector<std::string>& args) {
     if (!t.ok()) return Fail(t.status(), 1);
     *arg = std::move(*t);
   }
+  // FP8 code inputs need their descales and float inputs take none (the server quantizes them): a flag
+  // missing or extra is a usage error here, where the inputs' types are known (not for buffer: inputs).
+  const TensorArg* loaded[3] = {&a.q, &a.k, &a.v};
+  bool fp8_codes = false, floats = false;
+  for (const TensorArg* t : loaded) {
+    if (t->host() == nullptr) continue;
+    (t->host()->dtype() == fp8 ? fp8_codes : floats) = true;
+  }
+  const char* descale_flags[3] = {"--q-descale", "--k-descale", "--v-descale"};
+  const std::string* descale_paths[3] = {&qd, &kd, &vd};
+  for (int i = 0; i < 3; ++i) {
+    if (fp8_codes && !floats && descale_paths[i]->empty()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("fp8-attention with uint8 FP8 code inputs: missing required "
+                                                          "flag ", descale_flags[i], " (fp32 [1] or [B,H])")),
+                  2);
+    }
+    if (floats && !fp8_codes && !descale_paths[i]->empty()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("fp8-attention: ", descale_flags[i],
+                                                          " is only for uint8 FP8 code inputs; float inputs are "
+                                                          "quantized by the server with descales it computes")),
+                  2);
+    }
+  }
   for (auto [path, arg, what] : {std::make_tuple(&qd, &a.q_descale, "q_descale"),
                                  std::make_tuple(&kd, &a.k_descale, "k_descale"),
                                  std::make_tuple(&vd, &a.v_descale, "v_descale")}) {
@@ -575,6 +599,18 @@ int CmdMlaDecode(Env& env, const std::vector<std::string>& args) {
   if (absl::Status st = out.Check("mla-decode"); !st.ok()) return Fail(st, 2);
   if (kv.empty() == pool.empty()) {
     return Fail(absl::InvalidArgumentError("mla-decode: give exactly one of --kv or --pool"), 2);
+  }
+  // A pool needs its page tables; a contiguous --kv is indexed by position (--seq-lens may still shorten
+  // each request), so the page tables are pool-only.
+  for (auto [value, flag] : {std::make_pair(&tables.seq_lens, "--seq-lens"),
+                             std::make_pair(&tables.kv_indices, "--kv-indices"),
+                             std::make_pair(&tables.kv_indptr, "--kv-indptr")}) {
+    if (!pool.empty() && value->empty()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("mla-decode --pool: missing required flag ", flag)), 2);
+    }
+  }
+  if (!kv.empty() && !(tables.kv_indices.empty() && tables.kv_indptr.empty())) {
+    return Fail(absl::InvalidArgumentError("mla-decode: --kv-indices and --kv-indptr are for --pool only"), 2);
   }
   MlaDecodeArgs a;
   auto r = ParseRounding(round);

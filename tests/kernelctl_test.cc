@@ -630,6 +630,94 @@ TEST_F(KernelctlTest, CiBaselineMatchingNothingFails) {
   EXPECT_THAT(ReadFile(Path("ci_b.xml")), ::testing::Not(HasSubstr("vs baseline")));
 }
 
+// A flag that only some modes need is a usage error (exit 2) naming the flag,
+// before any input is read or sent; an op refusing a buffer of the wrong type
+// says how to upload it with --dtype; every op prints its wall-time split.
+TEST_F(KernelctlTest, UsageErrorsNameTheFlagAndTheFix) {
+  const std::string none = Path("does_not_exist.npy");
+  const std::vector<std::string> moe = {"moe", "--x=" + none, "--topk-ids=" + none, "--out=" + Path("u.npy")};
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"--stage=layer", "--topk-weights=" + none, "--w13=" + none, "--w13-scales=" + none, "--w2-scales=" + none},
+       "moe --stage=layer: missing required flag --w2"},
+      {{"--stage=gateup", "--w13=" + none}, "moe --stage=gateup: missing required flag --w13-scales"},
+      {{"--stage=down", "--weighted-sum", "--w2=" + none, "--w2-scales=" + none},
+       "moe --stage=down --weighted-sum: missing required flag --topk-weights"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = moe;
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    RunResult r = Kernelctl(args);
+    EXPECT_EQ(r.code, 2) << c.message << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+  }
+  const std::vector<std::string> mla = {"mla-decode", "--q-lat=" + none, "--q-pe=" + none, "--out=" + Path("u.npy")};
+  RunResult r = Kernelctl({mla[0], mla[1], mla[2], mla[3], "--pool=pool-x", "--seq-lens=" + none,
+                           "--kv-indices=" + none});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("mla-decode --pool: missing required flag --kv-indptr"));
+  r = Kernelctl({mla[0], mla[1], mla[2], mla[3], "--kv=" + none, "--kv-format=e4m3fn", "--kv-indptr=" + none});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--kv-indices and --kv-indptr are for --pool only"));
+
+  // FP8 codes need descales; float inputs take none.
+  HostTensor codes(DType::kFp8E4M3Fn, {1, 1, 8, 128});
+  for (int64_t i = 0; i < codes.num_bytes(); ++i) codes.bytes()[i] = static_cast<uint8_t>(i % 0x70);
+  const std::string c = Save("codes.npy", codes);
+  HostTensor scale(DType::kFp32, {1});
+  scale.data<float>()[0] = 0.5f;
+  const std::string s = Save("descale.npy", scale);
+  r = Kernelctl({"fp8-attention", "--q=" + c, "--k=" + c, "--v=" + c, "--q-descale=" + s, "--v-descale=" + s,
+                 "--out=" + Path("u.npy")});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("with uint8 FP8 code inputs: missing required flag --k-descale"));
+  r = Kernelctl({"fp8-attention", "--q=" + c, "--k=" + c, "--v=" + c, "--q-descale=" + s, "--k-descale=" + s,
+                 "--v-descale=" + s, "--out=" + Path("u.npy")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  HostTensor x = numerics::GaussianBf16({1, 1, 8, 128}, 5);
+  const std::string xf = Save("float_q.npy", x);
+  r = Kernelctl({"fp8-attention", "--q=" + xf, "--k=" + xf, "--v=" + xf, "--q-descale=" + s, "--out=" + Path("u.npy")});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--q-descale is only for uint8 FP8 code inputs"));
+
+  // Packed FP4 weights uploaded without --dtype are a uint8 buffer: the op's
+  // error names the buffer and the --dtype to upload it with.
+  const int64_t E = 2, I = 32, K = 64;
+  HostTensor w13(DType::kFp4E2M1, {E, 2 * I, K}), w13s(DType::kE8M0, {E, 2 * I, K / 32});
+  for (int64_t i = 0; i < w13.num_bytes(); ++i) w13.bytes()[i] = static_cast<uint8_t>(i * 37);
+  for (int64_t i = 0; i < w13s.num_bytes(); ++i) w13s.bytes()[i] = 125;
+  r = Kernelctl({"buffers", "upload", "--in=" + Save("w13_packed.npy", w13)});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string id = FirstWord(r.out);
+  r = Kernelctl({"moe", "--stage=gateup", "--x=" + Save("mx.npy", numerics::GaussianBf16({2, K}, 6)),
+                 "--topk-ids=" + Save("mids.npy", Ints({0, 1, 1, 0}, {2, 2})), "--w13=buffer:" + id,
+                 "--w13-scales=" + Save("w13s_e8m0.npy", w13s), "--out=" + Path("u.npy")});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: INVALID_ARGUMENT: w13: expected fp4_e2m1"));
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("buffer ", id, " holds")));
+  EXPECT_THAT(r.err, HasSubstr("kernelctl buffers upload --dtype=fp4_e2m1"));
+  EXPECT_EQ(Kernelctl({"buffers", "free", "--id=" + id}).code, 0);
+
+  // The wall-time split: the inputs (> 1 MiB in all) travel as temporary
+  // buffers, so upload and download are both timed.
+  const std::string big = Save("big_q.npy", numerics::GaussianBf16({1, 4, 1100, 128}, 7));
+  r = Kernelctl({"attention", "--q=" + big, "--k=" + big, "--v=" + big, "--out=" + Path("u.npy")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::smatch m;
+  const std::regex wall("wall: wall_ms=([0-9.]+): upload_ms=([0-9.]+) queue_ms=([0-9.]+) run_ms=([0-9.]+) "
+                        "transfer_ms=([0-9.]+) download_ms=([0-9.]+)");
+  ASSERT_TRUE(std::regex_search(r.out, m, wall)) << r.out;
+  double parts = 0;
+  for (int i = 2; i <= 6; ++i) parts += std::stod(m[i]);
+  EXPECT_GT(std::stod(m[2]), 0) << m[0];
+  EXPECT_GT(std::stod(m[6]), 0) << m[0];
+  EXPECT_GT(std::stod(m[4]), 0) << m[0];
+  EXPECT_LE(parts, std::stod(m[1]) * 1.01 + 0.05) << m[0];
+}
+
 TEST_F(KernelctlTest, UnreachableServerExitsOne) {
   RunResult r = Kernelctl({"--server=127.0.0.1:1", "--timeout=1", "devices"}, false);
   EXPECT_EQ(r.code, 1);

@@ -21,7 +21,18 @@ through the package's API only:
   plot() to PNG (opened: size and non-blank, coloured pixels) and SVG,
   html_report() (one file, PNG embedded, one table row per variant);
 - TLS with a bearer token: a second server with a self-signed certificate and
-  a tokens file; the right token works, none or a wrong one is UNAUTHENTICATED.
+  a tokens file; the right token works, none or a wrong one is UNAUTHENTICATED;
+  mTLS: a client certificate signed by the server's --tls_client_ca connects,
+  none is refused;
+- torch tensors in and out (float32 and bfloat16 in, torch.bfloat16 out equal
+  to the NumPy call) when torch is importable (skipped with a note otherwise);
+- OpResult.info's wall-time split; a sustained job's clock samples drawn over
+  the window (samples put into a real job's JSON: the cpu backend has none);
+- in a Jupyter kernel (when ipykernel is installed): the progress bar, the
+  Job's HTML table, and job.plot() displayed as a PNG (opened and checked);
+- with --user-kernel: a user kernel (the cpu example) submitted as a job from
+  its file, its gated and timed result, the leaderboard, and a kernel that
+  does not build coming back failed with its build log.
 """
 import argparse
 import hashlib
@@ -306,14 +317,88 @@ class Check:
             else:
                 self.ok("upload fp8 codes with dtype=", repr(b))
 
+    def torch_tensors(self):
+        """torch tensors in and out: float32 and bfloat16 inputs, outputs as torch.bfloat16 equal to the NumPy
+        call's float32 values; Buffer.download(as_torch=True). Skipped with a note when torch is absent."""
+        try:
+            import torch
+        except ImportError:
+            print("SKIPPED torch tensors: torch is not importable here (apt-get install python3-torch)")
+            return
+        (q, _), (k, _), (v, _) = self.gauss((1, 2, 24, 64)), self.gauss((1, 1, 40, 64)), self.gauss((1, 1, 40, 64))
+        want = self.c.attention(q, k, v, causal=True).out
+        for label, conv in (("float32", lambda a: torch.from_numpy(a)),
+                            ("bfloat16", lambda a: torch.from_numpy(a).to(torch.bfloat16))):
+            name = "attention with torch.%s inputs" % label
+            res = self.call(name, self.c.attention, conv(q), conv(k), conv(v), causal=True)
+            if res is None:
+                continue
+            out = res.out
+            if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16 or tuple(out.shape) != want.shape:
+                self.fail(name, "got %r" % (out,))
+            elif not np.array_equal(out.float().numpy(), want):
+                self.fail(name, "differs from the NumPy call's output")
+            else:
+                self.ok(name, "torch.bfloat16 %s equal to the NumPy call" % list(out.shape))
+        with self.c.upload(torch.from_numpy(k).to(torch.bfloat16)) as b:
+            back = b.download(as_torch=True)
+            if back.dtype != torch.bfloat16 or not np.array_equal(back.float().numpy(), ks.round_bf16(k)):
+                self.fail("Buffer.download(as_torch=True)", repr(back)[:200])
+            else:
+                self.ok("Buffer.download(as_torch=True)", "torch.bfloat16 %s, bit-exact" % list(back.shape))
+
+    def timing_info(self):
+        q = np.ones((1, 1, 16, 64), np.float32)
+        info = self.c.attention(q, q, q).info
+        parts = info["queue_ms"] + info["run_ms"] + info["transfer_ms"]
+        if not (info["wall_ms"] > 0 and info["transfer_ms"] >= 0 and abs(parts - info["wall_ms"]) < 1e-6 +
+                1e-9 * info["wall_ms"]):
+            self.fail("OpResult.info wall-time split", repr(info))
+        else:
+            self.ok("OpResult.info wall-time split", "wall %.3f = queue %.3f + run %.3f + transfer %.3f ms" % (
+                info["wall_ms"], info["queue_ms"], info["run_ms"], info["transfer_ms"]))
+
+    def user_kernel(self, source):
+        """Your own kernel as a job (the cpu example, from its file), its result, and the leaderboard."""
+        name = "user kernel job"
+        shape = dict(batch=1, heads_q=2, seq_q=64, head_dim=64, causal=True)
+        kernel = ks.user_kernel(source, name="py_check_attention")
+        job = self.c.submit(op="attention", shape=shape, variants=["cpu"], user_kernels=[kernel], iters=3)
+        job.watch(progress=False)
+        recs = {r["variant"]: r for r in job.records()}
+        mine = recs.get("user:py_check_attention")
+        if job.state != "done" or mine is None or not (mine["correct"] and mine["timed"] and mine["source_sha256"]):
+            self.fail(name, "state %s, error %r, records %s" % (job.state, job.error, repr(recs)[:600]))
+            return
+        self.ok(name, "%s: %s, %.4g ms (cpu %.4g ms)" % (job.proto.spec.name, mine["gate_message"], mine["value_ms"],
+                                                         recs["cpu"]["value_ms"]))
+        board = self.c.leaderboard("attention", shape=shape)
+        if not any(e["variant"] == "user:py_check_attention" and e["rank"] >= 1 for e in board):
+            self.fail("leaderboard", repr(board)[:400])
+        else:
+            self.ok("leaderboard", "%d entries, e.g. %s rank %d" % (len(board), board[0]["variant"], board[0]["rank"]))
+        broken = ks.user_kernel(None, source="this is not C++", name="py_check_broken")
+        job = self.c.submit(op="attention", shape=shape, user_kernels=[broken], iters=3).wait(timeout=300)
+        if job.state != "failed" or "py_check_broken.cc does not compile" not in job.error or \
+                "this is not C++" not in job.error:
+            self.fail("user kernel that does not build", "state %s, error %r" % (job.state, job.error[:400]))
+        else:
+            self.ok("user kernel that does not build", "job failed with the compile log: %r" % job.error[:80])
+
     # ------------------------------------------------------------ jobs and plots
     def jobs(self, work):
         names = [v["name"] for v in self.c.variants("attention") if not v["test_only"]]
         if not names:
             self.fail("variants", "no attention variants")
             return
+        self.expect_error("submit with an unknown shape field",
+                          lambda: self.c.submit(op="attention", shape=dict(batch=1, heads=8)), None,
+                          "no field 'heads' in attention's shape (AttentionShape); its fields: batch, heads_q",
+                          exc=ValueError)
+        # test.wrong (the server's --enable_test_variants: output x 1.5) fails the gate: drawn red, not timed.
         job = self.c.submit(op="attention", shape=dict(batch=1, heads_q=2, seq_q=128, head_dim=64, causal=True),
-                            variants=names[:3], method="kernel", warmup=2, iters=5, name="py-package-check")
+                            variants=names[:3] + ["test.wrong"], method="kernel", warmup=2, iters=5,
+                            name="py-package-check")
         bar = io.StringIO()
         job.watch(file=bar)
         if job.state != "done" or "100%" not in bar.getvalue() or "\r[" not in bar.getvalue():
@@ -321,9 +406,12 @@ class Check:
             return
         self.ok("job watch", "%r; bar ends %r" % (job, bar.getvalue().strip().split("\r")[-1]))
         recs = job.records()
-        good = (len(recs) == len(names[:3]) and all(isinstance(r, dict) for r in recs) and
+        wrong = [r for r in recs if r["variant"] == "test.wrong"]
+        good = (len(recs) == len(names[:3]) + 1 and all(isinstance(r, dict) for r in recs) and
                 all(isinstance(v, (int, float, str, bool)) for r in recs for v in r.values()) and
-                all(r["timed"] and r["correct"] and r["value_ms"] > 0 for r in recs))
+                all(r["timed"] and r["correct"] and r["value_ms"] > 0 for r in recs if r not in wrong) and
+                len(wrong) == 1 and not wrong[0]["correct"] and not wrong[0]["timed"] and
+                "rel_rms" in wrong[0]["gate_message"])
         if not good:
             self.fail("job records", repr(recs)[:500])
         else:
@@ -338,7 +426,7 @@ class Check:
         png, svg, page = (os.path.join(work, f) for f in ("job.png", "job.svg", "job.html"))
         job.plot(png)
         job.plot(svg)
-        self.check_png(png)
+        self.check_png(png, want_red=True)
         text = open(svg).read(4000)
         if "<svg" not in text:
             self.fail("plot svg", text[:200])
@@ -354,18 +442,114 @@ class Check:
             self.fail("ks.records", "differs from job.records()")
         return job.id
 
-    def check_png(self, path):
+    def check_png(self, path, want_red=False):
+        """Opens the image: its size, non-white pixels, the gate's pass green (and fail red when a variant
+        failed)."""
         import matplotlib.image
         img = matplotlib.image.imread(path)
         h, w = img.shape[:2]
         rgb = img[..., :3]
         nonwhite = np.mean(np.any(rgb < 0.95, axis=-1))
         green = np.mean((rgb[..., 1] > 0.4) & (rgb[..., 0] < 0.3) & (rgb[..., 2] < 0.3))
-        if w < 1200 or h < 600 or nonwhite < 0.03 or green < 0.001:
-            self.fail("plot png", "%dx%d, %.1f%% non-white, %.2f%% pass-green" % (w, h, 100 * nonwhite, 100 * green))
+        red = np.mean((rgb[..., 0] > 0.6) & (rgb[..., 1] < 0.3) & (rgb[..., 2] < 0.3))
+        what = "%dx%d, %.1f%% non-white, %.2f%% pass green, %.3f%% fail red" % (w, h, 100 * nonwhite, 100 * green,
+                                                                           100 * red)
+        if w < 1200 or h < 600 or nonwhite < 0.03 or green < 0.001 or (want_red and red < 0.0001):
+            self.fail("plot png " + os.path.basename(path), what)
         else:
-            self.ok("plot png", "%dx%d, %.1f%% non-white pixels, %.2f%% in the gate's pass green" % (
-                w, h, 100 * nonwhite, 100 * green))
+            self.ok("plot png " + os.path.basename(path), what)
+
+
+def clock_series_check(check, job, work):
+    """A sustained job's clock samples drawn over the window. The cpu backend samples no clocks, so the
+    samples are put into a real job's JSON here (as NVML gives them on a GPU) and the plot is checked."""
+    d = job.to_dict()
+    for i, r in enumerate(d["results"]):
+        n = 120
+        t = np.arange(n)
+        r.setdefault("clocks", {}).update(available=True, samples=n, sample_period_ms=50.0, sm_clock_mhz_mean=1800.0,
+                           sm_clock_mhz_min=1500.0, sm_clock_mhz_max=1980.0, power_w_mean=500.0,
+                           sm_clock_mhz_samples=list(1980.0 - 480.0 * (t > 60 + 10 * i)),
+                           power_w_samples=list(450.0 + t))
+    recs = ks.records(d)
+    if any(not isinstance(v, (int, float, str, bool)) for r in recs for v in r.values()):
+        check.fail("records with clock samples", "not flat: %s" % repr(recs[0])[:300])
+    path = os.path.join(work, "clocks.png")
+    fig = ks.plot_job(d, path)
+    ax = [a for a in fig.axes if a.get_title() == "clocks over the sustained window"][0]
+    lines = [line for line in ax.get_lines() if len(line.get_xdata()) == 120]
+    if len(lines) != len(d["results"]) or abs(max(lines[0].get_xdata()) - 119 * 0.05) > 1e-9:
+        check.fail("plot of clock samples", "%d lines of 120 samples over %s s" % (
+            len(lines), [max(line.get_xdata()) for line in lines]))
+    else:
+        check.ok("plot of clock samples", "%d variants, %.2f s each" % (len(lines), max(lines[0].get_xdata())))
+    check.check_png(path)
+
+
+def notebook_check(check, port, work):
+    """The package in a Jupyter kernel (ipykernel on this venv's Python), cell by cell as a notebook runs them:
+    the progress bar streams, a Job shows as an HTML table, and job.plot() comes back as a PNG image."""
+    try:
+        import jupyter_client  # noqa: F401
+        import ipykernel  # noqa: F401
+    except ImportError:
+        print("SKIPPED notebook kernel: no ipykernel/jupyter_client here (apt-get install python3-ipykernel)")
+        return
+    import base64
+    import json
+    spec = os.path.join(work, "jupyter", "kernels", "ks-check")
+    os.makedirs(spec)
+    with open(os.path.join(spec, "kernel.json"), "w") as f:
+        json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                   "display_name": "ks-check", "language": "python"}, f)
+    os.environ["JUPYTER_PATH"] = os.path.join(work, "jupyter")
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    from jupyter_client import KernelManager
+    km = KernelManager(kernel_name="ks-check")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    cells = ["import kernelserve as ks\nc = ks.Client('127.0.0.1:%d')\n"
+             "job = c.submit(op='attention', shape=dict(batch=1, heads_q=2, seq_q=64, head_dim=64), "
+             "variants=['cpu'], iters=3)\njob.watch()" % port,
+             "job.plot()"]
+    outputs = []
+    try:
+        kc.wait_for_ready(timeout=120)
+        for code in cells:
+            msg_id = kc.execute(code)
+            got = {"stderr": "", "data": {}, "error": ""}
+            while True:
+                m = kc.get_iopub_msg(timeout=120)
+                if m["parent_header"].get("msg_id") != msg_id:
+                    continue
+                kind, content = m["msg_type"], m["content"]
+                if kind == "status" and content["execution_state"] == "idle":
+                    break
+                if kind == "stream" and content["name"] == "stderr":
+                    got["stderr"] += content["text"]
+                elif kind in ("execute_result", "display_data"):
+                    got["data"].update(content["data"])
+                elif kind == "error":
+                    got["error"] = "%s: %s" % (content["ename"], content["evalue"])
+            outputs.append(got)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    watch, plot = outputs
+    if watch["error"] or "100%" not in watch["stderr"] or "<table>" not in watch["data"].get("text/html", ""):
+        check.fail("notebook: submit and watch", repr(watch)[:400])
+    else:
+        check.ok("notebook: submit and watch", "progress bar streamed, the Job shown as an HTML table")
+    png = plot["data"].get("image/png")
+    if plot["error"] or not png:
+        check.fail("notebook: job.plot() shows an image", repr(plot)[:400])
+        return
+    path = os.path.join(work, "notebook.png")
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(png))
+    check.ok("notebook: job.plot() shows an image", "image/png of %d bytes" % os.path.getsize(path))
+    check.check_png(path)
 
 
 def kernelctl_check(kernelctl, port, work, check, job_id):
@@ -429,7 +613,7 @@ def kernelctl_check(kernelctl, port, work, check, job_id):
     if rc != 0 or not os.path.exists(png):
         check.fail("kernelctl export --plot", "exit %d: %s %s" % (rc, out, err))
     else:
-        check.check_png(png)
+        check.check_png(png, want_red=True)
         html = open(page).read()
         if "data:image/png;base64," not in html:
             check.fail("kernelctl export --html", html[:200])
@@ -478,18 +662,46 @@ def tls_check(binary, work, check):
         check.fail("TLS + bearer token", str(e))
     finally:
         stop_server(server)
+    mtls_check(binary, d, check)
+
+
+def mtls_check(binary, d, check):
+    """mTLS (--tls_client_ca): a client certificate signed by the CA connects; none is refused."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for cmd in (["openssl", "req"] + ec + ["-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=py-client"],
+                ["openssl", "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", "client.pem", "-days", "2"]):
+        subprocess.run(cmd, cwd=d, check=True, capture_output=True)
+    f = lambda name: os.path.join(d, name)  # noqa: E731
+    server, port = start_server(binary, d, ["--tls_cert=" + f("server.pem"), "--tls_key=" + f("server.key"),
+                                            "--tls_client_ca=" + f("ca.pem")])
+    try:
+        addr = "localhost:%d" % port
+        q = check.rng.standard_normal((1, 1, 8, 64)).astype(np.float32)
+        with ks.Client(addr, tls=True, root_certs=f("ca.pem"), client_cert=f("client.pem"),
+                       client_key=f("client.key")) as c:
+            out = c.wait_ready().attention(q, q, q).out
+            check.ok("mTLS with a client certificate", "attention %s" % (out.shape,))
+        with ks.Client(addr, tls=True, root_certs=f("ca.pem"), timeout=10) as c:
+            check.expect_error("mTLS without a client certificate", lambda: c.attention(q, q, q), "UNAVAILABLE", "")
+    except ks.Error as e:
+        check.fail("mTLS with a client certificate", str(e))
+    finally:
+        stop_server(server)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernelserve", required=True)
     ap.add_argument("--kernelctl", help="also check kernelctl's usability fixes and export --plot")
+    ap.add_argument("--user-kernel", help="a cpu user kernel source (kernels/api/examples/cpu/attention.cc) to "
+                    "submit as a job")
     ap.add_argument("--seed", type=int, help="default: fresh")
     args = ap.parse_args()
     seed = fresh_seed(args.seed)
     work = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
     start = time.time()
-    server, port = start_server(args.kernelserve, work)
+    server, port = start_server(args.kernelserve, work, ["--enable_test_variants"])
     try:
         with ks.Client("127.0.0.1:%d" % port) as client:
             client.wait_ready()
@@ -502,7 +714,14 @@ def main():
             check.decode()
             check.moe()
             check.buffers()
+            check.torch_tensors()
+            check.timing_info()
             job_id = check.jobs(work)
+            if job_id:
+                clock_series_check(check, client.job(job_id), work)
+            notebook_check(check, port, work)
+            if args.user_kernel:
+                check.user_kernel(args.user_kernel)
             if args.kernelctl and job_id:
                 kernelctl_check(args.kernelctl, port, work, check, job_id)
     finally:

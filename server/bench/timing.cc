@@ -322,6 +322,12 @@ pb::ClockStats ClockSampler::Stop() {
   s.set_power_w_max(maxv(power_w_));
   s.set_temperature_c_mean(mean(temp_c_));
   s.set_temperature_c_max(maxv(temp_c_));
+  // Every n-th sample, at most kMaxSeries: enough for a plot, small in the job record.
+  constexpr size_t kMaxSeries = 600;
+  const size_t stride = std::max<size_t>(1, (std::max(clock_mhz_.size(), power_w_.size()) + kMaxSeries - 1) / kMaxSeries);
+  for (size_t i = 0; i < clock_mhz_.size(); i += stride) s.add_sm_clock_mhz_samples(static_cast<float>(clock_mhz_[i]));
+  for (size_t i = 0; i < power_w_.size(); i += stride) s.add_power_w_samples(static_cast<float>(power_w_[i]));
+  s.set_sample_period_ms(static_cast<double>(period_ms_ * stride));
   return s;
 }
 

@@ -17,12 +17,12 @@ except ImportError as e:  # the stubs are generated when the package is built
                       "too") from e
 
 from kernelserve.client import Buffer, Client, Error, OpResult, Pool  # noqa: E402
-from kernelserve.jobs import Job, ProgressBar  # noqa: E402
+from kernelserve.jobs import Job, ProgressBar, user_kernel  # noqa: E402
 from kernelserve.report import html_report, plot_job, plot_jobs, records  # noqa: E402
 from kernelserve.tensors import (Tensor, bf16_bits, bf16_values, e8m0, fp4, fp8_decode, fp8_encode,  # noqa: E402
                                  round_bf16)
 
 __all__ = ["Buffer", "Client", "Error", "Job", "OpResult", "Pool", "ProgressBar", "Tensor", "bf16_bits",
            "bf16_values", "e8m0", "fp4", "fp8_decode", "fp8_encode", "html_report", "plot_job", "plot_jobs",
-           "records", "round_bf16"]
+           "records", "round_bf16", "user_kernel"]
 __version__ = "0.1.0"

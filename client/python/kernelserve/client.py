@@ -288,6 +288,8 @@ class Client:
             out = _t.from_proto(r.out.tensor, as_torch=torch_out)
         info = _jobs.to_dict(r.info)
         info["wall_ms"] = wall
+        # The rest of the call: (de)serialization and the transfer of inline tensors both ways.
+        info["transfer_ms"] = max(0.0, wall - info.get("queue_ms", 0.0) - info.get("run_ms", 0.0))
         return OpResult(out, _jobs.to_dict(r.error) if req.report_error else None, info)
 
     def _buffer_info(self, buffer_id):
@@ -418,9 +420,18 @@ class Client:
         """Submits a benchmark job and returns a Job. Either a spec (dict in the proto's field names, or a
         BenchJobSpec), or keywords: op, shape (dict), variants, method, warmup, iters, passes, warmin_s,
         window_s, l2_flush, inputs ("gaussian", "long_tail" or {name: Buffer}), seed, name, priority,
-        tolerance, device, time_limit_s, submitter. See README."""
+        tolerance, device, time_limit_s, submitter, user_kernels (your own kernels: user_kernel(path) or
+        dicts in the proto's UserKernel fields; variants may then be empty). See README."""
         spec = _jobs.make_spec(spec, **kw)
         return _jobs.Job(self, self._call(self._bench.Submit, bench_pb2.SubmitBenchRequest(spec=spec)))
+
+    def leaderboard(self, op, shape=None, include_builtin=False, limit=0):
+        """Users' kernels of op ranked by their best passing time, per shape and device, as a list of dicts
+        (pandas.DataFrame(...)). shape (a dict as for submit) picks one shape; none: every shape."""
+        req = bench_pb2.LeaderboardRequest(op=_jobs.op_enum(op), include_builtin=include_builtin, limit=limit)
+        if shape is not None:
+            _jobs.parse_shape(op, shape, req)
+        return [_jobs.to_dict(e) for e in self._call(self._bench.Leaderboard, req).entries]
 
     def job(self, job_id):
         return _jobs.Job(self, self._call(self._bench.Get, bench_pb2.GetBenchRequest(job_id=job_id)))

@@ -40,9 +40,58 @@ def state_enum(state):
     return bench_pb2.BenchJobState.Value(name if name.startswith("JOB_") else "JOB_" + name)
 
 
+def parse_shape(op, shape, message):
+    """Fills the shape field of `message` (a BenchJobSpec or LeaderboardRequest) that op uses from a dict."""
+    target = getattr(message, _SHAPE_FIELD[_key(op, _OPS, "op")])
+    fields = [f.name for f in target.DESCRIPTOR.fields]
+    unknown = sorted(set(shape) - set(fields) - {f.json_name for f in target.DESCRIPTOR.fields})
+    if unknown:
+        raise ValueError("shape: no field %s in %s's shape (%s); its fields: %s" % (
+            ", ".join(map(repr, unknown)), op, target.DESCRIPTOR.name, ", ".join(fields)))
+    json_format.ParseDict(shape, target)
+
+
+
+def user_kernel(path=None, name=None, backend="", flags=(), source=None, grid=None, block=None, shared_mem=0):
+    """One of your kernels for submit(user_kernels=[...]) (kernels/api/user_kernel_abi.h): a C++ (cpu), CUDA
+    (.cu) or HIP (.hip) source file, a built .so, a .cubin, a .ptx or an AMD GPU code object (.hsaco), told
+    apart as kernelctl submit does; or source= text. grid/block ((x, y, z) or x) and shared_mem (bytes) launch
+    device code (cubin, PTX, code objects, HIP source). The variant is "user:" + name (default: the file's
+    stem). Returns a UserKernel message."""
+    import os
+    k = bench_pb2.UserKernel(backend=backend, flags=list(flags))
+    if source is not None:
+        k.source = source
+        k.filename = (name or "kernel") + {"cuda": ".cu", "hip": ".hip"}.get(backend, ".cc")
+    else:
+        data = open(path, "rb").read()
+        k.filename = os.path.basename(path)
+        elf = data[:4] == b"\x7fELF"
+        machine = data[18] if elf and len(data) > 19 and data[19] == 0 else 0
+        if machine == 190:  # EM_CUDA
+            k.cubin = data
+        elif machine == 224:  # EM_AMDGPU
+            k.code_object = data
+        elif elf:
+            k.shared_object = data
+        elif path.endswith(".ptx"):
+            k.ptx = data.decode()
+        else:
+            k.source = data.decode()
+            if not backend and path.endswith(".hip"):
+                k.backend = "hip"  # only ever built for hip: a server of another backend refuses it by name
+    k.name = name or k.filename.split(".")[0]
+    if grid is not None or block is not None or shared_mem:
+        dims = lambda d: (list(d) if isinstance(d, (list, tuple)) else [d or 0]) + [1, 1]  # noqa: E731
+        g, b = dims(grid), dims(block)
+        k.launch.CopyFrom(bench_pb2.CudaLaunch(grid_x=g[0], grid_y=g[1], grid_z=g[2], block_x=b[0], block_y=b[1],
+                                               block_z=b[2], dynamic_shared_bytes=shared_mem))
+    return k
+
+
 def make_spec(spec=None, op=None, shape=None, variants=None, method="kernel", warmup=0, iters=0, passes=0,
               warmin_s=0.0, window_s=0.0, l2_flush=False, graph_replays=0, inputs="gaussian", seed=0, name="",
-              priority=0, tolerance=0.0, device=0, time_limit_s=0.0, submitter=""):
+              priority=0, tolerance=0.0, device=0, time_limit_s=0.0, submitter="", user_kernels=()):
     if spec is not None:
         if isinstance(spec, bench_pb2.BenchJobSpec):
             return spec
@@ -52,7 +101,12 @@ def make_spec(spec=None, op=None, shape=None, variants=None, method="kernel", wa
     op = _key(op, _OPS, "op")
     s = bench_pb2.BenchJobSpec(name=name or op, op=_OPS[op], variants=list(variants or []), priority=priority,
                                tolerance=tolerance, device=device, time_limit_s=time_limit_s, submitter=submitter)
-    json_format.ParseDict(shape, getattr(s, _SHAPE_FIELD[op]))
+    parse_shape(op, shape, s)
+    for k in user_kernels:
+        s.user_kernels.add().CopyFrom(k if isinstance(k, bench_pb2.UserKernel)
+                                      else json_format.ParseDict(k, bench_pb2.UserKernel()))
+    if user_kernels and not name:
+        s.name = "%s %s" % (op, " ".join(k.name for k in s.user_kernels))
     s.method.CopyFrom(bench_pb2.MethodOptions(method=_METHODS[_key(method, _METHODS, "method")], warmup=warmup,
                                               iters=iters, passes=passes, warmin_s=warmin_s, window_s=window_s,
                                               l2_flush=l2_flush, graph_replays=graph_replays))

@@ -90,6 +90,7 @@ def records(job):
             "power_w_mean": float(c.get("power_w_mean", 0.0)), "power_w_max": float(c.get("power_w_max", 0.0)),
             "temperature_c_max": float(c.get("temperature_c_max", 0.0)),
             "error_message": r.get("error_message", ""), "ceiling_note": r.get("ceiling_note", ""),
+            "source_sha256": r.get("source_sha256", ""), "build_log": r.get("build_log", ""),
         })
     return out
 
@@ -168,37 +169,75 @@ def _roofline_panel(ax, recs):
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title("roofline")
+    if pts:
+        # Room below the lowest point and above the highest, so labels and the legend do not cover them.
+        ys = [t for _, t, _ in pts] + ([gemm] if gemm > 0 else [])
+        ax.set_ylim(min(ys) / 30, max(ys) * 3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left")
 
 
 def _gate_panel(ax, recs):
     import numpy as np
     x = np.arange(len(recs))
     errs = [max(r["rel_rms"], 1e-12) for r in recs]
-    ax.bar(x, errs, color=[_color(r) if not r["timed"] or r["correct"] else _PASS for r in recs])
+    # Points, not bars: on a log scale a bar's height from an arbitrary floor says nothing.
+    ax.scatter(x, errs, s=80, zorder=3, color=[_PASS if r["correct"] else _FAIL for r in recs])
     for i, r in enumerate(recs):
         if r["tolerance"] > 0:
             ax.hlines(r["tolerance"], i - 0.4, i + 0.4, colors="black", linestyles="--")
         label = "pass" if r["correct"] else "FAIL"
-        ax.text(i, errs[i], label, ha="center", va="bottom", fontsize=8, color=_PASS if r["correct"] else _FAIL)
+        ax.annotate(label, (i, errs[i]), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8,
+                    color=_PASS if r["correct"] else _FAIL)
+    ys = errs + [r["tolerance"] for r in recs if r["tolerance"] > 0]
     ax.set_yscale("log")
+    ax.set_ylim(min(ys) / 4, max(ys) * 4)
+    ax.set_xlim(-0.6, len(recs) - 0.4)
     ax.set_xticks(x, [r["variant"] for r in recs], rotation=20, ha="right")
     ax.set_ylabel("rel. RMS error vs fp64 oracle (-- tolerance)")
     ax.set_title("correctness gate")
 
 
-def _clock_panel(ax, recs):
+def _clock_series(job):
+    """{variant: (seconds, SM MHz, power W)} of the results that carry their samples (a sustained job on a
+    server that returns them)."""
+    import numpy as np
+    out = {}
+    for r in job.get("results", []):
+        c = r.get("clocks", {}) or {}
+        mhz, watts = c.get("sm_clock_mhz_samples") or [], c.get("power_w_samples") or []
+        period = float(c.get("sample_period_ms", 0.0) or 0.0)
+        if mhz and period > 0:
+            out[r.get("variant", "")] = (np.arange(len(mhz)) * period / 1e3, np.asarray(mhz, float),
+                                         np.asarray(watts, float))
+    return out
+
+
+def _clock_panel(ax, recs, series=None):
     import numpy as np
     have = [r for r in recs if r["clocks_available"]]
+    ax.set_title("clocks over the sustained window")
     if not have:
         notes = sorted({r["clocks_note"] for r in recs if r["clocks_note"]}) or [
             "method %s samples none; method=sustained does" % (recs[0]["method"].split()[0] if recs[0]["method"]
                                                                 else "kernel")]
-        ax.text(0.5, 0.5, "clocks not sampled\n" + "\n".join(n[:70] for n in notes[:3]), ha="center",
-                va="center", fontsize=8, transform=ax.transAxes, wrap=True)
+        ax.text(0.5, 0.5, "clocks not sampled\n" + "\n".join(_wrap(n, 60) for n in notes[:3]), ha="center",
+                va="center", fontsize=8, transform=ax.transAxes)
         ax.set_axis_off()
-        ax.set_title("clocks over the sustained window")
+        return
+    if series:
+        # The clock over time, one line per variant; power dashed on the right axis.
+        ax2 = ax.twinx()
+        for i, (variant, (t, mhz, watts)) in enumerate(sorted(series.items())):
+            color = "C%d" % i
+            ax.plot(t, mhz, color=color, linewidth=1.2, label="%s SM clock" % variant)
+            if len(watts):
+                ax2.plot(t[:len(watts)], watts[:len(t)], color=color, linestyle="--", linewidth=0.8,
+                         label="%s power" % variant)
+        ax.set_xlabel("time in the window (s)")
+        ax.set_ylabel("SM clock (MHz)")
+        ax2.set_ylabel("power (W), dashed")
+        ax.legend(fontsize=7, loc="lower left")
         return
     x = np.arange(len(have))
     mean = np.array([r["sm_clock_mhz_mean"] for r in have])
@@ -210,8 +249,12 @@ def _clock_panel(ax, recs):
     ax2 = ax.twinx()
     ax2.plot(x, [r["power_w_mean"] for r in have], "s", color="#ef6c00", label="power mean (W)")
     ax2.set_ylabel("power (W)")
-    ax.set_title("clocks over the sustained window")
     ax.legend(fontsize=7, loc="lower left")
+
+
+def _wrap(text, width):
+    import textwrap
+    return "\n".join(textwrap.wrap(str(text), width, subsequent_indent="  ")) or str(text)
 
 
 def _draw(fig, job):
@@ -230,23 +273,40 @@ def _draw(fig, job):
     _rate_panel(axes[0][1], recs)
     _roofline_panel(axes[0][2], recs)
     _gate_panel(axes[1][0], recs)
-    _clock_panel(axes[1][1], recs)
+    _clock_panel(axes[1][1], recs, _clock_series(job))
     info = axes[1][2]
     info.set_axis_off()
     lines = ["job %s  state %s" % (job.get("id", ""), recs[0]["state"]), "method %s" % recs[0]["method"],
              "server %s" % job.get("server_version", "")]
     for r in recs:
         lines.append("%s: %s%s" % (r["variant"], "rank %d" % r["rank"] if r["rank"] else "not ranked",
-                                   (" — " + (r["gate_message"] or r["error_message"])[:50])
+                                   (" — " + (r["gate_message"] or r["error_message"])[:120])
                                    if (r["gate_message"] or r["error_message"]) else ""))
-    lines += sorted({"note: " + r["ceiling_note"][:80] for r in recs if r["ceiling_note"]})
-    info.text(0, 1, "\n".join(lines), va="top", fontsize=8, family="monospace", transform=info.transAxes,
-              wrap=True)
+    lines += sorted({"note: " + r["ceiling_note"][:240] for r in recs if r["ceiling_note"]})
+    # Wrapped here: the panel is a third of the figure wide, and matplotlib's wrap=True wraps at the figure's edge.
+    info.text(0, 1, "\n".join(_wrap(line, 62) for line in lines), va="top", fontsize=8, family="monospace",
+              transform=info.transAxes)
+
+
+def _notebook_shows_figures():
+    """In a Jupyter kernel, registers IPython's PNG formatter for matplotlib Figures (what `%matplotlib inline`
+    does), so that a returned Figure is drawn: the figures here are made without pyplot, which is what would
+    otherwise register it. Does nothing outside IPython."""
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import select_figure_formats
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and not getattr(shell, "_kernelserve_figures", False):
+        select_figure_formats(shell, {"png"})
+        shell._kernelserve_figures = True
 
 
 def plot_jobs(jobs, path=None, dpi=100):
     """A matplotlib Figure of one or more jobs (one block of panels per job); saved to path when given."""
     from matplotlib.figure import Figure
+    _notebook_shows_figures()
     jobs = list(jobs)
     fig = Figure(figsize=(16, 8.5 * max(1, len(jobs))), layout="constrained")
     subs = [fig] if len(jobs) <= 1 else list(fig.subfigures(len(jobs), 1))
