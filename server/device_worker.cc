@@ -69,7 +69,7 @@ absl::Status DeviceWorker::Run(grpc::ServerContext* ctx, std::function<absl::Sta
     }
   }
   if (run_here) {
-    Execute(*task);
+    Execute(*task, /*queued=*/false);
   } else {
     task->done.WaitForNotification();
   }
@@ -92,20 +92,24 @@ void DeviceWorker::Loop() {
       queue_.pop_front();
       running_task_ = true;
     }
-    Execute(*task);
+    Execute(*task, /*queued=*/true);
     task->done.Notify();
   }
 }
 
-void DeviceWorker::Execute(Task& task) {
+void DeviceWorker::Execute(Task& task, bool queued) {
   const absl::Time start = absl::Now();
   task.timing.queue_ms = absl::ToDoubleMilliseconds(start - task.submitted);
   bool dropped_deadline = false, dropped_cancelled = false;
   if (task.ctx != nullptr) {
-    // Deadline first: gRPC also marks an expired call cancelled.
+    // Deadline first: gRPC also marks an expired call cancelled. Cancellation
+    // is asked only of a task that waited in the queue: on the synchronous
+    // API IsCancelled() polls the call's completion queue, 30-45 us of a
+    // small call run inline (bench/NOTES.md, 2026-12-06), and an inline task
+    // reaches here straight from its handler.
     if (task.ctx->deadline() <= std::chrono::system_clock::now()) {
       dropped_deadline = true;
-    } else if (task.ctx->IsCancelled()) {
+    } else if (queued && task.ctx->IsCancelled()) {
       dropped_cancelled = true;
     }
   }

@@ -65,9 +65,9 @@ class DeviceWorker {
  private:
   struct Task;
   void Loop();
-  // Runs a task taken off the queue or claimed inline (running_task_ set),
-  // then clears running_task_ and counts it.
-  void Execute(Task& task);
+  // Runs a task taken off the queue (`queued`) or claimed inline
+  // (running_task_ set), then clears running_task_ and counts it.
+  void Execute(Task& task, bool queued);
 
   const int device_;
   const int capacity_;
