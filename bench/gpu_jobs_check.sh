@@ -38,3 +38,9 @@ shape=(--op=attention --batch=1 --heads=16 --seq=8192 --head-dim=128 --causal --
   --name=mla-small-warm --method=kernel --warmup=20 --iters=100
 "${KS[@]}" bench --op=mla_decode --batch=1 --heads=16 --seq=8192 --q-len=4 --variants=cuda --l2-flush \
   --name=mla-small-flushed --method=kernel --warmup=20 --iters=100
+# The jobs above exported as JSON and drawn (time per variant, the gate, the
+# sustained window's SM clock and power over time); the picture and the JSON
+# come back under $OUT when it is set. The clock series must be there.
+dest=${OUT:-$data}
+"${KS[@]}" export --limit=20 --format=json --out="$dest/gpu_jobs.json" --plot="$dest/gpu_jobs.png" &&
+  echo "export: $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j=j.get("jobs", j) if isinstance(j, dict) else j; print(sum(len(str(x).split("sm_clock_mhz_samples"))-1 for x in j), "jobs with SM clock samples")' "$dest/gpu_jobs.json")"
