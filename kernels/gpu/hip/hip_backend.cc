@@ -1,5 +1,7 @@
 #include "kernels/gpu/hip/hip_backend.h"
 
+#include <unistd.h>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -322,6 +324,17 @@ void FillClocksFromSmi(std::vector<std::unique_ptr<Device>>& devices) {
 
 }  // namespace
 
+std::string KfdHint(const char* kfd) {
+  if (access(kfd, F_OK) != 0) {
+    return absl::StrCat("; ", kfd, " does not exist: this machine has no amdgpu kernel driver, or the container ",
+                        "was started without --device=/dev/kfd --device=/dev/dri");
+  }
+  if (access(kfd, R_OK | W_OK) != 0) {
+    return absl::StrCat("; ", kfd, " exists but this user cannot open it (it belongs to the render or video group)");
+  }
+  return "";
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::StatusOr<Runtime>& runtime,
                                                               const std::vector<CodeObject>& objects) {
   if (!runtime.ok()) return runtime.status();
@@ -331,7 +344,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::Status
   if (e != kSuccess || n <= 0) {
     return absl::UnavailableError(absl::StrCat("no HIP device: hipGetDeviceCount: ",
                                                e != kSuccess ? rt.Describe(e) : "0 devices", " (", rt.library,
-                                               ", HIP runtime ", rt.runtime_version, ")"));
+                                               ", HIP runtime ", rt.runtime_version, ")",
+                                               KfdHint("/dev/kfd")));
   }
   std::vector<std::unique_ptr<Device>> devices;
   for (int i = 0; i < n; ++i) {

@@ -14,6 +14,7 @@
 #define KERNELSERVE_KERNELS_GPU_HIP_HIP_BACKEND_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +35,12 @@ namespace hip {
 // The same over a given runtime and code objects (tests).
 absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::StatusOr<Runtime>& runtime,
                                                               const std::vector<CodeObject>& objects);
+
+// What the "no HIP device" answer adds about the KFD device node `kfd`
+// (/dev/kfd), through which ROCm's runtime reaches every AMD GPU: that it
+// is missing (no amdgpu driver, or a container without the device) or not
+// open to this user; empty when it is there and open.
+std::string KfdHint(const char* kfd);
 
 }  // namespace hip
 }  // namespace gpu

@@ -6,6 +6,10 @@
 // loads, health, the UNIMPLEMENTED and NOT_FOUND answers), not ROCm's.
 #include "kernels/gpu/hip/hip_backend.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -43,9 +47,35 @@ TEST(CreateHipBackend, TheRealRuntimeHereFindsNoDevice) {
   if (rt.ok()) {
     EXPECT_THAT(std::string(b.status().message()), StartsWith("no HIP device: hipGetDeviceCount: "));
     EXPECT_THAT(b.status().message(), HasSubstr(rt->library));
+    // The answer says what to look at next on this host.
+    EXPECT_THAT(b.status().message(), HasSubstr(KfdHint("/dev/kfd")));
   } else {
     EXPECT_THAT(std::string(b.status().message()), StartsWith("cannot load the HIP runtime"));
   }
+}
+
+// A file under the test's temporary directory, created empty with `mode`.
+std::string TempNode(const char* name, mode_t mode) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr) << path;
+  if (f != nullptr) std::fclose(f);
+  EXPECT_EQ(chmod(path.c_str(), mode), 0) << path;
+  return path;
+}
+
+TEST(KfdHint, AMissingNodeNamesTheDriverAndTheContainerDevices) {
+  EXPECT_EQ(KfdHint("/nonexistent/kfd"),
+            "; /nonexistent/kfd does not exist: this machine has no amdgpu kernel driver, or the container was "
+            "started without --device=/dev/kfd --device=/dev/dri");
+  EXPECT_EQ(KfdHint(TempNode("kfd_open", 0600).c_str()), "");
+}
+
+TEST(KfdHint, ANodeThisUserCannotOpenNamesTheGroups) {
+  const std::string node = TempNode("kfd_closed", 0);
+  if (geteuid() == 0) GTEST_SKIP() << "running as root, which opens a file of mode 0: this case needs another user";
+  EXPECT_EQ(KfdHint(node.c_str()),
+            "; " + node + " exists but this user cannot open it (it belongs to the render or video group)");
 }
 
 // The stand-in's one device: the architecture whose code objects it takes.
