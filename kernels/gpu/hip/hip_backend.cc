@@ -61,8 +61,9 @@ class HipMemory : public DeviceMemory {
 
 class HipBackend : public Backend {
  public:
-  HipBackend(const Runtime* rt, std::vector<std::unique_ptr<Device>> devices)
-      : rt_(rt), devices_(std::move(devices)) {}
+  HipBackend(const Runtime* rt, std::vector<std::unique_ptr<Device>> devices,
+             const absl::StatusOr<Rocblas>& (*blas)())
+      : rt_(rt), devices_(std::move(devices)), blas_(blas) {}
 
   ~HipBackend() override {
     for (auto& d : devices_) {
@@ -146,6 +147,20 @@ class HipBackend : public Backend {
     return absl::NotFoundError(absl::StrCat("hip backend has no ", BenchOpName(call.op), " kernel variant \"", name,
                                             "\" (it has: ", names.empty() ? "none" : absl::StrJoin(names, ", "),
                                             ")"));
+  }
+
+  // rocBLAS's bf16 GEMM on the device's stream, after the work queued
+  // there: UNAVAILABLE (the libraries tried) where rocBLAS does not load,
+  // and the job's ceiling then says "not measured" and why.
+  absl::StatusOr<GemmCeiling> MeasureGemmCeiling(int device, const std::function<bool()>& cancelled) override {
+    const absl::StatusOr<Rocblas>& blas = blas_();
+    if (!blas.ok()) return blas.status();
+    KS_ASSIGN_OR_RETURN(Device * d, Enter(device));
+    KS_RETURN_IF_ERROR(
+        Fault(*d, rt_->Check(rt_->StreamSynchronize(d->stream), "hipStreamSynchronize before the GEMM ceiling")));
+    absl::StatusOr<GemmRate> rate = MeasureRocblasBf16Gemm(*rt_, *blas, d->stream, cancelled);
+    if (!rate.ok()) return Fault(*d, rate.status());
+    return GemmCeiling{rate->tflops, rate->desc};
   }
 
   absl::StatusOr<double> TimeLaunches(int device, const std::function<absl::Status()>& launch, int n) override {
@@ -241,6 +256,7 @@ class HipBackend : public Backend {
 
   const Runtime* rt_;
   std::vector<std::unique_ptr<Device>> devices_;
+  const absl::StatusOr<Rocblas>& (*blas_)();
 };
 
 // Loads the code objects of one architecture on the current device: all of
@@ -336,7 +352,8 @@ std::string KfdHint(const char* kfd) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::StatusOr<Runtime>& runtime,
-                                                              const std::vector<CodeObject>& objects) {
+                                                              const std::vector<CodeObject>& objects,
+                                                              const absl::StatusOr<Rocblas>& (*blas)()) {
   if (!runtime.ok()) return runtime.status();
   const Runtime& rt = *runtime;
   int n = 0;
@@ -354,7 +371,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::Status
     devices.push_back(std::move(d));
   }
   FillClocksFromSmi(devices);
-  return std::unique_ptr<Backend>(new HipBackend(&rt, std::move(devices)));
+  return std::unique_ptr<Backend>(new HipBackend(&rt, std::move(devices), blas));
 }
 
 }  // namespace hip

@@ -184,6 +184,53 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   EXPECT_EQ(s.message(), "device: expected 0..0 on backend hip, got 3");
 }
 
+// rocBLAS as the backend finds it: absent (this machine), or present with
+// a handle it cannot create.
+const absl::StatusOr<Rocblas>& NoRocblas() {
+  static const auto* b = new absl::StatusOr<Rocblas>(LoadRocblas({"librocblas-absent.so.9"}));
+  return *b;
+}
+const absl::StatusOr<Rocblas>& RocblasWithoutHandles() {
+  static const auto* b = [] {
+    Rocblas r;
+    r.library = "librocblas-stand-in.so";
+    r.CreateHandle = [](Rocblas::Handle*) { return 15; };  // rocblas_status_arch_mismatch
+    r.DestroyHandle = [](Rocblas::Handle) { return 0; };
+    return new absl::StatusOr<Rocblas>(r);
+  }();
+  return *b;
+}
+
+TEST(HipBackendStandIn, TheGemmCeilingIsRocblasOrWhyNot) {
+  g_device_arch = "gfx942";
+  absl::StatusOr<Runtime> rt = StandIn();
+  rt->Malloc = [](void** p, size_t bytes) {
+    *p = std::malloc(bytes);
+    return kSuccess;
+  };
+  rt->Free = [](void* p) {
+    std::free(p);
+    return kSuccess;
+  };
+  rt->MemcpyAsync = [](void*, const void*, size_t, int, Stream) { return kSuccess; };
+  rt->StreamSynchronize = [](Stream) { return kSuccess; };
+  auto b = CreateHipBackendWith(rt, Objects(), NoRocblas);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto c = (*b)->MeasureGemmCeiling(0, {});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(c.status().message()),
+              StartsWith("cannot load rocBLAS for the GEMM ceiling (install ROCm's rocBLAS"));
+  EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);
+
+  b = CreateHipBackendWith(rt, Objects(), RocblasWithoutHandles);
+  ASSERT_TRUE(b.ok()) << b.status();
+  c = (*b)->MeasureGemmCeiling(0, {});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(c.status().message(), "rocblas_create_handle: rocblas_status 15");
+  EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);  // a library's refusal is no device fault
+  EXPECT_EQ((*b)->MeasureGemmCeiling(4, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(HipBackendStandIn, ADeviceNoCodeObjectLoadsOnIsListedUnhealthyWithWhy) {
   g_device_arch = "gfx90a";
   const absl::StatusOr<Runtime> rt = StandIn();
