@@ -14,15 +14,21 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/fp8_attention/fp8_attention_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
 #include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
 #include "kernels/gpu/fp8_attention/fp8_quantize_args.h"
+#include "kernels/gpu/launch_test_fixtures.h"
+#include "kernels/gpu/moe/moe_params.h"
+#include "kernels/gpu/moe/moe_plan.h"
 
 namespace kernelserve {
 namespace gpu {
@@ -293,8 +299,12 @@ Runtime RecordingStandIn() {
   r.ModuleLaunchKernel = [](Function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned, unsigned,
                             unsigned, Stream, void** args, void**) {
     const std::string& symbol = g_symbols[reinterpret_cast<size_t>(f) - 1];
+    // The MoE routing and weighted-sum kernels take several arguments, of
+    // which none is recorded.
     const size_t size = symbol.find("KsAttention") == 0 ? sizeof(attention::gfx942::Gfx942AttnParams)
                         : symbol.find("KsFp8Attn") == 0 ? sizeof(fp8_attention::Fp8KernelParams)
+                        : symbol.find("KsMoe") == 0     ? sizeof(moe::GemmParams)
+                        : symbol.find("Moe") == 0       ? 0
                                                         : sizeof(fp8_attention::QuantizeArgs);
     const auto* a = static_cast<const unsigned char*>(args[0]);
     g_launches.push_back({symbol, gx, gy, gz, bx, std::vector<unsigned char>(a, a + size)});
@@ -324,9 +334,10 @@ std::vector<CodeObject> Fp8Objects() {
   return {{"fp8_gfx942", "gfx942", kGfx942, sizeof(kGfx942), names}};
 }
 
-// A recording stand-in over the FP8 attention object, from empty records.
-class Fp8StandIn : public ::testing::Test {
+// A recording stand-in over `objects`, from empty records.
+class RecordingFixture : public ::testing::Test {
  protected:
+  explicit RecordingFixture(std::vector<CodeObject> objects) : objects_(std::move(objects)) {}
   void SetUp() override {
     g_device_arch = "gfx942";
     g_symbols.clear();
@@ -336,8 +347,14 @@ class Fp8StandIn : public ::testing::Test {
     ASSERT_TRUE(b_.ok()) << b_.status();
   }
   const absl::StatusOr<Runtime> rt_ = RecordingStandIn();
-  const std::vector<CodeObject> objects_ = Fp8Objects();  // the backend keeps pointers to them
+  const std::vector<CodeObject> objects_;  // the backend keeps pointers to them
   absl::StatusOr<std::unique_ptr<Backend>> b_;
+};
+
+// Over the FP8 attention object.
+class Fp8StandIn : public RecordingFixture {
+ protected:
+  Fp8StandIn() : RecordingFixture(Fp8Objects()) {}
 };
 
 TEST_F(Fp8StandIn, Fp8AttentionOnBf16InputsQuantizesThenLaunchesTheKernelOfTheCall) {
@@ -433,27 +450,17 @@ TEST_F(Fp8StandIn, Fp8AttentionOnFnuzInputsLaunchesOnlyTheKernel) {
 }
 
 // A recording stand-in over the bf16 attention objects (304 CUs).
-class AttentionStandIn : public ::testing::Test {
+class AttentionStandIn : public RecordingFixture {
  protected:
-  void SetUp() override {
-    g_device_arch = "gfx942";
-    g_symbols.clear();
-    g_launches.clear();
-    g_memsets.clear();
-    b_ = CreateHipBackendWith(rt_, objects_);
-    ASSERT_TRUE(b_.ok()) << b_.status();
-  }
-  const absl::StatusOr<Runtime> rt_ = RecordingStandIn();
   // One forward and one aux object per head dim, as embedded.
-  const std::vector<CodeObject> objects_ = [] {
+  AttentionStandIn() : RecordingFixture([] {
     std::vector<CodeObject> o;
     for (const attention::gfx942::HdimKernels& k : attention::gfx942::kKernels) {
       o.push_back({"attention_fwd_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {k.fwd, k.causal}});
       o.push_back({"attention_aux_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {k.v_transpose, k.merge}});
     }
     return o;
-  }();
-  absl::StatusOr<std::unique_ptr<Backend>> b_;
+  }()) {}
 };
 
 TEST_F(AttentionStandIn, SmallGridTransposesVSplitsEveryItemAlongKvAndMerges) {
@@ -564,6 +571,80 @@ TEST_F(AttentionStandIn, EvenGridRunsWithoutMerge) {
   EXPECT_EQ(a.splits, 1);
   EXPECT_EQ(a.part_o, nullptr);
   EXPECT_EQ(a.f.group, 19);
+}
+
+// Over the MoE objects as embedded: the routing, the two GEMM kernels'
+// epilogues, the weighted sum.
+class MoeStandIn : public RecordingFixture {
+ protected:
+  MoeStandIn()
+      : RecordingFixture({{"moe_routing_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel"}},
+                          {"moe_gemm_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {moe::gfx942::kGemmBf16, moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32}},
+                          {"moe_down_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {moe::gfx942::kDownBf16, moe::gfx942::kDownF32}},
+                          {"moe_sum_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {"MoeWeightedSumKernel"}}}) {}
+
+  // The call's launches by symbol.
+  absl::StatusOr<std::vector<std::string>> Run(const MoeParams& p) {
+    g_launches.clear();
+    MoeInputs in;
+    in.x.data = reinterpret_cast<void*>(0x1000);
+    in.topk_ids.data = reinterpret_cast<void*>(0x2000);
+    in.topk_weights.data = reinterpret_cast<void*>(0x3000);
+    in.w13.data = reinterpret_cast<void*>(0x4000);
+    in.w13_scales.data = reinterpret_cast<void*>(0x5000);
+    in.w2.data = reinterpret_cast<void*>(0x6000);
+    in.w2_scales.data = reinterpret_cast<void*>(0x7000);
+    TensorView out;
+    out.data = reinterpret_cast<void*>(0x8000);
+    KS_RETURN_IF_ERROR((*b_)->Moe(0, p, in, out));
+    std::vector<std::string> symbols;
+    for (const Launched& l : g_launches) symbols.push_back(l.symbol);
+    return symbols;
+  }
+};
+
+TEST_F(MoeStandIn, DownAtAShortExpertWidthTakesTheDownKernel) {
+  MoeParams p = gpu_test::KimiMoeParams(MoeStage::kDown, 8);  // I = 384
+  auto launched = Run(p);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(*launched, (std::vector<std::string>{"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel",
+                                                 moe::gfx942::kDownBf16}));
+  const Launched& l = g_launches.back();
+  EXPECT_EQ(l.gx, 14u);  // 3584 columns in blocks of 256
+  EXPECT_EQ(l.threads, 256u);
+  const auto g = ArgsOf<moe::GemmParams>(l);
+  EXPECT_EQ(g.k, 384);
+  EXPECT_EQ(g.out_cols, 3584);
+  EXPECT_EQ(g.a, reinterpret_cast<const uint16_t*>(0x1000));
+  EXPECT_EQ(g.w, reinterpret_cast<const uint8_t*>(0x6000));
+  EXPECT_EQ(l.gy, static_cast<unsigned>(moe::MoeWorkspaceLayout(p, moe::gfx942::Plan()).max_tiles));
+
+  // Another I (a multiple of 32, not of 128): the slab-walking kernel.
+  p.inter = 416;
+  launched = Run(p);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->back(), moe::gfx942::kGemmBf16);
+  EXPECT_EQ(g_launches.back().gx, 56u);  // blocks of 64
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(g_launches.back()).k, 416);
+}
+
+TEST_F(MoeStandIn, TheLayerRunsGateUpSwigluThenDownIntoFp32ThenTheSum) {
+  MoeParams p = gpu_test::KimiMoeParams(MoeStage::kLayer, 32);
+  auto launched = Run(p);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(*launched, (std::vector<std::string>{"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel",
+                                                 moe::gfx942::kGemmSwiglu, moe::gfx942::kDownF32,
+                                                 "MoeWeightedSumKernel"}));
+  const auto up = ArgsOf<moe::GemmParams>(g_launches[3]);
+  const auto down = ArgsOf<moe::GemmParams>(g_launches[4]);
+  EXPECT_EQ(up.k, 3584);
+  EXPECT_EQ(down.k, 384);
+  EXPECT_EQ(down.a, static_cast<const uint16_t*>(up.out));  // the intermediate h
+  EXPECT_EQ(down.a_row_div, 1);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
 }
 
 }  // namespace
