@@ -63,17 +63,18 @@ def ks_hip_device_code(name, src, hdrs = [], archs = None, copts = [], **kwargs)
         outs += [asm, obj]
     native.filegroup(name = name, srcs = outs, **kwargs)
 
-def ks_hip_embed(name, srcs, arch = "gfx942"):
+def ks_hip_embed(name, srcs, archs = ["gfx942"]):
     """<name>.cc: EmbeddedCodeObjects() (kernels/gpu/hip/hip_code_objects.h) over every
-    <x>_<arch>.hsaco among `srcs` (ks_hip_device_code targets), as bytes in the binary.
+    <x>_<arch>.hsaco among `srcs` (ks_hip_device_code targets) for each arch of `archs`, as bytes
+    in the binary. A chip is one more entry of `archs` (and its kernels among `srcs`).
     """
     native.genrule(
         name = name,
         srcs = srcs,
         outs = [name + ".cc"],
-        cmd = "$(location //bazel:hip_embed.sh) %s %s $@ $(SRCS)" % (HIP_TOOLS_DIR, arch),
+        cmd = "$(location //bazel:hip_embed.sh) %s %s $@ $(SRCS)" % (HIP_TOOLS_DIR, ",".join(archs)),
         tools = ["//bazel:hip_embed.sh"],
-        message = "embedding %s code objects" % arch,
+        message = "embedding %s code objects" % ", ".join(archs),
         target_compatible_with = HIP_BACKEND_COMPATIBLE,
     )
 
