@@ -153,9 +153,9 @@ class HipBackend : public Backend {
   // there: UNAVAILABLE (the libraries tried) where rocBLAS does not load,
   // and the job's ceiling then says "not measured" and why.
   absl::StatusOr<GemmCeiling> MeasureGemmCeiling(int device, const std::function<bool()>& cancelled) override {
+    KS_ASSIGN_OR_RETURN(Device * d, Enter(device));
     const absl::StatusOr<Rocblas>& blas = blas_();
     if (!blas.ok()) return blas.status();
-    KS_ASSIGN_OR_RETURN(Device * d, Enter(device));
     KS_RETURN_IF_ERROR(
         Fault(*d, rt_->Check(rt_->StreamSynchronize(d->stream), "hipStreamSynchronize before the GEMM ceiling")));
     absl::StatusOr<GemmRate> rate = MeasureRocblasBf16Gemm(*rt_, *blas, d->stream, cancelled);

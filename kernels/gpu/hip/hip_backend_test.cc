@@ -227,6 +227,7 @@ TEST(HipBackendStandIn, TheGemmCeilingIsRocblasOrWhyNot) {
   EXPECT_THAT(std::string(c.status().message()),
               StartsWith("cannot load rocBLAS for the GEMM ceiling (install ROCm's rocBLAS"));
   EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);
+  EXPECT_EQ((*b)->MeasureGemmCeiling(4, {}).status().code(), absl::StatusCode::kInvalidArgument);
 
   b = CreateHipBackendWith(rt, Objects(), RocblasWithoutHandles);
   ASSERT_TRUE(b.ok()) << b.status();
