@@ -58,8 +58,8 @@ __device__ __forceinline__ void LoadColumn(const GemmParams& p, int64_t e, int c
 #pragma unroll
   for (int j = 0; j < kMaxBlocks; ++j) {
     if (j >= blocks) break;
-    w.nibbles[j] = ok ? LoadGlobal16(p.w + row * (p.k / 2) + j * (kDownKBlock / 2) + lq * 16) : U32x4{0u, 0u, 0u, 0u};
-    w.scale[j] = ok ? E8m0(p.ws[row * (p.k / 32) + j * (kDownKBlock / 32) + lq]) : 0.f;
+    w.nibbles[j] = ok ? LoadGlobal16(p.w + row * (p.k / 2) + DownWeightByte(j, lq)) : U32x4{0u, 0u, 0u, 0u};
+    w.scale[j] = ok ? E8m0(p.ws[row * (p.k / 32) + DownScaleBlock(j, lq)]) : 0.f;
   }
 }
 

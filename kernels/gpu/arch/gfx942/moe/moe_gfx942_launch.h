@@ -100,6 +100,11 @@ constexpr int kDownMaxRegs = 256;
 KS_HOST_DEVICE constexpr int DownK(int ks, int lq, int i) {
   return ks / 8 * kDownKBlock + lq * 32 + ks % 8 * 4 + i;
 }
+// Where quarter lq's 16-byte load of 128-k block j starts in a weight row
+// (bytes of nibbles), and the E8M0 scale it is under (index in the row's
+// K / 32 scales).
+KS_HOST_DEVICE constexpr int DownWeightByte(int j, int lq) { return j * (kDownKBlock / 2) + lq * 16; }
+KS_HOST_DEVICE constexpr int DownScaleBlock(int j, int lq) { return j * (kDownKBlock / 32) + lq; }
 // Of a quarter's 16-byte load for a block (four 32-bit words), the two
 // bytes of nibbles k-step s (0..7) of the block reads: bytes 2 s and 2 s + 1,
 // element 2 i in the low nibble of byte i.

@@ -140,11 +140,13 @@ TEST(Gfx942MoeDownLaunch, TheKOrderCoversKOnceAndMatchesTheWeightLoads) {
           ASSERT_LT(kk, k);
           ++seen[kk];
           const int j = ks / 8, s = ks % 8;
-          // The nibbles: byte kk / 2 of the row, element kk in its low nibble when even.
-          EXPECT_EQ(kk / 2, j * 64 + lq * 16 + 2 * s + i / 2);
+          // The nibbles: byte kk / 2 of the row, element kk in its low nibble when even; the
+          // kernel's load for (j, lq) starts at DownWeightByte and step s reads its bytes 2 s, 2 s + 1.
+          EXPECT_EQ(kk / 2, DownWeightByte(j, lq) + 2 * s + i / 2);
           EXPECT_EQ(kk % 2, i % 2);
+          EXPECT_EQ(DownWeightByte(j, lq) % 16, 0);  // a 16-byte load
           // The scale: one per 32 k.
-          EXPECT_EQ(kk / 32, j * 4 + lq);
+          EXPECT_EQ(kk / 32, DownScaleBlock(j, lq));
         }
       }
     }
