@@ -80,13 +80,14 @@ def ks_hip_embed(name, srcs, archs = ["gfx942"]):
 
 def ks_hip_code_object_test(name, code, kernels = [], insns = [], dis = [], max_regs = None, max_lds = None,
                             kernarg_size = None, wave_size = 64, kernel_has = [], kernel_lacks = [],
-                            target_compatible_with = None):
+                            kernel_count = [], target_compatible_with = None):
     """Reads `code` (a ks_hip_device_code target) with hip_code_object_check.sh: the kernels named, no
     scratch, and the limits the kernels' design states (see the script for each option).
     """
     args = [HIP_TOOLS_DIR] + ["--kernel=" + k for k in kernels] + ["--insn=" + i for i in insns]
     args += ["--dis=" + d for d in dis]
     args += ["--kernel-has=" + k for k in kernel_has] + ["--kernel-lacks=" + k for k in kernel_lacks]
+    args += ["--kernel-count=" + k for k in kernel_count]
     if max_regs != None:
         args.append("--max-regs=%d" % max_regs)
     if max_lds != None:
