@@ -271,7 +271,11 @@ struct Launched {
   std::string symbol;
   unsigned gx, gy, gz, threads;
   std::vector<unsigned char> args;
+  bool captured;  // queued while the stream was being captured
 };
+// The stand-in stream's capture state, and what its graph API saw.
+bool g_capturing = false;
+int g_mallocs = 0, g_graph_launches = 0, g_graphs_alive = 0, g_capture_mode = -1;
 std::vector<std::string> g_symbols;
 std::vector<Launched> g_launches;
 struct Memset {
@@ -284,10 +288,57 @@ std::vector<Memset> g_memsets;
 Runtime RecordingStandIn() {
   Runtime r = StandIn();
   r.Malloc = [](void** p, size_t bytes) {
+    if (g_capturing) return 900;  // hipErrorStreamCaptureUnsupported: no allocation in a capture
+    ++g_mallocs;
     *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
     return kSuccess;
   };
   r.Free = [](void* p) { std::free(p); return kSuccess; };
+  r.StreamSynchronize = [](Stream) { return g_capturing ? 900 : kSuccess; };
+  r.EventCreate = [](Event* e) {
+    *e = reinterpret_cast<Event>(0x30);
+    return kSuccess;
+  };
+  r.EventDestroy = [](Event) { return kSuccess; };
+  r.EventRecord = [](Event, Stream) { return kSuccess; };
+  r.EventSynchronize = [](Event) { return kSuccess; };
+  r.EventElapsedTime = [](float* ms, Event, Event) {
+    *ms = 0.5f * static_cast<float>(g_graph_launches);  // 0.5 ms a replay, counted from the warm-ups
+    return kSuccess;
+  };
+  r.StreamBeginCapture = [](Stream, int mode) {
+    g_capture_mode = mode;
+    g_capturing = true;
+    return kSuccess;
+  };
+  r.StreamEndCapture = [](Stream, Graph* graph) {
+    g_capturing = false;
+    ++g_graphs_alive;
+    *graph = reinterpret_cast<Graph>(0x40);
+    return kSuccess;
+  };
+  r.StreamIsCapturing = [](Stream, int* status) {
+    *status = g_capturing ? 1 : kCaptureStatusNone;
+    return kSuccess;
+  };
+  r.GraphInstantiate = [](GraphExec* exec, Graph, void*, char*, size_t) {
+    ++g_graphs_alive;
+    *exec = reinterpret_cast<GraphExec>(0x50);
+    return kSuccess;
+  };
+  r.GraphLaunch = [](GraphExec, Stream) {
+    ++g_graph_launches;
+    return kSuccess;
+  };
+  r.GraphExecDestroy = [](GraphExec) {
+    --g_graphs_alive;
+    return kSuccess;
+  };
+  r.GraphDestroy = [](Graph) {
+    --g_graphs_alive;
+    return kSuccess;
+  };
+  r.GetLastError = []() { return kSuccess; };
   r.MemsetAsync = [](void* p, int v, size_t bytes, Stream) {
     g_memsets.push_back({p, v, bytes});
     return kSuccess;
@@ -308,7 +359,7 @@ Runtime RecordingStandIn() {
                         : symbol.find("Moe") == 0       ? 0
                                                         : sizeof(fp8_attention::QuantizeArgs);
     const auto* a = static_cast<const unsigned char*>(args[0]);
-    g_launches.push_back({symbol, gx, gy, gz, bx, std::vector<unsigned char>(a, a + size)});
+    g_launches.push_back({symbol, gx, gy, gz, bx, std::vector<unsigned char>(a, a + size), g_capturing});
     return kSuccess;
   };
   return r;
@@ -587,9 +638,8 @@ class MoeStandIn : public RecordingFixture {
                            {moe::gfx942::kDownBf16, moe::gfx942::kDownF32}},
                           {"moe_sum_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {"MoeWeightedSumKernel"}}}) {}
 
-  // The call's launches by symbol.
-  absl::StatusOr<std::vector<std::string>> Run(const MoeParams& p) {
-    g_launches.clear();
+  // One call on stand-in device addresses.
+  absl::Status Call(const MoeParams& p) {
     MoeInputs in;
     in.x.data = reinterpret_cast<void*>(0x1000);
     in.topk_ids.data = reinterpret_cast<void*>(0x2000);
@@ -600,7 +650,13 @@ class MoeStandIn : public RecordingFixture {
     in.w2_scales.data = reinterpret_cast<void*>(0x7000);
     TensorView out;
     out.data = reinterpret_cast<void*>(0x8000);
-    KS_RETURN_IF_ERROR((*b_)->Moe(0, p, in, out));
+    return (*b_)->Moe(0, p, in, out);
+  }
+
+  // The call's launches by symbol.
+  absl::StatusOr<std::vector<std::string>> Run(const MoeParams& p) {
+    g_launches.clear();
+    KS_RETURN_IF_ERROR(Call(p));
     std::vector<std::string> symbols;
     for (const Launched& l : g_launches) symbols.push_back(l.symbol);
     return symbols;
@@ -646,6 +702,64 @@ TEST_F(MoeStandIn, TheLayerRunsGateUpSwigluThenDownIntoFp32ThenTheSum) {
   EXPECT_EQ(down.a, static_cast<const uint16_t*>(up.out));  // the intermediate h
   EXPECT_EQ(down.a_row_div, 1);
   EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+}
+
+// Graph timing: one call captured, replayed, timed by events.
+TEST_F(MoeStandIn, GraphReplaysCaptureOneCallAndTimeTheReplays) {
+  EXPECT_TRUE((*b_)->Capabilities().graph_replay);
+  const MoeParams p = gpu_test::KimiMoeParams(MoeStage::kLayer, 8);
+  ASSERT_TRUE(Call(p).ok());  // sizes the workspace outside the capture
+  g_launches.clear();
+  g_graph_launches = 0;
+  g_graphs_alive = 0;
+  const int mallocs = g_mallocs;
+  int calls = 0;
+  auto ms = (*b_)->TimeGraphReplays(0, [&] { ++calls; return Call(p); }, 20);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(g_capture_mode, kCaptureModeThreadLocal);
+  ASSERT_EQ(g_launches.size(), 6u);  // routing, the two GEMMs, the sum: all into the graph
+  for (const Launched& l : g_launches) EXPECT_TRUE(l.captured) << l.symbol;
+  EXPECT_EQ(g_graph_launches, 3 + 20);  // warm-up, then the timed replays
+  EXPECT_DOUBLE_EQ(*ms, 0.5 * (3 + 20) / 20);  // the stand-in's elapsed time over the replays
+  EXPECT_EQ(g_mallocs, mallocs);
+  EXPECT_EQ(g_graphs_alive, 0);  // graph and executable destroyed
+  EXPECT_FALSE(g_capturing);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+}
+
+TEST_F(MoeStandIn, AWorkspaceThatMustGrowInACaptureIsFailedPrecondition) {
+  ASSERT_TRUE(Call(gpu_test::KimiMoeParams(MoeStage::kLayer, 8)).ok());
+  g_graphs_alive = 0;
+  const int mallocs = g_mallocs;
+  auto ms = (*b_)->TimeGraphReplays(0, [&] { return Call(gpu_test::KimiMoeParams(MoeStage::kLayer, 4096)); }, 5);
+  ASSERT_FALSE(ms.ok());
+  EXPECT_EQ(ms.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(ms.status().message()),
+              StartsWith("graph capture on hip device 0: the launch failed while being captured"));
+  EXPECT_THAT(std::string(ms.status().message()), HasSubstr("the kernel workspace must grow to "));
+  EXPECT_EQ(g_mallocs, mallocs);
+  EXPECT_EQ(g_graphs_alive, 0);
+  EXPECT_FALSE(g_capturing);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+  // Outside a capture the same call grows it.
+  EXPECT_TRUE(Call(gpu_test::KimiMoeParams(MoeStage::kLayer, 4096)).ok());
+  EXPECT_EQ(g_mallocs, mallocs + 1);
+}
+
+TEST(HipBackendStandIn, WithoutTheGraphApiThereIsNoGraphTiming) {
+  g_device_arch = "gfx942";
+  const absl::StatusOr<Runtime> rt = StandIn();  // no graph entry points
+  auto b = CreateHipBackendWith(rt, Objects());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE((*b)->Capabilities().graph_replay);
+  int calls = 0;
+  auto ms = (*b)->TimeGraphReplays(0, [&] { ++calls; return absl::OkStatus(); }, 5);
+  EXPECT_EQ(ms.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(ms.status().message()), StartsWith("backend hip has no graph capture here: stand-in lacks"));
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ((*b)->TimeGraphReplays(0, [] { return absl::OkStatus(); }, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
