@@ -63,29 +63,31 @@ def ks_hip_device_code(name, src, hdrs = [], archs = None, copts = [], **kwargs)
         outs += [asm, obj]
     native.filegroup(name = name, srcs = outs, **kwargs)
 
-def ks_hip_embed(name, srcs, arch = "gfx942"):
+def ks_hip_embed(name, srcs, archs = ["gfx942"]):
     """<name>.cc: EmbeddedCodeObjects() (kernels/gpu/hip/hip_code_objects.h) over every
-    <x>_<arch>.hsaco among `srcs` (ks_hip_device_code targets), as bytes in the binary.
+    <x>_<arch>.hsaco among `srcs` (ks_hip_device_code targets) for each arch of `archs`, as bytes
+    in the binary. A chip is one more entry of `archs` (and its kernels among `srcs`).
     """
     native.genrule(
         name = name,
         srcs = srcs,
         outs = [name + ".cc"],
-        cmd = "$(location //bazel:hip_embed.sh) %s %s $@ $(SRCS)" % (HIP_TOOLS_DIR, arch),
+        cmd = "$(location //bazel:hip_embed.sh) %s %s $@ $(SRCS)" % (HIP_TOOLS_DIR, ",".join(archs)),
         tools = ["//bazel:hip_embed.sh"],
-        message = "embedding %s code objects" % arch,
+        message = "embedding %s code objects" % ", ".join(archs),
         target_compatible_with = HIP_BACKEND_COMPATIBLE,
     )
 
 def ks_hip_code_object_test(name, code, kernels = [], insns = [], dis = [], max_regs = None, max_lds = None,
                             kernarg_size = None, wave_size = 64, kernel_has = [], kernel_lacks = [],
-                            target_compatible_with = None):
+                            kernel_count = [], target_compatible_with = None):
     """Reads `code` (a ks_hip_device_code target) with hip_code_object_check.sh: the kernels named, no
     scratch, and the limits the kernels' design states (see the script for each option).
     """
     args = [HIP_TOOLS_DIR] + ["--kernel=" + k for k in kernels] + ["--insn=" + i for i in insns]
     args += ["--dis=" + d for d in dis]
     args += ["--kernel-has=" + k for k in kernel_has] + ["--kernel-lacks=" + k for k in kernel_lacks]
+    args += ["--kernel-count=" + k for k in kernel_count]
     if max_regs != None:
         args.append("--max-regs=%d" % max_regs)
     if max_lds != None:

@@ -14,6 +14,8 @@
 #   --kernel-has=K:REGEX   a line of kernel K's code in the listing (.s) matches
 #   --kernel-lacks=K:REGEX no line of kernel K's code in the listing matches (an
 #                        instruction its design says it does without)
+#   --kernel-count=K:N:REGEX exactly N lines of kernel K's code in the listing match
+#                        (e.g. the one barrier a design states)
 #   hip_code_object_check.sh TOOLS_DIR [OPTION]... FILE...
 set -uo pipefail
 tools=$1
@@ -27,6 +29,7 @@ kernarg=""
 wave=""
 has=()
 lacks=()
+counts=()
 files=()
 while (($#)); do
   case "$1" in
@@ -39,6 +42,7 @@ while (($#)); do
     --wave-size=*) wave=${1#--wave-size=}; shift ;;
     --kernel-has=*) has+=("${1#--kernel-has=}"); shift ;;
     --kernel-lacks=*) lacks+=("${1#--kernel-lacks=}"); shift ;;
+    --kernel-count=*) counts+=("${1#--kernel-count=}"); shift ;;
     *) files+=("$1"); shift ;;
   esac
 done
@@ -66,6 +70,12 @@ for f in "${files[@]}"; do
         if grep -Eq "$re" <<<"$code"; then
           echo "FAIL $f: kernel $k has $(grep -Ec "$re" <<<"$code") instructions matching $re"; fail=1
         fi
+      done
+      for knr in ${counts[@]+"${counts[@]}"}; do
+        k=${knr%%:*}; nr=${knr#*:}; want=${nr%%:*}; re=${nr#*:}; code=$(body "$k" "$f")
+        [ -n "$code" ] || { echo "FAIL $f: no kernel $k in the listing"; fail=1; continue; }
+        got=$(grep -Ec "$re" <<<"$code")
+        [ "$got" = "$want" ] || { echo "FAIL $f: kernel $k has $got instructions matching $re, want $want"; fail=1; }
       done ;;
     *.hsaco)
       notes=$("$tools/llvm-readobj" --notes "$f") || { echo "FAIL $f: llvm-readobj cannot read it"; fail=1; continue; }

@@ -24,6 +24,8 @@
 #            libgcc_s (the base's, newer, serve both kernelserve and the base's
 #            ROCm) and without passwd/group/hosts; ROCm comes from the base.
 set -euo pipefail
+# ldconfig lives in /usr/sbin on Debian, which a test's PATH (bazel test) lacks.
+PATH="$PATH:/usr/sbin:/sbin"
 rocm=0
 on_base=0
 while [ $# -gt 0 ]; do
@@ -91,7 +93,9 @@ if [ $rocm = 1 ]; then
   # kernelserve dlopens these by soname (kernels/gpu/hip/hip_runtime.cc,
   # common/rocm_smi.cc); HIP dlopens comgr to read code objects.
   for soname in libamdhip64.so.5 libamd_comgr.so.2 librocm_smi64.so.1; do
-    lib=$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ { print $NF; exit }')
+    # awk reads to the end: exiting early would kill ldconfig with SIGPIPE,
+    # which pipefail turns into a failure.
+    lib=$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ && lib == "" { lib = $NF } END { print lib }')
     [ -n "$lib" ] || { echo "make_bundle.sh: --rocm: $soname is not installed (apt-get install libamdhip64-5 librocm-smi64-1)" >&2; exit 1; }
     cp -L "$lib" "$out/opt/kernelserve/lib/$soname"
     bundle_deps "$lib"

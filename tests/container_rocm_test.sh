@@ -14,14 +14,19 @@
 # installs both). Run directly or via
 #   bazel test //tests:container_rocm_test
 set -uo pipefail
+# ldconfig lives in /usr/sbin on Debian, which a test's PATH (bazel test) lacks.
+PATH="$PATH:/usr/sbin:/sbin"
 
 skip() { echo "SKIP: $*"; exit 0; }
 fail() { echo "FAIL: $*"; [ -n "${name:-}" ] && podman logs "$name" 2>&1 | tail -20; exit 1; }
 
 command -v podman >/dev/null 2>&1 || skip "podman is not installed (apt-get install podman runc; see deploy/README.md)"
 command -v python3 >/dev/null 2>&1 || skip "python3 is needed to write the call's .npy inputs"
+# The cache read once: grep -q on a pipe from ldconfig would stop reading at
+# the first match and, under pipefail, fail on ldconfig's SIGPIPE.
+ld_cache=$(ldconfig -p)
 for so in libamdhip64.so.5 libamd_comgr.so.2 librocm_smi64.so.1; do
-  ldconfig -p | grep -q "^[[:space:]]*$so " ||
+  grep -q "^[[:space:]]*$so " <<<"$ld_cache" ||
     skip "$so is not installed (apt-get install libamdhip64-5 librocm-smi64-1): nothing to bundle"
 done
 

@@ -1,5 +1,8 @@
 #include "kernels/gpu/hip/hip_backend.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +35,23 @@ struct Device {
   std::map<std::string, Function, std::less<>> functions ABSL_GUARDED_BY(mu);
   void* workspace ABSL_GUARDED_BY(mu) = nullptr;
   size_t workspace_bytes ABSL_GUARDED_BY(mu) = 0;
+  // While TimeGraphReplays captures the device's stream: errors then are
+  // the capture's, not faults, and the workspace cannot grow.
+  std::atomic<bool> capturing{false};
+};
+
+// Graph launches before the timed ones (upload the graph, warm the caches).
+constexpr int kGraphWarmupReplays = 3;
+
+// A captured graph and its executable, destroyed with the scope.
+struct GraphHolder {
+  const Runtime& rt;
+  Graph graph = nullptr;
+  GraphExec exec = nullptr;
+  ~GraphHolder() {
+    if (exec != nullptr) (void)rt.GraphExecDestroy(exec);
+    if (graph != nullptr) (void)rt.GraphDestroy(graph);
+  }
 };
 
 // A code object built for another architecture is refused with one of these.
@@ -59,8 +79,9 @@ class HipMemory : public DeviceMemory {
 
 class HipBackend : public Backend {
  public:
-  HipBackend(const Runtime* rt, std::vector<std::unique_ptr<Device>> devices)
-      : rt_(rt), devices_(std::move(devices)) {}
+  HipBackend(const Runtime* rt, std::vector<std::unique_ptr<Device>> devices,
+             const absl::StatusOr<Rocblas>& (*blas)())
+      : rt_(rt), devices_(std::move(devices)), blas_(blas) {}
 
   ~HipBackend() override {
     for (auto& d : devices_) {
@@ -80,6 +101,7 @@ class HipBackend : public Backend {
   BackendCapabilities Capabilities() const override {
     BackendCapabilities c;
     c.device_timer = true;
+    c.graph_replay = rt_->HasGraphs();
     c.timer = "HIP events around the launches (hipEventElapsedTime)";
     c.cache_bytes = devices_.empty() ? 0 : devices_[0]->l2_bytes;
     return c;
@@ -146,6 +168,84 @@ class HipBackend : public Backend {
                                             ")"));
   }
 
+  // rocBLAS's bf16 GEMM on the device's stream, after the work queued
+  // there: UNAVAILABLE (the libraries tried) where rocBLAS does not load,
+  // and the job's ceiling then says "not measured" and why.
+  absl::StatusOr<GemmCeiling> MeasureGemmCeiling(int device, const std::function<bool()>& cancelled) override {
+    KS_ASSIGN_OR_RETURN(Device * d, Enter(device));
+    const absl::StatusOr<Rocblas>& blas = blas_();
+    if (!blas.ok()) return blas.status();
+    KS_RETURN_IF_ERROR(
+        Fault(*d, rt_->Check(rt_->StreamSynchronize(d->stream), "hipStreamSynchronize before the GEMM ceiling")));
+    absl::StatusOr<GemmRate> rate = MeasureRocblasBf16Gemm(*rt_, *blas, d->stream, cancelled);
+    if (!rate.ok()) return Fault(*d, rate.status());
+    return GemmCeiling{rate->tflops, rate->desc};
+  }
+
+  // Captures one call of `launch` on the device's stream (thread-local
+  // mode: another thread's work is not swept in), instantiates it, replays
+  // it kGraphWarmupReplays times, then times `replays` replays with events.
+  absl::StatusOr<double> TimeGraphReplays(int device, const std::function<absl::Status()>& launch,
+                                          int replays) override {
+    if (replays <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("TimeGraphReplays: replays must be > 0, got ", replays));
+    }
+    KS_ASSIGN_OR_RETURN(Device * d, Enter(device));
+    if (!rt_->HasGraphs()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "backend hip has no graph capture here: ", rt_->library,
+          " lacks part of the graph API (hipStreamBeginCapture, hipStreamEndCapture, hipGraphInstantiate, "
+          "hipGraphLaunch)"));
+    }
+    // Faults of earlier work surface here, outside the capture, where they count.
+    KS_RETURN_IF_ERROR(
+        Fault(*d, rt_->Check(rt_->StreamSynchronize(d->stream), "hipStreamSynchronize before graph capture")));
+    GraphHolder g{*rt_};
+    KS_RETURN_IF_ERROR(
+        rt_->Check(rt_->StreamBeginCapture(d->stream, kCaptureModeThreadLocal), "hipStreamBeginCapture"));
+    d->capturing = true;
+    const absl::Status launched = launch();
+    d->capturing = false;
+    const Error end = rt_->StreamEndCapture(d->stream, &g.graph);
+    (void)rt_->GetLastError();  // a capture's errors are not the device's; leave none behind
+    int status = kCaptureStatusNone;
+    if (rt_->StreamIsCapturing(d->stream, &status) != kSuccess || status != kCaptureStatusNone) {
+      (void)rt_->GetLastError();
+      return absl::InternalError(
+          absl::StrCat("hip device ", device, ": the stream is still capturing after hipStreamEndCapture"));
+    }
+    // The stream is usable again; a real fault would show here and count.
+    KS_RETURN_IF_ERROR(
+        Fault(*d, rt_->Check(rt_->StreamSynchronize(d->stream), "hipStreamSynchronize after graph capture")));
+    if (!launched.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "graph capture on hip device ", device,
+          ": the launch failed while being captured (an op that synchronises, copies to the host or allocates "
+          "cannot be captured): ",
+          launched.ToString()));
+    }
+    if (end != kSuccess || g.graph == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("graph capture on hip device ", device,
+                                                        ": hipStreamEndCapture: ",
+                                                        end == kSuccess ? "no graph (empty capture)" : rt_->Describe(end),
+                                                        "; the launch did something that cannot be captured"));
+    }
+    const Error inst = rt_->GraphInstantiate(&g.exec, g.graph, nullptr, nullptr, 0);
+    if (inst != kSuccess) {
+      g.exec = nullptr;
+      (void)rt_->GetLastError();
+      const absl::Status s = rt_->Check(inst, "hipGraphInstantiate");
+      if (s.code() == absl::StatusCode::kUnavailable) return Fault(*d, s);
+      return absl::FailedPreconditionError(absl::StrCat("graph capture on hip device ", device, ": ", s.message()));
+    }
+    for (int i = 0; i < kGraphWarmupReplays; ++i) {
+      KS_RETURN_IF_ERROR(Fault(*d, rt_->Check(rt_->GraphLaunch(g.exec, d->stream), "hipGraphLaunch (warm-up)")));
+    }
+    return TimeLaunches(
+        device, [&]() { return Fault(*d, rt_->Check(rt_->GraphLaunch(g.exec, d->stream), "hipGraphLaunch")); },
+        replays);
+  }
+
   absl::StatusOr<double> TimeLaunches(int device, const std::function<absl::Status()>& launch, int n) override {
     KS_ASSIGN_OR_RETURN(Device * d, Enter(device));
     Event start = nullptr, stop = nullptr;
@@ -173,7 +273,7 @@ class HipBackend : public Backend {
 
   // A fault (UNAVAILABLE from Runtime::Check) leaves the device unusable.
   absl::Status Fault(Device& d, absl::Status s) {
-    if (s.code() == absl::StatusCode::kUnavailable) d.health.MarkUnhealthy(s.message());
+    if (s.code() == absl::StatusCode::kUnavailable && !d.capturing) d.health.MarkUnhealthy(s.message());
     return s;
   }
 
@@ -226,6 +326,11 @@ class HipBackend : public Backend {
   absl::StatusOr<void*> Workspace(Device& d, size_t bytes) {
     absl::MutexLock lock(&d.mu);
     if (bytes <= d.workspace_bytes) return d.workspace;
+    if (d.capturing) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the kernel workspace must grow to ", bytes, " bytes (it has ", d.workspace_bytes,
+          "), which a graph capture cannot do (hipMalloc); a call of this shape outside the capture grows it"));
+    }
     if (d.workspace != nullptr) {
       KS_RETURN_IF_ERROR(rt_->Check(rt_->StreamSynchronize(d.stream), "hipStreamSynchronize"));
       (void)rt_->Free(d.workspace);
@@ -239,6 +344,7 @@ class HipBackend : public Backend {
 
   const Runtime* rt_;
   std::vector<std::unique_ptr<Device>> devices_;
+  const absl::StatusOr<Rocblas>& (*blas_)();
 };
 
 // Loads the code objects of one architecture on the current device: all of
@@ -322,8 +428,20 @@ void FillClocksFromSmi(std::vector<std::unique_ptr<Device>>& devices) {
 
 }  // namespace
 
+std::string KfdHint(const char* kfd) {
+  if (access(kfd, F_OK) != 0) {
+    return absl::StrCat("; ", kfd, " does not exist: this machine has no amdgpu kernel driver, or the container ",
+                        "was started without --device=/dev/kfd --device=/dev/dri");
+  }
+  if (access(kfd, R_OK | W_OK) != 0) {
+    return absl::StrCat("; ", kfd, " exists but this user cannot open it (it belongs to the render or video group)");
+  }
+  return "";
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::StatusOr<Runtime>& runtime,
-                                                              const std::vector<CodeObject>& objects) {
+                                                              const std::vector<CodeObject>& objects,
+                                                              const absl::StatusOr<Rocblas>& (*blas)()) {
   if (!runtime.ok()) return runtime.status();
   const Runtime& rt = *runtime;
   int n = 0;
@@ -331,7 +449,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::Status
   if (e != kSuccess || n <= 0) {
     return absl::UnavailableError(absl::StrCat("no HIP device: hipGetDeviceCount: ",
                                                e != kSuccess ? rt.Describe(e) : "0 devices", " (", rt.library,
-                                               ", HIP runtime ", rt.runtime_version, ")"));
+                                               ", HIP runtime ", rt.runtime_version, ")",
+                                               KfdHint("/dev/kfd")));
   }
   std::vector<std::unique_ptr<Device>> devices;
   for (int i = 0; i < n; ++i) {
@@ -340,7 +459,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::Status
     devices.push_back(std::move(d));
   }
   FillClocksFromSmi(devices);
-  return std::unique_ptr<Backend>(new HipBackend(&rt, std::move(devices)));
+  return std::unique_ptr<Backend>(new HipBackend(&rt, std::move(devices), blas));
 }
 
 }  // namespace hip

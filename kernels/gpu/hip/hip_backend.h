@@ -5,7 +5,8 @@
 // (hip_variants.h). One stream per device; every runtime call checked; a
 // kernel fault marks the device unhealthy and later calls on it return
 // UNAVAILABLE. Ops it has no kernel for return UNIMPLEMENTED naming the case.
-// Clock rates the runtime does not report come from ROCm SMI when it loads.
+// Clock rates the runtime does not report come from ROCm SMI when it loads;
+// the GEMM ceiling from rocBLAS, loaded when a job first asks for it.
 //
 // It is a class of its own rather than kernels/gpu/gpu_backend.cc compiled
 // for HIP: that one is host code that launches with <<<...>>> and links the
@@ -14,12 +15,14 @@
 #define KERNELSERVE_KERNELS_GPU_HIP_HIP_BACKEND_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/api/backend.h"
 #include "kernels/gpu/hip/hip_code_objects.h"
 #include "kernels/gpu/hip/hip_runtime.h"
+#include "kernels/gpu/hip/rocblas_gemm.h"
 
 namespace kernelserve {
 
@@ -31,9 +34,17 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackend();
 namespace gpu {
 namespace hip {
 
-// The same over a given runtime and code objects (tests).
-absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(const absl::StatusOr<Runtime>& runtime,
-                                                              const std::vector<CodeObject>& objects);
+// The same over a given runtime and code objects (tests), and rocBLAS for
+// the GEMM ceiling as `blas` returns it (called when a job first asks).
+absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackendWith(
+    const absl::StatusOr<Runtime>& runtime, const std::vector<CodeObject>& objects,
+    const absl::StatusOr<Rocblas>& (*blas)() = SharedRocblas);
+
+// What the "no HIP device" answer adds about the KFD device node `kfd`
+// (/dev/kfd), through which ROCm's runtime reaches every AMD GPU: that it
+// is missing (no amdgpu driver, or a container without the device) or not
+// open to this user; empty when it is there and open.
+std::string KfdHint(const char* kfd);
 
 }  // namespace hip
 }  // namespace gpu

@@ -6,19 +6,29 @@
 // loads, health, the UNIMPLEMENTED and NOT_FOUND answers), not ROCm's.
 #include "kernels/gpu/hip/hip_backend.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/api/ops.h"
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/fp8_attention/fp8_attention_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
 #include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
 #include "kernels/gpu/fp8_attention/fp8_quantize_args.h"
+#include "kernels/gpu/launch_test_fixtures.h"
+#include "kernels/gpu/moe/moe_params.h"
+#include "kernels/gpu/moe/moe_plan.h"
 
 namespace kernelserve {
 namespace gpu {
@@ -43,9 +53,35 @@ TEST(CreateHipBackend, TheRealRuntimeHereFindsNoDevice) {
   if (rt.ok()) {
     EXPECT_THAT(std::string(b.status().message()), StartsWith("no HIP device: hipGetDeviceCount: "));
     EXPECT_THAT(b.status().message(), HasSubstr(rt->library));
+    // The answer says what to look at next on this host.
+    EXPECT_THAT(b.status().message(), HasSubstr(KfdHint("/dev/kfd")));
   } else {
     EXPECT_THAT(std::string(b.status().message()), StartsWith("cannot load the HIP runtime"));
   }
+}
+
+// A file under the test's temporary directory, created empty with `mode`.
+std::string TempNode(const char* name, mode_t mode) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr) << path;
+  if (f != nullptr) std::fclose(f);
+  EXPECT_EQ(chmod(path.c_str(), mode), 0) << path;
+  return path;
+}
+
+TEST(KfdHint, AMissingNodeNamesTheDriverAndTheContainerDevices) {
+  EXPECT_EQ(KfdHint("/nonexistent/kfd"),
+            "; /nonexistent/kfd does not exist: this machine has no amdgpu kernel driver, or the container was "
+            "started without --device=/dev/kfd --device=/dev/dri");
+  EXPECT_EQ(KfdHint(TempNode("kfd_open", 0600).c_str()), "");
+}
+
+TEST(KfdHint, ANodeThisUserCannotOpenNamesTheGroups) {
+  const std::string node = TempNode("kfd_closed", 0);
+  if (geteuid() == 0) GTEST_SKIP() << "running as root, which opens a file of mode 0: this case needs another user";
+  EXPECT_EQ(KfdHint(node.c_str()),
+            "; " + node + " exists but this user cannot open it (it belongs to the render or video group)");
 }
 
 // The stand-in's one device: the architecture whose code objects it takes.
@@ -154,6 +190,54 @@ TEST(HipBackendStandIn, TakesTheArchitectureWhoseCodeObjectsLoad) {
   EXPECT_EQ(s.message(), "device: expected 0..0 on backend hip, got 3");
 }
 
+// rocBLAS as the backend finds it: absent (this machine), or present with
+// a handle it cannot create.
+const absl::StatusOr<Rocblas>& NoRocblas() {
+  static const auto* b = new absl::StatusOr<Rocblas>(LoadRocblas({"librocblas-absent.so.9"}));
+  return *b;
+}
+const absl::StatusOr<Rocblas>& RocblasWithoutHandles() {
+  static const auto* b = [] {
+    Rocblas r;
+    r.library = "librocblas-stand-in.so";
+    r.CreateHandle = [](Rocblas::Handle*) { return 15; };  // rocblas_status_arch_mismatch
+    r.DestroyHandle = [](Rocblas::Handle) { return 0; };
+    return new absl::StatusOr<Rocblas>(r);
+  }();
+  return *b;
+}
+
+TEST(HipBackendStandIn, TheGemmCeilingIsRocblasOrWhyNot) {
+  g_device_arch = "gfx942";
+  absl::StatusOr<Runtime> rt = StandIn();
+  rt->Malloc = [](void** p, size_t bytes) {
+    *p = std::malloc(bytes);
+    return kSuccess;
+  };
+  rt->Free = [](void* p) {
+    std::free(p);
+    return kSuccess;
+  };
+  rt->MemcpyAsync = [](void*, const void*, size_t, int, Stream) { return kSuccess; };
+  rt->StreamSynchronize = [](Stream) { return kSuccess; };
+  auto b = CreateHipBackendWith(rt, Objects(), NoRocblas);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto c = (*b)->MeasureGemmCeiling(0, {});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(c.status().message()),
+              StartsWith("cannot load rocBLAS for the GEMM ceiling (install ROCm's rocBLAS"));
+  EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);
+  EXPECT_EQ((*b)->MeasureGemmCeiling(4, {}).status().code(), absl::StatusCode::kInvalidArgument);
+
+  b = CreateHipBackendWith(rt, Objects(), RocblasWithoutHandles);
+  ASSERT_TRUE(b.ok()) << b.status();
+  c = (*b)->MeasureGemmCeiling(0, {});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(c.status().message(), "rocblas_create_handle: rocblas_status 15");
+  EXPECT_TRUE((*b)->GetDeviceInfo(0).healthy);  // a library's refusal is no device fault
+  EXPECT_EQ((*b)->MeasureGemmCeiling(4, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(HipBackendStandIn, ADeviceNoCodeObjectLoadsOnIsListedUnhealthyWithWhy) {
   g_device_arch = "gfx90a";
   const absl::StatusOr<Runtime> rt = StandIn();
@@ -187,7 +271,11 @@ struct Launched {
   std::string symbol;
   unsigned gx, gy, gz, threads;
   std::vector<unsigned char> args;
+  bool captured;  // queued while the stream was being captured
 };
+// The stand-in stream's capture state, and what its graph API saw.
+bool g_capturing = false;
+int g_mallocs = 0, g_graph_launches = 0, g_graphs_alive = 0, g_capture_mode = -1;
 std::vector<std::string> g_symbols;
 std::vector<Launched> g_launches;
 struct Memset {
@@ -200,10 +288,57 @@ std::vector<Memset> g_memsets;
 Runtime RecordingStandIn() {
   Runtime r = StandIn();
   r.Malloc = [](void** p, size_t bytes) {
+    if (g_capturing) return 900;  // hipErrorStreamCaptureUnsupported: no allocation in a capture
+    ++g_mallocs;
     *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
     return kSuccess;
   };
   r.Free = [](void* p) { std::free(p); return kSuccess; };
+  r.StreamSynchronize = [](Stream) { return g_capturing ? 900 : kSuccess; };
+  r.EventCreate = [](Event* e) {
+    *e = reinterpret_cast<Event>(0x30);
+    return kSuccess;
+  };
+  r.EventDestroy = [](Event) { return kSuccess; };
+  r.EventRecord = [](Event, Stream) { return kSuccess; };
+  r.EventSynchronize = [](Event) { return kSuccess; };
+  r.EventElapsedTime = [](float* ms, Event, Event) {
+    *ms = 0.5f * static_cast<float>(g_graph_launches);  // 0.5 ms a replay, counted from the warm-ups
+    return kSuccess;
+  };
+  r.StreamBeginCapture = [](Stream, int mode) {
+    g_capture_mode = mode;
+    g_capturing = true;
+    return kSuccess;
+  };
+  r.StreamEndCapture = [](Stream, Graph* graph) {
+    g_capturing = false;
+    ++g_graphs_alive;
+    *graph = reinterpret_cast<Graph>(0x40);
+    return kSuccess;
+  };
+  r.StreamIsCapturing = [](Stream, int* status) {
+    *status = g_capturing ? 1 : kCaptureStatusNone;
+    return kSuccess;
+  };
+  r.GraphInstantiate = [](GraphExec* exec, Graph, void*, char*, size_t) {
+    ++g_graphs_alive;
+    *exec = reinterpret_cast<GraphExec>(0x50);
+    return kSuccess;
+  };
+  r.GraphLaunch = [](GraphExec, Stream) {
+    ++g_graph_launches;
+    return kSuccess;
+  };
+  r.GraphExecDestroy = [](GraphExec) {
+    --g_graphs_alive;
+    return kSuccess;
+  };
+  r.GraphDestroy = [](Graph) {
+    --g_graphs_alive;
+    return kSuccess;
+  };
+  r.GetLastError = []() { return kSuccess; };
   r.MemsetAsync = [](void* p, int v, size_t bytes, Stream) {
     g_memsets.push_back({p, v, bytes});
     return kSuccess;
@@ -216,11 +351,15 @@ Runtime RecordingStandIn() {
   r.ModuleLaunchKernel = [](Function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned, unsigned,
                             unsigned, Stream, void** args, void**) {
     const std::string& symbol = g_symbols[reinterpret_cast<size_t>(f) - 1];
+    // The MoE routing and weighted-sum kernels take several arguments, of
+    // which none is recorded.
     const size_t size = symbol.find("KsAttention") == 0 ? sizeof(attention::gfx942::Gfx942AttnParams)
                         : symbol.find("KsFp8Attn") == 0 ? sizeof(fp8_attention::Fp8KernelParams)
+                        : symbol.find("KsMoe") == 0     ? sizeof(moe::GemmParams)
+                        : symbol.find("Moe") == 0       ? 0
                                                         : sizeof(fp8_attention::QuantizeArgs);
     const auto* a = static_cast<const unsigned char*>(args[0]);
-    g_launches.push_back({symbol, gx, gy, gz, bx, std::vector<unsigned char>(a, a + size)});
+    g_launches.push_back({symbol, gx, gy, gz, bx, std::vector<unsigned char>(a, a + size), g_capturing});
     return kSuccess;
   };
   return r;
@@ -247,9 +386,10 @@ std::vector<CodeObject> Fp8Objects() {
   return {{"fp8_gfx942", "gfx942", kGfx942, sizeof(kGfx942), names}};
 }
 
-// A recording stand-in over the FP8 attention object, from empty records.
-class Fp8StandIn : public ::testing::Test {
+// A recording stand-in over `objects`, from empty records.
+class RecordingFixture : public ::testing::Test {
  protected:
+  explicit RecordingFixture(std::vector<CodeObject> objects) : objects_(std::move(objects)) {}
   void SetUp() override {
     g_device_arch = "gfx942";
     g_symbols.clear();
@@ -259,8 +399,14 @@ class Fp8StandIn : public ::testing::Test {
     ASSERT_TRUE(b_.ok()) << b_.status();
   }
   const absl::StatusOr<Runtime> rt_ = RecordingStandIn();
-  const std::vector<CodeObject> objects_ = Fp8Objects();  // the backend keeps pointers to them
+  const std::vector<CodeObject> objects_;  // the backend keeps pointers to them
   absl::StatusOr<std::unique_ptr<Backend>> b_;
+};
+
+// Over the FP8 attention object.
+class Fp8StandIn : public RecordingFixture {
+ protected:
+  Fp8StandIn() : RecordingFixture(Fp8Objects()) {}
 };
 
 TEST_F(Fp8StandIn, Fp8AttentionOnBf16InputsQuantizesThenLaunchesTheKernelOfTheCall) {
@@ -356,27 +502,17 @@ TEST_F(Fp8StandIn, Fp8AttentionOnFnuzInputsLaunchesOnlyTheKernel) {
 }
 
 // A recording stand-in over the bf16 attention objects (304 CUs).
-class AttentionStandIn : public ::testing::Test {
+class AttentionStandIn : public RecordingFixture {
  protected:
-  void SetUp() override {
-    g_device_arch = "gfx942";
-    g_symbols.clear();
-    g_launches.clear();
-    g_memsets.clear();
-    b_ = CreateHipBackendWith(rt_, objects_);
-    ASSERT_TRUE(b_.ok()) << b_.status();
-  }
-  const absl::StatusOr<Runtime> rt_ = RecordingStandIn();
   // One forward and one aux object per head dim, as embedded.
-  const std::vector<CodeObject> objects_ = [] {
+  AttentionStandIn() : RecordingFixture([] {
     std::vector<CodeObject> o;
     for (const attention::gfx942::HdimKernels& k : attention::gfx942::kKernels) {
       o.push_back({"attention_fwd_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {k.fwd, k.causal}});
       o.push_back({"attention_aux_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {k.v_transpose, k.merge}});
     }
     return o;
-  }();
-  absl::StatusOr<std::unique_ptr<Backend>> b_;
+  }()) {}
 };
 
 TEST_F(AttentionStandIn, SmallGridTransposesVSplitsEveryItemAlongKvAndMerges) {
@@ -487,6 +623,143 @@ TEST_F(AttentionStandIn, EvenGridRunsWithoutMerge) {
   EXPECT_EQ(a.splits, 1);
   EXPECT_EQ(a.part_o, nullptr);
   EXPECT_EQ(a.f.group, 19);
+}
+
+// Over the MoE objects as embedded: the routing, the two GEMM kernels'
+// epilogues, the weighted sum.
+class MoeStandIn : public RecordingFixture {
+ protected:
+  MoeStandIn()
+      : RecordingFixture({{"moe_routing_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel"}},
+                          {"moe_gemm_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {moe::gfx942::kGemmBf16, moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32}},
+                          {"moe_down_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {moe::gfx942::kDownBf16, moe::gfx942::kDownF32}},
+                          {"moe_sum_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {"MoeWeightedSumKernel"}}}) {}
+
+  // One call on stand-in device addresses.
+  absl::Status Call(const MoeParams& p) {
+    MoeInputs in;
+    in.x.data = reinterpret_cast<void*>(0x1000);
+    in.topk_ids.data = reinterpret_cast<void*>(0x2000);
+    in.topk_weights.data = reinterpret_cast<void*>(0x3000);
+    in.w13.data = reinterpret_cast<void*>(0x4000);
+    in.w13_scales.data = reinterpret_cast<void*>(0x5000);
+    in.w2.data = reinterpret_cast<void*>(0x6000);
+    in.w2_scales.data = reinterpret_cast<void*>(0x7000);
+    TensorView out;
+    out.data = reinterpret_cast<void*>(0x8000);
+    return (*b_)->Moe(0, p, in, out);
+  }
+
+  // The call's launches by symbol.
+  absl::StatusOr<std::vector<std::string>> Run(const MoeParams& p) {
+    g_launches.clear();
+    KS_RETURN_IF_ERROR(Call(p));
+    std::vector<std::string> symbols;
+    for (const Launched& l : g_launches) symbols.push_back(l.symbol);
+    return symbols;
+  }
+};
+
+TEST_F(MoeStandIn, DownAtAShortExpertWidthTakesTheDownKernel) {
+  MoeParams p = gpu_test::KimiMoeParams(MoeStage::kDown, 8);  // I = 384
+  auto launched = Run(p);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(*launched, (std::vector<std::string>{"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel",
+                                                 moe::gfx942::kDownBf16}));
+  const Launched& l = g_launches.back();
+  EXPECT_EQ(l.gx, 14u);  // 3584 columns in blocks of 256
+  EXPECT_EQ(l.threads, 256u);
+  const auto g = ArgsOf<moe::GemmParams>(l);
+  EXPECT_EQ(g.k, 384);
+  EXPECT_EQ(g.out_cols, 3584);
+  EXPECT_EQ(g.a, reinterpret_cast<const uint16_t*>(0x1000));
+  EXPECT_EQ(g.w, reinterpret_cast<const uint8_t*>(0x6000));
+  EXPECT_EQ(l.gy, static_cast<unsigned>(moe::MoeWorkspaceLayout(p, moe::gfx942::Plan()).max_tiles));
+
+  // Another I (a multiple of 32, not of 128): the slab-walking kernel.
+  p.inter = 416;
+  launched = Run(p);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->back(), moe::gfx942::kGemmBf16);
+  EXPECT_EQ(g_launches.back().gx, 56u);  // blocks of 64
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(g_launches.back()).k, 416);
+}
+
+TEST_F(MoeStandIn, TheLayerRunsGateUpSwigluThenDownIntoFp32ThenTheSum) {
+  MoeParams p = gpu_test::KimiMoeParams(MoeStage::kLayer, 32);
+  auto launched = Run(p);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(*launched, (std::vector<std::string>{"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel",
+                                                 moe::gfx942::kGemmSwiglu, moe::gfx942::kDownF32,
+                                                 "MoeWeightedSumKernel"}));
+  const auto up = ArgsOf<moe::GemmParams>(g_launches[3]);
+  const auto down = ArgsOf<moe::GemmParams>(g_launches[4]);
+  EXPECT_EQ(up.k, 3584);
+  EXPECT_EQ(down.k, 384);
+  EXPECT_EQ(down.a, static_cast<const uint16_t*>(up.out));  // the intermediate h
+  EXPECT_EQ(down.a_row_div, 1);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+}
+
+// Graph timing: one call captured, replayed, timed by events.
+TEST_F(MoeStandIn, GraphReplaysCaptureOneCallAndTimeTheReplays) {
+  EXPECT_TRUE((*b_)->Capabilities().graph_replay);
+  const MoeParams p = gpu_test::KimiMoeParams(MoeStage::kLayer, 8);
+  ASSERT_TRUE(Call(p).ok());  // sizes the workspace outside the capture
+  g_launches.clear();
+  g_graph_launches = 0;
+  g_graphs_alive = 0;
+  const int mallocs = g_mallocs;
+  int calls = 0;
+  auto ms = (*b_)->TimeGraphReplays(0, [&] { ++calls; return Call(p); }, 20);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(g_capture_mode, kCaptureModeThreadLocal);
+  ASSERT_EQ(g_launches.size(), 6u);  // routing, the two GEMMs, the sum: all into the graph
+  for (const Launched& l : g_launches) EXPECT_TRUE(l.captured) << l.symbol;
+  EXPECT_EQ(g_graph_launches, 3 + 20);  // warm-up, then the timed replays
+  EXPECT_DOUBLE_EQ(*ms, 0.5 * (3 + 20) / 20);  // the stand-in's elapsed time over the replays
+  EXPECT_EQ(g_mallocs, mallocs);
+  EXPECT_EQ(g_graphs_alive, 0);  // graph and executable destroyed
+  EXPECT_FALSE(g_capturing);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+}
+
+TEST_F(MoeStandIn, AWorkspaceThatMustGrowInACaptureIsFailedPrecondition) {
+  ASSERT_TRUE(Call(gpu_test::KimiMoeParams(MoeStage::kLayer, 8)).ok());
+  g_graphs_alive = 0;
+  const int mallocs = g_mallocs;
+  auto ms = (*b_)->TimeGraphReplays(0, [&] { return Call(gpu_test::KimiMoeParams(MoeStage::kLayer, 4096)); }, 5);
+  ASSERT_FALSE(ms.ok());
+  EXPECT_EQ(ms.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(ms.status().message()),
+              StartsWith("graph capture on hip device 0: the launch failed while being captured"));
+  EXPECT_THAT(std::string(ms.status().message()), HasSubstr("the kernel workspace must grow to "));
+  EXPECT_EQ(g_mallocs, mallocs);
+  EXPECT_EQ(g_graphs_alive, 0);
+  EXPECT_FALSE(g_capturing);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+  // Outside a capture the same call grows it.
+  EXPECT_TRUE(Call(gpu_test::KimiMoeParams(MoeStage::kLayer, 4096)).ok());
+  EXPECT_EQ(g_mallocs, mallocs + 1);
+}
+
+TEST(HipBackendStandIn, WithoutTheGraphApiThereIsNoGraphTiming) {
+  g_device_arch = "gfx942";
+  const absl::StatusOr<Runtime> rt = StandIn();  // no graph entry points
+  auto b = CreateHipBackendWith(rt, Objects());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE((*b)->Capabilities().graph_replay);
+  int calls = 0;
+  auto ms = (*b)->TimeGraphReplays(0, [&] { ++calls; return absl::OkStatus(); }, 5);
+  EXPECT_EQ(ms.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(ms.status().message()), StartsWith("backend hip has no graph capture here: stand-in lacks"));
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ((*b)->TimeGraphReplays(0, [] { return absl::OkStatus(); }, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

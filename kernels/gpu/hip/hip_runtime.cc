@@ -55,6 +55,16 @@ std::string ResolveAll(void* h, Runtime& r) {
   Resolve(h, "hipModuleLaunchKernel", r.ModuleLaunchKernel, missing);
   Resolve(h, "hipGetErrorName", r.GetErrorName, missing);
   Resolve(h, "hipGetErrorString", r.GetErrorString, missing);
+  // Optional: Runtime::HasGraphs says whether all of these resolved.
+  std::string optional;
+  Resolve(h, "hipStreamBeginCapture", r.StreamBeginCapture, optional);
+  Resolve(h, "hipStreamEndCapture", r.StreamEndCapture, optional);
+  Resolve(h, "hipStreamIsCapturing", r.StreamIsCapturing, optional);
+  Resolve(h, "hipGraphInstantiate", r.GraphInstantiate, optional);
+  Resolve(h, "hipGraphLaunch", r.GraphLaunch, optional);
+  Resolve(h, "hipGraphExecDestroy", r.GraphExecDestroy, optional);
+  Resolve(h, "hipGraphDestroy", r.GraphDestroy, optional);
+  Resolve(h, "hipGetLastError", r.GetLastError, optional);
   return missing;
 }
 

@@ -32,6 +32,12 @@ using Module = struct ihipModule_t*;
 using Function = struct ihipModuleSymbol_t*;
 using Stream = struct ihipStream_t*;
 using Event = struct ihipEvent_t*;
+using Graph = struct ihipGraph*;
+using GraphExec = struct hipGraphExec*;
+
+// hipStreamCaptureMode and hipStreamCaptureStatus values used.
+constexpr int kCaptureModeThreadLocal = 1;
+constexpr int kCaptureStatusNone = 0;
 
 // hipMemcpyKind.
 enum MemcpyKind : int { kHostToDevice = 1, kDeviceToHost = 2, kDeviceToDevice = 3 };
@@ -83,6 +89,22 @@ struct Runtime {
                               Stream, void**, void**) = nullptr;
   const char* (*GetErrorName)(Error) = nullptr;
   const char* (*GetErrorString)(Error) = nullptr;
+
+  // Graph capture and replay: optional (null where the library lacks any of
+  // them; the backend then has no graph timing), so a runtime without them
+  // still serves every op.
+  Error (*StreamBeginCapture)(Stream, int mode) = nullptr;
+  Error (*StreamEndCapture)(Stream, Graph*) = nullptr;
+  Error (*StreamIsCapturing)(Stream, int* status) = nullptr;
+  Error (*GraphInstantiate)(GraphExec*, Graph, void* error_node, char* log, size_t log_bytes) = nullptr;
+  Error (*GraphLaunch)(GraphExec, Stream) = nullptr;
+  Error (*GraphExecDestroy)(GraphExec) = nullptr;
+  Error (*GraphDestroy)(Graph) = nullptr;
+  Error (*GetLastError)() = nullptr;
+  bool HasGraphs() const {
+    return StreamBeginCapture && StreamEndCapture && StreamIsCapturing && GraphInstantiate && GraphLaunch &&
+           GraphExecDestroy && GraphDestroy && GetLastError;
+  }
 
   // "hipErrorNoDevice (no ROCm-capable device is detected)" and the like.
   std::string Describe(Error e) const;

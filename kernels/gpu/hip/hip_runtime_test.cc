@@ -58,9 +58,10 @@ TEST(SharedRuntime, LoadsOrSaysWhichLibrariesItTriedAndOnlyAnswersNoDeviceHere) 
     EXPECT_THAT(m, HasSubstr("; libamdhip64.so.5 ("));
     GTEST_SKIP() << "no HIP runtime on this machine: " << m;
   }
-  // ROCm's runtime is here (no GPU is): every entry point resolved, and the
-  // device count is an error or zero.
+  // ROCm's runtime is here (no GPU is): every entry point resolved (the
+  // graph API too: ROCm 5.2 has it), and the device count is an error or zero.
   EXPECT_GT(r->runtime_version, 0);
+  EXPECT_TRUE(r->HasGraphs());
   int n = -1;
   const Error e = r->GetDeviceCount(&n);
   EXPECT_TRUE(e != kSuccess || n == 0) << "an AMD GPU answers on a machine documented to have none";

@@ -32,6 +32,7 @@
 
 #include "kernels/gpu/arch/gfx942/mfma.h"
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/moe/mxfp4_device.h"
 #include "kernels/gpu/common/bf16.cuh"
 #include "kernels/gpu/common/gpu.h"
 #include "kernels/gpu/moe/moe_params.h"
@@ -41,37 +42,7 @@ namespace gpu {
 namespace moe {
 namespace gfx942 {
 
-using gpu::gfx942::Bf16x4;
-using gpu::gfx942::F32x4;
 using gpu::gfx942::Mfma;
-
-
-// E2M1 magnitude codes 0..7 as bf16: 0, 0.5, 1, 1.5, 2, 3, 4, 6.
-__device__ __forceinline__ uint32_t E2m1Bf16(uint32_t code) {
-  const uint32_t mag = code & 7u;
-  // Exponent/mantissa of 0.5..6 follow the code: 1 + code/2 binades above 0.5, the low bit the mantissa.
-  const uint32_t bits = mag == 0 ? 0u : mag == 1 ? 0x3F00u : (0x3F80u + ((mag - 2) >> 1 << 7) + ((mag & 1) << 6));
-  return bits | ((code & 8u) << 12);
-}
-
-// 2^(e - 127) as fp32: e = 0 is the subnormal 2^-127, e = 255 NaN.
-__device__ __forceinline__ float E8m0(uint32_t e) {
-  return e == 0 ? __uint_as_float(0x00400000u) : e == 255 ? __uint_as_float(0x7FC00000u) : __uint_as_float(e << 23);
-}
-
-// Four E2M1 codes (two bytes, element 2i in the low nibble of byte i) scaled
-// by `scale` -> the B operand's four bf16.
-__device__ __forceinline__ Bf16x4 DecodeFp4x4(uint32_t two_bytes, float scale) {
-  Bf16x4 r;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float v = __uint_as_float(E2m1Bf16((two_bytes >> (4 * i)) & 0xFu) << 16) * scale;
-    r[i] = static_cast<short>(__float_as_uint(v) >> 16);  // exact: see above
-  }
-  return r;
-}
-
-typedef unsigned U32x4 __attribute__((ext_vector_type(4)));
 
 // One slab's 16-byte pieces: the 16 activation rows (8 per row), then the
 // weight rows (2 per row); thread t takes pieces t, t + kThreads, ...
@@ -91,15 +62,6 @@ struct Slab {
   static_assert(kSOffset + kScales == kBytes && kBytes % 16 == 0, "the slab map above");
   static_assert(kKSlab % 32 == 0 && kKSlab / 32 == 2, "a weight row's slab is two 16-byte pieces");
 };
-
-// 16 bytes from global memory at p (16-byte aligned: device allocations and
-// the offsets LoadSlab takes are). The address space is explicit: the A and
-// weight pieces come from different pointers, and a select between them
-// would otherwise leave a generic pointer and a flat load.
-__device__ __forceinline__ U32x4 LoadGlobal16(const void* p) {
-  typedef const __attribute__((address_space(1))) U32x4 GlobalU32x4;
-  return *(GlobalU32x4*)p;  // NOLINT(readability/casting): an address-space cast has no C++ spelling
-}
 
 // What one thread moves of a slab: its pieces and its scale byte.
 template <int kEpi>
@@ -214,20 +176,7 @@ __device__ __forceinline__ void GemmCta(const GemmParams& p) {
   }
 
   // This lane holds rows 4 lq + i of the tile, column `col`.
-  if (!col_ok) return;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int out_pair = p.sorted[tile * kTileRows + lq * 4 + i];
-    if (out_pair < 0) continue;
-    const int64_t at = static_cast<int64_t>(out_pair) * p.out_cols + col;
-    if (kEpi == kEpiF32) {
-      static_cast<float*>(p.out)[at] = acc[i];
-    } else {
-      float v = acc[i];
-      if (kEpi == kEpiSwiglu) v = v / (1.f + Exp2Approx(-v * 1.4426950408889634f)) * acc_up[i];
-      static_cast<uint16_t*>(p.out)[at] = static_cast<uint16_t>(FloatToBf16Bits(v, p.rounding));
-    }
-  }
+  if (col_ok) StorePairOutputs<kEpi>(p, tile, lq, col, acc, acc_up);
 }
 
 }  // namespace gfx942

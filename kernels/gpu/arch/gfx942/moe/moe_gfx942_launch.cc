@@ -27,12 +27,20 @@ std::string Unsupported(const MoeParams& p) {
   return "";
 }
 
-GemmGrid Grid(int64_t out_cols, int64_t max_tiles) {
+namespace {
+
+GemmGrid ColumnsByTiles(int64_t out_cols, int64_t cta_cols, int64_t max_tiles) {
   GemmGrid g;
-  g.x = static_cast<unsigned>((out_cols + kCtaCols - 1) / kCtaCols);
+  g.x = static_cast<unsigned>((out_cols + cta_cols - 1) / cta_cols);
   g.y = static_cast<unsigned>(max_tiles);
   return g;
 }
+
+}  // namespace
+
+GemmGrid Grid(int64_t out_cols, int64_t max_tiles) { return ColumnsByTiles(out_cols, kCtaCols, max_tiles); }
+
+GemmGrid DownGrid(int64_t out_cols, int64_t max_tiles) { return ColumnsByTiles(out_cols, kDownCtaCols, max_tiles); }
 
 }  // namespace gfx942
 }  // namespace moe

@@ -69,6 +69,51 @@ constexpr char kGemmBf16[] = "KsMoeGemmMxfp4Gfx942Bf16";
 constexpr char kGemmSwiglu[] = "KsMoeGemmMxfp4Gfx942Swiglu";
 constexpr char kGemmF32[] = "KsMoeGemmMxfp4Gfx942F32";
 
+// The down projection's own kernel (moe_down_mxfp4.hip), the seed's design
+// for a short K (the expert width I, sharded by tensor parallelism: 384,
+// 512, 768): the CTA stages its routing tile's whole A (16 rows x K bf16)
+// in LDS once, behind the GEMM's one barrier, each wave takes its A
+// operands for every k-step from there into registers, and the CTA sweeps
+// kDownCtaCols output columns against them, streaming the weights from
+// global memory (each weight is used by one lane once). K a multiple of
+// 128 up to 768; any other K runs on the gate/up kernel above with the bf16
+// or fp32 epilogue.
+constexpr int kDownMaxK = 768;
+constexpr int kDownKBlock = 128;      // K per 16-byte weight load of each of a column's four lanes
+constexpr int kDownCtaCols = 256;     // output columns per CTA: 16 column tiles, four per wave
+constexpr int kDownTilesPerStep = 2;  // column tiles a wave computes together
+KS_HOST_DEVICE constexpr bool DownServes(int64_t k) {
+  return k >= kDownKBlock && k <= kDownMaxK && k % kDownKBlock == 0;
+}
+// A row of the staged tile, padded by 16 bytes (at most 2-way bank conflicts
+// on the operand reads), and the LDS of the largest K: 24832 bytes, two
+// CTAs per CU, so two waves per SIMD and 256 VGPR + AGPR per lane.
+KS_HOST_DEVICE constexpr int DownARowBytes(int k) { return 2 * k + 16; }
+constexpr int kDownLdsBytes = kTileRows * DownARowBytes(kDownMaxK);
+constexpr int kDownWavesPerSimd = 2;
+constexpr int kDownMaxRegs = 256;
+// The k that lane quarter lq (lane / 16) feeds the MFMA at k-step ks,
+// element i (A and B alike, so the sum over k is the GEMM's): within each
+// 128-k block a quarter takes 32 consecutive k, four per k-step, so its
+// weight nibbles for the block are one 16-byte load (at byte 16 lq of the
+// block's 64) under one E8M0 scale (block 4 (ks / 8) + lq).
+KS_HOST_DEVICE constexpr int DownK(int ks, int lq, int i) {
+  return ks / 8 * kDownKBlock + lq * 32 + ks % 8 * 4 + i;
+}
+// Where quarter lq's 16-byte load of 128-k block j starts in a weight row
+// (bytes of nibbles), and the E8M0 scale it is under (index in the row's
+// K / 32 scales).
+KS_HOST_DEVICE constexpr int DownWeightByte(int j, int lq) { return j * (kDownKBlock / 2) + lq * 16; }
+KS_HOST_DEVICE constexpr int DownScaleBlock(int j, int lq) { return j * (kDownKBlock / 32) + lq; }
+// Of a quarter's 16-byte load for a block (four 32-bit words), the two
+// bytes of nibbles k-step s (0..7) of the block reads: bytes 2 s and 2 s + 1,
+// element 2 i in the low nibble of byte i.
+KS_HOST_DEVICE constexpr uint32_t DownStepBytes(uint32_t word_s_over_2, int s) {
+  return (word_s_over_2 >> (16 * (s % 2))) & 0xFFFFu;
+}
+constexpr char kDownBf16[] = "KsMoeDownMxfp4Gfx942Bf16";
+constexpr char kDownF32[] = "KsMoeDownMxfp4Gfx942F32";
+
 }  // namespace gfx942
 }  // namespace moe
 }  // namespace gpu
@@ -97,6 +142,10 @@ struct GemmGrid {
   unsigned x = 1, y = 1;
 };
 GemmGrid Grid(int64_t out_cols, int64_t max_tiles);
+
+// The down kernel's grid: (column blocks of kDownCtaCols, routing tiles at
+// most), for a call whose K DownServes.
+GemmGrid DownGrid(int64_t out_cols, int64_t max_tiles);
 
 }  // namespace gfx942
 }  // namespace moe

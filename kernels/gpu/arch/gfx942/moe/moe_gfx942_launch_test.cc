@@ -100,6 +100,76 @@ TEST(Gfx942MoeLaunch, GridCoversTheColumnsAndEveryTile) {
   EXPECT_EQ(Grid(385, 1).x, 7u);
 }
 
+// The down kernel (moe_down_mxfp4.hip): the figures its code object is held
+// to (moe_down_gfx942_hip_test), the K it serves, its grid.
+TEST(Gfx942MoeDownLaunch, TheFiguresTheCodeObjectIsHeldTo) {
+  EXPECT_EQ(kDownLdsBytes, 16 * (768 * 2 + 16));
+  EXPECT_EQ(kDownLdsBytes, 24832);
+  // Two CTAs of four waves in a CU's 64 KiB, not three: two waves per SIMD,
+  // 256 VGPR + AGPR per lane.
+  EXPECT_LE(2 * kDownLdsBytes, 64 * 1024);
+  EXPECT_GT(3 * kDownLdsBytes, 64 * 1024);
+  EXPECT_EQ(kDownWavesPerSimd, 2 * kThreads / 64 / 4);
+  EXPECT_EQ(kDownMaxRegs, 512 / kDownWavesPerSimd);
+  // The A operands of every k-step in registers fit beside the rest: 2
+  // VGPRs per k-step at the largest K.
+  EXPECT_EQ(kDownMaxK / 16 * 2, 96);
+  EXPECT_EQ(kDownCtaCols % (16 * 4 * kDownTilesPerStep), 0);  // whole steps of column tiles per wave
+}
+
+TEST(Gfx942MoeDownLaunch, ServesMultiplesOf128UpTo768) {
+  for (int k : {128, 256, 384, 512, 640, 768}) EXPECT_TRUE(DownServes(k)) << k;
+  for (int k : {0, 32, 96, 416, 800, 896, 1024, 3584}) EXPECT_FALSE(DownServes(k)) << k;
+  const GemmGrid g = DownGrid(3584, 136);
+  EXPECT_EQ(g.x, 14u);
+  EXPECT_EQ(g.y, 136u);
+  EXPECT_EQ(DownGrid(3585, 1).x, 15u);
+}
+
+// A lane's k order: the MFMA sums over the k its lanes feed, so A and B (the
+// same DownK) must cover each k of K once; a quarter's k of a block are the
+// 32 its one 16-byte weight load holds, under its one scale.
+TEST(Gfx942MoeDownLaunch, TheKOrderCoversKOnceAndMatchesTheWeightLoads) {
+  for (int k : {128, 384, 768}) {
+    std::vector<int> seen(k, 0);
+    for (int ks = 0; ks < k / 16; ++ks) {
+      for (int lq = 0; lq < 4; ++lq) {
+        for (int i = 0; i < 4; ++i) {
+          const int kk = DownK(ks, lq, i);
+          ASSERT_GE(kk, 0);
+          ASSERT_LT(kk, k);
+          ++seen[kk];
+          const int j = ks / 8, s = ks % 8;
+          // The nibbles: byte kk / 2 of the row, element kk in its low nibble when even; the
+          // kernel's load for (j, lq) starts at DownWeightByte and step s reads its bytes 2 s, 2 s + 1.
+          EXPECT_EQ(kk / 2, DownWeightByte(j, lq) + 2 * s + i / 2);
+          EXPECT_EQ(kk % 2, i % 2);
+          EXPECT_EQ(DownWeightByte(j, lq) % 16, 0);  // a 16-byte load
+          // The scale: one per 32 k.
+          EXPECT_EQ(kk / 32, DownScaleBlock(j, lq));
+        }
+      }
+    }
+    for (int x : seen) ASSERT_EQ(x, 1);
+  }
+}
+
+TEST(Gfx942MoeDownLaunch, StepBytesAreThoseOfTheStepsK) {
+  // A block's 16 bytes of one quarter as the load's four words; each byte b
+  // holds code b in its low nibble and 15 - b in its high one.
+  uint32_t words[4] = {};
+  for (int b = 0; b < 16; ++b) words[b / 4] |= static_cast<uint32_t>(b | (15 - b) << 4) << (8 * (b % 4));
+  for (int s = 0; s < 8; ++s) {
+    const uint32_t two = DownStepBytes(words[s / 2], s);
+    for (int i = 0; i < 4; ++i) {
+      // Element i of step s is k = DownK(s, 0, i): byte 2 s + i / 2, the low nibble when i is even.
+      const int byte = 2 * s + i / 2;
+      const uint32_t want = i % 2 == 0 ? byte : 15 - byte;
+      EXPECT_EQ((two >> (4 * i)) & 0xFu, want) << "step " << s << " element " << i;
+    }
+  }
+}
+
 TEST(Gfx942MoeLaunch, ServesTheSeedShapesAndSaysWhyNotOthers) {
   for (MoeStage s : {MoeStage::kGateUp, MoeStage::kDown, MoeStage::kLayer}) EXPECT_EQ(Unsupported(KimiMoeParams(s, 32)), "");
   MoeParams p = KimiMoeParams(MoeStage::kGateUp, 8);
