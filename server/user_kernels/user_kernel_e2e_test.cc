@@ -807,6 +807,19 @@ TEST_F(TimingMethodsTest, PassesTimeUserKernelsInTurnWithTheBuiltInVariants) {
     EXPECT_GE(r->rank(), 1) << v;
   }
   EXPECT_THAT(Result(job, "user:attention")->method(), HasSubstr("worker process"));
+  // The same through kernelctl's method flags, with the flush.
+  const std::string out = ::testing::TempDir() + "/passes.txt";
+  const int rc = system(absl::StrCat("client/kernelctl --server=127.0.0.1:", server_->port(),
+                                     " --token=tok-alice submit --op=attention "
+                                     "--kernel=kernels/api/examples/cpu/attention.cc --heads=2 --seq=64 --head-dim=64 "
+                                     "--causal --baseline=cpu --method=passes --passes=2 --l2-flush --warmup=1 "
+                                     "--iters=3 >",
+                                     out, " 2>&1")
+                            .c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << ReadFile(out);
+  EXPECT_THAT(ReadFile(out), HasSubstr("| user:attention | pass |"));
+  EXPECT_THAT(ReadFile(out), HasSubstr("passes (2 x 3)"));
+  EXPECT_THAT(ReadFile(out), HasSubstr("l2_flush: each user kernel's worker copies 64 MiB"));
 }
 
 TEST_F(TimingMethodsTest, SustainedRunsTheWindowInTheWorker) {
