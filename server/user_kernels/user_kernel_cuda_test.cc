@@ -33,7 +33,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const char* const kOps[] = {"attention", "fp8_attention", "mla_decode", "moe_gateup", "moe_down"};
+const char* const kOps[] = {"attention", "fp8_attention", "mla_decode", "moe_gateup", "moe_down", "moe_layer"};
 
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -53,6 +53,7 @@ pb::BenchOp OpOf(const std::string& op) {
   if (op == "attention") return pb::OP_ATTENTION;
   if (op == "fp8_attention") return pb::OP_FP8_ATTENTION;
   if (op == "mla_decode") return pb::OP_MLA_DECODE;
+  if (op == "moe_layer") return pb::OP_MOE_LAYER;
   return op == "moe_gateup" ? pb::OP_MOE_GATEUP : pb::OP_MOE_DOWN;
 }
 
@@ -133,8 +134,9 @@ pb::CudaLaunch LaunchFor(const pb::BenchJobSpec& s) {
     l.set_dynamic_shared_bytes(static_cast<uint32_t>(m.seq_len() * sizeof(float)));
   } else {
     const auto& m = s.moe();
-    const int64_t n = s.op() == pb::OP_MOE_GATEUP ? m.tokens() * m.top_k() * (m.swiglu() ? m.inter() : 2 * m.inter())
-                                                   : (m.weighted_sum() ? m.tokens() : m.tokens() * m.top_k()) * m.hidden();
+    const int64_t n = s.op() == pb::OP_MOE_LAYER  ? m.tokens() * m.out_dim()
+                      : s.op() == pb::OP_MOE_GATEUP ? m.tokens() * m.top_k() * (m.swiglu() ? m.inter() : 2 * m.inter())
+                                                    : (m.weighted_sum() ? m.tokens() : m.tokens() * m.top_k()) * m.hidden();
     l.set_block_x(256);
     l.set_grid_x(blocks(n, 256));
   }
@@ -208,6 +210,16 @@ class UserKernelGpuTest : public ::testing::Test {
       m->set_q_len(1);
       m->set_heads(16);
       m->set_seq_len(1024);
+    } else if (op == "moe_layer") {
+      // The example recomputes the intermediate per output element: a small layer.
+      s.set_op(pb::OP_MOE_LAYER);
+      auto* m = s.mutable_moe();
+      m->set_tokens(4);
+      m->set_experts(8);
+      m->set_top_k(2);
+      m->set_hidden(256);
+      m->set_inter(128);
+      m->set_out_dim(256);
     } else {
       s.set_op(op == "moe_gateup" ? pb::OP_MOE_GATEUP : pb::OP_MOE_DOWN);
       auto* m = s.mutable_moe();
