@@ -882,6 +882,85 @@ TEST_F(TimingMethodsTest, GraphIsRefusedOnCpuForUserKernelsAsForBuiltInOnes) {
   EXPECT_THAT(st.message(), HasSubstr("backend cpu of this server has none"));
 }
 
+// Item 2's sandbox limits through the real server: a compile that runs
+// forever is killed at --user_kernel_compile_timeout_s, a build whose object
+// outgrows the output limit (RLIMIT_FSIZE, the object size limit) fails
+// with the compiler's log, and a kernel cannot reach the network, not even
+// the server's own port on loopback, from its worker.
+class SandboxLimitsTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override {
+    o->bench.user_kernels.compile_timeout_s = 3;
+    o->bench.user_kernels.max_object_bytes = 4 << 20;
+  }
+};
+
+TEST_F(SandboxLimitsTest, ACompileThatNeverEndsIsKilledAtItsTimeout) {
+  // Constant evaluation far past what the compiler does in 3 s (each loop
+  // stays under -fconstexpr-loop-limit; the whole is ~10^10 operations).
+  const std::string forever =
+      "constexpr long Spin() {\n  long s = 0;\n  for (long i = 0; i < 200000; ++i)\n"
+      "    for (long j = 0; j < 200000; ++j) s += i ^ j;\n  return s;\n}\n"
+      "constexpr long kSpin = Spin();\nlong Get() { return kSpin; }\n";
+  const absl::Time t0 = absl::Now();
+  ExpectFails(Spec(pb::OP_ATTENTION, "slowbuild", forever), absl::StatusCode::kDeadlineExceeded,
+              {"slowbuild.cc: the compiler ran past 3 s (--user_kernel_compile_timeout_s) and was killed"});
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(60));
+}
+
+TEST_F(SandboxLimitsTest, AnObjectPastTheOutputLimitFailsTheBuild) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "bigobject", "char big[8 << 20] = {1};\n"), absl::StatusCode::kInvalidArgument,
+              {"bigobject.cc does not compile", "compile log"});
+}
+
+TEST_F(SandboxLimitsTest, AKernelCannotReachTheNetwork) {
+  const std::string probe = WrappedAttention(
+      "#include <arpa/inet.h>\n#include <netinet/in.h>\n#include <sys/socket.h>\n#include <unistd.h>",
+      absl::StrCat("  int fd = socket(AF_INET, SOCK_STREAM, 0);\n  sockaddr_in to{};\n  to.sin_family = AF_INET;\n"
+                   "  to.sin_port = htons(",
+                   server_->port(),
+                   ");\n  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);\n"
+                   "  const bool reached = fd >= 0 && connect(fd, (sockaddr*)&to, sizeof(to)) == 0;\n"
+                   "  if (fd >= 0) close(fd);\n  if (reached) return 42;"));
+  pb::BenchJob job = Run(Spec(pb::OP_ATTENTION, "netprobe", probe));
+  const std::string notes = absl::StrJoin(job.notes(), "\n");
+  if (!absl::StrContains(notes, "worker network: isolated")) {
+    // The probe is real: sharing the host's network, it reaches the server.
+    EXPECT_EQ(job.state(), pb::JOB_FAILED);
+    EXPECT_THAT(job.error(), HasSubstr("the kernel returned 42"));
+    GTEST_SKIP() << "no network namespace for the worker here (" << notes << "): the kernel shares the host's";
+  }
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  EXPECT_TRUE(job.results(0).correct()) << job.results(0).gate_message();
+}
+
+// Item 3's quotas: a worker's copy of the inputs and output counts against
+// the tenant's max_device_memory like the job's own tensors. alice may hold
+// 100 KiB: her built-in job (64 KiB) runs, the same job with her kernel
+// (128 KiB with its worker's copies) fails naming the limit, and bob, with
+// no limit, runs it.
+class TenantQuotaTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override {
+    const std::string path = absl::StrCat(::testing::TempDir(), "/uk_limits_", getpid(), "_", counter_);
+    std::ofstream(path) << "alice max_device_memory=100KiB\n";
+    o->security.limits_file = path;
+  }
+};
+
+TEST_F(TenantQuotaTest, AWorkersCopiesCountAgainstTheTenantsDeviceMemory) {
+  pb::BenchJobSpec builtin = Spec(pb::OP_ATTENTION, "builtin", Example("attention"), {"cpu"});
+  builtin.clear_user_kernels();
+  pb::BenchJob fits = Run(builtin);
+  EXPECT_EQ(fits.state(), pb::JOB_DONE) << fits.error();
+  const pb::BenchJobSpec with_kernel = Spec(pb::OP_ATTENTION, "attention", Example("attention"), {"cpu"});
+  pb::BenchJob over = Run(with_kernel);
+  EXPECT_EQ(over.state(), pb::JOB_FAILED) << over.DebugString();
+  EXPECT_EQ(over.error_code(), static_cast<int>(absl::StatusCode::kResourceExhausted)) << over.error();
+  EXPECT_THAT(over.error(), HasSubstr("user kernel workers' copies"));
+  EXPECT_THAT(over.error(), HasSubstr("max_device_memory"));
+  pb::BenchJob bobs = Run(with_kernel, bob_.get());
+  EXPECT_EQ(bobs.state(), pb::JOB_DONE) << bobs.error();
+}
+
 class NoToolchainTest : public UserKernelTest {
   void Customize(ServerOptions* o) override { o->bench.user_kernels.cxx = "/nonexistent/g++"; }
 };
