@@ -78,7 +78,12 @@ class UserKernelTest : public ::testing::Test {
     o.bench.user_kernels.work_dir = dir;
     o.bench.user_kernels.launch_deadline_s = 3;
     Customize(&o);
-    auto s = KernelServer::Start(o);
+    options_ = o;
+    StartServer();
+  }
+
+  void StartServer() {
+    auto s = KernelServer::Start(options_);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
     alice_ = Connect("tok-alice");
@@ -180,6 +185,7 @@ class UserKernelTest : public ::testing::Test {
   }
 
   static int counter_;
+  ServerOptions options_;
   std::unique_ptr<KernelServer> server_;
   std::unique_ptr<BenchClient> alice_, bob_;
 };
@@ -959,6 +965,45 @@ TEST_F(TenantQuotaTest, AWorkersCopiesCountAgainstTheTenantsDeviceMemory) {
   EXPECT_THAT(over.error(), HasSubstr("max_device_memory"));
   pb::BenchJob bobs = Run(with_kernel, bob_.get());
   EXPECT_EQ(bobs.state(), pb::JOB_DONE) << bobs.error();
+}
+
+// Item 4's persistence: a user kernel's result (its source hash, build log,
+// gate and time) is in the job store, so a server restarted on the same data
+// dir returns it and ranks it on the leaderboard.
+class RestartTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override {
+    o->data_dir = absl::StrCat(o->bench.user_kernels.work_dir, "/data");
+    ASSERT_EQ(system(absl::StrCat("mkdir -p ", o->data_dir).c_str()), 0);
+  }
+};
+
+TEST_F(RestartTest, ResultsAndTheLeaderboardSurviveARestart) {
+  pb::BenchJob job = Run(Spec(pb::OP_ATTENTION, "kept", Example("attention"), {"cpu"}));
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  const pb::VariantResult* before = Result(job, "user:kept");
+  ASSERT_NE(before, nullptr);
+  const pb::VariantResult kept = *before;
+  alice_.reset();
+  bob_.reset();
+  server_.reset();
+  StartServer();
+  auto again = alice_->Get(job.id());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->state(), pb::JOB_DONE);
+  const pb::VariantResult* after = Result(*again, "user:kept");
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->source_sha256(), security::Sha256Hex(Example("attention")));
+  EXPECT_EQ(after->build_log(), kept.build_log());
+  EXPECT_TRUE(after->correct());
+  EXPECT_EQ(after->time().value_ms(), kept.time().value_ms());
+  EXPECT_EQ(after->rank(), kept.rank());
+  pb::LeaderboardRequest req;
+  req.set_op(pb::OP_ATTENTION);
+  auto board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok()) << board.status();
+  ASSERT_EQ(board->entries_size(), 1);
+  EXPECT_EQ(board->entries(0).job_id(), job.id());
+  EXPECT_EQ(board->entries(0).source_sha256(), kept.source_sha256());
 }
 
 class NoToolchainTest : public UserKernelTest {
