@@ -5,6 +5,15 @@
 #   deploy/build_image.sh [TAG]        default TAG: localhost/kernelserve:latest
 #   deploy/build_image.sh --variant=rocm [--base=IMAGE] [TAG]
 #                                      default TAG: localhost/kernelserve-rocm:latest
+#   deploy/build_image.sh --no-user-kernels [TAG]
+#
+# The default image runs users' own kernels (server/user_kernels/README.md):
+# it carries the kernel worker beside the server (and kernel_worker_cuda
+# where this checkout builds CUDA) and this host's Debian g++ toolchain
+# (make_bundle.sh --user-kernels, about 250 MB more); --no-user-kernels
+# leaves them out, and the server then fails user-kernel jobs naming what is
+# missing. nvcc is not bundled: on NVIDIA nodes mount the host's toolkit
+# (see deploy/README.md).
 #
 # --variant=rocm builds deploy/Containerfile.rocm: FROM scratch with Debian
 # 12's HIP runtime and ROCm SMI bundled (offline; needs libamdhip64-5 and
@@ -17,13 +26,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 variant=default
+user_kernels=1
 base=${KERNELSERVE_ROCM_BASE:-}
 tag=
 for a in "$@"; do
   case "$a" in
     --variant=default|--variant=rocm) variant=${a#--variant=} ;;
     --base=*) base=${a#--base=} ;;
-    --*) echo "build_image.sh: unknown option $a (--variant=default|rocm, --base=IMAGE)" >&2; exit 2 ;;
+    --no-user-kernels) user_kernels=0 ;;
+    --*) echo "build_image.sh: unknown option $a (--variant=default|rocm, --base=IMAGE, --no-user-kernels)" >&2; exit 2 ;;
     *) tag=$a ;;
   esac
 done
@@ -62,7 +73,18 @@ if [ "$variant" = rocm ]; then
   cp deploy/Containerfile.rocm "$ctx/Containerfile"
   podman build --quiet --build-arg "BASE=${base:-scratch}" -t "$tag" -f "$ctx/Containerfile" "$ctx"
 else
-  deploy/make_bundle.sh "$ctx/bundle" "${bins[@]}"
+  bundle_opts=()
+  if [ $user_kernels = 1 ]; then
+    bazel build //server/user_kernels:kernel_worker
+    bins+=(bazel-bin/server/user_kernels/kernel_worker)
+    # Absent (an incompatible target) without a CUDA toolkit.
+    if bazel build //server/user_kernels:kernel_worker_cuda 2>/dev/null &&
+       [ -x bazel-bin/server/user_kernels/kernel_worker_cuda ]; then
+      bins+=(bazel-bin/server/user_kernels/kernel_worker_cuda)
+    fi
+    bundle_opts=(--user-kernels)
+  fi
+  deploy/make_bundle.sh "${bundle_opts[@]}" "$ctx/bundle" "${bins[@]}"
   cp deploy/Containerfile "$ctx/Containerfile"
   podman build --quiet -t "$tag" -f "$ctx/Containerfile" "$ctx"
 fi

@@ -19,6 +19,12 @@
 #            load (ldd, and libamd_comgr.so.2, which HIP opens with dlopen), for
 #            deploy/Containerfile.rocm FROM scratch. Unlike NVIDIA's driver
 #            libraries, AMD's user-space runtime is not mounted from the host.
+# --user-kernels  for users' own kernels (server/user_kernels/README.md):
+#            every BIN named kernel_worker* goes to opt/kernelserve/bin/user_kernels/
+#            (where the server looks beside itself), and this host's g++ toolchain
+#            (Debian's g++, binutils, libstdc++ and libc headers, the libraries
+#            they load) is copied in at its own paths, so that the server can
+#            build users' C++ kernels in the image. Not with --on-base.
 # --on-base  for an image on a base that has its own system (AMD's ROCm images):
 #            only opt/kernelserve and etc/kernelserve, without glibc, libstdc++,
 #            libgcc_s (the base's, newer, serve both kernelserve and the base's
@@ -28,11 +34,13 @@ set -euo pipefail
 PATH="$PATH:/usr/sbin:/sbin"
 rocm=0
 on_base=0
+user_kernels=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rocm) rocm=1; shift ;;
     --on-base) on_base=1; shift ;;
-    --*) echo "make_bundle.sh: unknown option $1 (--rocm, --on-base)" >&2; exit 2 ;;
+    --user-kernels) user_kernels=1; shift ;;
+    --*) echo "make_bundle.sh: unknown option $1 (--rocm, --on-base, --user-kernels)" >&2; exit 2 ;;
     *) break ;;
   esac
 done
@@ -41,6 +49,8 @@ shift
 [ $# -gt 0 ] || { echo "make_bundle.sh: no binaries" >&2; exit 2; }
 [ $rocm = 1 ] && [ $on_base = 1 ] &&
   { echo "make_bundle.sh: --rocm bundles Debian's ROCm for FROM scratch; --on-base takes the base's" >&2; exit 2; }
+[ $user_kernels = 1 ] && [ $on_base = 1 ] &&
+  { echo "make_bundle.sh: --user-kernels bundles a toolchain for FROM scratch; on a base, install g++ there" >&2; exit 2; }
 uid=${KERNELSERVE_UID:-10001}
 
 datadir="$(dirname "$out")/datadir"
@@ -85,9 +95,49 @@ bundle_deps() {
 
 for bin in "$@"; do
   [ -x "$bin" ] || { echo "make_bundle.sh: $bin is not an executable" >&2; exit 1; }
-  install -m 0755 "$bin" "$out/opt/kernelserve/bin/$(basename "$bin")"
+  case "$(basename "$bin")" in
+    kernel_worker*) dest="$out/opt/kernelserve/bin/user_kernels" ;;
+    *) dest="$out/opt/kernelserve/bin" ;;
+  esac
+  mkdir -p "$dest"
+  install -m 0755 "$bin" "$dest/$(basename "$bin")"
   bundle_deps "$bin"
 done
+
+# The C++ toolchain users' cpu kernels are built with: the files of
+# Debian's packages at their own paths (the compiler runs with PATH and
+# LANG only, so it must find its programs, headers and libraries where it
+# was installed), without documentation and sanitizer runtimes (the
+# allow-list has no -fsanitize), and the shared libraries its programs load.
+toolchain_packages=(g++ g++-12 gcc gcc-12 cpp cpp-12 libstdc++-12-dev libgcc-12-dev libc6-dev linux-libc-dev
+                    binutils binutils-x86-64-linux-gnu libgomp1 libc6 libcrypt-dev libcrypt1)
+bundle_toolchain() {
+  command -v dpkg-query >/dev/null || { echo "make_bundle.sh: --user-kernels needs dpkg (a Debian host)" >&2; exit 1; }
+  local list="$out.toolchain"
+  for p in "${toolchain_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      { echo "make_bundle.sh: --user-kernels: package $p is not installed (apt-get install g++)" >&2; exit 1; }
+    dpkg -L "$p"
+  done | grep -v -E '^/usr/share/|san[.]|san_|/[.]$' | sort -u | while read -r f; do
+    # Files and symlinks to files only: a directory entry would copy
+    # everything below it, and a merged-/usr host's /lib -> usr/lib is the
+    # bundle's real lib/ directory.
+    if [ -L "$f" ] && [ -d "$f" ]; then continue; fi
+    if [ -L "$f" ] || [ -f "$f" ]; then echo "${f#/}"; fi
+  done > "$list"
+  # tar keeps symlinks as symlinks; a merged-/usr host's /lib/... paths land
+  # in the bundle's real lib/ directory, where the loader looks first.
+  tar -C / --no-recursion -cf - -T "$list" | tar -C "$out" -xf -
+  find "$out/usr/bin" "$out/usr/lib/gcc" -type f -perm -u+x | while read -r exe; do
+    { ldd "$exe" 2>/dev/null || true; } | awk '/=> \// { print $3 }' | while read -r lib; do
+      [ -e "$out$lib" ] || { mkdir -p "$out$(dirname "$lib")" && cp -L "$lib" "$out$lib"; }
+    done
+  done
+  rm -f "$list"
+  # The server finds the compiler on PATH (Containerfile: /usr/bin).
+  [ -x "$out/usr/bin/g++" ] || { echo "make_bundle.sh: --user-kernels: no usr/bin/g++ in the bundle" >&2; exit 1; }
+}
+[ $user_kernels = 1 ] && bundle_toolchain
 
 if [ $rocm = 1 ]; then
   # kernelserve dlopens these by soname (kernels/gpu/hip/hip_runtime.cc,

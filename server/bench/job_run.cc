@@ -332,7 +332,8 @@ absl::Status JobRun::ReserveMemory() {
   int64_t in_bytes = 0;
   for (const auto& [name, t] : host_->prepared->tensors) in_bytes += std::max<int64_t>(1, t.num_bytes());
   // Each user kernel's worker holds its own copy of the inputs and output.
-  bytes += in_bytes + static_cast<int64_t>(users_.size()) * (in_bytes + host_->out.num_bytes());
+  bytes += in_bytes + static_cast<int64_t>(users_.size()) *
+                         (in_bytes + host_->out.num_bytes() + 2 * static_cast<int64_t>(dev_->flush_bytes));
   const std::string what =
       absl::StrCat("benchmark job ", job_id_, " (inputs and output", dev_->flush_bytes > 0 ? ", L2 flush buffers" : "",
                    users_.empty() ? "" : ", user kernel workers' copies", ")");
@@ -484,12 +485,22 @@ absl::Status JobRun::CheckDeviceAfter(absl::Status st) {
   return st;
 }
 
-absl::StatusOr<user_kernels::WorkerTimes> JobRun::UserLaunches(size_t i, int warmup, int timed, int batches) {
+// The deadline of a worker command that runs `launches` launches (and
+// `extra_s` besides): the launch deadline plus 10x their time at the
+// gate's pace, within the job's time limit.
+double JobRun::UserTimeout(size_t i, int64_t launches, double extra_s) const {
   const double per = std::max(runs_[i].gate_s, 1e-3);
-  const double timeout = std::max(1.0, std::min(deadline_s_ - NowS(), env_.builder->options().launch_deadline_s +
-                                                                         10.0 * per * (warmup + timed)));
+  return std::max(1.0, std::min(deadline_s_ - NowS(), env_.builder->options().launch_deadline_s + extra_s +
+                                                          10.0 * per * static_cast<double>(launches)));
+}
+
+absl::StatusOr<user_kernels::WorkerTimes> JobRun::UserLaunches(size_t i, int warmup, int timed, int batches) {
+  // With l2_flush the worker flushes before each launch with buffers of the
+  // same size as the built-in variants' (allowing 1 GB/s for the copies).
+  const uint64_t flush = plan_.l2_flush && dev_ != nullptr ? dev_->flush_bytes : 0;
+  const double timeout = UserTimeout(i, warmup + timed, 10.0 * (warmup + timed) * static_cast<double>(flush) * 1e-9);
   runs_[i].timer = Timer::kWorkerClock;
-  absl::StatusOr<user_kernels::WorkerTimes> t = runs_[i].user->worker->Time(warmup, timed, batches, timeout);
+  absl::StatusOr<user_kernels::WorkerTimes> t = runs_[i].user->worker->Time(warmup, timed, batches, flush, timeout);
   if (!t.ok()) return CheckDeviceAfter(t.status());
   return t;
 }
@@ -565,11 +576,18 @@ absl::Status JobRun::TimeWindow() {
   for (size_t i = 0; i < runs_.size(); ++i) {
     if (runs_[i].result.correct()) timed_.push_back(i);
   }
-  if (!users_.empty() && plan_.l2_flush) sink_->AddNote("l2_flush does not apply to user kernels (their workers hold their own buffers)");
-  if (!users_.empty() && plan_.method == pb::METHOD_SUSTAINED) {
-    sink_->AddNote("sustained: each launch of a user kernel includes a pipe round trip to its worker");
+  if (!users_.empty() && plan_.l2_flush && dev_->flush_bytes > 0) {
+    sink_->AddNote(absl::StrCat("l2_flush: each user kernel's worker copies ", dev_->flush_bytes >> 20,
+                                " MiB between two buffers of its own before each launch, as for the built-in "
+                                "variants"));
   }
-  if (!users_.empty() && plan_.method == pb::METHOD_GRAPH) sink_->AddNote("graph: user kernels are timed like method kernel");
+  if (!users_.empty() && plan_.method == pb::METHOD_SUSTAINED) {
+    sink_->AddNote("sustained: user kernels run their warm-in and window in their worker process, in batches of "
+                   "about 20 ms timed there");
+  }
+  if (!users_.empty() && plan_.method == pb::METHOD_GRAPH) {
+    sink_->AddNote("graph: user kernels are captured into a graph and replayed in their worker process");
+  }
   switch (plan_.method) {
     case pb::METHOD_PASSES:
       return TimePasses();
@@ -671,7 +689,8 @@ absl::Status JobRun::TimedBatch(size_t i, int launches, double* ms) {
 absl::Status JobRun::TimeLaunches(size_t i, int launches, std::vector<double>* samples, double* total_ms) {
   *total_ms = 0;
   if (runs_[i].user != nullptr) {
-    // Timed in the worker, in up to 10 batches (no L2 flush there).
+    // Timed in the worker, in up to 10 batches (each launch alone after a
+    // flush with l2_flush, flushed by the worker).
     KS_RETURN_IF_ERROR(Stop());
     KS_ASSIGN_OR_RETURN(user_kernels::WorkerTimes t, UserLaunches(i, 0, launches, std::min(launches, 10)));
     *total_ms = t.total_ms;
@@ -757,8 +776,22 @@ absl::Status JobRun::TimeGraph() {
     KS_RETURN_IF_ERROR(WarmUp(i, 1));
     std::vector<double> samples;
     double total = 0;
-    if (runs_[i].variant->on_host || runs_[i].user != nullptr) {
-      // Host code and user kernels have no graph here: timed like method kernel.
+    if (runs_[i].user != nullptr) {
+      // Captured and replayed in the kernel's worker, on its own stream.
+      Progress(pb::PHASE_TIMING, i, 1, absl::StrCat("timing ", name, ": ", c.launches, " graph replays in its worker"));
+      KS_RETURN_IF_ERROR(Stop());
+      absl::StatusOr<user_kernels::WorkerTimes> t =
+          runs_[i].user->worker->Graph(0, c.launches, std::min(c.launches, 10), UserTimeout(i, c.launches, 0));
+      if (!t.ok()) return CheckDeviceAfter(t.status());
+      if (!t->not_captured.ok()) {
+        ReportUntimed(i, t->not_captured);
+        continue;
+      }
+      total = t->total_ms;
+      samples = t->sample_ms;
+      runs_[i].timer = Timer::kWorkerGraph;
+    } else if (runs_[i].variant->on_host) {
+      // Host code has no graph: timed like method kernel.
       Progress(pb::PHASE_TIMING, i, 1, absl::StrCat("timing ", name, " on the host clock: ", c.launches, " launches"));
       KS_RETURN_IF_ERROR(TimeLaunches(i, c.launches, &samples, &total));
     } else {
@@ -822,8 +855,12 @@ void JobRun::ReportUntimed(size_t i, const absl::Status& capture) {
 absl::Status JobRun::TimeSustained() {
   for (size_t ti = 0; ti < timed_.size(); ++ti) {
     const size_t i = timed_[ti];
-    KS_ASSIGN_OR_RETURN(const int batch, WarmIn(i));
-    KS_RETURN_IF_ERROR(SustainedWindow(ti, i, batch));
+    if (runs_[i].user != nullptr) {
+      KS_RETURN_IF_ERROR(UserSustained(i));
+    } else {
+      KS_ASSIGN_OR_RETURN(const int batch, WarmIn(i));
+      KS_RETURN_IF_ERROR(SustainedWindow(ti, i, batch));
+    }
     step_ = static_cast<double>(ti) + 1;
     Land(i);
   }
@@ -845,6 +882,26 @@ absl::StatusOr<int> JobRun::WarmIn(size_t i) {
     batch = std::clamp(static_cast<int>(0.02 / std::max(per, 1e-7)), 1, 100000);
   }
   return batch;
+}
+
+// A user kernel's warm-in and window, run by its worker (one launch per
+// pipe round trip would time the pipe), with the clocks sampled here.
+absl::Status JobRun::UserSustained(size_t i) {
+  const std::string& name = runs_[i].variant->name;
+  Progress(pb::PHASE_TIMING, i, 1,
+           absl::StrFormat("warming %s for %.3g s, then timing it for %.3g s at sustained clocks, in its worker", name,
+                           plan_.warmin_s, plan_.window_s));
+  KS_RETURN_IF_ERROR(Stop());
+  runs_[i].timer = Timer::kWorkerClock;
+  ClockSampler sampler(*env_.backend, device_);
+  sampler.Start();
+  absl::StatusOr<user_kernels::WorkerTimes> t =
+      runs_[i].user->worker->Sustain(plan_.warmin_s, plan_.window_s, UserTimeout(i, 1, 2 * (plan_.warmin_s + plan_.window_s)));
+  *runs_[i].result.mutable_clocks() = sampler.Stop();
+  if (!t.ok()) return CheckDeviceAfter(t.status());
+  if (t->launches <= 0) return absl::InternalError(absl::StrCat(name, ": its worker timed no launch"));
+  SetTime(i, t->sample_ms, t->total_ms, t->launches);
+  return absl::OkStatus();
 }
 
 // The window, timed on the host clock, with the clocks sampled during it.
@@ -893,6 +950,8 @@ const char* JobRun::TimerName(Timer timer) {
       return "device events around CUDA-graph replays";
     case Timer::kWorkerClock:
       return "clock in the user kernel's worker process around its launches";
+    case Timer::kWorkerGraph:
+      return "device events around graph replays in the user kernel's worker process";
     default:
       return "host clock around synchronised launches";
   }

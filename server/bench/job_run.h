@@ -96,7 +96,7 @@ class JobRun {
   static MethodPlan PlanMethod(const pb::MethodOptions& m, const BenchOptions& options);
 
  private:
-  enum class Timer { kUnknown, kHostClock, kDeviceEvents, kGraphEvents, kWorkerClock };
+  enum class Timer { kUnknown, kHostClock, kDeviceEvents, kGraphEvents, kWorkerClock, kWorkerGraph };
   // A user kernel of the spec: its variant, its build and its worker.
   struct UserRun {
     pb::UserKernel kernel;
@@ -143,6 +143,8 @@ class JobRun {
   absl::Status GateLaunchUser(size_t i);
   // A user kernel's warm-up (timed = 0) or timed launches, in its worker.
   absl::StatusOr<user_kernels::WorkerTimes> UserLaunches(size_t i, int warmup, int timed, int batches);
+  double UserTimeout(size_t i, int64_t launches, double extra_s) const;
+  absl::Status UserSustained(size_t i);
   // `st` from a user kernel's worker, after the device health probe when
   // the worker died abnormally.
   absl::Status CheckDeviceAfter(absl::Status st);

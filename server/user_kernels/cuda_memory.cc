@@ -167,6 +167,26 @@ class CudaMemory : public WorkerMemory {
     cudaEventDestroy(stop);
     return static_cast<double>(ms);
   }
+  absl::Status FlushCache(size_t bytes) override {
+    if (!init_.ok()) return init_;
+    if (bytes == 0) return absl::OkStatus();
+    if (flush_bytes_ != bytes) {
+      if (cudaMalloc(&flush_src_, bytes) != cudaSuccess || cudaMalloc(&flush_dst_, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc of the L2 flush buffers (2 x ", bytes, " bytes)"));
+      }
+      allocs_.push_back(flush_src_);
+      allocs_.push_back(flush_dst_);
+      flush_bytes_ = bytes;
+    }
+    if (absl::Status st = CudaStatus(cudaMemcpyAsync(flush_dst_, flush_src_, bytes, cudaMemcpyDeviceToDevice, stream_),
+                                     "the L2 flush copy");
+        !st.ok()) {
+      return st;
+    }
+    return CudaStatus(cudaStreamSynchronize(stream_), "after the L2 flush copy");
+  }
+  absl::StatusOr<double> TimeGraph(const std::function<int()>& launch, int replays) override;
   absl::StatusOr<DeviceLaunch> LoadDeviceKernel(const DeviceKernelSpec& spec) override;
   std::string Describe() const override { return "device memory of the worker's own CUDA context, canaries"; }
 
@@ -176,7 +196,76 @@ class CudaMemory : public WorkerMemory {
   std::vector<void*> allocs_;
   uint8_t* base_ = nullptr;
   size_t bytes_ = 0;
+  void* flush_src_ = nullptr;
+  void* flush_dst_ = nullptr;
+  size_t flush_bytes_ = 0;
 };
+
+// As the cuda backend's TimeGraphReplays (kernels/gpu/gpu_backend.cc): the
+// capture is thread-local, so a call that cannot be captured (a
+// synchronisation, an allocation, a launch on another stream) fails the
+// capture, not the process; a fault of the kernel shows at the
+// synchronisation after it and is the kernel's.
+absl::StatusOr<double> CudaMemory::TimeGraph(const std::function<int()>& launch, int replays) {
+  if (!init_.ok()) return init_;
+  if (absl::Status st = CudaStatus(cudaStreamSynchronize(stream_), "before graph capture"); !st.ok()) return st;
+  if (cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat("cudaStreamBeginCapture: ", cudaGetErrorName(e)));
+  }
+  const int rc = launch();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+  (void)cudaGetLastError();  // capture errors are not sticky; leave none behind
+  struct Holder {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ~Holder() {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    }
+  } g;
+  g.graph = graph;
+  if (absl::Status st = CudaStatus(cudaStreamSynchronize(stream_), "after graph capture"); !st.ok()) return st;
+  if (rc != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the launch returned ", rc,
+        " while being captured into a CUDA graph (a call that synchronises, allocates or copies to the host, or "
+        "a launch on another stream than the ABI's, cannot be captured)"));
+  }
+  if (end != cudaSuccess || graph == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cudaStreamEndCapture: ", end == cudaSuccess ? "no graph" : cudaGetErrorName(end),
+                     " (the launch did something that cannot be captured: a synchronisation, an allocation, a "
+                     "launch on the legacy default stream)"));
+  }
+  size_t nodes = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &nodes) != cudaSuccess || nodes == 0) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(
+        "the captured graph is empty: the kernel enqueued nothing on the ABI's stream (launch on `stream`)");
+  }
+  if (cudaError_t e = cudaGraphInstantiateWithFlags(&g.exec, graph, 0); e != cudaSuccess) {
+    g.exec = nullptr;
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat("cudaGraphInstantiate: ", cudaGetErrorName(e)));
+  }
+  if (absl::Status st = CudaStatus(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch (warm-up)"); !st.ok()) return st;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, stream_);
+  absl::Status launched;
+  for (int i = 0; i < replays && launched.ok(); ++i) launched = CudaStatus(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch");
+  cudaEventRecord(stop, stream_);
+  absl::Status st = launched.ok() ? Check() : launched;
+  float ms = 0;
+  if (st.ok()) st = CudaStatus(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (!st.ok()) return st;
+  return static_cast<double>(ms);
+}
 
 absl::StatusOr<DeviceLaunch> CudaMemory::LoadDeviceKernel(const DeviceKernelSpec& spec) {
   if (!init_.ok()) return init_;

@@ -119,6 +119,20 @@ class HipMemory : public WorkerMemory {
     if (!st.ok()) return st;
     return static_cast<double>(ms);
   }
+  absl::Status FlushCache(size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (flush_bytes_ != bytes) {
+      if (absl::Status st = Alloc(bytes, &flush_src_); !st.ok()) return st;
+      if (absl::Status st = Alloc(bytes, &flush_dst_); !st.ok()) return st;
+      flush_bytes_ = bytes;
+    }
+    if (absl::Status st = Call(rt_->MemcpyAsync(flush_dst_, flush_src_, bytes, hip::kDeviceToDevice, stream_),
+                               "the L2 flush copy");
+        !st.ok()) {
+      return st;
+    }
+    return Call(rt_->StreamSynchronize(stream_), "after the L2 flush copy");
+  }
   absl::StatusOr<DeviceLaunch> LoadDeviceKernel(const DeviceKernelSpec& spec) override;
   std::string Describe() const override {
     return absl::StrCat("device memory of the worker's own HIP context (", rt_ != nullptr ? rt_->library : "",
@@ -153,6 +167,9 @@ class HipMemory : public WorkerMemory {
   std::vector<void*> allocs_;
   uint8_t* base_ = nullptr;
   size_t bytes_ = 0;
+  void* flush_src_ = nullptr;
+  void* flush_dst_ = nullptr;
+  size_t flush_bytes_ = 0;
 };
 
 absl::StatusOr<DeviceLaunch> HipMemory::LoadDeviceKernel(const DeviceKernelSpec& spec) {

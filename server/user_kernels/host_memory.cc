@@ -213,6 +213,27 @@ class HostMemory : public WorkerMemory {
     if (absl::Status st = Check(); !st.ok()) return st;
     return ms;
   }
+  absl::Status FlushCache(size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (flush_bytes_ != bytes) {
+      // Written once, so that the copy reads real pages (untouched anonymous
+      // memory is one shared zero page, which the cache keeps).
+      for (void* p : {flush_src_, flush_dst_}) {
+        if (p != nullptr) munmap(p, flush_bytes_);
+      }
+      flush_src_ = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      flush_dst_ = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (flush_src_ == MAP_FAILED || flush_dst_ == MAP_FAILED) {
+        flush_src_ = flush_dst_ = nullptr;
+        flush_bytes_ = 0;
+        return absl::ResourceExhaustedError(absl::StrCat("mmap of the L2 flush buffers (2 x ", bytes, " bytes)"));
+      }
+      memset(flush_src_, 1, bytes);
+      flush_bytes_ = bytes;
+    }
+    memcpy(flush_dst_, flush_src_, bytes);
+    return absl::OkStatus();
+  }
   absl::StatusOr<DeviceLaunch> LoadDeviceKernel(const DeviceKernelSpec&) override {
     return absl::InvalidArgumentError(
         "device code runs on a GPU backend only (a cubin or PTX in kernel_worker_cuda, a code object in "
@@ -222,6 +243,9 @@ class HostMemory : public WorkerMemory {
 
  private:
   Guarded out_;
+  void* flush_src_ = nullptr;
+  void* flush_dst_ = nullptr;
+  size_t flush_bytes_ = 0;
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -298,37 +299,128 @@ absl::Status Gate(Worker* w) {
   return WriteFrame(kWorkerProtocolFd, kOutput, out);
 }
 
+// `n` launches timed by the memory's clock (a launch's non-zero return is
+// the kernel's failure, after the device's own error); ms for all of them.
+absl::StatusOr<double> TimeBatch(Worker* w, int n) {
+  int failed = 0;
+  absl::StatusOr<double> ms = w->mem->Time(
+      [w, &failed] {
+        const int rc = w->launcher.launch();
+        if (rc != 0) failed = rc;
+        return rc;
+      },
+      n);
+  if (!ms.ok() && failed != 0) return LaunchFailed(w, failed);
+  return ms;
+}
+
+// kTimes: the total, the launches and one sample (ms per launch) per batch.
+absl::Status SendTimes(double total_ms, int64_t launches, const std::vector<double>& samples) {
+  std::string reply;
+  AppendPod(&reply, total_ms);
+  AppendPod(&reply, launches);
+  for (double s : samples) AppendPod(&reply, s);
+  return WriteFrame(kWorkerProtocolFd, kTimes, reply);
+}
+
+// Warm-up launches, each after a flush when `flush_bytes` > 0 (as the
+// server's Warm does for a built-in variant).
+absl::Status WarmUp(Worker* w, int warmup, uint64_t flush_bytes) {
+  for (int i = 0; i < warmup; ++i) {
+    KS_RETURN_IF_ERROR(w->mem->FlushCache(flush_bytes));
+    KS_RETURN_IF_ERROR(LaunchOnce(w));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Time(Worker* w, const std::string& payload) {
   int32_t warmup = 0, timed = 0, batches = 1;
+  uint64_t flush_bytes = 0;
   size_t pos = 0;
-  if (!ReadPod(payload, &pos, &warmup) || !ReadPod(payload, &pos, &timed) || !ReadPod(payload, &pos, &batches)) {
+  if (!ReadPod(payload, &pos, &warmup) || !ReadPod(payload, &pos, &timed) || !ReadPod(payload, &pos, &batches) ||
+      !ReadPod(payload, &pos, &flush_bytes)) {
     return absl::InternalError("a malformed timing frame");
   }
-  for (int i = 0; i < warmup; ++i) KS_RETURN_IF_ERROR(LaunchOnce(w));
-  std::string reply;
+  KS_RETURN_IF_ERROR(WarmUp(w, warmup, flush_bytes));
   double total = 0;
   std::vector<double> samples;
   int done = 0;
-  batches = std::max(1, std::min(batches, std::max(timed, 1)));
+  // With a flush, every launch is timed alone right after it.
+  batches = flush_bytes > 0 ? timed : std::max(1, std::min(batches, std::max(timed, 1)));
   for (int b = 0; b < batches && timed > 0; ++b) {
     const int m = (timed - done) / (batches - b);
-    int failed = 0;
-    absl::StatusOr<double> timed_ms = w->mem->Time(
-        [w, &failed] {
-          const int rc = w->launcher.launch();
-          if (rc != 0) failed = rc;
-          return rc;
-        },
-        m);
-    if (!timed_ms.ok() && failed != 0) return LaunchFailed(w, failed);
-    KS_ASSIGN_OR_RETURN(const double ms, timed_ms);
+    KS_RETURN_IF_ERROR(w->mem->FlushCache(flush_bytes));
+    KS_ASSIGN_OR_RETURN(const double ms, TimeBatch(w, m));
     total += ms;
     samples.push_back(ms / m);
     done += m;
   }
-  AppendPod(&reply, total);
-  for (double s : samples) AppendPod(&reply, s);
-  return WriteFrame(kWorkerProtocolFd, kTimes, reply);
+  return SendTimes(total, done, samples);
+}
+
+// Method graph: a capture that fails is no failure of the kernel: the
+// server reports the variant untimed, as for a built-in one, and the worker
+// lives on.
+absl::Status Graph(Worker* w, const std::string& payload) {
+  int32_t warmup = 0, replays = 0, batches = 1;
+  size_t pos = 0;
+  if (!ReadPod(payload, &pos, &warmup) || !ReadPod(payload, &pos, &replays) || !ReadPod(payload, &pos, &batches)) {
+    return absl::InternalError("a malformed graph frame");
+  }
+  KS_RETURN_IF_ERROR(WarmUp(w, warmup, 0));
+  double total = 0;
+  std::vector<double> samples;
+  int done = 0;
+  batches = std::max(1, std::min(batches, std::max(replays, 1)));
+  for (int b = 0; b < batches && replays > 0; ++b) {
+    const int m = (replays - done) / (batches - b);
+    absl::StatusOr<double> ms = w->mem->TimeGraph([w] { return w->launcher.launch(); }, m);
+    if (absl::IsFailedPrecondition(ms.status()) || absl::IsUnimplemented(ms.status())) {
+      return WriteFrame(kWorkerProtocolFd, kNotCaptured, ErrorPayload(ms.status()));
+    }
+    KS_RETURN_IF_ERROR(ms.status());
+    total += *ms;
+    samples.push_back(*ms / m);
+    done += m;
+  }
+  return SendTimes(total, done, samples);
+}
+
+double NowS() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Method sustained, here rather than one launch per pipe round trip: the
+// warm-in in back-to-back batches of about 20 ms, then the window in timed
+// batches of the same size, each one sample.
+absl::Status Sustain(Worker* w, const std::string& payload) {
+  double warmin_s = 0, window_s = 0;
+  size_t pos = 0;
+  if (!ReadPod(payload, &pos, &warmin_s) || !ReadPod(payload, &pos, &window_s)) {
+    return absl::InternalError("a malformed sustained frame");
+  }
+  int batch = 1;
+  auto next_batch = [&batch](double ms) {
+    batch = std::clamp(static_cast<int>(20.0 / std::max(ms / batch, 1e-4)), 1, 100000);
+  };
+  const double t_warm = NowS();
+  while (NowS() - t_warm < warmin_s) {
+    KS_ASSIGN_OR_RETURN(const double ms, TimeBatch(w, batch));
+    next_batch(ms);
+  }
+  double total = 0;
+  int64_t launches = 0;
+  std::vector<double> samples;
+  const double t_window = NowS();
+  while (NowS() - t_window < window_s || launches == 0) {
+    const int n = batch;
+    KS_ASSIGN_OR_RETURN(const double ms, TimeBatch(w, n));
+    total += ms;
+    launches += n;
+    samples.push_back(ms / n);
+    next_batch(ms);
+  }
+  return SendTimes(total, launches, samples);
 }
 
 // `--probe --device=N`: the device health check after another worker's
@@ -403,6 +495,10 @@ int Main(int argc, char** argv) {
       st = Gate(&w);
     } else if (tag == kTime && w.launcher.launch) {
       st = Time(&w, payload);
+    } else if (tag == kGraph && w.launcher.launch) {
+      st = Graph(&w, payload);
+    } else if (tag == kSustain && w.launcher.launch) {
+      st = Sustain(&w, payload);
     } else {
       st = absl::InternalError(absl::StrCat("unexpected frame ", tag));
     }

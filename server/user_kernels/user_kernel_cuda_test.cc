@@ -12,15 +12,20 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/bench_client.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/numerics/test_inputs.h"
 #include "server/server.h"
+#include "server/user_kernels/background_calls.h"
 #include "server/user_kernels/builder.h"
 
 namespace kernelserve {
@@ -28,7 +33,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const char* const kOps[] = {"attention", "fp8_attention", "mla_decode", "moe_gateup", "moe_down"};
+const char* const kOps[] = {"attention", "fp8_attention", "mla_decode", "moe_gateup", "moe_down", "moe_layer"};
 
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -48,6 +53,7 @@ pb::BenchOp OpOf(const std::string& op) {
   if (op == "attention") return pb::OP_ATTENTION;
   if (op == "fp8_attention") return pb::OP_FP8_ATTENTION;
   if (op == "mla_decode") return pb::OP_MLA_DECODE;
+  if (op == "moe_layer") return pb::OP_MOE_LAYER;
   return op == "moe_gateup" ? pb::OP_MOE_GATEUP : pb::OP_MOE_DOWN;
 }
 
@@ -85,6 +91,31 @@ TEST(UserKernelCudaTest, ExamplesBuildWithTheServersCommand) {
   EXPECT_THAT(bad.status().message(), HasSubstr("undeclared"));
 }
 
+// Item 6's refusals at submit, on the cuda backend's rules (no GPU needed):
+// a 100 MB source and flags off nvcc's allow-list, each INVALID_ARGUMENT
+// naming the field, before anything is compiled.
+TEST(UserKernelCudaTest, HugeSourcesAndDisallowedNvccFlagsAreRefusedAtSubmit) {
+  user_kernels::UserKernelOptions o;
+  o.cache_dir = absl::StrCat(::testing::TempDir(), "/cuda_refuse_cache_", getpid());
+  o.work_dir = ::testing::TempDir();
+  auto b = user_kernels::KernelBuilder::Create(o, "");
+  absl::Status st = b->Check(Kernel("huge", std::string(100 << 20, ' ')), pb::OP_ATTENTION, "cuda",
+                             "spec.user_kernels[0]");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("spec.user_kernels[0].source: 104857600 bytes, larger than the limit of "
+                                      "1048576 bytes"));
+  for (const char* flag : {"-ccbin=/tmp/evil", "-Xcompiler=-fplugin=/tmp/evil.so", "--output-directory=/tmp",
+                           "-Xlinker=-rpath=/tmp", "--keep"}) {
+    pb::UserKernel k = Kernel("flags", Example("attention"));
+    k.add_flags("-lineinfo");
+    k.add_flags(flag);
+    st = b->Check(k, pb::OP_ATTENTION, "cuda", "spec.user_kernels[0]");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << flag << ": " << st;
+    EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("spec.user_kernels[0].flags[1]: \"", flag,
+                                                     "\" is not an allowed cuda compile flag")));
+  }
+}
+
 // The examples' launch geometry (their host entry points compute the same):
 // one thread per output row (attention) or element (MoE) in blocks of 128 or
 // 256, one block per (request, position, head) for MLA with its scores in
@@ -103,8 +134,9 @@ pb::CudaLaunch LaunchFor(const pb::BenchJobSpec& s) {
     l.set_dynamic_shared_bytes(static_cast<uint32_t>(m.seq_len() * sizeof(float)));
   } else {
     const auto& m = s.moe();
-    const int64_t n = s.op() == pb::OP_MOE_GATEUP ? m.tokens() * m.top_k() * (m.swiglu() ? m.inter() : 2 * m.inter())
-                                                   : (m.weighted_sum() ? m.tokens() : m.tokens() * m.top_k()) * m.hidden();
+    const int64_t n = s.op() == pb::OP_MOE_LAYER  ? m.tokens() * m.out_dim()
+                      : s.op() == pb::OP_MOE_GATEUP ? m.tokens() * m.top_k() * (m.swiglu() ? m.inter() : 2 * m.inter())
+                                                    : (m.weighted_sum() ? m.tokens() : m.tokens() * m.top_k()) * m.hidden();
     l.set_block_x(256);
     l.set_grid_x(blocks(n, 256));
   }
@@ -178,6 +210,16 @@ class UserKernelGpuTest : public ::testing::Test {
       m->set_q_len(1);
       m->set_heads(16);
       m->set_seq_len(1024);
+    } else if (op == "moe_layer") {
+      // The example recomputes the intermediate per output element: a small layer.
+      s.set_op(pb::OP_MOE_LAYER);
+      auto* m = s.mutable_moe();
+      m->set_tokens(4);
+      m->set_experts(8);
+      m->set_top_k(2);
+      m->set_hidden(256);
+      m->set_inter(128);
+      m->set_out_dim(256);
     } else {
       s.set_op(op == "moe_gateup" ? pb::OP_MOE_GATEUP : pb::OP_MOE_DOWN);
       auto* m = s.mutable_moe();
@@ -330,6 +372,153 @@ TEST_F(UserKernelGpuTest, AFaultingCubinAndATooLargeBlockFailTheirJobs) {
   EXPECT_EQ(refused.error_code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << refused.error();
   EXPECT_THAT(refused.error(), HasSubstr("launch.block_x: 1024 threads per block, but ks_user_attention_v1_kernel "
                                          "allows at most 128"));
+  ExpectServerCallsWork();
+}
+
+// Item 6 on the GPU, with another tenant's cuda calls running beside every
+// case: each bad kernel ends in its own status (code and message), the
+// calls all succeed and are right, and the server's own calls work after.
+TEST_F(UserKernelGpuTest, EveryBadInputFailsAloneWhileAnotherTenantsCallsRun) {
+  auto bob = Client::Connect(opts_);
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  BackgroundCalls calls(bob->get(), {1, 4, 256, 128});
+  struct Bad {
+    std::string what;
+    pb::BenchJobSpec spec;
+    absl::StatusCode code;
+    std::vector<std::string> parts;
+  };
+  const std::string abi = "#include \"kernels/api/user_kernel_abi.h\"\n";
+  std::vector<Bad> bad = {
+      {"does not compile", Spec("attention", "nocompile", abi + "__global__ void k() { undeclared(); }\n", false),
+       absl::StatusCode::kInvalidArgument, {"user:nocompile: nocompile.cu does not compile", "undeclared"}},
+      {"no entry point",
+       Spec("attention", "noentry", abi + "extern \"C\" { KS_USER_ABI_DEFINE_VERSION(); }\n", false),
+       absl::StatusCode::kInvalidArgument, {"user:noentry", "exports no ks_user_attention_v1"}},
+      {"wrong ABI version",
+       Spec("attention", "abi99",
+            abi + "extern \"C\" {\nconst int32_t ks_user_abi_version = 99;\n"
+                  "int ks_user_attention_v1(const ks_attention_args_v1*, void*) { return 0; }\n}\n",
+            false),
+       absl::StatusCode::kInvalidArgument, {"user:abi99", "ABI version 99", "this server speaks version 1"}},
+      {"writes past its output",
+       Spec("attention", "past", AttentionKernel("a.out[a.batch * a.heads_q * a.seq_q * a.head_dim + 5] = 1;"), false),
+       absl::StatusCode::kAborted, {"user:past", "outside its output"}},
+      {"faults on the device", Spec("attention", "fault", AttentionKernel("*(volatile int*)8 = 1;"), false),
+       absl::StatusCode::kAborted, {"user:fault", "cudaErrorIllegalAddress"}},
+      {"never returns",
+       Spec("attention", "hang", AttentionKernel("for (;;) asm volatile(\"nanosleep.u32 1000;\");"), false),
+       absl::StatusCode::kDeadlineExceeded, {"user:hang", "did not finish within", "killed with SIGKILL"}},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    pb::BenchJob job = Run(b.spec);
+    EXPECT_EQ(job.state(), pb::JOB_FAILED) << job.DebugString();
+    EXPECT_EQ(job.error_code(), static_cast<int>(b.code)) << job.error();
+    for (const std::string& p : b.parts) EXPECT_THAT(job.error(), HasSubstr(p));
+  }
+  // Refused at submit: no job is made.
+  absl::Status st = client_->Submit(Spec("attention", "huge", std::string(100 << 20, ' '), false)).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("spec.user_kernels[0].source: 104857600 bytes"));
+  pb::BenchJobSpec flag = Spec("attention", "flag", Example("attention"), false);
+  flag.mutable_user_kernels(0)->add_flags("-Xcompiler=-fplugin=/tmp/evil.so");
+  st = client_->Submit(flag).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("is not an allowed cuda compile flag"));
+  // Returns NaN: DONE, the kernel failed the gate, unranked; cuda beside it ranked.
+  pb::BenchJob nan = Run(Spec(
+      "attention", "nan",
+      AttentionKernel("for (int64_t i = 0; i < a.batch * a.heads_q * a.seq_q * a.head_dim; ++i) a.out[i] = 0x7FC0;"),
+      true));
+  ASSERT_EQ(nan.state(), pb::JOB_DONE) << nan.error();
+  for (const auto& r : nan.results()) {
+    if (r.variant() == "user:nan") {
+      EXPECT_FALSE(r.correct());
+      EXPECT_THAT(r.gate_message(), HasSubstr("NaN"));
+      EXPECT_EQ(r.rank(), 0);
+    } else {
+      EXPECT_TRUE(r.correct()) << r.variant() << ": " << r.gate_message();
+      EXPECT_EQ(r.rank(), 1);
+    }
+  }
+  calls.Stop();
+  EXPECT_GT(calls.calls(), 10);
+  EXPECT_EQ(calls.failures(), 0) << calls.first_failure();
+  ExpectServerCallsWork();
+}
+
+// Item 4 on the GPU: graph, l2_flush, sustained and passes time the user
+// kernel in its worker beside the built-in "cuda" variant; a kernel that
+// synchronises inside its launch cannot be captured and is reported
+// untimed, as a built-in variant would be, while the job is DONE.
+TEST_F(UserKernelGpuTest, TimingMethodsApplyToUserKernels) {
+  struct Case {
+    std::string name;
+    std::function<void(pb::MethodOptions*)> set;
+    std::string method;  // in each result's method
+  };
+  const std::vector<Case> cases = {
+      {"graph", [](pb::MethodOptions* m) { m->set_method(pb::METHOD_GRAPH); }, "graph ("},
+      {"l2_flush", [](pb::MethodOptions* m) { m->set_l2_flush(true); }, "kernel ("},
+      {"passes",
+       [](pb::MethodOptions* m) {
+         m->set_method(pb::METHOD_PASSES);
+         m->set_passes(3);
+       },
+       "passes (3 x 50)"},
+      {"sustained",
+       [](pb::MethodOptions* m) {
+         m->set_method(pb::METHOD_SUSTAINED);
+         m->set_warmin_s(1);
+         m->set_window_s(3);
+       },
+       "sustained"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    pb::BenchJobSpec spec = Spec("attention", "attention", Example("attention"), true);
+    c.set(spec.mutable_method());
+    pb::BenchJob job = Run(spec);
+    ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+    ASSERT_EQ(job.results_size(), 2);
+    for (const auto& r : job.results()) {
+      EXPECT_TRUE(r.correct()) << r.variant() << ": " << r.gate_message();
+      EXPECT_TRUE(r.timed()) << r.variant() << ": " << r.error_message();
+      EXPECT_GT(r.time().value_ms(), 0) << r.variant();
+      EXPECT_THAT(r.method(), HasSubstr(c.method)) << r.variant();
+      std::cout << c.name << " " << r.variant() << " " << r.time().value_ms() << " ms (" << r.method() << ")\n";
+    }
+    const pb::VariantResult& user = job.results(0).variant() == "user:attention" ? job.results(0) : job.results(1);
+    if (c.name == "graph") {
+      EXPECT_THAT(user.method(), HasSubstr("graph replays in the user kernel's worker process"));
+    }
+    if (c.name == "l2_flush") {
+      EXPECT_THAT(absl::StrJoin(job.notes(), "\n"), HasSubstr("l2_flush: each user kernel's worker copies"));
+    }
+    if (c.name == "sustained") {
+      EXPECT_TRUE(user.clocks().available()) << user.clocks().note();
+    }
+  }
+  const std::string syncs = Example("attention");
+  const std::string launch_end = "return cudaGetLastError() == cudaSuccess ? 0 : 2;";
+  ASSERT_NE(syncs.find(launch_end), std::string::npos);
+  std::string sync_source = syncs;
+  sync_source.replace(sync_source.find(launch_end), launch_end.size(),
+                      "cudaStreamSynchronize((cudaStream_t)stream);\n  return 0;");
+  pb::BenchJobSpec spec = Spec("attention", "syncs", sync_source, true);
+  spec.mutable_method()->set_method(pb::METHOD_GRAPH);
+  pb::BenchJob job = Run(spec);
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  for (const auto& r : job.results()) {
+    EXPECT_TRUE(r.correct()) << r.variant() << ": " << r.gate_message();
+    if (r.variant() == "user:syncs") {
+      EXPECT_FALSE(r.timed());
+      EXPECT_THAT(r.error_message(), HasSubstr("FAILED_PRECONDITION"));
+    } else {
+      EXPECT_TRUE(r.timed()) << r.variant();
+    }
+  }
   ExpectServerCallsWork();
 }
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -29,6 +30,7 @@
 #include "kernels/numerics/test_inputs.h"
 #include "server/security/tokens.h"
 #include "server/server.h"
+#include "server/user_kernels/background_calls.h"
 
 namespace kernelserve {
 namespace {
@@ -76,7 +78,12 @@ class UserKernelTest : public ::testing::Test {
     o.bench.user_kernels.work_dir = dir;
     o.bench.user_kernels.launch_deadline_s = 3;
     Customize(&o);
-    auto s = KernelServer::Start(o);
+    options_ = o;
+    StartServer();
+  }
+
+  void StartServer() {
+    auto s = KernelServer::Start(options_);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
     alice_ = Connect("tok-alice");
@@ -178,6 +185,7 @@ class UserKernelTest : public ::testing::Test {
   }
 
   static int counter_;
+  ServerOptions options_;
   std::unique_ptr<KernelServer> server_;
   std::unique_ptr<BenchClient> alice_, bob_;
 };
@@ -459,33 +467,16 @@ TEST_F(UserKernelTest, SubmitChecks) {
 TEST_F(UserKernelTest, AnotherTenantsCallsKeepWorkingBesideACrashingKernel) {
   auto bob = Client::Connect(Options("tok-bob"));
   ASSERT_TRUE(bob.ok()) << bob.status();
-  std::atomic<bool> done{false};
-  std::atomic<int> calls{0}, failures{0};
-  std::thread caller([&] {
-    HostTensor q = numerics::GaussianBf16({1, 2, 64, 64}, 1), k = numerics::GaussianBf16({1, 2, 64, 64}, 2),
-               v = numerics::GaussianBf16({1, 2, 64, 64}, 3);
-    while (!done.load()) {
-      AttentionArgs args;
-      args.q = q;
-      args.k = k;
-      args.v = v;
-      args.causal = true;
-      args.report_error = true;
-      auto r = (*bob)->Attention(args);
-      ++calls;
-      if (!r.ok() || !r->error.has_value() || !(r->error->rel_rms < 0.01)) ++failures;
-    }
-  });
+  BackgroundCalls calls(bob->get(), {1, 2, 64, 64});
   pb::BenchJob crash = Run(Spec(pb::OP_ATTENTION, "crash", AttentionKernel("*(volatile int*)nullptr = 1;")));
   pb::BenchJob hang = Run(Spec(pb::OP_ATTENTION, "hang", AttentionKernel("volatile int spin = 1; while (spin) {}")));
-  done = true;
-  caller.join();
+  calls.Stop();
   EXPECT_EQ(crash.state(), pb::JOB_FAILED);
   EXPECT_THAT(crash.error(), HasSubstr("SIGSEGV"));
   EXPECT_THAT(crash.error(), HasSubstr("null pointer"));
   EXPECT_EQ(hang.state(), pb::JOB_FAILED);
-  EXPECT_GT(calls.load(), 5);
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(calls.calls(), 5);
+  EXPECT_EQ(calls.failures(), 0) << calls.first_failure();
   // bob does not see alice's jobs.
   EXPECT_TRUE(bob_->List(pb::ListBenchRequest())->empty());
   ExpectServerFine();
@@ -530,13 +521,20 @@ TEST_F(UserKernelTest, ClientApiSubmitsAFileAndRanksTheLeaderboard) {
   EXPECT_EQ(board->entries_size(), 0);
 }
 
-// The attention example made slower by `ms` of sleep per launch.
-std::string SlowAttention(int ms) {
+// The attention example with `before` run before each launch's work (which
+// may return early); `prelude` goes above the entry point.
+std::string WrappedAttention(const std::string& prelude, const std::string& before) {
   std::string src = Example("attention");
   const std::string entry = "int ks_user_attention_v1(";
   src.replace(src.find(entry), entry.size(), "static int FastAttention(");
-  return absl::StrCat("#include <unistd.h>\n", src, "\nextern \"C\" int ks_user_attention_v1(const ks_attention_args_v1* a, void* s) {\n",
-                      "  usleep(", ms * 1000, ");\n  return FastAttention(a, s);\n}\n");
+  return absl::StrCat(src, "\n", prelude,
+                      "\nextern \"C\" int ks_user_attention_v1(const ks_attention_args_v1* a, void* s) {\n", before,
+                      "\n  return FastAttention(a, s);\n}\n");
+}
+
+// The attention example made slower by `ms` of sleep per launch.
+std::string SlowAttention(int ms) {
+  return WrappedAttention("#include <unistd.h>", absl::StrCat("  usleep(", ms * 1000, ");"));
 }
 
 // BenchService.Leaderboard over the persisted results: two kernels of
@@ -679,6 +677,333 @@ TEST_F(UserKernelTest, KernelctlSubmitAndLeaderboard) {
   EXPECT_EQ(WEXITSTATUS(layer_rc), 0) << ReadFile(err) << ReadFile(out);
   EXPECT_THAT(ReadFile(out), HasSubstr("| user:moe_layer | pass |"));
   EXPECT_THAT(ReadFile(err), HasSubstr("user:moe_layer (sha256 "));
+}
+
+// Issue 18 item 6 with another tenant working beside it: each bad input of
+// alice's ends in its own status (the code and the message checked) while
+// bob's kernel calls run without pause, bob's benchmark jobs run between
+// alice's, and bob's buffer on the server keeps its bytes. Nothing of bob's
+// fails or changes.
+TEST_F(UserKernelTest, EveryBadInputFailsAloneWhileAnotherTenantWorks) {
+  auto bob = Client::Connect(Options("tok-bob"));
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  const HostTensor kept = numerics::GaussianBf16({2, 64, 64}, 77);
+  auto buffer = (*bob)->UploadBuffer(kept, "bob's");
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  BackgroundCalls calls(bob->get(), {1, 2, 64, 64});
+  std::atomic<bool> done{false};
+  std::atomic<int> jobs{0}, job_failures{0};
+  std::string first_failure;  // written by the job thread only, read after join
+  std::thread benches([&] {
+    pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "bob", Example("attention"), {"cpu"});
+    spec.clear_user_kernels();
+    while (!done.load()) {
+      pb::BenchJob job = Run(spec, bob_.get());
+      ++jobs;
+      const bool ok = job.state() == pb::JOB_DONE && job.results_size() == 1 && job.results(0).correct() &&
+                      job.results(0).timed();
+      if (!ok && job_failures++ == 0) first_failure = job.DebugString();
+    }
+  });
+
+  struct Bad {
+    std::string what;
+    pb::BenchJobSpec spec;
+    bool at_submit;  // refused by Submit, no job made
+    absl::StatusCode code;
+    std::vector<std::string> parts;
+  };
+  std::vector<Bad> bad = {
+      {"does not compile", Spec(pb::OP_ATTENTION, "nocompile", "int f( {\n"), false,
+       absl::StatusCode::kInvalidArgument, {"user:nocompile: nocompile.cc does not compile", "compile log"}},
+      {"no entry point",
+       Spec(pb::OP_ATTENTION, "noentry",
+            "#include \"kernels/api/user_kernel_abi.h\"\nextern \"C\" { KS_USER_ABI_DEFINE_VERSION(); }\n"),
+       false, absl::StatusCode::kInvalidArgument, {"user:noentry", "exports no ks_user_attention_v1"}},
+      {"wrong ABI version",
+       Spec(pb::OP_ATTENTION, "abi99", AttentionKernel("", "const int32_t ks_user_abi_version = 99;")), false,
+       absl::StatusCode::kInvalidArgument, {"user:abi99", "ABI version 99", "this server speaks version 1"}},
+      {"writes outside its output",
+       Spec(pb::OP_ATTENTION, "oob",
+            AttentionKernel("const int64_t n = a->batch * a->heads_q * a->seq_q * a->head_dim;\n"
+                            "volatile uint16_t* o = a->out; o[n + 7] = 1;")),
+       false, absl::StatusCode::kAborted, {"user:oob", "SIGSEGV", "wrote outside its output", "past its end"}},
+      {"never returns",
+       Spec(pb::OP_ATTENTION, "forever", AttentionKernel("volatile int spin = 1; while (spin) {}")), false,
+       absl::StatusCode::kDeadlineExceeded, {"user:forever", "did not finish within 3 s", "killed with SIGKILL"}},
+      {"100 MB source", Spec(pb::OP_ATTENTION, "huge", std::string(100 << 20, ' ')), true,
+       absl::StatusCode::kInvalidArgument,
+       {"spec.user_kernels[0].source: 104857600 bytes, larger than the limit of 1048576 bytes"}},
+      {"disallowed flag", Spec(pb::OP_ATTENTION, "flag", Example("attention")), true,
+       absl::StatusCode::kInvalidArgument,
+       {"spec.user_kernels[0].flags[0]: \"-fplugin=/tmp/evil.so\" is not an allowed cpu compile flag"}},
+  };
+  bad.back().spec.mutable_user_kernels(0)->add_flags("-fplugin=/tmp/evil.so");
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    if (b.at_submit) {
+      const absl::Status st = alice_->Submit(b.spec).status();
+      EXPECT_EQ(st.code(), b.code) << st;
+      for (const std::string& p : b.parts) EXPECT_THAT(st.message(), HasSubstr(p));
+      continue;
+    }
+    pb::BenchJob job = Run(b.spec);
+    EXPECT_EQ(job.state(), pb::JOB_FAILED) << job.DebugString();
+    EXPECT_EQ(job.error_code(), static_cast<int>(b.code)) << job.error();
+    for (const std::string& p : b.parts) EXPECT_THAT(job.error(), HasSubstr(p));
+  }
+  // Returns NaN: the job is DONE, the kernel failed the gate, unranked, and
+  // the built-in variant beside it passed and was ranked.
+  pb::BenchJob nan = Run(Spec(pb::OP_ATTENTION, "nan",
+                              AttentionKernel("const int64_t n = a->batch * a->heads_q * a->seq_q * a->head_dim;\n"
+                                              "for (int64_t i = 0; i < n; ++i) a->out[i] = 0x7FC0;"),
+                              {"cpu"}));
+  ASSERT_EQ(nan.state(), pb::JOB_DONE) << nan.error();
+  const pb::VariantResult* user = Result(nan, "user:nan");
+  ASSERT_NE(user, nullptr);
+  EXPECT_FALSE(user->correct());
+  EXPECT_EQ(user->rank(), 0);
+  EXPECT_THAT(user->gate_message(), HasSubstr("8192 of 8192 outputs are NaN or Inf"));
+  EXPECT_EQ(Result(nan, "cpu")->rank(), 1);
+
+  // Let bob's job thread finish one more job after alice's last.
+  const int jobs_before = jobs.load();
+  const absl::Time t0 = absl::Now();
+  while (jobs.load() < jobs_before + 1 && absl::Now() - t0 < absl::Seconds(60)) absl::SleepFor(absl::Milliseconds(20));
+  done = true;
+  calls.Stop();
+  benches.join();
+  EXPECT_GT(calls.calls(), 10);
+  EXPECT_EQ(calls.failures(), 0) << calls.first_failure();
+  EXPECT_GE(jobs.load(), 2);
+  EXPECT_EQ(job_failures.load(), 0) << first_failure;
+  auto back = (*bob)->DownloadBuffer(buffer->id());
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->num_bytes(), kept.num_bytes());
+  EXPECT_EQ(std::memcmp(back->bytes(), kept.bytes(), static_cast<size_t>(kept.num_bytes())), 0);
+  // alice's jobs are hers: bob lists only his own.
+  auto listed = bob_->List(pb::ListBenchRequest());
+  ASSERT_TRUE(listed.ok());
+  for (const pb::BenchJob& j : *listed) EXPECT_EQ(j.spec().name(), "bob");
+}
+
+// Item 4: the job's timing method applies to user kernels as to the
+// built-in variants beside them (cpu here; graph is refused on cpu for
+// every variant at submit).
+class TimingMethodsTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override {
+    o->bench.min_warmin_s = 0.05;
+    o->bench.min_window_s = 0.2;
+  }
+};
+
+TEST_F(TimingMethodsTest, PassesTimeUserKernelsInTurnWithTheBuiltInVariants) {
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "attention", Example("attention"), {"cpu"});
+  spec.mutable_method()->set_method(pb::METHOD_PASSES);
+  spec.mutable_method()->set_passes(3);
+  pb::BenchJob job = Run(spec);
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  for (const char* v : {"user:attention", "cpu"}) {
+    const pb::VariantResult* r = Result(job, v);
+    ASSERT_NE(r, nullptr) << v;
+    EXPECT_TRUE(r->timed()) << v;
+    EXPECT_EQ(r->pass_ms_size(), 3) << v;
+    EXPECT_EQ(r->time().count(), 15) << v;  // 3 passes x 5 launches
+    EXPECT_THAT(r->method(), HasSubstr("passes (3 x 5)")) << v;
+    EXPECT_GE(r->rank(), 1) << v;
+  }
+  EXPECT_THAT(Result(job, "user:attention")->method(), HasSubstr("worker process"));
+  // The same through kernelctl's method flags, with the flush.
+  const std::string out = ::testing::TempDir() + "/passes.txt";
+  const int rc = system(absl::StrCat("client/kernelctl --server=127.0.0.1:", server_->port(),
+                                     " --token=tok-alice submit --op=attention "
+                                     "--kernel=kernels/api/examples/cpu/attention.cc --heads=2 --seq=64 --head-dim=64 "
+                                     "--causal --baseline=cpu --method=passes --passes=2 --l2-flush --warmup=1 "
+                                     "--iters=3 >",
+                                     out, " 2>&1")
+                            .c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << ReadFile(out);
+  EXPECT_THAT(ReadFile(out), HasSubstr("| user:attention | pass |"));
+  EXPECT_THAT(ReadFile(out), HasSubstr("passes (2 x 3)"));
+  EXPECT_THAT(ReadFile(out), HasSubstr("l2_flush: each user kernel's worker copies 64 MiB"));
+}
+
+TEST_F(TimingMethodsTest, SustainedRunsTheWindowInTheWorker) {
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "attention", Example("attention"), {"cpu"});
+  spec.mutable_method()->set_method(pb::METHOD_SUSTAINED);
+  spec.mutable_method()->set_warmin_s(0.05);
+  spec.mutable_method()->set_window_s(0.3);
+  pb::BenchJob job = Run(spec);
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  const pb::VariantResult* user = Result(job, "user:attention");
+  const pb::VariantResult* cpu = Result(job, "cpu");
+  ASSERT_NE(user, nullptr);
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_TRUE(user->timed());
+  EXPECT_THAT(user->method(), HasSubstr("sustained"));
+  EXPECT_THAT(user->method(), HasSubstr("worker process"));
+  // A window of 0.3 s holds many launches of this small kernel.
+  EXPECT_GT(user->time().count(), 3);
+  EXPECT_GT(user->time().value_ms(), 0);
+  EXPECT_LT(user->time().value_ms() * static_cast<double>(user->time().count()), 2000);
+  // The clocks were sampled around the worker's window (none on cpu: a note says why).
+  EXPECT_FALSE(user->clocks().note().empty());
+  EXPECT_THAT(absl::StrJoin(job.notes(), "\n"), HasSubstr("sustained: user kernels run their warm-in and window"));
+  EXPECT_TRUE(cpu->timed());
+}
+
+// With l2_flush the worker flushes before each launch with buffers of its
+// own, as large as the built-in variants' (64 MiB each on cpu): a kernel
+// that sees its process hold less than those after its first launch returns
+// 9, so it fails without the flush and passes with it.
+TEST_F(TimingMethodsTest, L2FlushHappensInTheUserKernelsWorker) {
+  const std::string needs_flush = WrappedAttention(
+      "#include <cstdio>\n#include <unistd.h>\nstatic int calls = 0;\n"
+      "static long RssMiB() {\n  long size = 0, rss = 0;\n  FILE* f = fopen(\"/proc/self/statm\", \"r\");\n"
+      "  if (f != nullptr) { if (fscanf(f, \"%ld %ld\", &size, &rss) != 2) rss = 0; fclose(f); }\n"
+      "  return rss * sysconf(_SC_PAGESIZE) / (1 << 20);\n}",
+      "  if (++calls > 1 && RssMiB() < 120) return 9;");
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "flushed", needs_flush, {"cpu"});
+  spec.mutable_method()->set_iters(12);
+  ExpectFails(spec, absl::StatusCode::kAborted, {"user:flushed", "the kernel returned 9"});
+  spec.mutable_method()->set_l2_flush(true);
+  pb::BenchJob job = Run(spec);
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  const pb::VariantResult* user = Result(job, "user:flushed");
+  ASSERT_NE(user, nullptr);
+  EXPECT_TRUE(user->correct()) << user->gate_message();
+  EXPECT_TRUE(user->timed());
+  EXPECT_EQ(user->time().count(), 12);
+  EXPECT_TRUE(Result(job, "cpu")->timed());
+  EXPECT_THAT(absl::StrJoin(job.notes(), "\n"),
+              HasSubstr("l2_flush: each user kernel's worker copies 64 MiB between two buffers of its own"));
+}
+
+TEST_F(TimingMethodsTest, GraphIsRefusedOnCpuForUserKernelsAsForBuiltInOnes) {
+  pb::BenchJobSpec spec = Spec(pb::OP_ATTENTION, "attention", Example("attention"));
+  spec.mutable_method()->set_method(pb::METHOD_GRAPH);
+  const absl::Status st = alice_->Submit(spec).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("spec.method: method graph replays device graphs"));
+  EXPECT_THAT(st.message(), HasSubstr("backend cpu of this server has none"));
+}
+
+// Item 2's sandbox limits through the real server: a compile that runs
+// forever is killed at --user_kernel_compile_timeout_s, a build whose object
+// outgrows the output limit (RLIMIT_FSIZE, the object size limit) fails
+// with the compiler's log, and a kernel cannot reach the network, not even
+// the server's own port on loopback, from its worker.
+class SandboxLimitsTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override {
+    o->bench.user_kernels.compile_timeout_s = 3;
+    o->bench.user_kernels.max_object_bytes = 4 << 20;
+  }
+};
+
+TEST_F(SandboxLimitsTest, ACompileThatNeverEndsIsKilledAtItsTimeout) {
+  // Constant evaluation far past what the compiler does in 3 s (each loop
+  // stays under -fconstexpr-loop-limit; the whole is ~10^10 operations).
+  const std::string forever =
+      "constexpr long Spin() {\n  long s = 0;\n  for (long i = 0; i < 200000; ++i)\n"
+      "    for (long j = 0; j < 200000; ++j) s += i ^ j;\n  return s;\n}\n"
+      "constexpr long kSpin = Spin();\nlong Get() { return kSpin; }\n";
+  const absl::Time t0 = absl::Now();
+  ExpectFails(Spec(pb::OP_ATTENTION, "slowbuild", forever), absl::StatusCode::kDeadlineExceeded,
+              {"slowbuild.cc: the compiler ran past 3 s (--user_kernel_compile_timeout_s) and was killed"});
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(60));
+}
+
+TEST_F(SandboxLimitsTest, AnObjectPastTheOutputLimitFailsTheBuild) {
+  ExpectFails(Spec(pb::OP_ATTENTION, "bigobject", "char big[8 << 20] = {1};\n"), absl::StatusCode::kInvalidArgument,
+              {"bigobject.cc does not compile", "compile log"});
+}
+
+TEST_F(SandboxLimitsTest, AKernelCannotReachTheNetwork) {
+  const std::string probe = WrappedAttention(
+      "#include <arpa/inet.h>\n#include <netinet/in.h>\n#include <sys/socket.h>\n#include <unistd.h>",
+      absl::StrCat("  int fd = socket(AF_INET, SOCK_STREAM, 0);\n  sockaddr_in to{};\n  to.sin_family = AF_INET;\n"
+                   "  to.sin_port = htons(",
+                   server_->port(),
+                   ");\n  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);\n"
+                   "  const bool reached = fd >= 0 && connect(fd, (sockaddr*)&to, sizeof(to)) == 0;\n"
+                   "  if (fd >= 0) close(fd);\n  if (reached) return 42;"));
+  pb::BenchJob job = Run(Spec(pb::OP_ATTENTION, "netprobe", probe));
+  const std::string notes = absl::StrJoin(job.notes(), "\n");
+  if (!absl::StrContains(notes, "worker network: isolated")) {
+    // The probe is real: sharing the host's network, it reaches the server.
+    EXPECT_EQ(job.state(), pb::JOB_FAILED);
+    EXPECT_THAT(job.error(), HasSubstr("the kernel returned 42"));
+    GTEST_SKIP() << "no network namespace for the worker here (" << notes << "): the kernel shares the host's";
+  }
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  EXPECT_TRUE(job.results(0).correct()) << job.results(0).gate_message();
+}
+
+// Item 3's quotas: a worker's copy of the inputs and output counts against
+// the tenant's max_device_memory like the job's own tensors. alice may hold
+// 100 KiB: her built-in job (64 KiB) runs, the same job with her kernel
+// (128 KiB with its worker's copies) fails naming the limit, and bob, with
+// no limit, runs it.
+class TenantQuotaTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override {
+    const std::string path = absl::StrCat(::testing::TempDir(), "/uk_limits_", getpid(), "_", counter_);
+    std::ofstream(path) << "alice max_device_memory=100KiB\n";
+    o->security.limits_file = path;
+  }
+};
+
+TEST_F(TenantQuotaTest, AWorkersCopiesCountAgainstTheTenantsDeviceMemory) {
+  pb::BenchJobSpec builtin = Spec(pb::OP_ATTENTION, "builtin", Example("attention"), {"cpu"});
+  builtin.clear_user_kernels();
+  pb::BenchJob fits = Run(builtin);
+  EXPECT_EQ(fits.state(), pb::JOB_DONE) << fits.error();
+  const pb::BenchJobSpec with_kernel = Spec(pb::OP_ATTENTION, "attention", Example("attention"), {"cpu"});
+  pb::BenchJob over = Run(with_kernel);
+  EXPECT_EQ(over.state(), pb::JOB_FAILED) << over.DebugString();
+  EXPECT_EQ(over.error_code(), static_cast<int>(absl::StatusCode::kResourceExhausted)) << over.error();
+  EXPECT_THAT(over.error(), HasSubstr("user kernel workers' copies"));
+  EXPECT_THAT(over.error(), HasSubstr("max_device_memory"));
+  pb::BenchJob bobs = Run(with_kernel, bob_.get());
+  EXPECT_EQ(bobs.state(), pb::JOB_DONE) << bobs.error();
+}
+
+// Item 4's persistence: a user kernel's result (its source hash, build log,
+// gate and time) is in the job store, so a server restarted on the same data
+// dir returns it and ranks it on the leaderboard.
+class RestartTest : public UserKernelTest {
+  void Customize(ServerOptions* o) override {
+    o->data_dir = absl::StrCat(o->bench.user_kernels.work_dir, "/data");
+    ASSERT_EQ(system(absl::StrCat("mkdir -p ", o->data_dir).c_str()), 0);
+  }
+};
+
+TEST_F(RestartTest, ResultsAndTheLeaderboardSurviveARestart) {
+  pb::BenchJob job = Run(Spec(pb::OP_ATTENTION, "kept", Example("attention"), {"cpu"}));
+  ASSERT_EQ(job.state(), pb::JOB_DONE) << job.error();
+  const pb::VariantResult* before = Result(job, "user:kept");
+  ASSERT_NE(before, nullptr);
+  const pb::VariantResult kept = *before;
+  alice_.reset();
+  bob_.reset();
+  server_.reset();
+  StartServer();
+  auto again = alice_->Get(job.id());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->state(), pb::JOB_DONE);
+  const pb::VariantResult* after = Result(*again, "user:kept");
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->source_sha256(), security::Sha256Hex(Example("attention")));
+  EXPECT_EQ(after->build_log(), kept.build_log());
+  EXPECT_TRUE(after->correct());
+  EXPECT_EQ(after->time().value_ms(), kept.time().value_ms());
+  EXPECT_EQ(after->rank(), kept.rank());
+  pb::LeaderboardRequest req;
+  req.set_op(pb::OP_ATTENTION);
+  auto board = alice_->Leaderboard(req);
+  ASSERT_TRUE(board.ok()) << board.status();
+  ASSERT_EQ(board->entries_size(), 1);
+  EXPECT_EQ(board->entries(0).job_id(), job.id());
+  EXPECT_EQ(board->entries(0).source_sha256(), kept.source_sha256());
 }
 
 class NoToolchainTest : public UserKernelTest {

@@ -218,24 +218,50 @@ absl::Status KernelWorker::Gate(uint8_t* out, size_t out_bytes) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<WorkerTimes> KernelWorker::Time(int warmup, int timed, int batches, double timeout_s) {
+absl::StatusOr<WorkerTimes> KernelWorker::Timing(uint32_t tag, const std::string& command, double timeout_s) {
   if (pid_ < 0) return absl::FailedPreconditionError(absl::StrCat(label_, ": the worker is gone"));
-  std::string cmd;
-  AppendPod(&cmd, static_cast<int32_t>(warmup));
-  AppendPod(&cmd, static_cast<int32_t>(timed));
-  AppendPod(&cmd, static_cast<int32_t>(batches));
-  if (absl::Status st = WriteFrame(to_worker_, kTime, cmd); !st.ok()) return Gone(st, Reap(pid_, 2.0));
-  uint32_t tag = 0;
+  if (absl::Status st = WriteFrame(to_worker_, tag, command); !st.ok()) return Gone(st, Reap(pid_, 2.0));
+  uint32_t reply = 0;
   std::string payload;
-  KS_RETURN_IF_ERROR(Await(timeout_s, &tag, &payload));
+  KS_RETURN_IF_ERROR(Await(timeout_s, &reply, &payload));
   WorkerTimes t;
+  if (reply == kNotCaptured) {
+    t.not_captured = StatusFromErrorPayload(payload);
+    if (t.not_captured.ok()) t.not_captured = absl::UnknownError("the worker could not capture the launch");
+    return t;
+  }
   size_t pos = 0;
-  if (tag != kTimes || !ReadPod(payload, &pos, &t.total_ms)) {
+  if (reply != kTimes || !ReadPod(payload, &pos, &t.total_ms) || !ReadPod(payload, &pos, &t.launches)) {
     return absl::InternalError(absl::StrCat(label_, ": a malformed timing frame"));
   }
   double x = 0;
   while (ReadPod(payload, &pos, &x)) t.sample_ms.push_back(x);
   return t;
+}
+
+absl::StatusOr<WorkerTimes> KernelWorker::Time(int warmup, int timed, int batches, uint64_t flush_bytes,
+                                               double timeout_s) {
+  std::string cmd;
+  AppendPod(&cmd, static_cast<int32_t>(warmup));
+  AppendPod(&cmd, static_cast<int32_t>(timed));
+  AppendPod(&cmd, static_cast<int32_t>(batches));
+  AppendPod(&cmd, flush_bytes);
+  return Timing(kTime, cmd, timeout_s);
+}
+
+absl::StatusOr<WorkerTimes> KernelWorker::Graph(int warmup, int replays, int batches, double timeout_s) {
+  std::string cmd;
+  AppendPod(&cmd, static_cast<int32_t>(warmup));
+  AppendPod(&cmd, static_cast<int32_t>(replays));
+  AppendPod(&cmd, static_cast<int32_t>(batches));
+  return Timing(kGraph, cmd, timeout_s);
+}
+
+absl::StatusOr<WorkerTimes> KernelWorker::Sustain(double warmin_s, double window_s, double timeout_s) {
+  std::string cmd;
+  AppendPod(&cmd, warmin_s);
+  AppendPod(&cmd, window_s);
+  return Timing(kSustain, cmd, timeout_s);
 }
 
 }  // namespace user_kernels

@@ -26,7 +26,11 @@ namespace user_kernels {
 
 struct WorkerTimes {
   double total_ms = 0;
+  int64_t launches = 0;           // timed launches (or graph replays)
   std::vector<double> sample_ms;  // per batch, ms per launch
+  // Method graph only: not OK when the launch could not be captured (the
+  // variant is reported untimed, as a built-in one is); the worker lives on.
+  absl::Status not_captured;
 };
 
 // The worker binary for `backend`: the configured one, else beside the
@@ -60,8 +64,16 @@ class KernelWorker {
   // (exactly out_bytes of them).
   absl::Status Gate(uint8_t* out, size_t out_bytes);
   // `warmup` launches, then `timed` launches in `batches` timed batches,
-  // within `timeout_s`.
-  absl::StatusOr<WorkerTimes> Time(int warmup, int timed, int batches, double timeout_s);
+  // within `timeout_s`. `flush_bytes` > 0 (l2_flush): each launch follows a
+  // copy of that many bytes between the worker's own flush buffers and is
+  // timed alone (`batches` is then `timed`).
+  absl::StatusOr<WorkerTimes> Time(int warmup, int timed, int batches, uint64_t flush_bytes, double timeout_s);
+  // Method graph: `warmup` launches, then in `batches` batches one launch
+  // captured into a device graph and replayed (`replays` in all).
+  absl::StatusOr<WorkerTimes> Graph(int warmup, int replays, int batches, double timeout_s);
+  // Method sustained: back-to-back launches for `warmin_s`, then timed
+  // batches of about 20 ms for `window_s`, all in the worker.
+  absl::StatusOr<WorkerTimes> Sustain(double warmin_s, double window_s, double timeout_s);
 
   const std::string& network() const { return network_; }
   const std::string& description() const { return description_; }
@@ -72,6 +84,8 @@ class KernelWorker {
   // the worker is reaped and the status says why it is gone.
   absl::Status Await(double timeout_s, uint32_t* tag, std::string* payload);
   absl::Status Gone(const absl::Status& why, const Exit& exit);
+  // Sends a timing command and reads its kTimes (or kNotCaptured) reply.
+  absl::StatusOr<WorkerTimes> Timing(uint32_t tag, const std::string& command, double timeout_s);
 
   const UserKernelOptions options_;
   const std::string label_;

@@ -56,6 +56,21 @@ class WorkerMemory {
   virtual void* stream() = 0;  // the ABI's stream argument
   // The time of `n` launches in ms (host clock or device events), checked after.
   virtual absl::StatusOr<double> Time(const std::function<int()>& launch, int n) = 0;
+  // l2_flush: copies `bytes` (the job's flush size, the cache the server's
+  // backend reports) between two buffers of this memory, allocated on first
+  // use, and waits for the copy, so that the next launch starts with the
+  // cache holding none of the kernel's tensors, as a built-in variant does.
+  virtual absl::Status FlushCache(size_t bytes) = 0;
+  // Method graph: one launch captured into a device graph, instantiated and
+  // replayed `replays` times, timed with device events; ms for all replays.
+  // FAILED_PRECONDITION or UNIMPLEMENTED: the launch cannot be captured (the
+  // variant is reported untimed, as a built-in one is); any other error is
+  // the kernel's.
+  virtual absl::StatusOr<double> TimeGraph(const std::function<int()>& launch, int replays) {
+    (void)launch;
+    (void)replays;
+    return absl::UnimplementedError(absl::StrCat(Describe(), ": no graph capture"));
+  }
   // Loads a cubin or PTX (cuda) or an AMD code object (hip) into this
   // memory's context: the
   // kernel's checks against the device (its parameter's size, threads per

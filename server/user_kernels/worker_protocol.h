@@ -10,9 +10,24 @@
 //   kGate                           ->  poison the output, one launch, check guards
 //                                   <-  kOutput <output bytes> | kError
 //   kTime   i32 warmup, i32 timed,  ->  warm-up, then `timed` launches in
-//           i32 batches                 `batches` timed batches
-//                                   <-  kTimes f64 total_ms, f64 sample_ms... | kError
+//           i32 batches,                `batches` timed batches; with
+//           u64 flush_bytes             flush_bytes > 0 (l2_flush) each launch
+//                                       follows a copy of that many bytes
+//                                       between two buffers of the worker's
+//                                       and is timed alone
+//                                   <-  kTimes | kError
+//   kGraph  i32 warmup, i32 replays, -> warm-up, then in `batches` batches: one
+//           i32 batches                 launch captured into a graph (CUDA
+//                                       graphs), the graph replayed and timed
+//                                   <-  kTimes | kNotCaptured <error payload>
+//                                       (the worker lives on) | kError
+//   kSustain f64 warmin_s,          ->  launches in batches of ~20 ms for the
+//           f64 window_s                warm-in, then timed batches for the window
+//                                   <-  kTimes | kError
 //   kQuit / EOF                     ->  exit 0
+//
+// kTimes: f64 total_ms, i64 launches, f64 sample_ms (ms per launch, one per
+// batch)...
 //
 // A kernel that faults gets a kError frame written from the signal handler
 // (what it touched: a guard page, a read-only input) before the worker dies
@@ -38,6 +53,9 @@ enum FrameTag : uint32_t {
   kTimes = 6,
   kError = 7,  // i32 absl::StatusCode, then the message
   kQuit = 8,
+  kGraph = 9,
+  kNotCaptured = 10,  // ErrorPayload: why the launch could not be captured
+  kSustain = 11,
 };
 
 // The worker's fd for frames to the server (its stdout is redirected).
