@@ -181,11 +181,13 @@ class UserKernelGpuTest : public ::testing::Test {
     o.bench.user_kernels.work_dir = ::testing::TempDir();
     o.bench.user_kernels.launch_deadline_s = 10;
     o.bench.user_kernels.compile_timeout_s = 300;
+    o.max_message_mb = 256;  // so that a 100 MB source reaches the server's own check, not gRPC's
     auto s = KernelServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
     opts_.target = absl::StrCat("127.0.0.1:", server_->port());
     opts_.default_timeout = absl::Seconds(600);
+    opts_.max_message_mb = 256;
     auto c = BenchClient::Connect(opts_);
     ASSERT_TRUE(c.ok());
     client_ = std::move(*c);
