@@ -2,7 +2,7 @@
 // prints TFLOP/s (causal counts only unmasked query-key pairs). Inputs are
 // random bf16 (never zeros: zeros can run faster than real data).
 //
-//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--only=NAME]
+//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--only=NAME] [--shapes=B:H:S,...]
 // Times every entry of the variant table (attention_variants.h) that serves
 // the head dim on this device, or only the one named.
 #include <algorithm>
@@ -16,6 +16,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
@@ -64,6 +66,24 @@ int Main(int argc, char** argv) {
     if (const char* v = bench::FlagValue(a, "--warmup=")) warmup = std::atoi(v);
     if (const char* v = bench::FlagValue(a, "--dim=")) dim = std::atoll(v);
   }
+  std::vector<Shape4> shapes = {{2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
+  for (int i = 1; i < argc; ++i) {
+    // --shapes=B:H:S,B:H:S,... instead of the seed shapes.
+    const std::string arg = argv[i];
+    const char* v = bench::FlagValue(arg, "--shapes=");
+    if (v == nullptr) continue;
+    shapes.clear();
+    for (const std::string& item : std::vector<std::string>(absl::StrSplit(v, ',', absl::SkipEmpty()))) {
+      std::vector<std::string> f = absl::StrSplit(item, ':');
+      Shape4 sh{};
+      if (f.size() != 3 || !absl::SimpleAtoi(f[0], &sh.b) || !absl::SimpleAtoi(f[1], &sh.h) ||
+          !absl::SimpleAtoi(f[2], &sh.s) || sh.b < 1 || sh.h < 1 || sh.s < 1) {
+        std::fprintf(stderr, "--shapes: \"%s\" is not B:H:S with positive integers\n", item.c_str());
+        return 2;
+      }
+      shapes.push_back(sh);
+    }
+  }
   if (!bench::HaveCudaDevice()) {
     std::printf("no CUDA device: nothing to time\n");
     return 0;
@@ -72,8 +92,6 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 
-  const std::vector<Shape4> shapes = {
-      {2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
   int64_t max_elems = 0;
   for (const auto& s : shapes) max_elems = std::max(max_elems, s.b * s.h * s.s * dim);
   std::vector<uint16_t> host(max_elems);
