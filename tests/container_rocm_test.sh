@@ -16,11 +16,9 @@
 set -uo pipefail
 # ldconfig lives in /usr/sbin on Debian, which a test's PATH (bazel test) lacks.
 PATH="$PATH:/usr/sbin:/sbin"
+source "$(dirname "${BASH_SOURCE[0]}")/container_lib.sh" || exit 1
 
-skip() { echo "SKIP: $*"; exit 0; }
-fail() { echo "FAIL: $*"; [ -n "${name:-}" ] && podman logs "$name" 2>&1 | tail -20; exit 1; }
-
-command -v podman >/dev/null 2>&1 || skip "podman is not installed (apt-get install podman runc; see deploy/README.md)"
+require_podman
 command -v python3 >/dev/null 2>&1 || skip "python3 is needed to write the call's .npy inputs"
 # The cache read once: grep -q on a pipe from ldconfig would stop reading at
 # the first match and, under pipefail, fail on ldconfig's SIGPIPE.
@@ -30,36 +28,11 @@ for so in libamdhip64.so.5 libamd_comgr.so.2 librocm_smi64.so.1; do
     skip "$so is not installed (apt-get install libamdhip64-5 librocm-smi64-1): nothing to bundle"
 done
 
-if [ -n "${TEST_SRCDIR:-}" ]; then
-  root="$TEST_SRCDIR/${TEST_WORKSPACE:-kernelserve}"
-  bins=("$root/server/kernelserve" "$root/client/kernelctl" "$root/server/security/token_tool")
-else
-  root="$(cd "$(dirname "$0")/.." && pwd)"
-  bins=("$root/bazel-bin/server/kernelserve" "$root/bazel-bin/client/kernelctl"
-        "$root/bazel-bin/server/security/token_tool")
-fi
-for b in "${bins[@]}"; do [ -x "$b" ] || fail "missing binary $b (bazel build it first)"; done
-kernelctl="${bins[1]}"
-export CONTAINERS_CONF="${CONTAINERS_CONF:-$root/deploy/podman/containers.conf}"
-podman info >/dev/null 2>&1 || skip "podman is installed but not usable here: $(podman info 2>&1 | tail -1)"
-
-work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ks-rocm.XXXXXX")
-tag="localhost/kernelserve-rocm-test:$$"
-name="ks-rocm-$$"
-cleanup() {
-  podman rm -f "$name" >/dev/null 2>&1
-  podman rmi -f "$tag" >/dev/null 2>&1
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
+find_binaries server/kernelserve client/kernelctl server/security/token_tool
+require_usable_podman
+start_scratch ks-rocm
 # Image: the Containerfile's default base (scratch), nothing pulled.
-mkdir -p "$work/ctx"
-bash "$root/deploy/make_bundle.sh" --rocm "$work/ctx/bundle" "${bins[@]}" >/dev/null || fail "make_bundle.sh --rocm"
-cp "$root/deploy/Containerfile.rocm" "$work/ctx/Containerfile"
-podman build -q --build-arg BASE=scratch -t "$tag" -f "$work/ctx/Containerfile" "$work/ctx" >/dev/null ||
-  fail "podman build of Containerfile.rocm"
-[ "$(podman image inspect --format '{{.Config.User}}' "$tag")" = "10001:10001" ] || fail "image user is not 10001:10001"
+build_image Containerfile.rocm --rocm
 
 # The ROCm libraries resolve inside the image.
 for so in libamdhip64.so.5 libamd_comgr.so.2 librocm_smi64.so.1; do
@@ -79,15 +52,9 @@ echo "$out" | grep -qF -- "cannot start: UNAVAILABLE: --backend=hip: no HIP devi
 podman run -d --name "$name" --read-only --cap-drop=ALL --security-opt=no-new-privileges \
   -p 127.0.0.1::50051 "$tag" --backend=auto --listen=0.0.0.0:50051 --insecure \
   --data_dir=/tmp/ks-data >/dev/null || fail "podman run --backend=auto"
-port=$(podman port "$name" 50051/tcp | head -1 | sed 's/.*://')
-[ -n "$port" ] || fail "no published port"
+published_port port 50051
 ctl=("$kernelctl" --server="127.0.0.1:$port" --timeout=30)
-ok=0
-for _ in $(seq 1 80); do
-  if [ "$("${ctl[@]}" health 2>/dev/null)" = "SERVING" ]; then ok=1; break; fi
-  sleep 0.25
-done
-[ $ok = 1 ] || fail "the server never answered SERVING on 127.0.0.1:$port"
+wait_serving "${ctl[@]}"
 logs=$(podman logs "$name" 2>&1)
 echo "$logs" | grep -q "backend auto: using cpu (.*hip: no HIP device: hipGetDeviceCount: hipErrorNoDevice (libamdhip64.so.5" ||
   fail "auto did not try the image's HIP runtime before cpu: $(echo "$logs" | grep 'backend auto')"
@@ -122,8 +89,6 @@ assert all(math.isfinite(x) for x in data) and max(abs(x) for x in data) > 0, "n
 PY
 echo "$out" | grep -q "^error_report: " || fail "no error against the oracle reported: $out"
 
-podman stop -t 30 "$name" >/dev/null || fail "podman stop"
-code=$(podman inspect --format '{{.State.ExitCode}}' "$name")
-[ "$code" = "0" ] || fail "exit code $code after SIGTERM"
+stop_expect_exit_0
 echo "PASS: $tag ($(podman image inspect --format '{{.Size}}' "$tag") bytes): --backend=hip refused with the" \
   "image's libamdhip64.so.5, --backend=auto served attention on cpu (127.0.0.1:$port), stopped with exit 0"

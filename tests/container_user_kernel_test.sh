@@ -15,59 +15,28 @@
 # it). Run directly or via
 #   bazel test //tests:container_user_kernel_test
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/container_lib.sh" || exit 1
 
-skip() { echo "SKIP: $*"; exit 0; }
-fail() { echo "FAIL: $*"; [ -n "${name:-}" ] && podman logs "$name" 2>&1 | tail -20; exit 1; }
-
-command -v podman >/dev/null 2>&1 || skip "podman is not installed (apt-get install podman runc; see deploy/README.md)"
+require_podman
 command -v dpkg-query >/dev/null 2>&1 || skip "not a Debian host: make_bundle.sh --user-kernels copies Debian's g++"
 dpkg-query -W -f='${Status}' g++-12 2>/dev/null | grep -q "install ok installed" ||
   skip "g++-12 is not installed (apt-get install g++)"
 
-if [ -n "${TEST_SRCDIR:-}" ]; then
-  root="$TEST_SRCDIR/${TEST_WORKSPACE:-kernelserve}"
-  bins=("$root/server/kernelserve" "$root/client/kernelctl" "$root/server/user_kernels/kernel_worker")
-else
-  root="$(cd "$(dirname "$0")/.." && pwd)"
-  bins=("$root/bazel-bin/server/kernelserve" "$root/bazel-bin/client/kernelctl"
-        "$root/bazel-bin/server/user_kernels/kernel_worker")
-fi
-for b in "${bins[@]}"; do [ -x "$b" ] || fail "missing binary $b (bazel build it first)"; done
-kernelctl="${bins[1]}"
+find_binaries server/kernelserve client/kernelctl server/user_kernels/kernel_worker
 example="$root/kernels/api/examples/cpu/attention.cc"
 [ -f "$example" ] || fail "missing $example"
-export CONTAINERS_CONF="${CONTAINERS_CONF:-$root/deploy/podman/containers.conf}"
-podman info >/dev/null 2>&1 || skip "podman is installed but not usable here: $(podman info 2>&1 | tail -1)"
-
-work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ks-uk-image.XXXXXX")
-tag="localhost/kernelserve-uk-test:$$"
-name="ks-uk-test-$$"
-cleanup() {
-  podman rm -f "$name" >/dev/null 2>&1
-  podman rmi -f "$tag" >/dev/null 2>&1
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-mkdir -p "$work/ctx"
-bash "$root/deploy/make_bundle.sh" --user-kernels "$work/ctx/bundle" "${bins[@]}" >/dev/null || fail "make_bundle.sh --user-kernels"
+require_usable_podman
+start_scratch ks-uk
+build_image Containerfile --user-kernels
 [ -x "$work/ctx/bundle/opt/kernelserve/bin/user_kernels/kernel_worker" ] || fail "no kernel_worker in the bundle"
-cp "$root/deploy/Containerfile" "$work/ctx/"
-podman build -q -t "$tag" -f "$work/ctx/Containerfile" "$work/ctx" >/dev/null || fail "podman build"
 
 # Loopback-published, without TLS (--insecure): this test is about the kernels.
 podman run -d --name "$name" --read-only --cap-drop=ALL --security-opt=no-new-privileges \
   -p 127.0.0.1::50051 "$tag" --listen=0.0.0.0:50051 --insecure --backend=cpu --data_dir=/tmp/ks \
   --user_kernel_deadline_s=3 >/dev/null || fail "podman run"
-port=$(podman port "$name" 50051/tcp | head -1 | sed 's/.*://')
-[ -n "$port" ] || fail "no published port"
+published_port port 50051
 ctl=("$kernelctl" --server="127.0.0.1:$port" --timeout=120)
-ok=0
-for _ in $(seq 1 40); do
-  if [ "$("${ctl[@]}" health 2>/dev/null)" = "SERVING" ]; then ok=1; break; fi
-  sleep 0.25
-done
-[ $ok = 1 ] || fail "the server never answered SERVING on 127.0.0.1:$port"
+wait_serving "${ctl[@]}"
 logs=$(podman logs "$name" 2>&1)
 echo "$logs" | grep "user kernels: cpu: /usr/bin/" | grep -q "g++" ||
   fail "the server found no g++ in the image: $(echo "$logs" | grep 'user kernels')"
@@ -108,9 +77,7 @@ out=$("${ctl[@]}" bench --op=attention "${shape[@]}" --variants=cpu --warmup=1 -
   fail "a built-in job after the bad kernels: $out"
 echo "$out" | grep -q "| cpu | pass |" || fail "cpu after the bad kernels: $out"
 
-podman stop -t 30 "$name" >/dev/null || fail "podman stop"
-code=$(podman inspect --format '{{.State.ExitCode}}' "$name")
-[ "$code" = "0" ] || fail "exit code $code after SIGTERM"
+stop_expect_exit_0
 echo "PASS: $tag ($(podman image inspect --format '{{.Size}}' "$tag") bytes) built and ran users' kernels with its" \
   "own g++ and kernel_worker as uid 10001 with a read-only root: the example passed beside cpu and was ranked, a" \
   "compile error, a write past the output and a hang each failed alone; stopped with exit 0"

@@ -379,10 +379,13 @@ TEST_F(UserKernelGpuTest, AFaultingCubinAndATooLargeBlockFailTheirJobs) {
 
 // Item 6 on the GPU, with another tenant's cuda calls running beside every
 // case: each bad kernel ends in its own status (code and message), the
-// calls all succeed and are right, and the server's own calls work after.
+// calls all succeed and are right, its buffer and KV pool on the device keep
+// their bytes and the pool its stats, and the server's own calls work after.
 TEST_F(UserKernelGpuTest, EveryBadInputFailsAloneWhileAnotherTenantsCallsRun) {
   auto bob = Client::Connect(opts_);
   ASSERT_TRUE(bob.ok()) << bob.status();
+  auto kept = KeptData::Store(bob->get());
+  ASSERT_TRUE(kept.ok()) << kept.status();
   BackgroundCalls calls(bob->get(), {1, 4, 256, 128});
   struct Bad {
     std::string what;
@@ -447,6 +450,8 @@ TEST_F(UserKernelGpuTest, EveryBadInputFailsAloneWhileAnotherTenantsCallsRun) {
   calls.Stop();
   EXPECT_GT(calls.calls(), 10);
   EXPECT_EQ(calls.failures(), 0) << calls.first_failure();
+  const absl::Status unchanged = (*kept)->Unchanged();
+  EXPECT_TRUE(unchanged.ok()) << unchanged;
   ExpectServerCallsWork();
 }
 
