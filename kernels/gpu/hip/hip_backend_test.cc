@@ -625,8 +625,8 @@ TEST_F(AttentionStandIn, EvenGridRunsWithoutMerge) {
   EXPECT_EQ(a.f.group, 19);
 }
 
-// Over the MoE objects as embedded: the routing, the two GEMM kernels'
-// epilogues, the weighted sum.
+// Over the MoE objects as embedded: the routing, the GEMM kernels' (decode
+// and prefill tiles, down) epilogues, the weighted sum.
 class MoeStandIn : public RecordingFixture {
  protected:
   MoeStandIn()
@@ -634,6 +634,8 @@ class MoeStandIn : public RecordingFixture {
                            {"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel"}},
                           {"moe_gemm_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
                            {moe::gfx942::kGemmBf16, moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32}},
+                          {"moe_gemm_m64_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {moe::gfx942::kPrefillBf16, moe::gfx942::kPrefillSwiglu, moe::gfx942::kPrefillF32}},
                           {"moe_down_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
                            {moe::gfx942::kDownBf16, moe::gfx942::kDownF32}},
                           {"moe_sum_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {"MoeWeightedSumKernel"}}}) {}
@@ -677,7 +679,7 @@ TEST_F(MoeStandIn, DownAtAShortExpertWidthTakesTheDownKernel) {
   EXPECT_EQ(g.out_cols, 3584);
   EXPECT_EQ(g.a, reinterpret_cast<const uint16_t*>(0x1000));
   EXPECT_EQ(g.w, reinterpret_cast<const uint8_t*>(0x6000));
-  EXPECT_EQ(l.gy, static_cast<unsigned>(moe::MoeWorkspaceLayout(p, moe::gfx942::Plan()).max_tiles));
+  EXPECT_EQ(l.gy, static_cast<unsigned>(moe::MoeWorkspaceLayout(p, moe::gfx942::Plan(p)).max_tiles));
 
   // Another I (a multiple of 32, not of 128): the slab-walking kernel.
   p.inter = 416;
@@ -701,6 +703,48 @@ TEST_F(MoeStandIn, TheLayerRunsGateUpSwigluThenDownIntoFp32ThenTheSum) {
   EXPECT_EQ(down.k, 384);
   EXPECT_EQ(down.a, static_cast<const uint16_t*>(up.out));  // the intermediate h
   EXPECT_EQ(down.a_row_div, 1);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+}
+
+// Chunked prefill (146 rows per expert): the routing takes 64-row tiles and
+// every GEMM runs on the prefill CTA, down too (the down kernel reads
+// 16-row tiles).
+TEST_F(MoeStandIn, PrefillRoutesSixtyFourRowTilesAndTakesThePrefillKernels) {
+  const MoeParams p = gpu_test::KimiMoeParams(MoeStage::kLayer, 8192);
+  auto launched = Run(p);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(*launched, (std::vector<std::string>{"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel",
+                                                 moe::gfx942::kPrefillSwiglu, moe::gfx942::kPrefillF32,
+                                                 "MoeWeightedSumKernel"}));
+  const int64_t max_tiles = (8192 * 16 + 63) / 64 + 896;
+  // The routing: its tile rows (the scan's and scatter's bm) and the padded
+  // sorted list's memset are the prefill tile's.
+  ASSERT_GE(g_memsets.size(), 2u);
+  EXPECT_EQ(g_memsets[g_memsets.size() - 1].bytes, static_cast<size_t>(max_tiles) * 64 * 4);
+  const Launched& up = g_launches[3];
+  EXPECT_EQ(up.gx, 6u);  // I = 384 output columns, 64 per SwiGLU CTA
+  EXPECT_EQ(up.gy, static_cast<unsigned>(max_tiles));
+  EXPECT_EQ(up.threads, 256u);
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(up).k, 3584);
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(up).nw, 768);
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(up).inter, 384);
+  const Launched& down = g_launches[4];
+  EXPECT_EQ(down.gx, 28u);  // 3584 columns, 128 per CTA
+  EXPECT_EQ(down.gy, static_cast<unsigned>(max_tiles));
+  const auto d = ArgsOf<moe::GemmParams>(down);
+  EXPECT_EQ(d.k, 384);
+  EXPECT_EQ(d.out_cols, 3584);
+  EXPECT_EQ(d.a, static_cast<const uint16_t*>(ArgsOf<moe::GemmParams>(up).out));
+  EXPECT_EQ(d.sorted, ArgsOf<moe::GemmParams>(up).sorted);  // one routing for both halves
+  EXPECT_EQ(moe::gfx942::Plan(p).TileRows(), 64);
+
+  // Gate/up alone, no SwiGLU: 2 I = 768 columns in blocks of 128.
+  MoeParams g = gpu_test::KimiMoeParams(MoeStage::kGateUp, 8192);
+  launched = Run(g);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->back(), moe::gfx942::kPrefillBf16);
+  EXPECT_EQ(g_launches.back().gx, 6u);
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(g_launches.back()).out_cols, 768);
   EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
 }
 
