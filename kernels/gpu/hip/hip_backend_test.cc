@@ -23,6 +23,7 @@
 #include "kernels/api/ops.h"
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/fp8_attention/fp8_attention_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
 #include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
 #include "kernels/gpu/fp8_attention/fp8_quantize_args.h"
@@ -356,6 +357,7 @@ Runtime RecordingStandIn() {
     const size_t size = symbol.find("KsAttention") == 0 ? sizeof(attention::gfx942::Gfx942AttnParams)
                         : symbol.find("KsFp8Attn") == 0 ? sizeof(fp8_attention::Fp8KernelParams)
                         : symbol.find("KsMoe") == 0     ? sizeof(moe::GemmParams)
+                        : symbol.find("KsMla") == 0 || symbol == "MlaMergeKernel" ? sizeof(mla::KParams)
                         : symbol.find("Moe") == 0       ? 0
                                                         : sizeof(fp8_attention::QuantizeArgs);
     const auto* a = static_cast<const unsigned char*>(args[0]);
@@ -623,6 +625,56 @@ TEST_F(AttentionStandIn, EvenGridRunsWithoutMerge) {
   EXPECT_EQ(a.splits, 1);
   EXPECT_EQ(a.part_o, nullptr);
   EXPECT_EQ(a.f.group, 19);
+}
+
+// Over the MLA object as embedded: both CTAs and the merge.
+class MlaStandIn : public RecordingFixture {
+ protected:
+  MlaStandIn()
+      : RecordingFixture({{"mla_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {mla::gfx942::kDecodeKernel, mla::gfx942::kDecodePosKernel, mla::gfx942::kMergeKernel}}}) {}
+
+  // A contiguous call of `batch` requests of 150000 tokens on stand-in addresses.
+  absl::Status Call(int64_t batch, int64_t q_len) {
+    const TensorDesc q{DType::kBf16, {batch, q_len, 16, kMlaLatentDim}}, pe{DType::kBf16, {batch, q_len, 16, kMlaRopeDim}};
+    const TensorDesc kv{DType::kFp8E4M3Fnuz, {batch, 150000, kMlaRowDim}};
+    MlaDecodeParams p;
+    KS_RETURN_IF_ERROR(p.Validate(q, pe, kv, false, 1, nullptr, nullptr, nullptr, nullptr));
+    MlaDecodeInputs in;
+    in.q_lat = TensorView{q, reinterpret_cast<void*>(0x1000)};
+    in.q_pe = TensorView{pe, reinterpret_cast<void*>(0x2000)};
+    in.kv = TensorView{kv, reinterpret_cast<void*>(0x3000)};
+    TensorView out{p.OutputDesc(), reinterpret_cast<void*>(0x4000)};
+    g_launches.clear();
+    return (*b_)->MlaDecode(0, p, in, out);
+  }
+};
+
+// The CTA is chosen at plan time from the shape and the CU count (304 on
+// the stand-in): q_len 1 takes the position CTA, q_len 4 the window CTA;
+// each long request is split and merged.
+TEST_F(MlaStandIn, EachShapeLaunchesItsCtaThenTheMerge) {
+  ASSERT_TRUE(Call(1, 1).ok());
+  ASSERT_EQ(g_launches.size(), 2u);
+  EXPECT_EQ(g_launches[0].symbol, mla::gfx942::kDecodePosKernel);
+  EXPECT_EQ(g_launches[1].symbol, mla::gfx942::kMergeKernel);
+  const auto k = ArgsOf<mla::KParams>(g_launches[0]);
+  EXPECT_EQ(g_launches[0].threads, 512u);
+  EXPECT_EQ(g_launches[0].gx, static_cast<unsigned>(k.splits));
+  EXPECT_GT(k.splits, 1);
+  EXPECT_LE(k.splits, 304);
+  EXPECT_EQ(g_launches[0].gy, 1u);  // 16 rows
+  EXPECT_EQ(k.row_groups, 1);
+  EXPECT_NE(k.part_o, nullptr);
+  EXPECT_EQ(g_launches[1].gx, 16u);  // a merge block per row
+
+  ASSERT_TRUE(Call(2, 4).ok());
+  ASSERT_EQ(g_launches.size(), 2u);
+  EXPECT_EQ(g_launches[0].symbol, mla::gfx942::kDecodeKernel);
+  EXPECT_EQ(g_launches[0].gy, 1u);  // 64 rows
+  EXPECT_EQ(g_launches[0].gz, 2u);
+  EXPECT_EQ(g_launches[1].gx, 64u);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
 }
 
 // Over the MoE objects as embedded: the routing, the GEMM kernels' (decode

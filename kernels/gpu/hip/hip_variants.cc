@@ -57,7 +57,7 @@ absl::Status RunMlaA16w8(const LaunchContext& ctx, const OpCall& c, TensorView& 
     KS_ASSIGN_OR_RETURN(void* ws, ctx.workspace(l.workspace_bytes));
     mla::gfx942::SetWorkspace(l, ws);
   }
-  KS_RETURN_IF_ERROR(Launch(ctx, mla::gfx942::kDecodeKernel, l.grid, mla::gfx942::kThreads, l.params));
+  KS_RETURN_IF_ERROR(Launch(ctx, l.kernel, l.grid, mla::gfx942::kThreads, l.params));
   if (l.merge) {
     KS_RETURN_IF_ERROR(Launch(ctx, mla::gfx942::kMergeKernel, l.merge_grid, mla::gfx942::kMergeThreads, l.params));
   }
@@ -227,8 +227,9 @@ const std::vector<Variant>& Variants() {
        "RTNE/RTNA/RTZ",
        Fp8AttentionUnsupported, RunFp8Attention},
       {BenchOp::kMlaDecode, "mfma_a16w8",
-       "bf16 Q against fp8 KV on v_mfma_f32_16x16x16bf16_1k; one fused 576-wide row is K and V; split-KV "
-       "fixed at plan time, merged in fp32 in split order",
+       "bf16 Q against fp8 KV on v_mfma_f32_16x16x16bf16_1k; one fused 576-wide row is K and V; two CTAs chosen "
+       "at plan time: a 64-row window (q_len 4..8, 16-token tiles) and a 16-row position CTA (64-token tiles, four "
+       "producer and four consumer waves); split-KV fixed at plan time, merged in fp32 in split order",
        "gfx942, e4m3fnuz KV, q_len 1..8, contiguous or paged, ragged q_lens", MlaA16w8Unsupported, RunMlaA16w8},
       {BenchOp::kMoeGateUp, "mfma_mxfp4",
        "bf16 activations against E2M1 x E8M0 weights, v_mfma_f32_16x16x16bf16_1k over expert tiles of 16 pairs "
