@@ -30,49 +30,7 @@ using cpu_test::CompareBf16;
 using cpu_test::FreshSeed;
 using cpu_test::PoisonedBf16;
 
-struct Weights {
-  HostTensor w13, w13_scales, w2, w2_scales;
-};
-
-// Random MXFP4 weights: every nibble value, scales 2^-4 .. 2^2.
-void FillMxfp4(HostTensor& w, HostTensor& s, std::mt19937_64& rng) {
-  for (int64_t i = 0; i < w.num_bytes(); ++i) w.bytes()[i] = static_cast<uint8_t>(rng());
-  std::uniform_int_distribution<int> e(123, 129);
-  for (int64_t i = 0; i < s.num_bytes(); ++i) s.bytes()[i] = static_cast<uint8_t>(e(rng));
-}
-
-struct Problem {
-  int64_t tokens, top_k, experts, hidden, inter;
-  HostTensor x_tokens, x_pairs, ids, weights;
-  Weights w;
-};
-
-Problem MakeProblem(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
-                    uint64_t seed) {
-  Problem pr{tokens, top_k, experts, hidden, inter, {}, {}, {}, {}, {}};
-  std::mt19937_64 rng(seed);
-  pr.x_tokens = numerics::GaussianBf16({tokens, hidden}, seed + 1);
-  pr.x_pairs = numerics::GaussianBf16({tokens * top_k, inter}, seed + 2);
-  pr.ids = HostTensor(DType::kInt32, {tokens, top_k});
-  pr.weights = HostTensor(DType::kFp32, {tokens, top_k});
-  std::vector<int32_t> all(experts);
-  std::iota(all.begin(), all.end(), 0);
-  std::uniform_real_distribution<float> uw(0.05f, 1.0f);
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::shuffle(all.begin(), all.end(), rng);  // distinct experts per token
-    for (int64_t r = 0; r < top_k; ++r) {
-      pr.ids.data<int32_t>()[t * top_k + r] = all[r];
-      pr.weights.data<float>()[t * top_k + r] = uw(rng);
-    }
-  }
-  pr.w.w13 = HostTensor(DType::kFp4E2M1, {experts, 2 * inter, hidden});
-  pr.w.w13_scales = HostTensor(DType::kE8M0, {experts, 2 * inter, hidden / 32});
-  pr.w.w2 = HostTensor(DType::kFp4E2M1, {experts, hidden, inter});
-  pr.w.w2_scales = HostTensor(DType::kE8M0, {experts, hidden, inter / 32});
-  FillMxfp4(pr.w.w13, pr.w.w13_scales, rng);
-  FillMxfp4(pr.w.w2, pr.w.w2_scales, rng);
-  return pr;
-}
+using Problem = cpu_test::MoeProblem;
 
 void CheckStage(Backend& be, const Problem& pr, MoeStage stage, bool swiglu, bool weighted,
                 Rounding rounding) {
@@ -91,13 +49,7 @@ void CheckStage(Backend& be, const Problem& pr, MoeStage stage, bool swiglu, boo
   const absl::Status vst = p.Validate(x.desc(), pr.ids, &wd, gate_up ? &w13 : nullptr,
                                       gate_up ? &w13s : nullptr, down ? &w2 : nullptr, down ? &w2s : nullptr);
   ASSERT_TRUE(vst.ok()) << vst;
-  MoeInputs in{x.view(),
-               pr.ids.view(),
-               pr.weights.view(),
-               gate_up ? pr.w.w13.view() : TensorView{},
-               gate_up ? pr.w.w13_scales.view() : TensorView{},
-               down ? pr.w.w2.view() : TensorView{},
-               down ? pr.w.w2_scales.view() : TensorView{}};
+  MoeInputs in = cpu_test::MoeProblemInputs(pr, stage);
   HostTensor out = PoisonedBf16(p.OutputDesc().shape);
   TensorView ov = out.view();
   const absl::Status st = be.Moe(0, p, in, ov);
@@ -126,7 +78,7 @@ TEST(CpuMoe, EveryStageMatchesOracle) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE(absl::StrCat("T=", s.tokens, " top_k=", s.top_k, " E=", s.experts, " K=", s.hidden,
                               " I=", s.inter, " seed=", seed));
-    const Problem pr = MakeProblem(s.tokens, s.top_k, s.experts, s.hidden, s.inter, seed);
+    const Problem pr = cpu_test::MakeMoeProblem(s.tokens, s.top_k, s.experts, s.hidden, s.inter, seed);
     CheckStage(*be, pr, MoeStage::kGateUp, false, false, Rounding::kRtne);
     CheckStage(*be, pr, MoeStage::kGateUp, true, false, Rounding::kRtne);
     CheckStage(*be, pr, MoeStage::kDown, false, false, Rounding::kRtne);
@@ -139,7 +91,7 @@ TEST(CpuMoe, EveryStageMatchesOracle) {
 
 TEST(CpuMoe, RejectsAnOutputOfTheWrongSize) {
   std::unique_ptr<Backend> be = CreateCpuBackend(1);
-  const Problem pr = MakeProblem(2, 2, 4, 64, 32, 7);
+  const Problem pr = cpu_test::MakeMoeProblem(2, 2, 4, 64, 32, 7);
   MoeParams p;
   p.stage = MoeStage::kGateUp;
   const TensorDesc w13 = pr.w.w13.desc(), w13s = pr.w.w13_scales.desc();

@@ -1,12 +1,15 @@
-// Helpers for the cpu backend's tests: fresh seeds, poisoned outputs, and
-// comparisons of bf16 outputs against the fp64 oracle.
+// Helpers for the cpu backend's tests (and the GPU kernels' CPU emulations):
+// fresh seeds, poisoned outputs, random MoE problems, and comparisons of bf16
+// outputs against the fp64 oracle.
 #ifndef KERNELSERVE_KERNELS_CPU_CPU_TEST_UTIL_H_
 #define KERNELSERVE_KERNELS_CPU_CPU_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +19,7 @@
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
 #include "kernels/numerics/numerics.h"
+#include "kernels/numerics/test_inputs.h"
 
 namespace kernelserve {
 namespace cpu_test {
@@ -100,6 +104,66 @@ inline Bf16Comparison CompareBf16(const HostTensor& out, const std::vector<doubl
   }
   c.rel_rms = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   return c;
+}
+
+struct MoeWeights {
+  HostTensor w13, w13_scales, w2, w2_scales;
+};
+
+// Random MXFP4 weights: every nibble value, scales 2^-4 .. 2^2.
+inline void FillMxfp4(HostTensor& w, HostTensor& s, std::mt19937_64& rng) {
+  for (int64_t i = 0; i < w.num_bytes(); ++i) w.bytes()[i] = static_cast<uint8_t>(rng());
+  std::uniform_int_distribution<int> e(123, 129);
+  for (int64_t i = 0; i < s.num_bytes(); ++i) s.bytes()[i] = static_cast<uint8_t>(e(rng));
+}
+
+// A random MXFP4 MoE call's host tensors: Gaussian bf16 activations per
+// token [T, K] and per pair [T * top_k, I], top_k distinct experts per token
+// with weights in [0.05, 1), MXFP4 weights W13 [E, 2I, K] and W2 [E, K, I].
+struct MoeProblem {
+  int64_t tokens, top_k, experts, hidden, inter;
+  HostTensor x_tokens, x_pairs, ids, weights;
+  MoeWeights w;
+};
+
+inline MoeProblem MakeMoeProblem(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
+                                 uint64_t seed) {
+  MoeProblem pr{tokens, top_k, experts, hidden, inter, {}, {}, {}, {}, {}};
+  std::mt19937_64 rng(seed);
+  pr.x_tokens = numerics::GaussianBf16({tokens, hidden}, seed + 1);
+  pr.x_pairs = numerics::GaussianBf16({tokens * top_k, inter}, seed + 2);
+  pr.ids = HostTensor(DType::kInt32, {tokens, top_k});
+  pr.weights = HostTensor(DType::kFp32, {tokens, top_k});
+  std::vector<int32_t> all(experts);
+  std::iota(all.begin(), all.end(), 0);
+  std::uniform_real_distribution<float> uw(0.05f, 1.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(all.begin(), all.end(), rng);  // distinct experts per token
+    for (int64_t r = 0; r < top_k; ++r) {
+      pr.ids.data<int32_t>()[t * top_k + r] = all[r];
+      pr.weights.data<float>()[t * top_k + r] = uw(rng);
+    }
+  }
+  pr.w.w13 = HostTensor(DType::kFp4E2M1, {experts, 2 * inter, hidden});
+  pr.w.w13_scales = HostTensor(DType::kE8M0, {experts, 2 * inter, hidden / 32});
+  pr.w.w2 = HostTensor(DType::kFp4E2M1, {experts, hidden, inter});
+  pr.w.w2_scales = HostTensor(DType::kE8M0, {experts, hidden, inter / 32});
+  FillMxfp4(pr.w.w13, pr.w.w13_scales, rng);
+  FillMxfp4(pr.w.w2, pr.w.w2_scales, rng);
+  return pr;
+}
+
+// The views of `pr` a call at `stage` reads: x per token and W13 (gate/up,
+// the layer), x per pair and W2 (down), W13 and W2 (the layer).
+inline MoeInputs MoeProblemInputs(const MoeProblem& pr, MoeStage stage) {
+  const bool gate_up = stage != MoeStage::kDown, down = stage != MoeStage::kGateUp;
+  return MoeInputs{stage == MoeStage::kDown ? pr.x_pairs.view() : pr.x_tokens.view(),
+                   pr.ids.view(),
+                   pr.weights.view(),
+                   gate_up ? pr.w.w13.view() : TensorView{},
+                   gate_up ? pr.w.w13_scales.view() : TensorView{},
+                   down ? pr.w.w2.view() : TensorView{},
+                   down ? pr.w.w2_scales.view() : TensorView{}};
 }
 
 inline HostTensor Int32Tensor(const std::vector<int32_t>& v) {

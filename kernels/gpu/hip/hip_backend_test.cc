@@ -23,6 +23,7 @@
 #include "kernels/api/ops.h"
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/fp8_attention/fp8_attention_gfx942_launch.h"
+#include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
 #include "kernels/gpu/arch/gfx942/moe/moe_gfx942_launch.h"
 #include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
 #include "kernels/gpu/fp8_attention/fp8_quantize_args.h"
@@ -356,6 +357,7 @@ Runtime RecordingStandIn() {
     const size_t size = symbol.find("KsAttention") == 0 ? sizeof(attention::gfx942::Gfx942AttnParams)
                         : symbol.find("KsFp8Attn") == 0 ? sizeof(fp8_attention::Fp8KernelParams)
                         : symbol.find("KsMoe") == 0     ? sizeof(moe::GemmParams)
+                        : symbol.find("KsMla") == 0 || symbol == "MlaMergeKernel" ? sizeof(mla::KParams)
                         : symbol.find("Moe") == 0       ? 0
                                                         : sizeof(fp8_attention::QuantizeArgs);
     const auto* a = static_cast<const unsigned char*>(args[0]);
@@ -625,8 +627,58 @@ TEST_F(AttentionStandIn, EvenGridRunsWithoutMerge) {
   EXPECT_EQ(a.f.group, 19);
 }
 
-// Over the MoE objects as embedded: the routing, the two GEMM kernels'
-// epilogues, the weighted sum.
+// Over the MLA object as embedded: both CTAs and the merge.
+class MlaStandIn : public RecordingFixture {
+ protected:
+  MlaStandIn()
+      : RecordingFixture({{"mla_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {mla::gfx942::kDecodeKernel, mla::gfx942::kDecodePosKernel, mla::gfx942::kMergeKernel}}}) {}
+
+  // A contiguous call of `batch` requests of 150000 tokens on stand-in addresses.
+  absl::Status Call(int64_t batch, int64_t q_len) {
+    const TensorDesc q{DType::kBf16, {batch, q_len, 16, kMlaLatentDim}}, pe{DType::kBf16, {batch, q_len, 16, kMlaRopeDim}};
+    const TensorDesc kv{DType::kFp8E4M3Fnuz, {batch, 150000, kMlaRowDim}};
+    MlaDecodeParams p;
+    KS_RETURN_IF_ERROR(p.Validate(q, pe, kv, false, 1, nullptr, nullptr, nullptr, nullptr));
+    MlaDecodeInputs in;
+    in.q_lat = TensorView{q, reinterpret_cast<void*>(0x1000)};
+    in.q_pe = TensorView{pe, reinterpret_cast<void*>(0x2000)};
+    in.kv = TensorView{kv, reinterpret_cast<void*>(0x3000)};
+    TensorView out{p.OutputDesc(), reinterpret_cast<void*>(0x4000)};
+    g_launches.clear();
+    return (*b_)->MlaDecode(0, p, in, out);
+  }
+};
+
+// The CTA is chosen at plan time from the shape and the CU count (304 on
+// the stand-in): q_len 1 takes the position CTA, q_len 4 the window CTA;
+// each long request is split and merged.
+TEST_F(MlaStandIn, EachShapeLaunchesItsCtaThenTheMerge) {
+  ASSERT_TRUE(Call(1, 1).ok());
+  ASSERT_EQ(g_launches.size(), 2u);
+  EXPECT_EQ(g_launches[0].symbol, mla::gfx942::kDecodePosKernel);
+  EXPECT_EQ(g_launches[1].symbol, mla::gfx942::kMergeKernel);
+  const auto k = ArgsOf<mla::KParams>(g_launches[0]);
+  EXPECT_EQ(g_launches[0].threads, 512u);
+  EXPECT_EQ(g_launches[0].gx, static_cast<unsigned>(k.splits));
+  EXPECT_GT(k.splits, 1);
+  EXPECT_LE(k.splits, 304);
+  EXPECT_EQ(g_launches[0].gy, 1u);  // 16 rows
+  EXPECT_EQ(k.row_groups, 1);
+  EXPECT_NE(k.part_o, nullptr);
+  EXPECT_EQ(g_launches[1].gx, 16u);  // a merge block per row
+
+  ASSERT_TRUE(Call(2, 4).ok());
+  ASSERT_EQ(g_launches.size(), 2u);
+  EXPECT_EQ(g_launches[0].symbol, mla::gfx942::kDecodeKernel);
+  EXPECT_EQ(g_launches[0].gy, 1u);  // 64 rows
+  EXPECT_EQ(g_launches[0].gz, 2u);
+  EXPECT_EQ(g_launches[1].gx, 64u);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+}
+
+// Over the MoE objects as embedded: the routing, the GEMM kernels' (decode
+// and prefill tiles, down) epilogues, the weighted sum.
 class MoeStandIn : public RecordingFixture {
  protected:
   MoeStandIn()
@@ -634,6 +686,8 @@ class MoeStandIn : public RecordingFixture {
                            {"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel"}},
                           {"moe_gemm_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
                            {moe::gfx942::kGemmBf16, moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32}},
+                          {"moe_gemm_m64_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
+                           {moe::gfx942::kPrefillBf16, moe::gfx942::kPrefillSwiglu, moe::gfx942::kPrefillF32}},
                           {"moe_down_gfx942", "gfx942", kGfx942, sizeof(kGfx942),
                            {moe::gfx942::kDownBf16, moe::gfx942::kDownF32}},
                           {"moe_sum_gfx942", "gfx942", kGfx942, sizeof(kGfx942), {"MoeWeightedSumKernel"}}}) {}
@@ -677,7 +731,7 @@ TEST_F(MoeStandIn, DownAtAShortExpertWidthTakesTheDownKernel) {
   EXPECT_EQ(g.out_cols, 3584);
   EXPECT_EQ(g.a, reinterpret_cast<const uint16_t*>(0x1000));
   EXPECT_EQ(g.w, reinterpret_cast<const uint8_t*>(0x6000));
-  EXPECT_EQ(l.gy, static_cast<unsigned>(moe::MoeWorkspaceLayout(p, moe::gfx942::Plan()).max_tiles));
+  EXPECT_EQ(l.gy, static_cast<unsigned>(moe::MoeWorkspaceLayout(p, moe::gfx942::Plan(p)).max_tiles));
 
   // Another I (a multiple of 32, not of 128): the slab-walking kernel.
   p.inter = 416;
@@ -701,6 +755,48 @@ TEST_F(MoeStandIn, TheLayerRunsGateUpSwigluThenDownIntoFp32ThenTheSum) {
   EXPECT_EQ(down.k, 384);
   EXPECT_EQ(down.a, static_cast<const uint16_t*>(up.out));  // the intermediate h
   EXPECT_EQ(down.a_row_div, 1);
+  EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
+}
+
+// Chunked prefill (146 rows per expert): the routing takes 64-row tiles and
+// every GEMM runs on the prefill CTA, down too (the down kernel reads
+// 16-row tiles).
+TEST_F(MoeStandIn, PrefillRoutesSixtyFourRowTilesAndTakesThePrefillKernels) {
+  const MoeParams p = gpu_test::KimiMoeParams(MoeStage::kLayer, 8192);
+  auto launched = Run(p);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(*launched, (std::vector<std::string>{"MoeCountKernel", "MoeScanKernel", "MoeScatterKernel",
+                                                 moe::gfx942::kPrefillSwiglu, moe::gfx942::kPrefillF32,
+                                                 "MoeWeightedSumKernel"}));
+  const int64_t max_tiles = (8192 * 16 + 63) / 64 + 896;
+  // The routing: its tile rows (the scan's and scatter's bm) and the padded
+  // sorted list's memset are the prefill tile's.
+  ASSERT_GE(g_memsets.size(), 2u);
+  EXPECT_EQ(g_memsets[g_memsets.size() - 1].bytes, static_cast<size_t>(max_tiles) * 64 * 4);
+  const Launched& up = g_launches[3];
+  EXPECT_EQ(up.gx, 6u);  // I = 384 output columns, 64 per SwiGLU CTA
+  EXPECT_EQ(up.gy, static_cast<unsigned>(max_tiles));
+  EXPECT_EQ(up.threads, 256u);
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(up).k, 3584);
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(up).nw, 768);
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(up).inter, 384);
+  const Launched& down = g_launches[4];
+  EXPECT_EQ(down.gx, 28u);  // 3584 columns, 128 per CTA
+  EXPECT_EQ(down.gy, static_cast<unsigned>(max_tiles));
+  const auto d = ArgsOf<moe::GemmParams>(down);
+  EXPECT_EQ(d.k, 384);
+  EXPECT_EQ(d.out_cols, 3584);
+  EXPECT_EQ(d.a, static_cast<const uint16_t*>(ArgsOf<moe::GemmParams>(up).out));
+  EXPECT_EQ(d.sorted, ArgsOf<moe::GemmParams>(up).sorted);  // one routing for both halves
+  EXPECT_EQ(moe::gfx942::Plan(p).TileRows(), 64);
+
+  // Gate/up alone, no SwiGLU: 2 I = 768 columns in blocks of 128.
+  MoeParams g = gpu_test::KimiMoeParams(MoeStage::kGateUp, 8192);
+  launched = Run(g);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ(launched->back(), moe::gfx942::kPrefillBf16);
+  EXPECT_EQ(g_launches.back().gx, 6u);
+  EXPECT_EQ(ArgsOf<moe::GemmParams>(g_launches.back()).out_cols, 768);
   EXPECT_TRUE((*b_)->GetDeviceInfo(0).healthy);
 }
 

@@ -36,8 +36,9 @@ TEST(EmbeddedCodeObjects, HoldEveryKernelTheTableLaunches) {
   for (const attention::gfx942::HdimKernels& k : attention::gfx942::kKernels) {
     names.insert(names.end(), {k.fwd, k.causal, k.v_transpose, k.merge});
   }
-  for (const char* kernel : {mla::gfx942::kDecodeKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
-                             moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32, moe::gfx942::kDownBf16,
+  for (const char* kernel : {mla::gfx942::kDecodeKernel, mla::gfx942::kDecodePosKernel, mla::gfx942::kMergeKernel, moe::gfx942::kGemmBf16,
+                             moe::gfx942::kGemmSwiglu, moe::gfx942::kGemmF32, moe::gfx942::kPrefillBf16,
+                             moe::gfx942::kPrefillSwiglu, moe::gfx942::kPrefillF32, moe::gfx942::kDownBf16,
                              moe::gfx942::kDownF32, "MoeCountKernel", "MoeScanKernel",
                              "MoeScatterKernel", "MoeWeightedSumKernel", "AmaxKernel", "QuantizeKernel",
                              "DescaleKernel"}) {

@@ -57,7 +57,7 @@ absl::Status RunMlaA16w8(const LaunchContext& ctx, const OpCall& c, TensorView& 
     KS_ASSIGN_OR_RETURN(void* ws, ctx.workspace(l.workspace_bytes));
     mla::gfx942::SetWorkspace(l, ws);
   }
-  KS_RETURN_IF_ERROR(Launch(ctx, mla::gfx942::kDecodeKernel, l.grid, mla::gfx942::kThreads, l.params));
+  KS_RETURN_IF_ERROR(Launch(ctx, l.kernel, l.grid, mla::gfx942::kThreads, l.params));
   if (l.merge) {
     KS_RETURN_IF_ERROR(Launch(ctx, mla::gfx942::kMergeKernel, l.merge_grid, mla::gfx942::kMergeThreads, l.params));
   }
@@ -69,24 +69,22 @@ std::string MoeUnsupported(absl::string_view arch, const OpCall& c) {
   return moe::gfx942::Unsupported(c.moe);
 }
 
-// One grouped GEMM: a down projection whose K (the expert width) the down
-// kernel serves takes it (the whole A tile staged once), every other GEMM
-// the slab-walking gate/up kernel of its epilogue.
-absl::Status MoeGemm(const LaunchContext& ctx, const moe::GemmParams& params, int epilogue, int64_t max_tiles,
-                     bool down) {
+// One grouped GEMM over the routing's `tile_rows`-row tiles: a down
+// projection on 16-row tiles whose K (the expert width) the down kernel
+// serves takes it (the whole A tile staged once), every other GEMM the
+// slab-walking kernel of its tile and epilogue.
+absl::Status MoeGemm(const LaunchContext& ctx, const moe::GemmParams& params, int epilogue, int tile_rows,
+                     int64_t max_tiles, bool down) {
   namespace mg = moe::gfx942;
   moe::GemmParams g = params;
   void* args[] = {&g};
-  if (down && mg::DownServes(g.k)) {
+  if (down && tile_rows == mg::kTileRows && mg::DownServes(g.k)) {
     const mg::GemmGrid grid = mg::DownGrid(g.out_cols, max_tiles);
     return Launch(ctx, epilogue == moe::kEpiF32 ? mg::kDownF32 : mg::kDownBf16, grid.x, grid.y, 1, mg::kThreads,
                   args);
   }
-  const char* kernel = epilogue == moe::kEpiSwiglu ? mg::kGemmSwiglu
-                       : epilogue == moe::kEpiF32  ? mg::kGemmF32
-                                                   : mg::kGemmBf16;
-  const mg::GemmGrid grid = mg::Grid(g.out_cols, max_tiles);
-  return Launch(ctx, kernel, grid.x, grid.y, 1, mg::kThreads, args);
+  const mg::GemmGrid grid = mg::Grid(mg::CtaOf(tile_rows, epilogue == moe::kEpiSwiglu), g.out_cols, max_tiles);
+  return Launch(ctx, mg::GemmKernel(tile_rows, epilogue), grid.x, grid.y, 1, mg::kThreads, args);
 }
 
 // The routing (moe_routing.cu's kernels, built for gfx942): counts per
@@ -114,7 +112,8 @@ absl::Status MoeRouting(const LaunchContext& ctx, const moe::RoutingParams& rp) 
 
 absl::Status RunMoe(const LaunchContext& ctx, const OpCall& c, TensorView& out) {
   const MoeParams& p = c.moe;
-  const moe::MoePlan plan = moe::gfx942::Plan();
+  const moe::MoePlan plan = moe::gfx942::Plan(p);
+  const int bm = plan.TileRows();
   const moe::MoeWorkspace w = moe::MoeWorkspaceLayout(p, plan);
   KS_ASSIGN_OR_RETURN(void* ws_ptr, ctx.workspace(w.bytes));
   uint8_t* ws = static_cast<uint8_t*>(ws_ptr);
@@ -126,18 +125,18 @@ absl::Status RunMoe(const LaunchContext& ctx, const OpCall& c, TensorView& out) 
   switch (p.stage) {
     case MoeStage::kGateUp:
       return MoeGemm(ctx, moe::GateUpGemm(p, c.moe_in, rp, p.swiglu, static_cast<int>(p.rounding), out.data),
-                     p.swiglu ? moe::kEpiSwiglu : moe::kEpiBf16, rp.max_tiles, false);
+                     p.swiglu ? moe::kEpiSwiglu : moe::kEpiBf16, bm, rp.max_tiles, false);
     case MoeStage::kDown:
       if (!p.weighted_sum) {
-        return MoeGemm(ctx, moe::DownGemm(p, c.moe_in, rp, x, out.data), moe::kEpiBf16, rp.max_tiles, true);
+        return MoeGemm(ctx, moe::DownGemm(p, c.moe_in, rp, x, out.data), moe::kEpiBf16, bm, rp.max_tiles, true);
       }
-      KS_RETURN_IF_ERROR(MoeGemm(ctx, moe::DownGemm(p, c.moe_in, rp, x, y), moe::kEpiF32, rp.max_tiles, true));
+      KS_RETURN_IF_ERROR(MoeGemm(ctx, moe::DownGemm(p, c.moe_in, rp, x, y), moe::kEpiF32, bm, rp.max_tiles, true));
       break;
     case MoeStage::kLayer:
       // The stored intermediate is RTNE bf16, as the oracle's.
       KS_RETURN_IF_ERROR(MoeGemm(ctx, moe::GateUpGemm(p, c.moe_in, rp, true, static_cast<int>(Rounding::kRtne), h),
-                                 moe::kEpiSwiglu, rp.max_tiles, false));
-      KS_RETURN_IF_ERROR(MoeGemm(ctx, moe::DownGemm(p, c.moe_in, rp, h, y), moe::kEpiF32, rp.max_tiles, true));
+                                 moe::kEpiSwiglu, bm, rp.max_tiles, false));
+      KS_RETURN_IF_ERROR(MoeGemm(ctx, moe::DownGemm(p, c.moe_in, rp, h, y), moe::kEpiF32, bm, rp.max_tiles, true));
       break;
   }
   moe::WeightedSumParams sp = moe::MakeWeightedSum(p, c.moe_in, y, out.data);
@@ -228,14 +227,16 @@ const std::vector<Variant>& Variants() {
        "RTNE/RTNA/RTZ",
        Fp8AttentionUnsupported, RunFp8Attention},
       {BenchOp::kMlaDecode, "mfma_a16w8",
-       "bf16 Q against fp8 KV on v_mfma_f32_16x16x16bf16_1k; one fused 576-wide row is K and V; split-KV "
-       "fixed at plan time, merged in fp32 in split order",
+       "bf16 Q against fp8 KV on v_mfma_f32_16x16x16bf16_1k; one fused 576-wide row is K and V; two CTAs chosen "
+       "at plan time: a 64-row window (q_len 4..8, 16-token tiles) and a 16-row position CTA (64-token tiles, four "
+       "producer and four consumer waves); split-KV fixed at plan time, merged in fp32 in split order",
        "gfx942, e4m3fnuz KV, q_len 1..8, contiguous or paged, ragged q_lens", MlaA16w8Unsupported, RunMlaA16w8},
       {BenchOp::kMoeGateUp, "mfma_mxfp4",
-       "bf16 activations against E2M1 x E8M0 weights, v_mfma_f32_16x16x16bf16_1k over 16-pair expert tiles; gate/up "
-       "(and down at other I) walks K in 64-k slabs staged in LDS (double-buffered), the weights decoded from LDS, "
-       "fused SwiGLU; down at I a multiple of 128 up to 768 stages the tile's whole A in LDS once and sweeps 256 "
-       "columns against it; down into fp32 and a weighted per-token sum",
+       "bf16 activations against E2M1 x E8M0 weights, v_mfma_f32_16x16x16bf16_1k over expert tiles of 16 pairs "
+       "(decode) or 64 (at 64+ rows per expert); gate/up (and down at other I or tiles) walks K in 64-k slabs "
+       "staged in LDS (double-buffered), the weights decoded from LDS, fused SwiGLU; down on 16-pair tiles at I a "
+       "multiple of 128 up to 768 stages the tile's whole A in LDS once and sweeps 256 columns against it; down "
+       "into fp32 and a weighted per-token sum",
        "gfx942, every MoE stage (gate/up, down, layer), K and I multiples of 32", MoeUnsupported, RunMoe},
   };
   return *table;

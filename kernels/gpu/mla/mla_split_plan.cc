@@ -8,7 +8,8 @@ namespace kernelserve {
 namespace gpu {
 namespace mla {
 
-MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int num_splits, int num_sms) {
+MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int num_splits, int num_sms,
+                           int cta_rows) {
   MlaSplitPlan plan;
   plan.row_groups = (q_len * heads + kRows - 1) / kRows;
   const int64_t max_tiles = (max_seq + kTok - 1) / kTok;
@@ -18,7 +19,7 @@ MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int
   } else {
     // Time ~ waves x (tiles per CTA + a fixed start cost), plus a little for
     // the merge; the fewest splits win ties.
-    const int64_t ctas_per_split = static_cast<int64_t>(batch) * plan.row_groups;
+    const int64_t ctas_per_split = static_cast<int64_t>(batch) * ((q_len * heads + cta_rows - 1) / cta_rows);
     double best = 1e30;
     for (int64_t s = 1; s <= std::min<int64_t>(max_tiles, 1024); ++s) {
       const int64_t tiles = (max_tiles + s - 1) / s;

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/gpu/mla/mla_decode_params.h"
+
 namespace kernelserve {
 namespace gpu {
 namespace mla {
@@ -21,7 +23,11 @@ struct MlaSplitPlan {
 // splits (no more than one per 64-token tile of max_seq); 0 plans them from
 // the shape and num_sms. Every split holds at least one token of the longest
 // request: splits * chunk covers max_seq and (splits - 1) * chunk does not.
-MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int num_splits, int num_sms);
+// `cta_rows` is the query rows of the kernel's CTA (its CTAs per split are
+// batch x ceil(q_len * H / cta_rows)); row_groups stays in kRows, the
+// partials' layout.
+MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int num_splits, int num_sms,
+                           int cta_rows = kRows);
 
 }  // namespace mla
 }  // namespace gpu

@@ -45,6 +45,21 @@ TEST(PlanMlaSplits, EveryPlanCoversTheLongestRequestInWholeTiles) {
   }
 }
 
+// A kernel whose CTA holds fewer rows launches more CTAs per split: its
+// plan takes fewer splits for the same round of SMs, the row groups (the
+// partials' layout) staying in 64 rows.
+TEST(PlanMlaSplits, SmallerCtasPlanFewerSplits) {
+  const MlaSplitPlan rows64 = PlanMlaSplits(1, 1, 64, 150000, 0, 304);
+  const MlaSplitPlan rows16 = PlanMlaSplits(1, 1, 64, 150000, 0, 304, 16);
+  ExpectValid(rows16, 1, 64, 150000);
+  EXPECT_EQ(rows16.row_groups, rows64.row_groups);
+  EXPECT_LT(rows16.splits, rows64.splits);
+  EXPECT_LE(rows16.splits * 4, 304);
+  // One CTA per split either way at 16 rows.
+  const MlaSplitPlan a = PlanMlaSplits(1, 1, 16, 150000, 0, 304), b = PlanMlaSplits(1, 1, 16, 150000, 0, 304, 16);
+  EXPECT_EQ(a.splits, b.splits);
+}
+
 TEST(PlanMlaSplits, Deterministic) {
   const MlaSplitPlan a = PlanMlaSplits(3, 4, 16, 12345, 0, kH200Sms);
   for (int i = 0; i < 10; ++i) {

@@ -11,13 +11,6 @@ namespace gpu {
 namespace moe {
 namespace {
 
-// Mean rows per expert over the experts the batch can touch (0 without pairs).
-double RowsPerExpert(const MoeParams& p) {
-  const int64_t pairs = p.tokens * p.top_k;
-  const int64_t active = std::min(pairs, p.experts);
-  return active > 0 ? static_cast<double>(pairs) / static_cast<double>(active) : 0.0;
-}
-
 // Below this many rows per expert the weights stream (PlanMoe).
 constexpr double kStreamRowsBelow = 12;
 
@@ -25,6 +18,12 @@ constexpr double kStreamRowsBelow = 12;
 constexpr int kWgmmaTilings[][2] = {{128, 256}, {192, 192}};
 
 }  // namespace
+
+double RowsPerExpert(const MoeParams& p) {
+  const int64_t pairs = p.tokens * p.top_k;
+  const int64_t active = std::min(pairs, p.experts);
+  return active > 0 ? static_cast<double>(pairs) / static_cast<double>(active) : 0.0;
+}
 
 MoePlan PlanMoe(const MoeParams& p) {
   const double rows = RowsPerExpert(p);

@@ -36,6 +36,10 @@ struct MoePlan {
   }
 };
 
+// Mean rows per expert over the experts the batch can touch (0 without
+// pairs): what every backend's tile choice starts from.
+double RowsPerExpert(const MoeParams& p);
+
 // The dispatcher's plan for validated params. Rows per expert r = pairs /
 // min(pairs, E) (the mean over the experts a batch can touch):
 // - below 12 rows every GEMM streams the weights (decode: the bytes of the

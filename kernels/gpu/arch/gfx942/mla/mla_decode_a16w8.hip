@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "kernels/gpu/arch/gfx942/mfma.h"
+#include "kernels/gpu/arch/gfx942/mla/mla_gfx942_device.h"
 #include "kernels/gpu/arch/gfx942/mla/mla_gfx942_launch.h"
 #include "kernels/gpu/common/bf16.cuh"
 #include "kernels/gpu/common/gpu.h"
@@ -44,15 +45,6 @@ namespace gpu {
 namespace mla {
 namespace gfx942 {
 
-using gpu::gfx942::Bf16x4;
-using gpu::gfx942::F32x2;
-using gpu::gfx942::F32x4;
-using gpu::gfx942::LaneValue;
-using gpu::gfx942::Mfma;
-using gpu::gfx942::RowMax;
-using gpu::gfx942::RowSum;
-
-
 // kThreads, kTileTok (one MFMA k-step of P V), kRowBytes (16-byte aligned
 // rows, at most 2-way LDS bank conflicts) and kLdsBytes come from
 // mla_gfx942_launch.h, which the host's launch reads too.
@@ -60,22 +52,8 @@ constexpr int kTileBytes = kTileTok * kRowBytes;    // 9472
 static_assert(kLdsBytes == 2 * kTileBytes, "double-buffered tiles");
 constexpr int kChunks = kTileTok * kD / 16;         // 576 16-byte pieces per tile
 constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;  // 2
-constexpr int kKSteps = kD / 16;                    // 36 MFMA k-steps of S^T
 constexpr int kNTiles = kDL / 2 / 16;               // 16 MFMA column tiles of O per wave (half the columns)
 static_assert(kRows == 4 * 16, "four wave rows of 16 query rows");
-
-// Four e4m3fnuz codes -> four bf16 (exact: an fp8 value has 4 significant
-// bits, so the fp32 from v_cvt_pk_f32_fp8 truncates to bf16 without loss).
-__device__ __forceinline__ Bf16x4 Fp8x4ToBf16x4(uint32_t codes) {
-  const F32x2 lo = __builtin_amdgcn_cvt_pk_f32_fp8(static_cast<int>(codes), false);
-  const F32x2 hi = __builtin_amdgcn_cvt_pk_f32_fp8(static_cast<int>(codes), true);
-  Bf16x4 r;
-  r.x = static_cast<short>(__float_as_uint(lo.x) >> 16);
-  r.y = static_cast<short>(__float_as_uint(lo.y) >> 16);
-  r.z = static_cast<short>(__float_as_uint(hi.x) >> 16);
-  r.w = static_cast<short>(__float_as_uint(hi.y) >> 16);
-  return r;
-}
 
 // This thread's share of tile `t`'s 16 KV rows, as 16-byte pieces (zeros for
 // tokens past the split).
@@ -119,15 +97,7 @@ __device__ __forceinline__ void DecodeCta(const KParams& p) {
   // Last token this row sees (end-aligned causal window); -1: masked.
   const int64_t lim = live ? w.seq - w.ql + t : -1;
   Bf16x4 q[kKSteps];
-  {
-    const int64_t rr = static_cast<int64_t>(w.b) * p.rows + (live ? r : 0);
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      const int d = ks * 16 + lq * 4;
-      const uint16_t* src = d < kDL ? p.q_lat + rr * kDL + d : p.q_pe + rr * kDR + (d - kDL);
-      q[ks] = live ? *reinterpret_cast<const Bf16x4*>(src) : Bf16x4{0, 0, 0, 0};
-    }
-  }
+  LoadQ(p, w.b, r, live, lq, q);
 
   F32x4 acc[kNTiles];
 #pragma unroll
@@ -157,27 +127,8 @@ __device__ __forceinline__ void DecodeCta(const KParams& p) {
     }
 
     // Online softmax in base 2 for row lr; this lane holds tokens 4 lq + i.
-    float v[4], tmax = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t j = j0 + lq * 4 + i;
-      v[i] = (j < w.tok_end && j <= lim) ? s[i] * p.sl2 : -INFINITY;
-      tmax = fmaxf(tmax, v[i]);
-    }
-    const float mn = fmaxf(m, RowMax(tmax));
-    const float m_use = mn == -INFINITY ? 0.f : mn;
-    const float alpha = Exp2Approx(m - m_use);
-    m = mn;
-    float psum = 0.f;
-    Bf16x4 pa;  // P[row lr][token 4 lq + i]: the A operand of O += P V
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float pi = Exp2Approx(v[i] - m_use);
-      const uint32_t bits = FloatToBf16Bits(pi, kRoundRtne);
-      psum += __uint_as_float(bits << 16);  // the sum of the probabilities the MFMA sees
-      pa[i] = static_cast<short>(bits);
-    }
-    l = l * alpha + RowSum(psum);
+    float alpha;
+    const Bf16x4 pa = SoftmaxStep(s, j0, lq, w.tok_end, lim, p.sl2, m, l, alpha);
 
     // O rows 4 lq + i take their row's alpha from a lane of that row.
     float a_row[4];
@@ -187,12 +138,7 @@ __device__ __forceinline__ void DecodeCta(const KParams& p) {
     for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[n][i] *= a_row[i];
-      // V[token 4 lq + i][column 16 n + lr]: one byte of four rows.
-      const uint8_t* col = tile + lq * 4 * kRowBytes + half * (kDL / 2) + n * 16 + lr;
-      const uint32_t codes = static_cast<uint32_t>(col[0]) | static_cast<uint32_t>(col[kRowBytes]) << 8 |
-                             static_cast<uint32_t>(col[2 * kRowBytes]) << 16 |
-                             static_cast<uint32_t>(col[3 * kRowBytes]) << 24;
-      acc[n] = Mfma(pa, Fp8x4ToBf16x4(codes), acc[n]);
+      acc[n] = Mfma(pa, VOperand(tile, lq, half * (kDL / 2) + n * 16 + lr), acc[n]);
     }
     if (more) StoreTile(lds + ((it + 1) & 1) * kTileBytes, next);
     __syncthreads();

@@ -124,7 +124,7 @@ __device__ __forceinline__ void DownCta(const GemmParams& p) {
     }
 #pragma unroll
     for (int u = 0; u < kDownTilesPerStep; ++u) {
-      if (col[u] < p.out_cols) StorePairOutputs<kEpi>(p, tile, lq, col[u], acc[u], acc[u]);
+      if (col[u] < p.out_cols) StorePairOutputs<kEpi>(p, tile * kTileRows + 4 * lq, col[u], acc[u], acc[u]);
     }
   }
 }

@@ -2,16 +2,24 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/gpu/moe/moe_params.h"
+#include "kernels/gpu/moe/moe_plan.h"
 
 namespace kernelserve {
 namespace gpu {
 namespace moe {
 namespace gfx942 {
 
-MoePlan Plan() {
+int SelectTileRows(double rows_per_expert, int64_t k, int64_t weight_rows) {
+  const bool prefill = rows_per_expert >= kPrefillMinRowsPerExpert && weight_rows >= WeightRows(CtaOf(kPrefillTileRows, false)) &&
+                       k >= kPrefillMinK;
+  return prefill ? kPrefillTileRows : kTileRows;
+}
+
+MoePlan Plan(const MoeParams& p) {
+  const bool down = p.stage == MoeStage::kDown;
   MoePlan plan;
   plan.wgmma_rows = 0;
-  plan.mma_rows = kTileRows;
+  plan.mma_rows = SelectTileRows(RowsPerExpert(p), down ? p.inter : p.hidden, down ? p.hidden : 2 * p.inter);
   return plan;
 }
 
@@ -38,7 +46,16 @@ GemmGrid ColumnsByTiles(int64_t out_cols, int64_t cta_cols, int64_t max_tiles) {
 
 }  // namespace
 
-GemmGrid Grid(int64_t out_cols, int64_t max_tiles) { return ColumnsByTiles(out_cols, kCtaCols, max_tiles); }
+GemmGrid Grid(const CtaShape& s, int64_t out_cols, int64_t max_tiles) {
+  return ColumnsByTiles(out_cols, s.out_cols, max_tiles);
+}
+
+const char* GemmKernel(int tile_rows, int epilogue) {
+  const bool prefill = tile_rows == kPrefillTileRows;
+  return epilogue == kEpiSwiglu ? (prefill ? kPrefillSwiglu : kGemmSwiglu)
+         : epilogue == kEpiF32  ? (prefill ? kPrefillF32 : kGemmF32)
+                                : (prefill ? kPrefillBf16 : kGemmBf16);
+}
 
 GemmGrid DownGrid(int64_t out_cols, int64_t max_tiles) { return ColumnsByTiles(out_cols, kDownCtaCols, max_tiles); }
 

@@ -1,8 +1,10 @@
-// The launch of the gfx942 MXFP4 MoE GEMM (moe_gemm_mxfp4.hip), as pure host
-// functions tested on the CPU: the CTA shape the kernel is compiled for, the
-// routing tile it reads, the grid of each projection, and which epilogue a
-// call's stages take. The code object is held to the same figures by
-// //kernels/gpu/arch/gfx942/moe:moe_gfx942_hip_test.
+// The launch of the gfx942 MXFP4 MoE GEMMs (the slab-walking GEMM of
+// moe_gemm_mxfp4_cta.h at its two CTA shapes, moe_gemm_mxfp4.hip and
+// moe_gemm_mxfp4_m64.hip; the down kernel, moe_down_mxfp4.hip), as pure host
+// functions tested on the CPU: the CTA shapes the kernels are compiled for,
+// the routing tile each reads and the choice between them, the grid of each
+// projection, and which kernel a call's stages take. The code objects are
+// held to the same figures by the code-object tests of moe/BUILD.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_GFX942_MOE_MOE_GFX942_LAUNCH_H_
 #define KERNELSERVE_KERNELS_GPU_ARCH_GFX942_MOE_MOE_GFX942_LAUNCH_H_
 
@@ -16,58 +18,120 @@ namespace moe {
 namespace gfx942 {
 
 constexpr int kThreads = 256;   // four wave64s
-constexpr int kTileRows = 16;   // (token, expert) pairs per routing tile: one MFMA M-tile
-constexpr int kCtaCols = 64;    // output columns per CTA: 16 per wave
+constexpr int kTileRows = 16;   // (token, expert) pairs per decode routing tile: one MFMA M-tile
+constexpr int kCtaCols = 64;    // output columns per decode CTA: 16 per wave
 constexpr int kKMultiple = 32;  // K steps of one E8M0 scale block
 
-// K is walked in slabs of kKSlab, each staged in LDS (double-buffered) by
-// the whole CTA with 16-byte loads: the tile's 16 activation rows (bf16),
-// the CTA's weight rows (64, or 128 under SwiGLU: gate and up) as packed
-// E2M1 nibbles, and their E8M0 scale bytes. Rows are padded by 16 bytes.
-constexpr int kKSlab = 64;                                   // two scale blocks
-constexpr int kARowBytes = kKSlab * 2 + 16;                  // 144
-constexpr int kWRowBytes = kKSlab / 2 + 16;                  // 48
-constexpr int kAStageBytes = kTileRows * kARowBytes;         // 2304
-KS_HOST_DEVICE constexpr int WeightRows(bool swiglu) { return swiglu ? 2 * kCtaCols : kCtaCols; }
-// One slab's buffer: activations, weight nibbles, scales (a byte per row and scale block).
-KS_HOST_DEVICE constexpr int SlabBytes(bool swiglu) {
-  return kAStageBytes + WeightRows(swiglu) * kWRowBytes + WeightRows(swiglu) * (kKSlab / kKMultiple);
+// The slab-walking GEMM (moe_gemm_mxfp4_cta.h) comes in two CTA shapes, one
+// code object each, as the seed picks its GEMM tile per shape:
+// - decode (moe_gemm_mxfp4.hip): a 16-pair routing tile x 64 output
+//   columns, four waves side by side along the columns (one 16 x 16 MFMA
+//   tile each, gate and up under SwiGLU). At a few rows per expert a larger
+//   tile would be mostly padding.
+// - prefill (moe_gemm_mxfp4_m64.hip): a 64-pair routing tile x 128 weight
+//   rows (128 output columns; 64 gate and 64 up columns under SwiGLU), the
+//   four waves in a 2 x 2 grid of 32 rows x 64 weight rows each (2 x 4 MFMA
+//   tiles). Each weight is decoded once for 64 pairs instead of 16, each A
+//   operand read from LDS feeds four MFMAs, each decoded B operand two.
+constexpr int kPrefillTileRows = 64;
+struct CtaShape {
+  int rows;             // pairs per routing tile: the A rows of a slab
+  int out_cols;         // output columns per CTA
+  int wave_row_groups;  // waves along the rows; the rest go along the columns
+  bool swiglu;          // weight rows are the gate columns, then the up columns
+};
+KS_HOST_DEVICE constexpr CtaShape CtaOf(int tile_rows, bool swiglu) {
+  return tile_rows == kPrefillTileRows ? CtaShape{kPrefillTileRows, swiglu ? 64 : 128, 2, swiglu}
+                                       : CtaShape{kTileRows, kCtaCols, 1, swiglu};
 }
-// Two buffers: 11008 bytes (bf16 and fp32 epilogues), 17408 (SwiGLU).
-KS_HOST_DEVICE constexpr int LdsBytes(bool swiglu) { return 2 * SlabBytes(swiglu); }
+// Weight rows staged per slab: one per output column, two under SwiGLU.
+KS_HOST_DEVICE constexpr int WeightRows(const CtaShape& s) { return s.swiglu ? 2 * s.out_cols : s.out_cols; }
+// A wave's MFMA tiles: row tiles x output-column tiles (each with its up tile under SwiGLU).
+KS_HOST_DEVICE constexpr int WaveRowTiles(const CtaShape& s) { return s.rows / 16 / s.wave_row_groups; }
+KS_HOST_DEVICE constexpr int WaveColTiles(const CtaShape& s) {
+  return s.out_cols / 16 / (kThreads / 64 / s.wave_row_groups);
+}
+// The tile row (A row of the slab) wave `wave` feeds its row tile m from at
+// MFMA lane row lr; its D rows are WaveRow(.., 0) + 4 (lane / 16) + i.
+KS_HOST_DEVICE constexpr int WaveRow(const CtaShape& s, int wave, int m, int lr) {
+  return (wave % s.wave_row_groups * WaveRowTiles(s) + m) * 16 + lr;
+}
+// The CTA's output column of the wave's column tile n at lane column lr: the
+// B operand's column, from slab weight row WaveCol (gate or only) and
+// out_cols + WaveCol (up).
+KS_HOST_DEVICE constexpr int WaveCol(const CtaShape& s, int wave, int n, int lr) {
+  return (wave / s.wave_row_groups * WaveColTiles(s) + n) * 16 + lr;
+}
+
+// Slab weight row r of column block `block` (r < out_cols: the gate or only
+// rows; the up rows, at + inter in the expert's weights, after them) as a
+// row of expert e's weights (nw rows each), or -1 past `out_cols`.
+KS_HOST_DEVICE constexpr int64_t ExpertWeightRow(const CtaShape& s, int64_t block, int r, int64_t e, int64_t nw,
+                                                 int64_t inter, int64_t out_cols) {
+  return block * s.out_cols + r % s.out_cols >= out_cols
+             ? -1
+             : e * nw + block * s.out_cols + r % s.out_cols + (r >= s.out_cols ? inter : 0);
+}
+
+// K is walked in slabs of kKSlab, each staged in LDS (double-buffered) by
+// the whole CTA with 16-byte loads: the tile's activation rows (bf16), the
+// CTA's weight rows as packed E2M1 nibbles, and their E8M0 scale bytes.
+// Rows are padded by 16 bytes.
+constexpr int kKSlab = 64;                   // two scale blocks
+constexpr int kARowBytes = kKSlab * 2 + 16;  // 144
+constexpr int kWRowBytes = kKSlab / 2 + 16;  // 48
+KS_HOST_DEVICE constexpr int AStageBytes(const CtaShape& s) { return s.rows * kARowBytes; }
+// One slab's buffer: activations, weight nibbles, scales (a byte per row and scale block).
+KS_HOST_DEVICE constexpr int SlabBytes(const CtaShape& s) {
+  return AStageBytes(s) + WeightRows(s) * kWRowBytes + WeightRows(s) * (kKSlab / kKMultiple);
+}
+// Two buffers. Decode: 11008 bytes (bf16 and fp32 epilogues), 17408
+// (SwiGLU). Prefill: 31232 (every epilogue stages 128 weight rows).
+KS_HOST_DEVICE constexpr int LdsBytes(const CtaShape& s) { return 2 * SlabBytes(s); }
 // Slab piece pc (16 bytes; thread t moves pieces t, t + kThreads, ...): the
-// 16 activation rows first (8 pieces of 8 k per row), then the weight rows
-// (2 pieces of 32 k per row). `row` is the tile's pair row or the CTA's
-// weight row, `k` the first k in the slab, `lds` the byte offset in the
-// slab's buffer; kind kNone past the slab's pieces.
+// activation rows first (8 pieces of 8 k per row), then the weight rows (2
+// pieces of 32 k per row). `row` is the tile's pair row or the CTA's weight
+// row, `k` the first k in the slab, `lds` the byte offset in the slab's
+// buffer; kind kNone past the slab's pieces.
 enum SlabPieceKind : int { kNone = 0, kActivation = 1, kWeight = 2 };
 struct SlabPiece {
   int kind, row, k, lds;
 };
-KS_HOST_DEVICE constexpr SlabPiece SlabPieceAt(bool swiglu, int pc) {
-  constexpr int kAPieces = kTileRows * kKSlab / 8;
-  return pc < kAPieces ? SlabPiece{kActivation, pc / 8, pc % 8 * 8, pc / 8 * kARowBytes + pc % 8 * 16}
-         : pc < kAPieces + 2 * WeightRows(swiglu)
-             ? SlabPiece{kWeight, (pc - kAPieces) / 2, (pc - kAPieces) % 2 * 32,
-                         kAStageBytes + (pc - kAPieces) / 2 * kWRowBytes + (pc - kAPieces) % 2 * 16}
+KS_HOST_DEVICE constexpr SlabPiece SlabPieceAt(const CtaShape& s, int pc) {
+  return pc < s.rows * kKSlab / 8
+             ? SlabPiece{kActivation, pc / 8, pc % 8 * 8, pc / 8 * kARowBytes + pc % 8 * 16}
+         : pc < s.rows * kKSlab / 8 + 2 * WeightRows(s)
+             ? SlabPiece{kWeight, (pc - s.rows * kKSlab / 8) / 2, (pc - s.rows * kKSlab / 8) % 2 * 32,
+                         AStageBytes(s) + (pc - s.rows * kKSlab / 8) / 2 * kWRowBytes +
+                             (pc - s.rows * kKSlab / 8) % 2 * 16}
              : SlabPiece{kNone, 0, 0, 0};
 }
 // Scale byte t of a slab (t < WeightRows * 2): weight row t / 2, the 32-k
 // block t % 2, at this offset of the slab's buffer.
-KS_HOST_DEVICE constexpr int SlabScaleLds(bool swiglu, int t) {
-  return kAStageBytes + WeightRows(swiglu) * kWRowBytes + t;
+KS_HOST_DEVICE constexpr int SlabScaleLds(const CtaShape& s, int t) {
+  return AStageBytes(s) + WeightRows(s) * kWRowBytes + t;
 }
 
-// Every epilogue is compiled for three CTAs (four waves each) per CU, three
-// waves per SIMD: the SwiGLU kernel's LDS fits three times in 64 KiB, not
-// four, and 512 / 3 leaves 168 VGPR + AGPR per lane (allocation granule 8).
+// Every decode epilogue is compiled for three CTAs (four waves each) per
+// CU, three waves per SIMD: the SwiGLU kernel's LDS fits three times in
+// 64 KiB, not four, and 512 / 3 leaves 168 VGPR + AGPR per lane
+// (allocation granule 8). The prefill kernels' 31232 bytes fit twice: two
+// waves per SIMD, 256 registers per lane.
 constexpr int kWavesPerSimd = 3;
 constexpr int kMaxRegs = 168;
+constexpr int kPrefillWavesPerSimd = 2;
+constexpr int kPrefillMaxRegs = 256;
+KS_HOST_DEVICE constexpr int WavesPerSimd(int tile_rows) {
+  return tile_rows == kPrefillTileRows ? kPrefillWavesPerSimd : kWavesPerSimd;
+}
 
-// The GEMM's C names, one per epilogue (moe_params.h's Epilogue).
+// The GEMM's C names, one per epilogue (moe_params.h's Epilogue), of each CTA shape.
 constexpr char kGemmBf16[] = "KsMoeGemmMxfp4Gfx942Bf16";
 constexpr char kGemmSwiglu[] = "KsMoeGemmMxfp4Gfx942Swiglu";
 constexpr char kGemmF32[] = "KsMoeGemmMxfp4Gfx942F32";
+constexpr char kPrefillBf16[] = "KsMoeGemmMxfp4Gfx942M64Bf16";
+constexpr char kPrefillSwiglu[] = "KsMoeGemmMxfp4Gfx942M64Swiglu";
+constexpr char kPrefillF32[] = "KsMoeGemmMxfp4Gfx942M64F32";
 
 // The down projection's own kernel (moe_down_mxfp4.hip), the seed's design
 // for a short K (the expert width I, sharded by tensor parallelism: 384,
@@ -130,18 +194,43 @@ namespace gpu {
 namespace moe {
 namespace gfx942 {
 
-// The routing tiles this kernel reads: 16-row tiles for every stage.
-MoePlan Plan();
+// The routing tile of a GEMM with K `k` over `weight_rows` weight rows per
+// expert at `rows_per_expert` (the mean over the experts the batch can
+// touch): kPrefillTileRows when every one of these holds, else kTileRows.
+// - rows_per_expert >= kPrefillMinRowsPerExpert: a 64-row tiling pads each
+//   expert by 24 rows more than a 16-row one on average ((64 - 16) / 2), at
+//   most 3/8 of its rows from 64 on, while reading each weight a quarter as
+//   often. Below it (decode: the seed's 1.3 rows per expert at T = 32) the
+//   16-row tile is mostly padding already and the larger one four times so.
+// - weight_rows >= 128: a prefill CTA spans 128 weight rows; a narrower GEMM
+//   would leave part of every prefill CTA without columns.
+// - k >= kPrefillMinK (two slabs): a CTA's first slab is loaded before any
+//   MFMA, not overlapped; the prefill CTA's is four times the decode CTA's
+//   activations, and with one slab nothing hides it, where the 16-row
+//   tiling spreads the same GEMM over four times the CTAs.
+// A pure function of the shape: the same call always gets the same tile.
+constexpr double kPrefillMinRowsPerExpert = 64;
+constexpr int64_t kPrefillMinK = 2 * kKSlab;
+int SelectTileRows(double rows_per_expert, int64_t k, int64_t weight_rows);
+
+// The routing tiles a validated call reads, chosen by SelectTileRows on its
+// first GEMM (a layer's down half reads gate/up's tiles): gate/up and the
+// layer K = hidden over 2 I weight rows, down K = I over hidden.
+MoePlan Plan(const MoeParams& p);
 
 // Empty when the kernel serves validated `p`, else why not.
 std::string Unsupported(const MoeParams& p);
 
-// Grid of one GEMM: (column blocks of kCtaCols output columns, routing tiles
-// at most). CTAs past the routing's tile count return at once.
+// Grid of one slab-walking GEMM: (column blocks of the shape's out_cols,
+// routing tiles at most). CTAs past the routing's tile count return at once.
 struct GemmGrid {
   unsigned x = 1, y = 1;
 };
-GemmGrid Grid(int64_t out_cols, int64_t max_tiles);
+GemmGrid Grid(const CtaShape& s, int64_t out_cols, int64_t max_tiles);
+
+// The slab-walking kernel of a routing tile (kTileRows or kPrefillTileRows)
+// and an epilogue (moe_params.h's kEpiBf16, kEpiSwiglu, kEpiF32).
+const char* GemmKernel(int tile_rows, int epilogue);
 
 // The down kernel's grid: (column blocks of kDownCtaCols, routing tiles at
 // most), for a call whose K DownServes.

@@ -59,16 +59,16 @@ __device__ __forceinline__ U32x4 LoadGlobal16(const void* p) {
   return *(GlobalU32x4*)p;  // NOLINT(readability/casting): an address-space cast has no C++ spelling
 }
 
-// The MFMA result of routing tile `tile` at output column `col` (< out_cols):
-// this lane holds the tile's rows 4 lq + i. Padding rows are skipped; fp32
-// as is, or bf16 (after SwiGLU with `acc_up` under that epilogue) rounded
-// once in the call's mode.
+// An MFMA result at output column `col` (< out_cols): this lane holds the
+// routing's sorted rows `first` + i (its tile's base, the MFMA tile's row in
+// it, 4 (lane / 16)). Padding rows are skipped; fp32 as is, or bf16 (after
+// SwiGLU with `acc_up` under that epilogue) rounded once in the call's mode.
 template <int kEpi>
-__device__ __forceinline__ void StorePairOutputs(const GemmParams& p, int tile, int lq, int col, const F32x4& acc,
+__device__ __forceinline__ void StorePairOutputs(const GemmParams& p, int first, int col, const F32x4& acc,
                                                  const F32x4& acc_up) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int out_pair = p.sorted[tile * kTileRows + lq * 4 + i];
+    const int out_pair = p.sorted[first + i];
     if (out_pair < 0) continue;
     const int64_t at = static_cast<int64_t>(out_pair) * p.out_cols + col;
     if (kEpi == kEpiF32) {
