@@ -59,29 +59,25 @@ int Main(int argc, char** argv) {
   int iters = 20, warmup = 5;
   int64_t dim = 128;
   std::string only;
+  std::vector<Shape4> shapes = {{2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (const char* v = bench::FlagValue(a, "--only=")) only = v;
     if (const char* v = bench::FlagValue(a, "--iters=")) iters = std::atoi(v);
     if (const char* v = bench::FlagValue(a, "--warmup=")) warmup = std::atoi(v);
     if (const char* v = bench::FlagValue(a, "--dim=")) dim = std::atoll(v);
-  }
-  std::vector<Shape4> shapes = {{2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
-  for (int i = 1; i < argc; ++i) {
-    // --shapes=B:H:S,B:H:S,... instead of the seed shapes.
-    const std::string arg = argv[i];
-    const char* v = bench::FlagValue(arg, "--shapes=");
-    if (v == nullptr) continue;
-    shapes.clear();
-    for (const std::string& item : std::vector<std::string>(absl::StrSplit(v, ',', absl::SkipEmpty()))) {
-      std::vector<std::string> f = absl::StrSplit(item, ':');
-      Shape4 sh{};
-      if (f.size() != 3 || !absl::SimpleAtoi(f[0], &sh.b) || !absl::SimpleAtoi(f[1], &sh.h) ||
-          !absl::SimpleAtoi(f[2], &sh.s) || sh.b < 1 || sh.h < 1 || sh.s < 1) {
-        std::fprintf(stderr, "--shapes: \"%s\" is not B:H:S with positive integers\n", item.c_str());
-        return 2;
+    if (const char* v = bench::FlagValue(a, "--shapes=")) {  // B:H:S,B:H:S,... instead of the seed shapes
+      shapes.clear();
+      for (const std::string& item : std::vector<std::string>(absl::StrSplit(v, ',', absl::SkipEmpty()))) {
+        std::vector<std::string> f = absl::StrSplit(item, ':');
+        Shape4 sh{};
+        if (f.size() != 3 || !absl::SimpleAtoi(f[0], &sh.b) || !absl::SimpleAtoi(f[1], &sh.h) ||
+            !absl::SimpleAtoi(f[2], &sh.s) || sh.b < 1 || sh.h < 1 || sh.s < 1) {
+          std::fprintf(stderr, "--shapes: \"%s\" is not B:H:S with positive integers\n", item.c_str());
+          return 2;
+        }
+        shapes.push_back(sh);
       }
-      shapes.push_back(sh);
     }
   }
   if (!bench::HaveCudaDevice()) {

@@ -2,8 +2,10 @@
 // BHSD/BSHD tensor, and ZYFA's per-64-key-block P frame (DESIGN §4), so that
 // the numerics are written once: for the two query rows a thread holds, a
 // block's power-of-two reference R = ceil(max t) - 8, the factor that moves
-// the accumulators into it, and dropped blocks. It relies on CUDA's exp2f
-// (exact at integers), which the AMD build (no device math library) lacks.
+// the accumulators into it, and dropped blocks. Naive P's frame relies on
+// CUDA's exp2f (exact at integers), which the AMD build (no device math
+// library) lacks; exact and lean P build their powers of two from exponent
+// bits (Pow2Int).
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_P_BLOCK_CUH_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_P_BLOCK_CUH_
 
