@@ -17,10 +17,12 @@ TARGETS=(
   //kernels/gpu:gpu_backend_test
   //kernels/gpu/attention:attention_cuda_test
   //kernels/gpu/mla:mla_decode_cuda_test
+  //kernels/gpu/decode_attention:decode_attention_cuda_test
   //kernels/gpu/moe:moe_cuda_test
   //kernels/gpu/fp8_attention:fp8_attention_cuda_test
   //bench:attention_cuda_bench
   //bench:mla_cuda_bench
+  //bench:decode_attention_cuda_bench
   //bench:moe_cuda_bench
   //bench:fp8_attention_cuda_bench
   //bench:loopback_bench

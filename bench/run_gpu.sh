@@ -70,7 +70,7 @@ fi
 echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
-for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench moe_cuda_bench loopback_bench peers peers_moe_mla; do
+for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench decode_attention_cuda_bench moe_cuda_bench loopback_bench peers peers_moe_mla; do
   [ -f "$LOG/$f.txt" ] || continue
   echo "-- $f --"
   grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40

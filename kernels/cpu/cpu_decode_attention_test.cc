@@ -22,6 +22,7 @@
 #include "kernels/api/ops.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_test_util.h"
+#include "kernels/cpu/decode_test_inputs.h"
 #include "kernels/cpu/oracle.h"
 #include "kernels/numerics/numerics.h"
 #include "kernels/numerics/test_inputs.h"
@@ -30,90 +31,20 @@ namespace kernelserve {
 namespace {
 
 using cpu_test::BitwiseEqual;
+using cpu_test::DecodeProblem;
+using cpu_test::MakeDecodeProblem;
+using cpu_test::Paged;
+using cpu_test::Scatter;
 using cpu_test::Int32Tensor;
 using cpu_test::FreshSeed;
 using cpu_test::PoisonedBf16;
-
-struct Problem {
-  int64_t b, q_len, hq, hkv, d;
-  DType kv_dtype;
-  double kv_scale;
-  std::vector<int32_t> seq_lens, q_lens;  // q_lens empty: none
-  HostTensor q;
-  // Each request's token rows [seq_lens[b], 2*hkv*d] in the pool's dtype.
-  std::vector<std::vector<uint8_t>> rows;
-};
-
-int64_t RowBytes(const Problem& pr) { return NumBytes(pr.kv_dtype, 2 * pr.hkv * pr.d); }
-
-Problem MakeProblem(int64_t b, int64_t q_len, int64_t hq, int64_t hkv, int64_t d, DType kv_dtype,
-                    std::vector<int32_t> seq_lens, std::vector<int32_t> q_lens, uint64_t seed) {
-  const bool fp8 = kv_dtype != DType::kBf16;
-  Problem pr{b, q_len, hq, hkv, d, kv_dtype, fp8 ? 0.25 : 0.5, std::move(seq_lens), std::move(q_lens), {}, {}};
-  pr.q = numerics::GaussianBf16({b, q_len, hq, d}, seed);
-  numerics::SeededRng rng(seed + 1);
-  const int64_t row_elems = 2 * hkv * d;
-  for (int64_t r = 0; r < b; ++r) {
-    std::vector<uint8_t> bytes(pr.seq_lens[r] * RowBytes(pr));
-    for (int64_t e = 0; e < pr.seq_lens[r] * row_elems; ++e) {
-      // Stored values of about N(0, 16) (fp8) or N(0, 4) (bf16), so kv_scale
-      // brings keys and values to unit scale.
-      if (fp8) {
-        bytes[e] = numerics::FloatToFp8(static_cast<float>(4 * rng.Normal()), kv_dtype);
-      } else {
-        const uint16_t h = numerics::FloatToBf16(static_cast<float>(2 * rng.Normal()), Rounding::kRtne);
-        std::memcpy(bytes.data() + 2 * e, &h, 2);
-      }
-    }
-    pr.rows.push_back(std::move(bytes));
-  }
-  return pr;
-}
-
-struct Paged {
-  HostTensor pool, seq_lens, q_lens, kv_indices, kv_indptr;
-};
-
-// Scatters the requests' pages over a pool in a random order; slots no
-// request uses hold NaN codes.
-Paged Scatter(const Problem& pr, int64_t page_size, uint64_t perm_seed) {
-  Paged pg;
-  std::vector<int64_t> pages_of(pr.b);
-  int64_t total = 0;
-  for (int64_t r = 0; r < pr.b; ++r) total += pages_of[r] = (pr.seq_lens[r] + page_size - 1) / page_size;
-  const int64_t num_pages = total + 2;
-  std::vector<int32_t> perm(num_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::mt19937_64 rng(perm_seed);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  const int64_t rb = RowBytes(pr);
-  pg.pool = HostTensor(pr.kv_dtype, {num_pages * page_size, 2 * pr.hkv * pr.d});
-  std::memset(pg.pool.bytes(), 0xFF, pg.pool.num_bytes());  // NaN in bf16 and every fp8 format
-  std::vector<int32_t> indices, indptr{0};
-  int64_t next = 0;
-  for (int64_t r = 0; r < pr.b; ++r) {
-    for (int64_t g = 0; g < pages_of[r]; ++g) {
-      const int32_t page = perm[next++];
-      indices.push_back(page);
-      for (int64_t j = g * page_size; j < std::min<int64_t>(pr.seq_lens[r], (g + 1) * page_size); ++j) {
-        std::memcpy(pg.pool.bytes() + (page * page_size + j - g * page_size) * rb, pr.rows[r].data() + j * rb, rb);
-      }
-    }
-    indptr.push_back(static_cast<int32_t>(indices.size()));
-  }
-  pg.seq_lens = Int32Tensor(pr.seq_lens);
-  if (!pr.q_lens.empty()) pg.q_lens = Int32Tensor(pr.q_lens);
-  pg.kv_indices = Int32Tensor(indices);
-  pg.kv_indptr = Int32Tensor(indptr);
-  return pg;
-}
 
 struct Result {
   HostTensor out;
   std::vector<double> ref;
 };
 
-void RunDecode(Backend& be, const Problem& pr, int64_t page_size, Rounding rounding, uint64_t perm_seed,
+void RunDecode(Backend& be, const DecodeProblem& pr, int64_t page_size, Rounding rounding, uint64_t perm_seed,
                bool with_oracle, Result* res) {
   const Paged pg = Scatter(pr, page_size, perm_seed);
   DecodeAttentionParams p;
@@ -172,7 +103,7 @@ TEST(CpuDecodeAttention, MatchesOracle) {
     SCOPED_TRACE(absl::StrCat("B=", c.b, " q_len=", c.q_len, " Hq=", c.hq, " Hkv=", c.hkv, " D=", c.d, " ",
                               DTypeName(c.dt), " page=", c.page_size, " ", RoundingName(c.rounding),
                               " seed=", seed));
-    const Problem pr = MakeProblem(c.b, c.q_len, c.hq, c.hkv, c.d, c.dt, c.seq_lens, c.q_lens, seed);
+    const DecodeProblem pr = MakeDecodeProblem(c.b, c.q_len, c.hq, c.hkv, c.d, c.dt, c.seq_lens, c.q_lens, seed);
     Result r;
     RunDecode(*be, pr, c.page_size, c.rounding, seed ^ 0x5eed, true, &r);
     if (::testing::Test::HasFatalFailure()) return;
@@ -185,8 +116,8 @@ TEST(CpuDecodeAttention, PageSizesPermutationsAndThreadsAreBitwiseEqual) {
   std::unique_ptr<Backend> one = CreateCpuBackend(1);
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed=", seed));
-  const Problem pr =
-      MakeProblem(3, 2, 8, 2, 128, DType::kFp8E4M3Fn, {260, 100, 2}, {2, 1, 2}, seed);
+  const DecodeProblem pr =
+      MakeDecodeProblem(3, 2, 8, 2, 128, DType::kFp8E4M3Fn, {260, 100, 2}, {2, 1, 2}, seed);
   Result base;
   RunDecode(*all, pr, 1, Rounding::kRtne, seed, true, &base);
   if (::testing::Test::HasFatalFailure()) return;
@@ -207,7 +138,7 @@ TEST(CpuDecodeAttention, RowsPastTheWindowAreZero) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed=", seed));
   const int64_t q_len = 4, hq = 4, d = 64;
-  const Problem pr = MakeProblem(2, q_len, hq, 2, d, DType::kBf16, {90, 3}, {1, 3}, seed);
+  const DecodeProblem pr = MakeDecodeProblem(2, q_len, hq, 2, d, DType::kBf16, {90, 3}, {1, 3}, seed);
   Result r;
   RunDecode(*be, pr, 16, Rounding::kRtne, seed, true, &r);
   if (::testing::Test::HasFatalFailure()) return;
@@ -222,7 +153,7 @@ TEST(CpuDecodeAttention, FirstNewTokenOfAFreshRequestSeesOneKey) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed=", seed));
   const int64_t d = 64, hkv = 2;
-  const Problem pr = MakeProblem(1, 3, 4, hkv, d, DType::kBf16, {3}, {}, seed);
+  const DecodeProblem pr = MakeDecodeProblem(1, 3, 4, hkv, d, DType::kBf16, {3}, {}, seed);
   Result r;
   RunDecode(*be, pr, 1, Rounding::kRtne, seed, true, &r);
   if (::testing::Test::HasFatalFailure()) return;

@@ -18,6 +18,7 @@
 #include "kernels/gpu/common/gpu.h"
 #include "kernels/gpu/common/gpu_status.h"
 #include "kernels/gpu/common/kernel_variant.h"
+#include "kernels/gpu/decode_attention/decode_attention.h"
 #include "kernels/gpu/fp8_attention/fp8_attention_variants.h"
 #include "kernels/gpu/gemm_ceiling.h"
 #include "kernels/gpu/mla/mla_decode_variants.h"
@@ -245,6 +246,16 @@ class GpuBackend : public Backend {
 
   absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
     return Dispatch(device, MakeOpCall(p, in), out);
+  }
+
+  // One kernel per KV format (no variant table: decode attention is not a
+  // benchmark-job op); the pool is read where it lives.
+  absl::Status DecodeAttention(int device, const DecodeAttentionParams& p, const DecodeAttentionInputs& in,
+                               TensorView& out) override {
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    const std::string no = gpu::DecodeAttentionUnsupported(d->caps.cc_major, d->caps.cc_minor, p);
+    if (!no.empty()) return absl::UnimplementedError(no);
+    return AfterLaunch(d, gpu::RunDecodeAttention(p, in, out, d->stream));
   }
 
   BackendCapabilities Capabilities() const override {

@@ -1,0 +1,42 @@
+#include "kernels/gpu/decode_attention/decode_split_plan.h"
+
+#include <algorithm>
+
+#include "kernels/gpu/decode_attention/decode_attention_params.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace decode {
+
+DecodeSplitPlan PlanDecodeSplits(int batch, int heads_kv, int rows, int head_dim, int64_t max_seq, int num_sms,
+                                 int ctas_per_sm) {
+  DecodeSplitPlan plan;
+  // Two m-tiles share every K and V fragment; at head_dim 256 their fp32
+  // accumulators would not fit the registers.
+  plan.mt = (rows > 16 && head_dim <= 128) ? 2 : 1;
+  plan.row_groups = (rows + 16 * plan.mt - 1) / (16 * plan.mt);
+  const int64_t steps = (max_seq + kStepTokens - 1) / kStepTokens;
+  const int64_t ctas_per_split = static_cast<int64_t>(batch) * heads_kv * plan.row_groups;
+  const int64_t slots = static_cast<int64_t>(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
+  int64_t s_best = 1;
+  double best = 1e30;
+  // The grid's y extent (heads_kv x splits) stays within 65535.
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, 65535 / std::max(heads_kv, 1)));
+  for (int64_t s = 1; s <= std::min<int64_t>(steps, max_splits); ++s) {
+    const int64_t per = (steps + s - 1) / s;
+    const int64_t waves = (ctas_per_split * s + slots - 1) / slots;
+    const double cost = static_cast<double>(waves) * (per + 1) + (s > 1 ? 1.0 : 0.0);
+    if (cost < best - 1e-9) {
+      best = cost;
+      s_best = s;
+    }
+  }
+  const int64_t per = (steps + s_best - 1) / s_best;
+  plan.chunk = per * kStepTokens;
+  plan.splits = static_cast<int>((max_seq + plan.chunk - 1) / plan.chunk);
+  return plan;
+}
+
+}  // namespace decode
+}  // namespace gpu
+}  // namespace kernelserve
