@@ -1,8 +1,7 @@
-// The tile schedulers of the attention kernels: one CTA per (query tile,
-// head, batch), the query tiles with the most work (the last rows under a
-// causal mask) handed out first so that the short ones fill the tail of the
-// grid, or a persistent grid walking one list of those tiles; and the key
-// tiles a query tile visits. Pure functions, the same on
+// The tile scheduler of the bf16 MHA forward kernels: one CTA per (query
+// tile, head, batch), the query tiles with the most work (the last rows under
+// a causal mask) handed out first so that the short ones fill the tail of the
+// grid; and the key tiles a query tile visits. Pure functions, the same on
 // the host (launchers, CPU tests) and in every kernel.
 #ifndef KERNELSERVE_KERNELS_GPU_ATTENTION_TILE_SCHEDULER_H_
 #define KERNELSERVE_KERNELS_GPU_ATTENTION_TILE_SCHEDULER_H_
@@ -54,22 +53,6 @@ KS_HOST_DEVICE int KvBlocks(int seq_kv, int m0, int block_m, int block_n, int ca
   }
   return n_blocks;
 }
-
-// A persistent grid: at most one CTA per SM, each taking the next unit of one
-// list from an atomic counter until the list is done. The list is the
-// single-tile grid's order (pairs (head, batch) one after another, each
-// pair's query tiles longest first): the CTAs running at once read the K and
-// V of one or two heads, which stay in L2, and the short causal tiles of the
-// last pairs fill the tail. The counter, not a fixed stride, balances the
-// causal lengths (a stride gives some CTAs 15 % more work on the seed shapes).
-KS_HOST_DEVICE int PersistentUnits(const TileGrid& g) { return g.m_blocks * g.heads * g.batch; }
-
-KS_HOST_DEVICE WorkTile PersistentUnitAt(const TileGrid& g, int idx) {
-  const int pair = idx / g.m_blocks;
-  return WorkTile{g.m_blocks - 1 - (idx - pair * g.m_blocks), pair % g.heads, pair / g.heads};
-}
-
-KS_HOST_DEVICE int PersistentCtas(int units, int sms) { return units < sms ? units : sms; }
 
 }  // namespace attention
 }  // namespace gpu

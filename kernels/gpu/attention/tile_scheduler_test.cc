@@ -68,24 +68,6 @@ TEST(TileSchedulerTest, KvBlocksMatchBruteForce) {
   }
 }
 
-
-// The persistent list is the single-tile grid's order: every (query tile,
-// head, batch) once, each pair's tiles longest first, pairs in order.
-TEST(TileSchedulerTest, PersistentListIsTheGridsOrder) {
-  const TileGrid g = SingleTileGrid(1000, 3, 2, 128);
-  const int units = PersistentUnits(g);
-  ASSERT_EQ(units, g.m_blocks * 6);
-  for (int idx = 0; idx < units; ++idx) {
-    const WorkTile want = SingleTileAt(idx % g.m_blocks, (idx / g.m_blocks) % 3, idx / g.m_blocks / 3, g.m_blocks);
-    const WorkTile t = PersistentUnitAt(g, idx);
-    EXPECT_EQ(t.m_block, want.m_block) << idx;
-    EXPECT_EQ(t.head, want.head) << idx;
-    EXPECT_EQ(t.batch, want.batch) << idx;
-  }
-  EXPECT_EQ(PersistentCtas(units, 132), units);
-  EXPECT_EQ(PersistentCtas(4096, 132), 132);
-}
-
 }  // namespace
 }  // namespace attention
 }  // namespace gpu

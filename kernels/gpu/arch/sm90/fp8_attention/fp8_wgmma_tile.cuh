@@ -128,18 +128,19 @@ class VTransposer {
 // than scaling first, with codes that differ from the scaled form's only
 // where the fp32 score's last bits do (DESIGN §4 allows that).
 
-// Masks the raw scores of one tile (keys from j0) past each of the thread's
-// two rows' last visible key `lim` (seq_kv - 1, or the causal limit), only
-// on tiles that reach past the first row's: the tile past seq_kv and the
-// causal diagonal. Keys and limits are int: a key index past 2^31 - 128
-// would need 2^31 rows of K per head.
-__device__ __forceinline__ void Mask(float (&s)[kTile / 8][4], int j0, const int (&lim)[2], int c) {
-  if (j0 + kTile - 1 > lim[0]) {
+// Masks the raw scores of one tile (keys from j0), only on tiles that reach
+// past seq_kv or (causal) past the CTA's first row's last key: every row's
+// limit `lim` is at least that, so the test is CTA-uniform.
+template <bool kCausal>
+__device__ __forceinline__ void Mask(float (&s)[kTile / 8][4], const Fp8KernelParams& p, int64_t j0, int q0,
+                                     int64_t diag, const int64_t (&lim)[2], int c) {
+  const int64_t j_last = j0 + kTile - 1;
+  if (j_last >= p.seq_kv || (kCausal && j_last > q0 + diag)) {
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int j = j0 + n * 8 + 2 * c + (e & 1);
+        const int64_t j = j0 + n * 8 + 2 * c + (e & 1);
         if (j > lim[e >> 1]) s[n][e] = -INFINITY;
       }
     }

@@ -31,14 +31,9 @@
 //   P0 V(n) into ob; block 1's codes under it; wait, fold.
 // The folds run in block order: P0 V(n), then P1 V(n).
 //
-// A persistent grid (one CTA per SM) walks the work list of
-// kernels/gpu/attention/tile_scheduler.h: CTA c starts with unit c, and the
-// producer's thread 0 takes each further unit from a counter the launcher
-// zeroes, a unit ahead, and hands it to the CTA through a two-slot ring in
-// shared memory. The producer loads the next unit's Q and first K and V
-// tiles and transposes its first V while the consumers finish the previous
-// unit's last P V and write its rows; the K, V and V^T rings and the
-// consumers' turns carry on across units.
+// CTAs are numbered longest first: with causal masking blockIdx.x = 0 is
+// the last query block (the most keys), so the hardware's in-order CTA
+// launch starts the long tiles first and the short ones fill the tail.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_WS_KERNEL_CUH_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_FP8_ATTENTION_FP8_WS_KERNEL_CUH_
 
@@ -53,7 +48,6 @@
 #include "kernels/gpu/arch/sm90/fp8_attention/p_block.cuh"
 #include "kernels/gpu/arch/sm90/pipeline.cuh"
 #include "kernels/gpu/arch/sm90/wgmma.cuh"
-#include "kernels/gpu/attention/tile_scheduler.h"
 #include "kernels/gpu/common/bf16.cuh"
 #include "kernels/gpu/fp8_attention/fp8_kernel_params.h"
 
@@ -73,7 +67,6 @@ constexpr int kConsumerWarps = 8;
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 constexpr uint32_t kTurnBarrier = 1;      // named barriers 1, 2: the consumers' turns
-constexpr uint32_t kTurnThreads = 256;
 constexpr uint32_t kProducerBarrier = 3;  // the producer warpgroup's own
 constexpr uint32_t kFixQBarrier = 4;      // 4, 5: each consumer warpgroup's own
 
@@ -96,7 +89,6 @@ struct QkRows {
 
 struct Fp8WsParams {
   Fp8KernelParams p;
-  unsigned int* unit_counter;  // zeroed by the launcher before each launch
   CUtensorMap map_q, map_k, map_v;
   CUtensorMap map_q_tail, map_k_tail;  // d_qk = 192: bytes 128..191 of each row
   // 1: the maps' dimensions are (d, head, seq, batch) (BSHD), 0: (d, seq,
@@ -117,9 +109,8 @@ struct Smem {
   static constexpr uint32_t kOffBars = kOffVt + kStages * kVtBytes;
   static_assert(kVtBytes % 1024 == 0 && kOffVt % 1024 == 0 && Qk::kKBytes % 1024 == 0 && Qk::kQTail % 1024 == 0,
                 "swizzled tiles must be 1024-byte aligned");
-  static constexpr int kBarriers = 6 + 5 * kStages;
-  static constexpr uint32_t kOffSlots = kOffBars + 8 * kBarriers;
-  static constexpr int kSmemBytes = 1024 + kOffSlots + 16;
+  static constexpr int kBarriers = 1 + 5 * kStages;
+  static constexpr int kSmemBytes = 1024 + kOffBars + 8 * kBarriers;
   uint32_t base;
   __device__ uint32_t Q() const { return base; }
   __device__ uint32_t K(int s) const { return base + kOffK + s * Qk::kKBytes; }
@@ -135,15 +126,6 @@ struct Smem {
   __device__ uint32_t VFull(int s) const { return Bar(1 + 2 * kStages + s); }
   __device__ uint32_t VtFull(int s) const { return Bar(1 + 3 * kStages + s); }
   __device__ uint32_t VtEmpty(int s) const { return Bar(1 + 4 * kStages + s); }
-  // q_empty: one arrival per consumer warp after the unit's last S; the
-  // unit ring: unit_full[i] the producer's thread 0 after writing slot i,
-  // unit_empty[i] one arrival per warp of the CTA after reading it.
-  __device__ uint32_t QEmpty() const { return Bar(1 + 5 * kStages); }
-  __device__ uint32_t UnitFull(int i) const { return Bar(2 + 5 * kStages + i); }
-  __device__ uint32_t UnitEmpty(int i) const { return Bar(4 + 5 * kStages + i); }
-  __device__ uint32_t Slot(int i) const { return base + kOffSlots + 4u * i; }
-  // The producer's thread 0's: the current unit's K / V head and batch.
-  __device__ uint32_t KvCoords() const { return base + kOffSlots + 8u; }
   __device__ void InitBarriers() const {
     sm90::MbarInit(QFull(), 1);
     for (int s = 0; s < kStages; ++s) {
@@ -152,11 +134,6 @@ struct Smem {
       sm90::MbarInit(VFull(s), 1);
       sm90::MbarInit(VtFull(s), 128);
       sm90::MbarInit(VtEmpty(s), kConsumerWarps);
-    }
-    sm90::MbarInit(QEmpty(), kConsumerWarps);
-    for (int i = 0; i < 2; ++i) {
-      sm90::MbarInit(UnitFull(i), 1);
-      sm90::MbarInit(UnitEmpty(i), kThreads / 32);
     }
     sm90::FenceMbarInit();
   }
@@ -179,118 +156,46 @@ __device__ __forceinline__ void LoadQkTile(const CUtensorMap* map, const CUtenso
   if constexpr (Qk::kHasTail) LoadTile(map_tail, dst + tail_off, bar, 128, row, head, batch, heads_inner);
 }
 
-// One work unit: 128 query rows of one (batch, head) and the key tiles they
-// visit (none when no row sees a key: the rows are written as zeros).
-struct Unit {
-  int q0, h, hk, b, n_tiles;
-};
-
-template <bool kCausal>
-__device__ __forceinline__ Unit UnitAt(const Fp8KernelParams& p, const attention::TileGrid& g, int idx) {
-  const attention::WorkTile t = attention::PersistentUnitAt(g, idx);
-  Unit u{t.m_block * kRows, t.head, t.head / (p.heads_q / p.heads_kv), t.batch, 0};
-  int64_t kv_end = p.seq_kv;
-  if (kCausal) kv_end = min(kv_end, static_cast<int64_t>(u.q0) + kRows - 1 + (p.seq_kv - p.seq_q) + 1);
-  u.n_tiles = kv_end > 0 ? static_cast<int>((kv_end + kTile - 1) / kTile) : 0;
-  return u;
-}
-
-// The list index of the CTA's k-th unit, from the two-slot ring: every warp
-// of the CTA waits for the slot (WaitUnit), reads it (SlotUnit, as often as
-// it likes) and releases it (ReleaseUnit).
+// The producer warpgroup (ptid 0..127) over n_tiles > 0 key tiles.
 template <class Sm>
-__device__ __forceinline__ int SlotUnit(const Sm& sm, int k) {
-  int idx;
-  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(idx) : "r"(sm.Slot(k & 1)) : "memory");
-  return idx;
-}
-
-template <class Sm>
-__device__ __forceinline__ int WaitUnit(const Sm& sm, int k) {
-  sm90::MbarWait(sm.UnitFull(k & 1), (k >> 1) & 1);
-  return SlotUnit(sm, k);
-}
-
-template <class Sm>
-__device__ __forceinline__ void ReleaseUnit(const Sm& sm, int k, int lane) {
-  __syncwarp();
-  sm90::MbarArriveIf(sm.UnitEmpty(k & 1), lane == 0);
-}
-
-// The producer warpgroup (ptid 0..127) over the CTA's units. Across the
-// transposes it holds only the tile count and the ring state: thread 0
-// keeps the unit's K / V head and batch in shared memory for its loads, so
-// that the 40-register transposer does not spill.
-template <bool kCausal, class Sm>
-__device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Sm& sm, int ptid,
-                                        const attention::TileGrid& g, int units) {
-  const Fp8KernelParams& p = wp.p;
+__device__ __forceinline__ void Produce(const Fp8WsParams& wp, const Sm& sm, uint8_t* smem, int ptid, int q0,
+                                        int h, int hk, int b, int n_tiles) {
   const bool hi = wp.heads_inner != 0;
-  using Qk = typename Sm::Qk;
   if (ptid == 0) {
     sm90::PrefetchTensorMap(&wp.map_q);
     sm90::PrefetchTensorMap(&wp.map_k);
     sm90::PrefetchTensorMap(&wp.map_v);
+    using Qk = typename Sm::Qk;
     if constexpr (Qk::kHasTail) {
       sm90::PrefetchTensorMap(&wp.map_q_tail);
       sm90::PrefetchTensorMap(&wp.map_k_tail);
     }
+    sm90::MbarArriveExpectTx(sm.QFull(), Qk::kQBytes);
+    LoadQkTile<Qk>(&wp.map_q, &wp.map_q_tail, sm.Q(), Qk::kQTail, sm.QFull(), q0, h, b, hi);
+    sm90::MbarArriveExpectTx(sm.VFull(0), kVBytes);
+    LoadTile(&wp.map_v, sm.V(0), sm.VFull(0), 0, 0, hk, b, hi);
   }
   const VTransposer transposer(ptid);
-  // The unit count k; in `ring` the ring position of K / V / V^T (bits 0-1:
-  // stage and phase) and the Q loads (bit 2: their count mod 2, bit 3: any).
-  int ring = 0;
-  for (int k = 0;; ++k) {
+  for (int n = 0; n < n_tiles; ++n) {
+    const int s = n % Sm::kStages;
+    const uint32_t ph = (n / Sm::kStages) & 1;
     if (ptid == 0) {
-      if (k >= 2) sm90::MbarWaitSleep(sm.UnitEmpty(k & 1), ((k >> 1) + 1) & 1);
-      // Taken only when this CTA's previous unit is produced, about two
-      // tiles before its consumers need it: a unit taken earlier (at the
-      // previous unit's start) would wait behind a long causal unit while
-      // other SMs idle at the tail (measured 5-9 % slower on causal shapes).
-      const int next =
-          k == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x + atomicAdd(wp.unit_counter, 1u));
-      asm volatile("st.shared.u32 [%0], %1;" ::"r"(sm.Slot(k & 1)), "r"(next) : "memory");
-      sm90::MbarArrive(sm.UnitFull(k & 1));
-    }
-    const int idx = WaitUnit(sm, k);
-    ReleaseUnit(sm, k, ptid & 31);
-    if (idx >= units) break;
-    const int n_tiles = UnitAt<kCausal>(p, g, idx).n_tiles;
-    if (n_tiles == 0) continue;
-    if (ptid == 0) {
-      const Unit u = UnitAt<kCausal>(p, g, idx);
-      // The K / V coordinates for this unit's loads, kept where the tile
-      // loop reads them with one load instead of recomputing the unit.
-      asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(sm.KvCoords()), "r"(u.hk), "r"(u.b) : "memory");
-      if (ring & 8) sm90::MbarWaitSleep(sm.QEmpty(), ((ring >> 2) & 1) ^ 1);
-      sm90::MbarArriveExpectTx(sm.QFull(), Qk::kQBytes);
-      LoadQkTile<Qk>(&wp.map_q, &wp.map_q_tail, sm.Q(), Qk::kQTail, sm.QFull(), u.q0, u.h, u.b, hi);
-      const int s0 = ring & 1;
-      sm90::MbarArriveExpectTx(sm.VFull(s0), kVBytes);
-      LoadTile(&wp.map_v, sm.V(s0), sm.VFull(s0), 0, 0, u.hk, u.b, hi);
-    }
-    ring = (ring ^ 4) | 8;
-    for (int n = 0; n < n_tiles; ++n, ring = (ring & ~3) | ((ring + 1) & 3)) {
-      const int s = ring & 1;
-      const uint32_t ph = (ring >> 1) & 1;
-      if (ptid == 0) {
-        Unit u{};
-        asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(u.hk), "=r"(u.b) : "r"(sm.KvCoords()) : "memory");
-        sm90::MbarWaitSleep(sm.KEmpty(s), ph ^ 1);
-        sm90::MbarArriveExpectTx(sm.KFull(s), Qk::kKBytes);
-        LoadQkTile<Qk>(&wp.map_k, &wp.map_k_tail, sm.K(s), Qk::kKTail, sm.KFull(s), n * kTile, u.hk, u.b, hi);
-        if (n + 1 < n_tiles) {  // raw V stage s ^ 1 was last read by the previous ring tile's transpose
-          sm90::MbarArriveExpectTx(sm.VFull(s ^ 1), kVBytes);
-          LoadTile(&wp.map_v, sm.V(s ^ 1), sm.VFull(s ^ 1), 0, (n + 1) * kTile, u.hk, u.b, hi);
-        }
+      sm90::MbarWaitSleep(sm.KEmpty(s), ph ^ 1);
+      sm90::MbarArriveExpectTx(sm.KFull(s), Sm::Qk::kKBytes);
+      LoadQkTile<typename Sm::Qk>(&wp.map_k, &wp.map_k_tail, sm.K(s), Sm::Qk::kKTail, sm.KFull(s), n * kTile, hk, b,
+                                  hi);
+      if (n + 1 < n_tiles) {  // raw V stage (n+1)%2 was last read by tile n-1's transpose
+        const int s1 = (n + 1) % Sm::kStages;
+        sm90::MbarArriveExpectTx(sm.VFull(s1), kVBytes);
+        LoadTile(&wp.map_v, sm.V(s1), sm.VFull(s1), 0, (n + 1) * kTile, hk, b, hi);
       }
-      sm90::MbarWaitSleep(sm.VFull(s), ph);
-      sm90::MbarWaitSleep(sm.VtEmpty(s), ph ^ 1);
-      transposer.Run(sm.V(s), sm.Vt(s));
-      sm90::FenceProxyAsync();  // V^T (st.shared) is read by wgmma next
-      sm90::MbarArrive(sm.VtFull(s));
-      sm90::NamedBarrierSync(kProducerBarrier, 128);  // every read of raw V stage s done before its refill
     }
+    sm90::MbarWaitSleep(sm.VFull(s), ph);
+    sm90::MbarWaitSleep(sm.VtEmpty(s), ph ^ 1);
+    transposer.Run(sm.V(s), sm.Vt(s));
+    sm90::FenceProxyAsync();  // V^T (st.shared) is read by wgmma next
+    sm90::MbarArrive(sm.VtFull(s));
+    sm90::NamedBarrierSync(kProducerBarrier, 128);  // every read of raw V stage s done before its refill
   }
 }
 
@@ -321,18 +226,10 @@ __device__ __forceinline__ void FixQForScale(uint8_t* smem, int cwg, bool zero, 
 }
 
 // A consumer warpgroup (cwg 0, 1: query rows [64 cwg, 64 cwg + 64) of the
-// CTA's 128) over the key tiles of unit u, the CTA's k-th, then its
-// epilogue. `ring` packs the ring position of the unit's first tile (mod 4),
-// k mod 2 and the Q loads before it (mod 2), one register held across the
-// tiles; the turns are Consume's. The
-// epilogue reads the unit's (batch, head) again from its slot, which the
-// warpgroup releases only then: three fewer registers held across the tiles.
+// CTA's 128) over the CTA's n_tiles key tiles, then its epilogue.
 template <bool kCausal, int kMode, class Sm>
-__device__ __forceinline__ void ConsumeUnit(const Fp8KernelParams& p, const Sm& sm, uint8_t* smem, int cwg,
-                                            const Unit& u, int ring) {
-  const int it0 = ring & 3, k = (ring >> 2) & 1, q_loads = (ring >> 3) & 1;
-  const int h = u.h, hk = u.hk, b = u.b, q0 = u.q0, n_tiles = u.n_tiles;
-  const int diag = p.seq_kv - p.seq_q;  // causal: row i sees keys <= i + diag
+__device__ __forceinline__ void Consume(const Fp8KernelParams& p, const Sm& sm, uint8_t* smem, int cwg, int h,
+                                        int hk, int b, int q0, int64_t diag, int n_tiles) {
   const int tid = threadIdx.x - 128, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c = lane & 3;
   const bool release = lane == 0;
@@ -343,13 +240,14 @@ __device__ __forceinline__ void ConsumeUnit(const Fp8KernelParams& p, const Sm& 
   // A NaN or infinite scale (a caller's descale) makes every row NaN.
   const bool finite = fabsf(sc_in) <= 3.4028235e38f;
   const float sc = sc_in > 0.f && finite ? sc_in : (sc_in < 0.f && finite ? -sc_in : 1.f);
+  const float v_ds = finite ? p.v_ds[p.v_ds_per_head ? b * p.heads_kv + hk : 0] : NAN;
   const float naive_shift = kMode == kNaive ? p.naive_ref_shift : 0.f;
 
-  int lim[2];  // last visible key of this thread's two rows
+  int64_t lim[2];  // last visible key of this thread's two rows
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const int i = q0 + warp * 16 + g + hf * 8;
-    lim[hf] = kCausal ? min(p.seq_kv - 1, i + diag) : p.seq_kv - 1;
+    const int64_t i = q0 + warp * 16 + g + hf * 8;
+    lim[hf] = kCausal ? min(static_cast<int64_t>(p.seq_kv) - 1, i + diag) : static_cast<int64_t>(p.seq_kv) - 1;
   }
 
   float o[kNt][4];  // o[0..15]: O; o[16]: the rounded-P row sum
@@ -383,18 +281,21 @@ __device__ __forceinline__ void ConsumeUnit(const Fp8KernelParams& p, const Sm& 
   const uint64_t k_tail_desc = sm90::MakeSmemDesc64B(sm.K(0) + Qk::kKTail, 16, 512);
   const uint64_t vt_desc = sm90::MakeSmemDesc(sm.Vt(0), 16, 1024);
   const uint32_t my_turn = kTurnBarrier + cwg, other_turn = kTurnBarrier + (cwg ^ 1);
+  constexpr uint32_t kTurnThreads = 256;
 
   if (n_tiles > 0) {
-    sm90::MbarWait(sm.QFull(), q_loads & 1);
+    // Consumer 1 hands consumer 0 the first turn; each takes n_tiles + 1
+    // turns, and consumer 1's last passes nothing, so every arrive meets a sync.
+    sm90::NamedBarrierArriveIf(kTurnBarrier, kTurnThreads, cwg == 1);
+    sm90::MbarWait(sm.QFull(), 0);
     if (finite && !(sc_in > 0.f)) FixQForScale<Qk>(smem, cwg, sc_in == 0.f, tid - 128 * cwg);
     // One key tile; the first has no P1 V(n-1). Two instantiations rather
     // than a run-time test: ptxas's wgmma pipeline analysis does not follow
     // a branch on n and serializes every wgmma (C7513).
     auto tile = [&](int n, auto first) {
       constexpr bool kFirst = decltype(first)::value;
-      const int r = it0 + n;  // ring position
-      const int st = r % Sm::kStages, prev = (r + Sm::kStages - 1) % Sm::kStages;
-      const uint32_t ph = (r / Sm::kStages) & 1;
+      const int st = n % Sm::kStages, prev = (n + Sm::kStages - 1) % Sm::kStages;
+      const uint32_t ph = (n / Sm::kStages) & 1;
       sm90::MbarWait(sm.KFull(st), ph);
       sm90::NamedBarrierSync(my_turn, kTurnThreads);
       sm90::FenceOperand(s);
@@ -428,8 +329,7 @@ __device__ __forceinline__ void ConsumeUnit(const Fp8KernelParams& p, const Sm& 
       }
       sm90::FenceOperand(s);
       sm90::MbarArriveIf(sm.KEmpty(st), release);
-      sm90::MbarArriveIf(sm.QEmpty(), release && n == n_tiles - 1);  // the unit's last S: Q may be refilled
-      Mask(s, n * kTile, lim, c);
+      Mask<kCausal>(s, p, static_cast<int64_t>(n) * kTile, q0, diag, lim, c);
 
       // Both blocks' frames, then block 0's codes (pa[0], pa[1]) under
       // P1 V(n-1), which reads pa[2], pa[3].
@@ -460,64 +360,40 @@ __device__ __forceinline__ void ConsumeUnit(const Fp8KernelParams& p, const Sm& 
     tile(0, std::true_type{});
     for (int n = 1; n < n_tiles; ++n) tile(n, std::false_type{});
     // The last tile's P1 V.
-    const int last = (it0 + n_tiles - 1) % Sm::kStages;
+    const int last = (n_tiles - 1) % Sm::kStages;
     sm90::NamedBarrierSync(my_turn, kTurnThreads);
     sm90::FenceOperand(ob);
     sm90::FenceOperand(pa);
     sm90::WgmmaFence();
     IssuePv(ob, pa, sm90::DescPlus(vt_desc, last * kVtBytes), 1);
     sm90::WgmmaCommit();
-    sm90::NamedBarrierArrive(other_turn, kTurnThreads);
+    sm90::NamedBarrierArriveIf(other_turn, kTurnThreads, cwg == 0);
     sm90::WgmmaWait<0>();
     sm90::FenceOperand(ob);
-    sm90::MbarArriveIf(sm.VtEmpty(last), release);  // the next unit's transposes reuse the stage
     FoldBlock(o, ob, factor_prev);
   }
 
-  // The grid again from the params (constant bank), not held in registers.
-  const Unit e = UnitAt<kCausal>(p, attention::SingleTileGrid(p.seq_q, p.heads_q, 1, kRows), SlotUnit(sm, k));
-  const float v_ds = finite ? p.v_ds[p.v_ds_per_head ? e.b * p.heads_kv + e.hk : 0] : NAN;
-  StoreRows<kMode>(p, o, lsum, v_ds, e.q0 + warp * 16 + g, e.b, e.h, c);
-  ReleaseUnit(sm, k, lane);
+  StoreRows<kMode>(p, o, lsum, v_ds, q0 + warp * 16 + g, b, h, c);
 }
 
-// A consumer warpgroup over the CTA's units. The turns: consumer 1 hands
-// consumer 0 the first; each takes n_tiles + 1 turns per unit and passes
-// every one to the other, and consumer 0 takes consumer 1's last pass at
-// the end, so every arrive meets a sync. Across a unit's tiles the loop
-// holds one register (`ring`: the ring position mod 4, the unit count mod 4,
-// the Q loads mod 2); the grid is read again from the params.
-template <bool kCausal, int kMode, class Sm>
-__device__ __forceinline__ void Consume(const Fp8WsParams& wp, const Sm& sm, uint8_t* smem, int cwg) {
-  const Fp8KernelParams& p = wp.p;
-  sm90::NamedBarrierArriveIf(kTurnBarrier, kTurnThreads, cwg == 1);
-  for (int ring = 0;; ring = (ring & ~12) | ((ring + 4) & 12)) {
-    const int k = (ring >> 2) & 3;
-    const int idx = WaitUnit(sm, k);
-    const attention::TileGrid g = attention::SingleTileGrid(p.seq_q, p.heads_q, wp.batch, kRows);
-    if (idx >= attention::PersistentUnits(g)) {
-      ReleaseUnit(sm, k, threadIdx.x & 31);
-      break;
-    }
-    const Unit u = UnitAt<kCausal>(p, g, idx);
-    ConsumeUnit<kCausal, kMode>(p, sm, smem, cwg, u, (ring & 3) | (k & 1) << 2 | (ring >> 4) << 3);
-    if (u.n_tiles > 0) ring = ((ring & ~3) | ((ring + u.n_tiles) & 3)) ^ 16;
-  }
-  if (cwg == 0) sm90::NamedBarrierSync(kTurnBarrier, kTurnThreads);
-}
 
 template <int kDqk, bool kCausal, int kMode, int kStages>
 __global__ void __launch_bounds__(kThreads, 1) Fp8AttnWsKernel(const __grid_constant__ Fp8WsParams wp) {
   using Sm = Smem<kDqk, kStages>;
-  // The rings' positions are kept mod 4 (stage and phase of two stages).
-  static_assert(kStages == 2, "two stages of K, raw V and V^T");
   const Fp8KernelParams& p = wp.p;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const Sm sm{SmemAddr(smem)};
 
-  const attention::TileGrid g = attention::SingleTileGrid(p.seq_q, p.heads_q, wp.batch, kRows);
-  const int units = attention::PersistentUnits(g);
+  const int n_qb = (p.seq_q + kRows - 1) / kRows;
+  const int qb = kCausal ? n_qb - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.heads_q / p.heads_kv);
+  const int q0 = qb * kRows;
+  const int64_t diag = static_cast<int64_t>(p.seq_kv) - p.seq_q;  // causal: row i sees keys <= i + diag
+  int64_t kv_end = p.seq_kv;
+  if (kCausal) kv_end = min(kv_end, static_cast<int64_t>(q0) + kRows - 1 + diag + 1);
+  const int n_tiles = kv_end > 0 ? static_cast<int>((kv_end + kTile - 1) / kTile) : 0;
   const int wg = sm90::WarpUniform(static_cast<int>(threadIdx.x) / 128);
 
   if (threadIdx.x == 0) sm.InitBarriers();
@@ -532,10 +408,10 @@ __global__ void __launch_bounds__(kThreads, 1) Fp8AttnWsKernel(const __grid_cons
 
   if (wg == 0) {
     sm90::SetMaxNRegDec<kProducerRegs>();
-    Produce<kCausal>(wp, sm, threadIdx.x, g, units);
+    if (n_tiles > 0) Produce(wp, sm, smem, threadIdx.x, q0, h, hk, b, n_tiles);
   } else {
     sm90::SetMaxNRegInc<kConsumerRegs>();
-    Consume<kCausal, kMode>(wp, sm, smem, wg - 1);
+    Consume<kCausal, kMode>(p, sm, smem, wg - 1, h, hk, b, q0, diag, n_tiles);
   }
 }
 

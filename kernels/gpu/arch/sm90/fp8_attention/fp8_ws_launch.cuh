@@ -6,14 +6,12 @@
 
 #include <cuda.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "kernels/gpu/arch/sm90/fp8_attention/fp8_kernels.h"
 #include "kernels/gpu/arch/sm90/fp8_attention/fp8_ws_kernel.cuh"
 #include "kernels/gpu/arch/sm90/fp8_attention/p_block.cuh"
 #include "kernels/gpu/arch/sm90/tensor_map.h"
-#include "kernels/gpu/attention/tile_scheduler.h"
 
 namespace kernelserve {
 namespace gpu {
@@ -50,16 +48,8 @@ inline cudaError_t EncodeMap(sm90::EncodeTiledFn encode, const uint8_t* base, in
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// The persistent grid's work counters, one per instantiating .cu file and
-// device. A launch takes the next of kCounters words and zeroes it in its
-// stream, so launches that overlap on other streams count on other words.
-constexpr int kCounters = 64;
-static __device__ unsigned int g_unit_counters[kCounters];  // NOLINT: each .cu file its own
-inline std::atomic<unsigned int> g_next_counter{0};
-
-// One CTA per SM (fewer for a small problem) over the units of 128 query
-// rows of one (batch, head), longest first when causal. An empty K/V
-// (seq_kv = 0) never reaches here: the host entry writes its zeros.
+// One CTA per 128 query rows of one (batch, head), longest first when causal.
+// An empty K/V (seq_kv = 0) never reaches here: the host entry writes its zeros.
 template <int kDqk, bool kCausal, int kMode, int kStages>
 cudaError_t LaunchKernel(const Fp8KernelParams& p, int batch, cudaStream_t stream) {
   static_assert(kRows == kTile, "one box shape for Q, K and V");
@@ -85,17 +75,8 @@ cudaError_t LaunchKernel(const Fp8KernelParams& p, int batch, cudaStream_t strea
   constexpr int kSmemBytes = Smem<kDqk, kStages>::kSmemBytes;
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (e != cudaSuccess) return e;
-  int device = 0, sms = 0;
-  e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  void* counters = nullptr;
-  if (e == cudaSuccess) e = cudaGetSymbolAddress(&counters, g_unit_counters);
-  if (e != cudaSuccess) return e;
-  wp.unit_counter = static_cast<unsigned int*>(counters) + g_next_counter.fetch_add(1) % kCounters;
-  e = cudaMemsetAsync(wp.unit_counter, 0, sizeof(unsigned int), stream);
-  if (e != cudaSuccess) return e;
-  const int units = attention::PersistentUnits(attention::SingleTileGrid(p.seq_q, p.heads_q, batch, kRows));
-  kernel<<<attention::PersistentCtas(units, sms), kThreads, kSmemBytes, stream>>>(wp);
+  const dim3 grid((p.seq_q + kRows - 1) / kRows, p.heads_q, batch);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(wp);
   return cudaGetLastError();
 }
 
