@@ -13,8 +13,7 @@
 // each kernel call measured is also split into its phases (the call log's,
 // plus receive and return between the client and the handler). Transfers are
 // printed next to a bare memcpy of the same bytes in the same run, and a
-// small kernel call's round trip (p50 / p99) next to DeviceService.List's,
-// and a 4 KiB buffer's upload and download round trips.
+// small kernel call's round trip (p50 / p99) next to DeviceService.List's.
 // Prints a short markdown table.
 //
 //   bazel run //bench:loopback_bench -- [--backend=cpu|cuda|auto] [--server=HOST:PORT] [--mib=512]
@@ -352,38 +351,6 @@ int Main(int argc, char** argv) {
                   "| %s |\n",
                   phases.Row().c_str());
     }
-  }
-  // A small buffer's upload and download (4 KiB): each call's fixed cost,
-  // the transfer's own time being a few µs.
-  {
-    HostTensor small(DType::kUint8, {4096});
-    std::memset(small.bytes(), 7, 4096);
-    std::vector<double> up_us, down_us;
-    for (int i = 0; i < 600; ++i) {
-      const absl::Time t0 = absl::Now();
-      auto info = (*client)->UploadBuffer(small, "loopback_bench small");
-      const absl::Time t1 = absl::Now();
-      if (!info.ok()) {
-        std::fprintf(stderr, "small upload: %s\n", info.status().ToString().c_str());
-        return 1;
-      }
-      auto back = (*client)->DownloadBuffer(info->id());
-      const absl::Time t2 = absl::Now();
-      if (!back.ok() || back->num_bytes() != 4096 || std::memcmp(back->bytes(), small.bytes(), 4096) != 0) {
-        std::fprintf(stderr, "small download: %s\n", back.ok() ? "the bytes differ" : back.status().ToString().c_str());
-        return 1;
-      }
-      (void)(*client)->FreeBuffer(info->id());
-      if (i >= 100) {
-        up_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
-        down_us.push_back(absl::ToDoubleMicroseconds(t2 - t1));
-      }
-    }
-    std::sort(up_us.begin(), up_us.end());
-    std::sort(down_us.begin(), down_us.end());
-    std::printf("| 4 KiB buffer upload / download round trip p50 (p99) | %.1f (%.1f) / %.1f (%.1f) us |\n",
-                up_us[up_us.size() / 2], up_us[up_us.size() * 99 / 100], down_us[down_us.size() / 2],
-                down_us[down_us.size() * 99 / 100]);
   }
 
   HostTensor t(DType::kUint8, {mib << 20});

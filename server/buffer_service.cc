@@ -64,11 +64,8 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
 
   buffer->reservation = std::move(staging_hold);
   // Chunks are kept as received (moved out of the messages, not copied) and
-  // go to the device in batches of kUploadBatchBytes, one device task each
-  // (on this handler's thread when the device is idle: the hand-offs to the
-  // worker and back cost more than a small upload's copy, bench/NOTES.md
-  // 2026-12-06): one copy per byte and bounded host memory, whatever the
-  // buffer's size.
+  // go to the device in batches of kUploadBatchBytes, one worker task each:
+  // one copy per byte and bounded host memory, whatever the buffer's size.
   // Flushed chunks' strings are handed back to the message before later
   // reads, so the parser fills memory already faulted in instead of a fresh
   // allocation per chunk. (Copying a batch on its own thread while the next
@@ -99,7 +96,7 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
         flushed += static_cast<int64_t>(direct.size());
       }
       return absl::OkStatus();
-    }, /*timing=*/nullptr, DeviceWorker::Placement::kInlineWhenIdle));
+    }));
     for (std::string& p : pending) spare.push_back(std::move(p));
     pending.clear();
     pending_bytes = 0;
@@ -173,8 +170,7 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   const int64_t total = buffer->desc.num_bytes();
   // Device to host in batches of whole chunks through one reused staging
   // area, charged to the memory limit, so pages are touched once; without
-  // room for it each chunk is copied straight into its message. Each batch
-  // is copied on this thread when the device is idle, as uploads are.
+  // room for it each chunk is copied straight into its message.
   int64_t batch = std::min(total, std::max<int64_t>(chunk, kDownloadBatchBytes / chunk * chunk));
   Reservation staging;
   const bool staged = batch > chunk && state->ChargeHost(buffer->device, buffer->owner, batch,
@@ -189,7 +185,7 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
     char* dst = staged ? host.data() : out.mutable_data()->data();
     KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
       return state->backend().CopyToHost(buffer->device, dst, src + base, static_cast<size_t>(m));
-    }, /*timing=*/nullptr, DeviceWorker::Placement::kInlineWhenIdle));
+    }));
     for (int64_t off = 0; off < m; off += chunk) {
       if (base + off == 0) {
         FillInfo(*buffer, out.mutable_info());
@@ -199,12 +195,7 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
       const int64_t n = std::min(chunk, m - off);
       out.set_offset(base + off);
       if (staged) out.mutable_data()->assign(host.data() + off, static_cast<size_t>(n));
-      // The last message goes out with the status (one write and no wait
-      // for it on this thread); the others are waited for, one at a time.
-      const bool last = base + off + n == total;
-      if (!(last ? writer->Write(out, grpc::WriteOptions().set_last_message()) : writer->Write(out))) {
-        return absl::CancelledError("download: the client went away");
-      }
+      if (!writer->Write(out)) return absl::CancelledError("download: the client went away");
       log->AddBytesOut(n);
     }
   }

@@ -34,7 +34,7 @@ bool CallCounter::WaitQuiet(absl::Duration quiet, absl::Time deadline) {
   }
 }
 
-CallLog::CallLog(absl::string_view method, grpc::ServerContextBase* ctx, CallCounter* counter)
+CallLog::CallLog(absl::string_view method, grpc::ServerContext* ctx, CallCounter* counter)
     : counter_(counter), method_(method), peer_(ctx != nullptr ? ctx->peer() : ""), start_(absl::Now()) {
   if (counter_ != nullptr) counter_->Start();
 }

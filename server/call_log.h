@@ -39,7 +39,7 @@ class CallCounter {
 class CallLog {
  public:
   // `counter` (may be null) counts the call from here to the destructor.
-  CallLog(absl::string_view method, grpc::ServerContextBase* ctx, CallCounter* counter = nullptr);
+  CallLog(absl::string_view method, grpc::ServerContext* ctx, CallCounter* counter = nullptr);
   ~CallLog();
   CallLog(const CallLog&) = delete;
   CallLog& operator=(const CallLog&) = delete;

@@ -8,7 +8,7 @@
 namespace kernelserve {
 
 struct DeviceWorker::Task {
-  grpc::ServerContextBase* ctx = nullptr;
+  grpc::ServerContext* ctx = nullptr;
   std::function<absl::Status()> fn;
   absl::Time submitted;
   TaskTiming timing;
@@ -36,11 +36,6 @@ int DeviceWorker::queue_depth() const {
   return static_cast<int>(queue_.size()) + (running_task_ ? 1 : 0);
 }
 
-bool DeviceWorker::Idle() const {
-  absl::MutexLock lock(&mu_);
-  return !running_task_ && queue_.empty();
-}
-
 WorkerStats DeviceWorker::stats() const {
   absl::MutexLock lock(&mu_);
   WorkerStats st = stats_;
@@ -48,7 +43,7 @@ WorkerStats DeviceWorker::stats() const {
   return st;
 }
 
-absl::Status DeviceWorker::Run(grpc::ServerContextBase* ctx, std::function<absl::Status()> fn,
+absl::Status DeviceWorker::Run(grpc::ServerContext* ctx, std::function<absl::Status()> fn,
                                TaskTiming* timing, Placement placement) {
   auto task = std::make_shared<Task>();
   task->ctx = ctx;

@@ -51,7 +51,7 @@ class DeviceWorker {
   // `queue_capacity` tasks are already waiting; DEADLINE_EXCEEDED / CANCELLED
   // when the call (`ctx`, may be null) expired or was cancelled before its turn;
   // UNAVAILABLE once stopped. Otherwise fn's status.
-  absl::Status Run(grpc::ServerContextBase* ctx, std::function<absl::Status()> fn,
+  absl::Status Run(grpc::ServerContext* ctx, std::function<absl::Status()> fn,
                    TaskTiming* timing = nullptr, Placement placement = Placement::kWorker);
 
   // Refuses new tasks, lets the queued and running ones finish, joins the thread.
@@ -60,10 +60,6 @@ class DeviceWorker {
   int device() const { return device_; }
   int queue_capacity() const { return capacity_; }
   int queue_depth() const;  // waiting plus running
-  // Nothing runs and nothing waits, at the moment of asking: a hint (another
-  // thread may claim the device right after), for callers that choose where
-  // to wait; Run keeps the order and the one-at-a-time rule either way.
-  bool Idle() const;
   WorkerStats stats() const;
 
  private:

@@ -59,7 +59,7 @@ struct OpHooks {
 
 class OpCall {
  public:
-  OpCall(ServerState* state, grpc::ServerContextBase* ctx, CallLog* log)
+  OpCall(ServerState* state, grpc::ServerContext* ctx, CallLog* log)
       : state_(state), ctx_(ctx), log_(log), tenant_(state->TenantOf(ctx)) {}
 
   int device() const { return device_; }
@@ -135,7 +135,7 @@ class OpCall {
     std::shared_ptr<Buffer> out_buffer;
     log_->Mark("resolve");
     const DeviceWorker::Placement placement =
-        InlineWhenIdle() ? DeviceWorker::Placement::kInlineWhenIdle : DeviceWorker::Placement::kWorker;
+        InputBytes() <= kInlineCallBytes ? DeviceWorker::Placement::kInlineWhenIdle : DeviceWorker::Placement::kWorker;
     absl::Status status = state_->RunOnDevice(device, ctx_, [&]() -> absl::Status {
       log_->Mark("queue");
       for (Input* in : pre_validate_host_) {
@@ -223,23 +223,18 @@ class OpCall {
   }
 
  private:
-  // A call runs on its handler's thread when its device is idle: the two
-  // thread hand-offs through the worker cost ~110 us p50 on the loaded 2-core
-  // VM, more than a small kernel (bench/NOTES.md, issue 20). A device backend
-  // only enqueues work on the calling thread, so any call may. The cpu backend
-  // runs an op over 4 MFLOP on an OpenMP team of the calling thread, and a
-  // team on gRPC's callback threads ran slower than the worker thread's (a
-  // 34 MFLOP attention's launch +150 us, bench/NOTES.md 2026-12-06), so there
-  // only calls whose tensors (inline, buffers and pools) total at most 64 KiB
-  // do, which keeps them under that 4 MFLOP serial limit for attention
-  // (cpu_backend.cc).
-  static constexpr int64_t kCpuInlineCallBytes = int64_t{64} << 10;
+  // A call whose tensors (inline, buffers and pools) total at most this runs
+  // on the handler's thread when its device is idle: the two thread hand-offs
+  // through the worker cost ~110 us p50 on the loaded 2-core VM, more than such
+  // a kernel (bench/NOTES.md, issue 20). 64 KiB keeps it under the CPU
+  // backend's 4 MFLOP serial limit for attention (cpu_backend.cc), so no
+  // OpenMP team is started on a handler thread.
+  static constexpr int64_t kInlineCallBytes = int64_t{64} << 10;
 
-  bool InlineWhenIdle() const {
-    if (state_->backend().Name() != "cpu") return true;
+  int64_t InputBytes() const {
     int64_t bytes = 0;
     for (const Input* in : inputs_) bytes += in->desc.num_bytes();
-    return bytes <= kCpuInlineCallBytes;
+    return bytes;
   }
 
   // A buffer of the wrong element type was almost always uploaded without
@@ -315,7 +310,7 @@ class OpCall {
   }
 
   ServerState* state_;
-  grpc::ServerContextBase* ctx_;
+  grpc::ServerContext* ctx_;
   CallLog* log_;
   std::string tenant_;
   int device_ = 0;
@@ -390,7 +385,7 @@ absl::Status CheckScale(bool has, double v) {
   return absl::OkStatus();
 }
 
-absl::Status DoAttention(ServerState* state, grpc::ServerContextBase* ctx, const pb::AttentionRequest& req,
+absl::Status DoAttention(ServerState* state, grpc::ServerContext* ctx, const pb::AttentionRequest& req,
                          pb::AttentionResponse* resp, CallLog* log) {
   OpCall call(state, ctx, log);
   KS_RETURN_IF_ERROR(call.SetDevice(req.device()));
@@ -420,7 +415,7 @@ absl::Status DoAttention(ServerState* state, grpc::ServerContextBase* ctx, const
   return absl::OkStatus();
 }
 
-absl::Status DoFp8Attention(ServerState* state, grpc::ServerContextBase* ctx,
+absl::Status DoFp8Attention(ServerState* state, grpc::ServerContext* ctx,
                             const pb::Fp8AttentionRequest& req, pb::Fp8AttentionResponse* resp,
                             CallLog* log) {
   OpCall call(state, ctx, log);
@@ -502,7 +497,7 @@ absl::Status ResolvePageTables(const Req& req, OpCall* call, Input* seq_lens, In
   return absl::OkStatus();
 }
 
-absl::Status DoMlaDecode(ServerState* state, grpc::ServerContextBase* ctx, const pb::MlaDecodeRequest& req,
+absl::Status DoMlaDecode(ServerState* state, grpc::ServerContext* ctx, const pb::MlaDecodeRequest& req,
                          pb::MlaDecodeResponse* resp, CallLog* log) {
   OpCall call(state, ctx, log);
   KS_RETURN_IF_ERROR(call.SetDevice(req.device()));
@@ -580,7 +575,7 @@ absl::Status DoMlaDecode(ServerState* state, grpc::ServerContextBase* ctx, const
   return absl::OkStatus();
 }
 
-absl::Status DoDecodeAttention(ServerState* state, grpc::ServerContextBase* ctx,
+absl::Status DoDecodeAttention(ServerState* state, grpc::ServerContext* ctx,
                                const pb::DecodeAttentionRequest& req, pb::DecodeAttentionResponse* resp,
                                CallLog* log) {
   OpCall call(state, ctx, log);
@@ -629,7 +624,7 @@ absl::Status DoDecodeAttention(ServerState* state, grpc::ServerContextBase* ctx,
   return absl::OkStatus();
 }
 
-absl::Status DoMoe(ServerState* state, grpc::ServerContextBase* ctx, const pb::MoeRequest& req,
+absl::Status DoMoe(ServerState* state, grpc::ServerContext* ctx, const pb::MoeRequest& req,
                    pb::MoeResponse* resp, CallLog* log) {
   OpCall call(state, ctx, log);
   KS_RETURN_IF_ERROR(call.SetDevice(req.device()));
@@ -685,56 +680,36 @@ absl::Status DoMoe(ServerState* state, grpc::ServerContextBase* ctx, const pb::M
 
 }  // namespace
 
-grpc::ServerUnaryReactor* KernelServiceImpl::Dispatch(const char* method, grpc::CallbackServerContext* ctx,
-                                                      int device, std::function<absl::Status(CallLog*)> body) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  auto serve = [this, method, ctx, reactor, body = std::move(body)] {
-    reactor->Finish(state_->Serve(method, ctx, /*stream=*/false, body));
-  };
-  // A device out of range fails in the body's CheckDevice, at once.
-  const bool idle = device < 0 || device >= state_->device_count() || state_->worker(device).Idle();
-  if (idle && inline_calls_.fetch_add(1, std::memory_order_acq_rel) == 0) {
-    serve();
-    inline_calls_.fetch_sub(1, std::memory_order_acq_rel);
-    return reactor;
-  }
-  if (idle) inline_calls_.fetch_sub(1, std::memory_order_acq_rel);
-  blocking_.Schedule(std::move(serve));
-  return reactor;
+grpc::Status KernelServiceImpl::Attention(grpc::ServerContext* ctx, const pb::AttentionRequest* req,
+                                          pb::AttentionResponse* resp) {
+  return state_->Serve("KernelService.Attention", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoAttention(state_, ctx, *req, resp, log); });
 }
 
-grpc::ServerUnaryReactor* KernelServiceImpl::Attention(grpc::CallbackServerContext* ctx,
-                                                       const pb::AttentionRequest* req,
-                                                       pb::AttentionResponse* resp) {
-  return Dispatch("KernelService.Attention", ctx, req->device(),
-                  [=](CallLog* log) { return DoAttention(state_, ctx, *req, resp, log); });
+grpc::Status KernelServiceImpl::Fp8Attention(grpc::ServerContext* ctx,
+                                             const pb::Fp8AttentionRequest* req,
+                                             pb::Fp8AttentionResponse* resp) {
+  return state_->Serve("KernelService.Fp8Attention", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoFp8Attention(state_, ctx, *req, resp, log); });
 }
 
-grpc::ServerUnaryReactor* KernelServiceImpl::Fp8Attention(grpc::CallbackServerContext* ctx,
-                                                          const pb::Fp8AttentionRequest* req,
-                                                          pb::Fp8AttentionResponse* resp) {
-  return Dispatch("KernelService.Fp8Attention", ctx, req->device(),
-                  [=](CallLog* log) { return DoFp8Attention(state_, ctx, *req, resp, log); });
+grpc::Status KernelServiceImpl::MlaDecode(grpc::ServerContext* ctx, const pb::MlaDecodeRequest* req,
+                                          pb::MlaDecodeResponse* resp) {
+  return state_->Serve("KernelService.MlaDecode", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoMlaDecode(state_, ctx, *req, resp, log); });
 }
 
-grpc::ServerUnaryReactor* KernelServiceImpl::MlaDecode(grpc::CallbackServerContext* ctx,
-                                                       const pb::MlaDecodeRequest* req,
-                                                       pb::MlaDecodeResponse* resp) {
-  return Dispatch("KernelService.MlaDecode", ctx, req->device(),
-                  [=](CallLog* log) { return DoMlaDecode(state_, ctx, *req, resp, log); });
+grpc::Status KernelServiceImpl::Moe(grpc::ServerContext* ctx, const pb::MoeRequest* req,
+                                    pb::MoeResponse* resp) {
+  return state_->Serve("KernelService.Moe", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoMoe(state_, ctx, *req, resp, log); });
 }
 
-grpc::ServerUnaryReactor* KernelServiceImpl::Moe(grpc::CallbackServerContext* ctx, const pb::MoeRequest* req,
-                                                 pb::MoeResponse* resp) {
-  return Dispatch("KernelService.Moe", ctx, req->device(),
-                  [=](CallLog* log) { return DoMoe(state_, ctx, *req, resp, log); });
-}
-
-grpc::ServerUnaryReactor* KernelServiceImpl::DecodeAttention(grpc::CallbackServerContext* ctx,
-                                                             const pb::DecodeAttentionRequest* req,
-                                                             pb::DecodeAttentionResponse* resp) {
-  return Dispatch("KernelService.DecodeAttention", ctx, req->device(),
-                  [=](CallLog* log) { return DoDecodeAttention(state_, ctx, *req, resp, log); });
+grpc::Status KernelServiceImpl::DecodeAttention(grpc::ServerContext* ctx,
+                                                const pb::DecodeAttentionRequest* req,
+                                                pb::DecodeAttentionResponse* resp) {
+  return state_->Serve("KernelService.DecodeAttention", ctx, /*stream=*/false,
+                       [&](CallLog* log) { return DoDecodeAttention(state_, ctx, *req, resp, log); });
 }
 
 }  // namespace kernelserve

@@ -613,42 +613,6 @@ TEST_F(SlowCallTest, FullQueueIsResourceExhausted) {
   EXPECT_TRUE(CallSlow().ok());  // and it recovers
 }
 
-// Calls waiting for a busy device wait on threads of their own, not on
-// gRPC's few callback threads (kernel_service.cc): more of them than there
-// are such threads leave another device's calls served at once.
-TEST_F(SlowCallTest, CallsWaitingForOneDeviceLeaveTheOthersServed) {
-  ServerOptions options;
-  options.cpu_devices = 2;
-  StartWith(options);
-  PrepareSlowCall(300);
-  const int64_t completed_before = server_->worker_stats(0).completed;
-  constexpr int kWaiting = 6;
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] { EXPECT_TRUE(CallSlow().ok()); });
-  WaitRunning();
-  for (int i = 1; i < kWaiting; ++i) {
-    threads.emplace_back([&] { EXPECT_TRUE(CallSlow().ok()); });
-  }
-  WaitQueueDepth(kWaiting);
-  const pb::Tensor q = RandomBf16({1, 1, 16, 64}, 7);
-  pb::AttentionRequest small;
-  small.set_device(1);
-  *small.mutable_q() = Inline(q);
-  *small.mutable_k() = Inline(q);
-  *small.mutable_v() = Inline(q);
-  for (int i = 0; i < 4; ++i) {
-    grpc::ClientContext ctx;
-    pb::AttentionResponse resp;
-    grpc::Status s = kernels_->Attention(&ctx, small, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(resp.info().device(), 1);
-  }
-  // Device 0's calls take >= 300 ms each: most still wait.
-  EXPECT_LT(server_->worker_stats(0).completed - completed_before, kWaiting - 1);
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(server_->worker_stats(0).completed - completed_before, kWaiting);
-}
-
 TEST_F(SlowCallTest, ExpiredAndCancelledCallsAreDroppedBeforeRunning) {
   StartWith(ServerOptions());
   PrepareSlowCall(400);

@@ -48,8 +48,7 @@ const char* const kHealthNames[] = {"", "kernelserve.v1.BufferService", "kernels
                                     "kernelserve.v1.BenchService"};
 
 // gRPC answers a request it cannot decode with INTERNAL and no message (its
-// protobuf deserializer's status; UNIMPLEMENTED and no message for a
-// callback-API method, KernelService's). That is the client's fault, not the
+// protobuf deserializer's status). That is the client's fault, not the
 // server's: answer INVALID_ARGUMENT saying so, so INTERNAL keeps meaning a
 // server bug (and the fuzz target can treat it as one).
 class DecodeErrorInterceptor final : public grpc::experimental::Interceptor {
@@ -62,10 +61,7 @@ class DecodeErrorInterceptor final : public grpc::experimental::Interceptor {
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
-      const bool bare = status.error_message().empty() &&
-                        (status.error_code() == grpc::StatusCode::INTERNAL ||
-                         (undecodable_ && status.error_code() == grpc::StatusCode::UNIMPLEMENTED));
-      if (bare) {
+      if (status.error_code() == grpc::StatusCode::INTERNAL && status.error_message().empty()) {
         methods->ModifySendStatus(grpc::Status(
             grpc::StatusCode::INVALID_ARGUMENT,
             undecodable_ ? "request: not a valid protobuf message of the method's request type"

@@ -89,7 +89,7 @@ std::string ServerState::draining_reason(int device) const {
   return device >= 0 && device < static_cast<int>(draining_reason_.size()) ? draining_reason_[device] : "";
 }
 
-absl::Status ServerState::RunOnDevice(int device, grpc::ServerContextBase* ctx,
+absl::Status ServerState::RunOnDevice(int device, grpc::ServerContext* ctx,
                                       std::function<absl::Status()> fn, TaskTiming* timing,
                                       DeviceWorker::Placement placement) {
   absl::Status status = workers_[device]->Run(ctx, std::move(fn), timing, placement);

@@ -56,13 +56,13 @@ class ServerState {
 
   // First thing in every handler: token -> tenant, the tenant's request rate
   // and, for streams, its concurrent-stream limit (held while `Admission` lives).
-  absl::StatusOr<security::CallGate::Admission> Admit(grpc::ServerContextBase* ctx, bool stream = false) {
+  absl::StatusOr<security::CallGate::Admission> Admit(grpc::ServerContext* ctx, bool stream = false) {
     return gate_->Admit(*ctx, stream);
   }
   // The frame of a handler: one CallLog line, admission (Admit), then
   // body(&log) under CallLog::Run.
   template <typename Body>
-  grpc::Status Serve(absl::string_view method, grpc::ServerContextBase* ctx, bool stream, Body&& body) {
+  grpc::Status Serve(absl::string_view method, grpc::ServerContext* ctx, bool stream, Body&& body) {
     CallLog log(method, ctx, &calls_);
     return log.Run([&]() -> absl::Status {
       auto admission = Admit(ctx, stream);  // held for the call: the stream slot
@@ -71,14 +71,14 @@ class ServerState {
     });
   }
   // Tenant of a call ("" with authentication off); owner of what it creates.
-  std::string TenantOf(grpc::ServerContextBase* ctx) const { return gate_->TenantOf(*ctx); }
+  std::string TenantOf(grpc::ServerContext* ctx) const { return gate_->TenantOf(*ctx); }
   security::CallGate& gate() { return *gate_; }
 
   // INVALID_ARGUMENT when `device` is out of range, UNAVAILABLE when unhealthy.
   absl::Status CheckDevice(absl::string_view field, int device) const;
   // Runs fn on the device's worker (device_worker.h). A failure that leaves
   // the backend reporting the device unhealthy marks it unhealthy here.
-  absl::Status RunOnDevice(int device, grpc::ServerContextBase* ctx, std::function<absl::Status()> fn,
+  absl::Status RunOnDevice(int device, grpc::ServerContext* ctx, std::function<absl::Status()> fn,
                            TaskTiming* timing = nullptr,
                            DeviceWorker::Placement placement = DeviceWorker::Placement::kWorker);
 

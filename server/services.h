@@ -2,7 +2,6 @@
 #ifndef KERNELSERVE_SERVER_SERVICES_H_
 #define KERNELSERVE_SERVER_SERVICES_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,7 +12,6 @@
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
 #include "kernelserve/v1/tensor.grpc.pb.h"
-#include "server/call_threads.h"
 #include "server/decoding_reader.h"
 #include "server/server_state.h"
 
@@ -81,38 +79,22 @@ class PoolServiceImpl final : public pb::PoolService::Service {
   ServerState* state_;
 };
 
-// Kernel calls on gRPC's callback API: the synchronous API's thread hand-offs
-// around a handler (its completion-queue plucks, including the one
-// IsCancelled() makes) cost more than a small kernel. A call whose device is
-// idle runs on the callback thread that received it (one such call at a time,
-// so gRPC's few callback threads keep accepting calls); any other call, which
-// will wait for the device anyway, runs on a CallThreads thread.
-class KernelServiceImpl final : public pb::KernelService::CallbackService {
+class KernelServiceImpl final : public pb::KernelService::Service {
  public:
   explicit KernelServiceImpl(ServerState* state) : state_(state) {}
-  grpc::ServerUnaryReactor* Attention(grpc::CallbackServerContext* ctx, const pb::AttentionRequest* req,
-                                      pb::AttentionResponse* resp) override;
-  grpc::ServerUnaryReactor* Fp8Attention(grpc::CallbackServerContext* ctx, const pb::Fp8AttentionRequest* req,
-                                         pb::Fp8AttentionResponse* resp) override;
-  grpc::ServerUnaryReactor* MlaDecode(grpc::CallbackServerContext* ctx, const pb::MlaDecodeRequest* req,
-                                      pb::MlaDecodeResponse* resp) override;
-  grpc::ServerUnaryReactor* Moe(grpc::CallbackServerContext* ctx, const pb::MoeRequest* req,
-                                pb::MoeResponse* resp) override;
-  grpc::ServerUnaryReactor* DecodeAttention(grpc::CallbackServerContext* ctx,
-                                            const pb::DecodeAttentionRequest* req,
-                                            pb::DecodeAttentionResponse* resp) override;
+  grpc::Status Attention(grpc::ServerContext* ctx, const pb::AttentionRequest* req,
+                         pb::AttentionResponse* resp) override;
+  grpc::Status Fp8Attention(grpc::ServerContext* ctx, const pb::Fp8AttentionRequest* req,
+                            pb::Fp8AttentionResponse* resp) override;
+  grpc::Status MlaDecode(grpc::ServerContext* ctx, const pb::MlaDecodeRequest* req,
+                         pb::MlaDecodeResponse* resp) override;
+  grpc::Status Moe(grpc::ServerContext* ctx, const pb::MoeRequest* req,
+                   pb::MoeResponse* resp) override;
+  grpc::Status DecodeAttention(grpc::ServerContext* ctx, const pb::DecodeAttentionRequest* req,
+                               pb::DecodeAttentionResponse* resp) override;
 
  private:
-  // Serves `body` (ServerState::Serve) for a call on `device` and finishes
-  // the call's reactor, here or on a CallThreads thread.
-  grpc::ServerUnaryReactor* Dispatch(const char* method, grpc::CallbackServerContext* ctx, int device,
-                                     std::function<absl::Status(CallLog*)> body);
-
   ServerState* state_;
-  std::atomic<int> inline_calls_{0};  // calls running on a callback thread now
-  // Closures that finished their call's reactor touch nothing of it or of
-  // state_ afterwards: the threads may outlive both until joined here.
-  CallThreads blocking_;
 };
 
 // Device `d` of the node as DeviceService.List shows it.
