@@ -38,9 +38,13 @@ struct KvTraits {
   static constexpr int kElt = F == KvFormat::kBf16 ? 2 : 1;
 };
 
-template <int D>
+// Ring depth per warp. An fp8 tile is half a bf16 one, so fp8 takes one
+// stage more where that keeps the CTAs per SM (D 128: 2, D 256: 1): at D 128
+// the KV bytes in flight per SM, which bound a memory-bound kernel, go from
+// 64 KiB to 96 KiB (bf16: 128 KiB).
+template <int D, KvFormat F>
 struct Stages {
-  static constexpr int kValue = D == 256 ? 2 : (D == 128 ? 3 : 4);
+  static constexpr int kValue = (D == 256 ? 2 : (D == 128 ? 3 : 4)) + (F != KvFormat::kBf16 && D >= 128 ? 1 : 0);
 };
 
 // Dynamic shared memory of one CTA: Q, then the warps' rings (and their
@@ -48,7 +52,7 @@ struct Stages {
 template <int D, int MT, KvFormat F>
 constexpr int SmemBytes() {
   constexpr int q = MT * 16 * D * 2;
-  constexpr int ring = kWarps * Stages<D>::kValue * 2 * kTileTokens * D * KvTraits<F>::kElt;
+  constexpr int ring = kWarps * Stages<D, F>::kValue * 2 * kTileTokens * D * KvTraits<F>::kElt;
   constexpr int conv = F == KvFormat::kBf16 ? 0 : kWarps * 2 * kTileTokens * D * 2;
   constexpr int merge = kWarps * MT * 16 * (D + 2) * 4;
   return q + (ring + conv > merge ? ring + conv : merge);
@@ -133,7 +137,7 @@ __device__ __forceinline__ uint32_t Fp8SpecialBits(uint32_t v) {
 template <int D, int MT, KvFormat F>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams p) {
   constexpr int kElt = KvTraits<F>::kElt;
-  constexpr int kStages = Stages<D>::kValue;
+  constexpr int kStages = Stages<D, F>::kValue;
   constexpr int kRows = MT * 16;
   constexpr int kPartBytes = kTileTokens * D * kElt;  // K or V of one tile
   constexpr int kTileBytes = 2 * kPartBytes;
