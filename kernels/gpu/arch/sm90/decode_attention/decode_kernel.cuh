@@ -154,6 +154,9 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
 
   const int seq = p.seq_lens[b];
   const int qlen = p.q_lens != nullptr ? p.q_lens[b] : p.q_len;
+  // Read with seq_lens, not after the early return: one global latency less
+  // before the first KV load.
+  const int32_t* pages = p.kv_indices + p.kv_indptr[b];
   const int start = split * p.chunk;
   if (start >= seq) return;  // the merge skips splits past the request
   const int end = min(seq, start + p.chunk);
@@ -162,18 +165,18 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
   uint8_t* ring = smem + kRows * D * 2 + warp * kStages * kTileBytes;
   uint8_t* conv = smem + kRows * D * 2 + kWarps * kStages * kTileBytes + warp * 2 * kTileTokens * D * 2;
 
-  // Q rows of this row group, swizzled; rows past the group's rows are zeros.
+  // Q rows of this row group, swizzled, by cp.async in a group of their own
+  // (waited for after the KV prologue is issued, so the two loads overlap);
+  // rows past the group's rows are zeros.
   for (int i = tid; i < kRows * (D / 8); i += kThreads) {
     const int row = i / (D / 8), ch = i % (D / 8);
     const int r = rg * kRows + row;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (r < p.rows) {
-      const int t = r / p.group, h = hkv * p.group + r % p.group;
-      v = *reinterpret_cast<const uint4*>(p.q + ((static_cast<int64_t>(b) * p.q_len + t) * p.heads_q + h) * D +
-                                          ch * 8);
-    }
-    *reinterpret_cast<uint4*>(q_s + Swz<D>(row, ch)) = v;
+    const int t = r / p.group, h = hkv * p.group + r % p.group;
+    const uint16_t* src =
+        r < p.rows ? p.q + ((static_cast<int64_t>(b) * p.q_len + t) * p.heads_q + h) * D + ch * 8 : p.q;
+    sm80::CpAsync16(sm80::SmemAddr(q_s) + Swz<D>(row, ch), src, r < p.rows ? 16 : 0);
   }
+  sm80::CpAsyncCommit();
 
   // Last key each owned row sees within this split (-1: none): rows g and
   // g + 8 of each m-tile.
@@ -192,19 +195,25 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
 
   const int ntiles = (end - start + kTileTokens - 1) / kTileTokens;
   const int my_tiles = ntiles > warp ? (ntiles - warp + kWarps - 1) / kWarps : 0;
-  const int32_t* pages = p.kv_indices + p.kv_indptr[b];
   const int64_t row_bytes = p.row_elems * kElt;
   const uint8_t* head_k = p.pool + static_cast<int64_t>(hkv) * D * kElt;
   const int64_t v_off = static_cast<int64_t>(p.heads_kv) * D * kElt;
 
-  auto issue = [&](int i) {
+  // The page of the lane's token in the warp's tile i (lanes below
+  // kTileTokens, tokens before end). Read a tile ahead of the tile's
+  // cp.async, so the page-table load is off the ring's critical path.
+  auto page_of = [&](int i) -> int32_t {
+    const int j = start + (warp + i * kWarps) * kTileTokens + lane;
+    return (i < my_tiles && lane < kTileTokens && j < end) ? pages[j / p.page_size] : 0;
+  };
+  auto issue = [&](int i, int32_t page) {
     if (i < my_tiles) {
       const int j0 = start + (warp + i * kWarps) * kTileTokens;
       uint8_t* st = ring + (i % kStages) * kTileBytes;
       int64_t my_slot = 0;
       if (lane < kTileTokens && j0 + lane < end) {
         const int j = j0 + lane;
-        my_slot = static_cast<int64_t>(pages[j / p.page_size]) * p.page_size + j % p.page_size;
+        my_slot = static_cast<int64_t>(page) * p.page_size + j % p.page_size;
       }
 #pragma unroll
       for (int k = 0; k < kChunks; ++k) {
@@ -231,13 +240,20 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
     l[mt][0] = l[mt][1] = 0.f;
   }
 
+  int32_t first_pages[kStages - 1];
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  for (int s = 0; s < kStages - 1; ++s) first_pages[s] = page_of(s);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s, first_pages[s]);
+  int32_t next_page = page_of(kStages - 1);
+  // The Q group is the oldest of kStages pending.
+  sm80::CpAsyncWait<kStages - 1>();
   __syncthreads();  // Q
   const uint32_t q_addr = sm80::SmemAddr(q_s);
 
   for (int i = 0; i < my_tiles; ++i) {
-    issue(i + kStages - 1);
+    issue(i + kStages - 1, next_page);
+    next_page = page_of(i + kStages);
     sm80::CpAsyncWait<kStages - 1>();
     __syncwarp();
     const int j0 = start + (warp + i * kWarps) * kTileTokens;
