@@ -36,21 +36,29 @@ __global__ void __launch_bounds__(128) DecodeMergeKernel(const KParams p, int ba
   const int used = (p.seq_lens[b] + p.chunk - 1) / p.chunk;  // splits holding keys
   const int64_t base =
       ((static_cast<int64_t>(b) * p.heads_kv + hkv) * p.row_groups + rg) * p.splits * p.cta_rows + r % p.cta_rows;
+  // Both loops unrolled with their loads unconditional, so up to eight
+  // splits' partials are in flight at once: one at a time, 32 splits cost
+  // 64 dependent L2 round trips, most of a small-batch call.
   float m_max = -INFINITY;
+#pragma unroll 8
   for (int s = 0; s < used; ++s) m_max = fmaxf(m_max, p.part_ml[(base + static_cast<int64_t>(s) * p.cta_rows) * 2]);
   float l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
   for (int s = 0; s < used; ++s) {
     const int64_t pi = base + static_cast<int64_t>(s) * p.cta_rows;
     const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + pi * 2);
-    if (ml.x == -INFINITY) continue;
-    const float w = Exp2(ml.x - m_max);
-    l += w * ml.y;
+    // Every split below `used` wrote its partial, so the load is in bounds
+    // even where the row saw no key in the split (m = -Inf), which adds
+    // nothing (selects, not a branch: the loads stay in one block).
     const float4 v = LoadOnce(reinterpret_cast<const float4*>(p.part_o + pi * head_dim + d0));
-    acc.x += w * v.x;
-    acc.y += w * v.y;
-    acc.z += w * v.z;
-    acc.w += w * v.w;
+    const bool seen = ml.x != -INFINITY;
+    const float w = Exp2(seen ? ml.x - m_max : -INFINITY);  // 0 where unseen
+    l += seen ? w * ml.y : 0.f;
+    acc.x += seen ? w * v.x : 0.f;
+    acc.y += seen ? w * v.y : 0.f;
+    acc.z += seen ? w * v.z : 0.f;
+    acc.w += seen ? w * v.w : 0.f;
   }
   const float inv = p.out_scale / l;
   *reinterpret_cast<uint2*>(o) =
