@@ -1,6 +1,10 @@
 // The merge kernel: one thread per four output columns of one (request,
 // token, query head) row. Splits that start past the request's seq_len wrote
 // nothing and are not read; a split whose rows saw no key left m = -Inf.
+// Launched as a programmatic dependent of the split kernel (sm_90): its CTAs
+// are scheduled while the split kernel's last CTAs run and wait in
+// griddepcontrol.wait for its completion and memory, which takes the launch
+// gap between the two kernels off the call.
 #include "kernels/gpu/decode_attention/decode_merge.h"
 
 #include <cmath>
@@ -16,6 +20,10 @@ namespace decode {
 namespace {
 
 __global__ void __launch_bounds__(128) DecodeMergeKernel(const KParams p, int batch, int head_dim) {
+  // Before any read or write: the split kernel's partials, and `out` only
+  // after everything before it in the stream (a no-op without the launch
+  // attribute).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int quads = head_dim / 4;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t total = static_cast<int64_t>(batch) * p.q_len * p.heads_q * quads;
@@ -69,8 +77,20 @@ __global__ void __launch_bounds__(128) DecodeMergeKernel(const KParams p, int ba
 
 cudaError_t LaunchDecodeMerge(const KParams& p, int batch, int head_dim, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(batch) * p.q_len * p.heads_q * (head_dim / 4);
-  DecodeMergeKernel<<<static_cast<unsigned>((total + 127) / 128), 128, 0, stream>>>(p, batch, head_dim);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((total + 127) / 128));
+  cfg.blockDim = dim3(128);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, DecodeMergeKernel, p, batch, head_dim);
+  // As after <<<...>>>: the error is taken, not left pending.
+  const cudaError_t pending = cudaGetLastError();
+  return e != cudaSuccess ? e : pending;
 }
 
 }  // namespace decode

@@ -145,6 +145,9 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
   constexpr int kNd = D / 8;              // n-tiles of the output
   extern __shared__ __align__(128) uint8_t smem[];
 
+  // The merge (a programmatic dependent when there are splits) may be
+  // scheduled once every CTA is running; it still waits for this grid's end.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int rg = blockIdx.x;
   const int hkv = blockIdx.y % p.heads_kv;
   const int split = blockIdx.y / p.heads_kv;
