@@ -44,29 +44,43 @@ __global__ void __launch_bounds__(128) DecodeMergeKernel(const KParams p, int ba
   const int used = (p.seq_lens[b] + p.chunk - 1) / p.chunk;  // splits holding keys
   const int64_t base =
       ((static_cast<int64_t>(b) * p.heads_kv + hkv) * p.row_groups + rg) * p.splits * p.cta_rows + r % p.cta_rows;
-  // Both loops unrolled with their loads unconditional, so up to eight
-  // splits' partials are in flight at once: one at a time, 32 splits cost
-  // 64 dependent L2 round trips, most of a small-batch call.
+  // Splits in batches of kBatch whose loads are all issued before any is
+  // used (indices past `used` clamped to the last split and not added):
+  // one at a time, 32 splits cost 64 dependent L2 round trips, most of a
+  // small-batch call. Every split below `used` wrote its partial, so each
+  // load is in bounds even where the row saw no key in the split (m = -Inf),
+  // which adds nothing.
+  constexpr int kBatch = 8;
+  auto at = [&](int s) { return base + static_cast<int64_t>(min(s, used - 1)) * p.cta_rows; };
   float m_max = -INFINITY;
-#pragma unroll 8
-  for (int s = 0; s < used; ++s) m_max = fmaxf(m_max, p.part_ml[(base + static_cast<int64_t>(s) * p.cta_rows) * 2]);
+  for (int s0 = 0; s0 < used; s0 += kBatch) {
+    float m[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) m[k] = p.part_ml[at(s0 + k) * 2];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) m_max = fmaxf(m_max, m[k]);  // a clamped repeat changes nothing
+  }
   float l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-  for (int s = 0; s < used; ++s) {
-    const int64_t pi = base + static_cast<int64_t>(s) * p.cta_rows;
-    const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + pi * 2);
-    // Every split below `used` wrote its partial, so the load is in bounds
-    // even where the row saw no key in the split (m = -Inf), which adds
-    // nothing (selects, not a branch: the loads stay in one block).
-    const float4 v = LoadOnce(reinterpret_cast<const float4*>(p.part_o + pi * head_dim + d0));
-    const bool seen = ml.x != -INFINITY;
-    const float w = Exp2(seen ? ml.x - m_max : -INFINITY);  // 0 where unseen
-    l += seen ? w * ml.y : 0.f;
-    acc.x += seen ? w * v.x : 0.f;
-    acc.y += seen ? w * v.y : 0.f;
-    acc.z += seen ? w * v.z : 0.f;
-    acc.w += seen ? w * v.w : 0.f;
+  for (int s0 = 0; s0 < used; s0 += kBatch) {
+    float2 ml[kBatch];
+    float4 v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      ml[k] = *reinterpret_cast<const float2*>(p.part_ml + at(s0 + k) * 2);
+      v[k] = LoadOnce(reinterpret_cast<const float4*>(p.part_o + at(s0 + k) * head_dim + d0));
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      // Selects, not a branch: the next batch's loads are not held back.
+      const bool add = s0 + k < used && ml[k].x != -INFINITY;
+      const float w = Exp2(ml[k].x - m_max);
+      l += add ? w * ml[k].y : 0.f;
+      acc.x += add ? w * v[k].x : 0.f;
+      acc.y += add ? w * v[k].y : 0.f;
+      acc.z += add ? w * v[k].z : 0.f;
+      acc.w += add ? w * v[k].w : 0.f;
+    }
   }
   const float inv = p.out_scale / l;
   *reinterpret_cast<uint2*>(o) =
