@@ -268,7 +268,13 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
         const int f = k * 32 + lane;
         const int row = f / (D / 16), c16 = f % (D / 16);  // row: part * 16 + token
         const uint4 raw = *reinterpret_cast<const uint4*>(tile + row * D + c16 * 16);
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+        // The lane's 16 codes become bf16 chunks 2 * c16 and 2 * c16 + 1;
+        // lanes with bit 2 of c16 set store the odd chunk first, so each
+        // quarter-warp's 16-byte stores cover all 32 banks (all even chunks
+        // would hit 16 of them twice).
+        const bool odd_first = (c16 >> 2) & 1;
+        const uint32_t w[4] = {odd_first ? raw.z : raw.x, odd_first ? raw.w : raw.y, odd_first ? raw.x : raw.z,
+                               odd_first ? raw.y : raw.w};
         uint32_t o[8];
         uint32_t special = 0;
 #pragma unroll
@@ -285,8 +291,8 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
         }
         const int part = row / kTileTokens, tok = row % kTileTokens;
         uint8_t* dst = conv + part * kTileTokens * D * 2;
-        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16)) = make_uint4(o[0], o[1], o[2], o[3]);
-        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + odd_first)) = make_uint4(o[0], o[1], o[2], o[3]);
+        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + !odd_first)) = make_uint4(o[4], o[5], o[6], o[7]);
       }
       __syncwarp();
       tile = conv;
