@@ -6,7 +6,9 @@
 // loaded once, by 16-byte cp.async straight from the pool rows named by the
 // page table (never copied), into a per-warp ring of kStages 16-token tiles
 // (bf16 tiles XOR-swizzled by 16-byte chunk for conflict-free ldmatrix; fp8
-// tiles converted exactly to bf16 in shared memory first). Each warp takes
+// tiles converted exactly to bf16 in shared memory first, by bit placement
+// and a power-of-two multiply, cvt only for words holding a NaN or Inf
+// code). Each warp takes
 // every fourth tile of the split with its own online softmax; S = Q K^T and
 // O += P V run on mma.sync m16n8k16 (bf16 in, fp32 accumulate) over 16 * MT
 // query rows. Scores are in base 2 with softmax scale * kv_scale folded in;
@@ -36,9 +38,13 @@ struct KvTraits {
   static constexpr int kElt = F == KvFormat::kBf16 ? 2 : 1;
 };
 
-template <int D>
+// Ring depth per warp. An fp8 tile is half a bf16 one, so fp8 takes one
+// stage more where that keeps the CTAs per SM (D 128: 2, D 256: 1): at D 128
+// the KV bytes in flight per SM, which bound a memory-bound kernel, go from
+// 64 KiB to 96 KiB (bf16: 128 KiB).
+template <int D, KvFormat F>
 struct Stages {
-  static constexpr int kValue = D == 256 ? 2 : (D == 128 ? 3 : 4);
+  static constexpr int kValue = (D == 256 ? 2 : (D == 128 ? 3 : 4)) + (F != KvFormat::kBf16 && D >= 128 ? 1 : 0);
 };
 
 // Dynamic shared memory of one CTA: Q, then the warps' rings (and their
@@ -46,7 +52,7 @@ struct Stages {
 template <int D, int MT, KvFormat F>
 constexpr int SmemBytes() {
   constexpr int q = MT * 16 * D * 2;
-  constexpr int ring = kWarps * Stages<D>::kValue * 2 * kTileTokens * D * KvTraits<F>::kElt;
+  constexpr int ring = kWarps * Stages<D, F>::kValue * 2 * kTileTokens * D * KvTraits<F>::kElt;
   constexpr int conv = F == KvFormat::kBf16 ? 0 : kWarps * 2 * kTileTokens * D * 2;
   constexpr int merge = kWarps * MT * 16 * (D + 2) * 4;
   return q + (ring + conv > merge ? ring + conv : merge);
@@ -73,10 +79,65 @@ __device__ __forceinline__ uint32_t Fp8X2ToBf16x2(uint32_t v) {
   return E5m2X2ToBf16x2(v);
 }
 
+// Bit placement of an fp8 format in a bf16: the magnitude bits (exponent and
+// mantissa) shift left by kShift into a bf16 whose exponent field holds the
+// fp8 exponent field unbiased by 127 - kBias; kScale (bf16x2) is
+// 2^(127 - kBias), which puts the value back. Exact for every finite code,
+// subnormals included: the fp8 subnormal's mantissa lands as a bf16 subnormal
+// of the same significand.
+template <KvFormat F>
+struct Fp8Bits;
+template <>
+struct Fp8Bits<KvFormat::kE4m3fn> {
+  static constexpr int kShift = 4;
+  static constexpr uint32_t kScale = 0x7B807B80u;  // 2^120
+};
+template <>
+struct Fp8Bits<KvFormat::kE4m3fnuz> {
+  static constexpr int kShift = 4;
+  static constexpr uint32_t kScale = 0x7B007B00u;  // 2^119
+};
+template <>
+struct Fp8Bits<KvFormat::kE5m2> {
+  static constexpr int kShift = 5;
+  static constexpr uint32_t kScale = 0x77807780u;  // 2^112
+};
+
+// Four fp8 codes -> two bf16x2 (codes 0, 1 in lo; 2, 3 in hi) by integer
+// bit placement and one bf16x2 multiply per pair: about 3 ALU operations per
+// code against 2 conversions per code (16 per clock per SM) of the cvt
+// chain, which bounded fp8 pools near 2 TB/s. Only finite codes come out
+// right; Fp8SpecialBits says when a word holds another.
+template <KvFormat F>
+__device__ __forceinline__ void Fp8X4ToBf16x2Fast(uint32_t v, uint32_t& lo, uint32_t& hi) {
+  constexpr int s = Fp8Bits<F>::kShift;
+  constexpr uint32_t mag = (0x7Fu << s) * 0x10001u;
+  // Bytes (0, 2, 1, 3): codes 0 and 1 in the low byte of each half, 2 and 3
+  // in the high byte.
+  const uint32_t x = __byte_perm(v, 0u, 0x3120);
+  const uint32_t a = ((x << 8) & 0x80008000u) | ((x << s) & mag);
+  const uint32_t b = (x & 0x80008000u) | ((x >> (8 - s)) & mag);
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(lo) : "r"(a), "r"(Fp8Bits<F>::kScale));
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(hi) : "r"(b), "r"(Fp8Bits<F>::kScale));
+}
+
+// Nonzero in bit 7 of some byte iff one of the four codes of v is not finite
+// (e4m3fn: magnitude 0x7F; e4m3fnuz: 0x80; e5m2: exponent all ones). No byte
+// carries into the next.
+template <KvFormat F>
+__device__ __forceinline__ uint32_t Fp8SpecialBits(uint32_t v) {
+  if constexpr (F == KvFormat::kE4m3fn) return (v & 0x7F7F7F7Fu) + 0x01010101u;
+  if constexpr (F == KvFormat::kE4m3fnuz) {
+    const uint32_t y = v ^ 0x80808080u;  // a zero byte where the code is 0x80
+    return (y - 0x01010101u) & ~y;
+  }
+  return (v & 0x7C7C7C7Cu) + 0x04040404u;
+}
+
 template <int D, int MT, KvFormat F>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams p) {
   constexpr int kElt = KvTraits<F>::kElt;
-  constexpr int kStages = Stages<D>::kValue;
+  constexpr int kStages = Stages<D, F>::kValue;
   constexpr int kRows = MT * 16;
   constexpr int kPartBytes = kTileTokens * D * kElt;  // K or V of one tile
   constexpr int kTileBytes = 2 * kPartBytes;
@@ -84,6 +145,9 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
   constexpr int kNd = D / 8;              // n-tiles of the output
   extern __shared__ __align__(128) uint8_t smem[];
 
+  // The merge (a programmatic dependent when there are splits) may be
+  // scheduled once every CTA is running; it still waits for this grid's end.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int rg = blockIdx.x;
   const int hkv = blockIdx.y % p.heads_kv;
   const int split = blockIdx.y / p.heads_kv;
@@ -93,6 +157,9 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
 
   const int seq = p.seq_lens[b];
   const int qlen = p.q_lens != nullptr ? p.q_lens[b] : p.q_len;
+  // Read with seq_lens, not after the early return: one global latency less
+  // before the first KV load.
+  const int32_t* pages = p.kv_indices + p.kv_indptr[b];
   const int start = split * p.chunk;
   if (start >= seq) return;  // the merge skips splits past the request
   const int end = min(seq, start + p.chunk);
@@ -101,18 +168,18 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
   uint8_t* ring = smem + kRows * D * 2 + warp * kStages * kTileBytes;
   uint8_t* conv = smem + kRows * D * 2 + kWarps * kStages * kTileBytes + warp * 2 * kTileTokens * D * 2;
 
-  // Q rows of this row group, swizzled; rows past the group's rows are zeros.
+  // Q rows of this row group, swizzled, by cp.async in a group of their own
+  // (waited for after the KV prologue is issued, so the two loads overlap);
+  // rows past the group's rows are zeros.
   for (int i = tid; i < kRows * (D / 8); i += kThreads) {
     const int row = i / (D / 8), ch = i % (D / 8);
     const int r = rg * kRows + row;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (r < p.rows) {
-      const int t = r / p.group, h = hkv * p.group + r % p.group;
-      v = *reinterpret_cast<const uint4*>(p.q + ((static_cast<int64_t>(b) * p.q_len + t) * p.heads_q + h) * D +
-                                          ch * 8);
-    }
-    *reinterpret_cast<uint4*>(q_s + Swz<D>(row, ch)) = v;
+    const int t = r / p.group, h = hkv * p.group + r % p.group;
+    const uint16_t* src =
+        r < p.rows ? p.q + ((static_cast<int64_t>(b) * p.q_len + t) * p.heads_q + h) * D + ch * 8 : p.q;
+    sm80::CpAsync16(sm80::SmemAddr(q_s) + Swz<D>(row, ch), src, r < p.rows ? 16 : 0);
   }
+  sm80::CpAsyncCommit();
 
   // Last key each owned row sees within this split (-1: none): rows g and
   // g + 8 of each m-tile.
@@ -131,19 +198,25 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
 
   const int ntiles = (end - start + kTileTokens - 1) / kTileTokens;
   const int my_tiles = ntiles > warp ? (ntiles - warp + kWarps - 1) / kWarps : 0;
-  const int32_t* pages = p.kv_indices + p.kv_indptr[b];
   const int64_t row_bytes = p.row_elems * kElt;
   const uint8_t* head_k = p.pool + static_cast<int64_t>(hkv) * D * kElt;
   const int64_t v_off = static_cast<int64_t>(p.heads_kv) * D * kElt;
 
-  auto issue = [&](int i) {
+  // The page of the lane's token in the warp's tile i (lanes below
+  // kTileTokens, tokens before end). Read a tile ahead of the tile's
+  // cp.async, so the page-table load is off the ring's critical path.
+  auto page_of = [&](int i) -> int32_t {
+    const int j = start + (warp + i * kWarps) * kTileTokens + lane;
+    return (i < my_tiles && lane < kTileTokens && j < end) ? pages[j / p.page_size] : 0;
+  };
+  auto issue = [&](int i, int32_t page) {
     if (i < my_tiles) {
       const int j0 = start + (warp + i * kWarps) * kTileTokens;
       uint8_t* st = ring + (i % kStages) * kTileBytes;
       int64_t my_slot = 0;
       if (lane < kTileTokens && j0 + lane < end) {
         const int j = j0 + lane;
-        my_slot = static_cast<int64_t>(pages[j / p.page_size]) * p.page_size + j % p.page_size;
+        my_slot = static_cast<int64_t>(page) * p.page_size + j % p.page_size;
       }
 #pragma unroll
       for (int k = 0; k < kChunks; ++k) {
@@ -170,13 +243,20 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
     l[mt][0] = l[mt][1] = 0.f;
   }
 
+  int32_t first_pages[kStages - 1];
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  for (int s = 0; s < kStages - 1; ++s) first_pages[s] = page_of(s);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s, first_pages[s]);
+  int32_t next_page = page_of(kStages - 1);
+  // The Q group is the oldest of kStages pending.
+  sm80::CpAsyncWait<kStages - 1>();
   __syncthreads();  // Q
   const uint32_t q_addr = sm80::SmemAddr(q_s);
 
   for (int i = 0; i < my_tiles; ++i) {
-    issue(i + kStages - 1);
+    issue(i + kStages - 1, next_page);
+    next_page = page_of(i + kStages);
     sm80::CpAsyncWait<kStages - 1>();
     __syncwarp();
     const int j0 = start + (warp + i * kWarps) * kTileTokens;
@@ -188,17 +268,31 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
         const int f = k * 32 + lane;
         const int row = f / (D / 16), c16 = f % (D / 16);  // row: part * 16 + token
         const uint4 raw = *reinterpret_cast<const uint4*>(tile + row * D + c16 * 16);
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+        // The lane's 16 codes become bf16 chunks 2 * c16 and 2 * c16 + 1;
+        // lanes with bit 2 of c16 set store the odd chunk first, so each
+        // quarter-warp's 16-byte stores cover all 32 banks (all even chunks
+        // would hit 16 of them twice).
+        const bool odd_first = (c16 >> 2) & 1;
+        const uint32_t w[4] = {odd_first ? raw.z : raw.x, odd_first ? raw.w : raw.y, odd_first ? raw.x : raw.z,
+                               odd_first ? raw.y : raw.w};
         uint32_t o[8];
+        uint32_t special = 0;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          o[2 * j] = Fp8X2ToBf16x2<F>(w[j]);
-          o[2 * j + 1] = Fp8X2ToBf16x2<F>(w[j] >> 16);
+          Fp8X4ToBf16x2Fast<F>(w[j], o[2 * j], o[2 * j + 1]);
+          special |= Fp8SpecialBits<F>(w[j]);
+        }
+        if (special & 0x80808080u) {  // NaN or Inf codes: the exact conversions
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            o[2 * j] = Fp8X2ToBf16x2<F>(w[j]);
+            o[2 * j + 1] = Fp8X2ToBf16x2<F>(w[j] >> 16);
+          }
         }
         const int part = row / kTileTokens, tok = row % kTileTokens;
         uint8_t* dst = conv + part * kTileTokens * D * 2;
-        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16)) = make_uint4(o[0], o[1], o[2], o[3]);
-        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + odd_first)) = make_uint4(o[0], o[1], o[2], o[3]);
+        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + !odd_first)) = make_uint4(o[4], o[5], o[6], o[7]);
       }
       __syncwarp();
       tile = conv;
