@@ -6,9 +6,7 @@
 // loaded once, by 16-byte cp.async straight from the pool rows named by the
 // page table (never copied), into a per-warp ring of kStages 16-token tiles
 // (bf16 tiles XOR-swizzled by 16-byte chunk for conflict-free ldmatrix; fp8
-// tiles converted exactly to bf16 in shared memory first, by bit placement
-// and a power-of-two multiply, cvt only for words holding a NaN or Inf
-// code). Each warp takes
+// tiles converted exactly to bf16 in shared memory first). Each warp takes
 // every fourth tile of the split with its own online softmax; S = Q K^T and
 // O += P V run on mma.sync m16n8k16 (bf16 in, fp32 accumulate) over 16 * MT
 // query rows. Scores are in base 2 with softmax scale * kv_scale folded in;
@@ -38,13 +36,9 @@ struct KvTraits {
   static constexpr int kElt = F == KvFormat::kBf16 ? 2 : 1;
 };
 
-// Ring depth per warp. An fp8 tile is half a bf16 one, so fp8 takes one
-// stage more where that keeps the CTAs per SM (D 128: 2, D 256: 1): at D 128
-// the KV bytes in flight per SM, which bound a memory-bound kernel, go from
-// 64 KiB to 96 KiB (bf16: 128 KiB).
-template <int D, KvFormat F>
+template <int D>
 struct Stages {
-  static constexpr int kValue = (D == 256 ? 2 : (D == 128 ? 3 : 4)) + (F != KvFormat::kBf16 && D >= 128 ? 1 : 0);
+  static constexpr int kValue = D == 256 ? 2 : (D == 128 ? 3 : 4);
 };
 
 // Dynamic shared memory of one CTA: Q, then the warps' rings (and their
@@ -52,7 +46,7 @@ struct Stages {
 template <int D, int MT, KvFormat F>
 constexpr int SmemBytes() {
   constexpr int q = MT * 16 * D * 2;
-  constexpr int ring = kWarps * Stages<D, F>::kValue * 2 * kTileTokens * D * KvTraits<F>::kElt;
+  constexpr int ring = kWarps * Stages<D>::kValue * 2 * kTileTokens * D * KvTraits<F>::kElt;
   constexpr int conv = F == KvFormat::kBf16 ? 0 : kWarps * 2 * kTileTokens * D * 2;
   constexpr int merge = kWarps * MT * 16 * (D + 2) * 4;
   return q + (ring + conv > merge ? ring + conv : merge);
@@ -79,65 +73,10 @@ __device__ __forceinline__ uint32_t Fp8X2ToBf16x2(uint32_t v) {
   return E5m2X2ToBf16x2(v);
 }
 
-// Bit placement of an fp8 format in a bf16: the magnitude bits (exponent and
-// mantissa) shift left by kShift into a bf16 whose exponent field holds the
-// fp8 exponent field unbiased by 127 - kBias; kScale (bf16x2) is
-// 2^(127 - kBias), which puts the value back. Exact for every finite code,
-// subnormals included: the fp8 subnormal's mantissa lands as a bf16 subnormal
-// of the same significand.
-template <KvFormat F>
-struct Fp8Bits;
-template <>
-struct Fp8Bits<KvFormat::kE4m3fn> {
-  static constexpr int kShift = 4;
-  static constexpr uint32_t kScale = 0x7B807B80u;  // 2^120
-};
-template <>
-struct Fp8Bits<KvFormat::kE4m3fnuz> {
-  static constexpr int kShift = 4;
-  static constexpr uint32_t kScale = 0x7B007B00u;  // 2^119
-};
-template <>
-struct Fp8Bits<KvFormat::kE5m2> {
-  static constexpr int kShift = 5;
-  static constexpr uint32_t kScale = 0x77807780u;  // 2^112
-};
-
-// Four fp8 codes -> two bf16x2 (codes 0, 1 in lo; 2, 3 in hi) by integer
-// bit placement and one bf16x2 multiply per pair: about 3 ALU operations per
-// code against 2 conversions per code (16 per clock per SM) of the cvt
-// chain, which bounded fp8 pools near 2 TB/s. Only finite codes come out
-// right; Fp8SpecialBits says when a word holds another.
-template <KvFormat F>
-__device__ __forceinline__ void Fp8X4ToBf16x2Fast(uint32_t v, uint32_t& lo, uint32_t& hi) {
-  constexpr int s = Fp8Bits<F>::kShift;
-  constexpr uint32_t mag = (0x7Fu << s) * 0x10001u;
-  // Bytes (0, 2, 1, 3): codes 0 and 1 in the low byte of each half, 2 and 3
-  // in the high byte.
-  const uint32_t x = __byte_perm(v, 0u, 0x3120);
-  const uint32_t a = ((x << 8) & 0x80008000u) | ((x << s) & mag);
-  const uint32_t b = (x & 0x80008000u) | ((x >> (8 - s)) & mag);
-  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(lo) : "r"(a), "r"(Fp8Bits<F>::kScale));
-  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(hi) : "r"(b), "r"(Fp8Bits<F>::kScale));
-}
-
-// Nonzero in bit 7 of some byte iff one of the four codes of v is not finite
-// (e4m3fn: magnitude 0x7F; e4m3fnuz: 0x80; e5m2: exponent all ones). No byte
-// carries into the next.
-template <KvFormat F>
-__device__ __forceinline__ uint32_t Fp8SpecialBits(uint32_t v) {
-  if constexpr (F == KvFormat::kE4m3fn) return (v & 0x7F7F7F7Fu) + 0x01010101u;
-  if constexpr (F == KvFormat::kE4m3fnuz) {
-    const uint32_t y = v ^ 0x80808080u;  // a zero byte where the code is 0x80
-    return (y - 0x01010101u) & ~y;
-  }
-  return (v & 0x7C7C7C7Cu) + 0x04040404u;
-}
-
 template <int D, int MT, KvFormat F>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams p) {
   constexpr int kElt = KvTraits<F>::kElt;
-  constexpr int kStages = Stages<D, F>::kValue;
+  constexpr int kStages = Stages<D>::kValue;
   constexpr int kRows = MT * 16;
   constexpr int kPartBytes = kTileTokens * D * kElt;  // K or V of one tile
   constexpr int kTileBytes = 2 * kPartBytes;
@@ -268,31 +207,17 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
         const int f = k * 32 + lane;
         const int row = f / (D / 16), c16 = f % (D / 16);  // row: part * 16 + token
         const uint4 raw = *reinterpret_cast<const uint4*>(tile + row * D + c16 * 16);
-        // The lane's 16 codes become bf16 chunks 2 * c16 and 2 * c16 + 1;
-        // lanes with bit 2 of c16 set store the odd chunk first, so each
-        // quarter-warp's 16-byte stores cover all 32 banks (all even chunks
-        // would hit 16 of them twice).
-        const bool odd_first = (c16 >> 2) & 1;
-        const uint32_t w[4] = {odd_first ? raw.z : raw.x, odd_first ? raw.w : raw.y, odd_first ? raw.x : raw.z,
-                               odd_first ? raw.y : raw.w};
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
         uint32_t o[8];
-        uint32_t special = 0;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          Fp8X4ToBf16x2Fast<F>(w[j], o[2 * j], o[2 * j + 1]);
-          special |= Fp8SpecialBits<F>(w[j]);
-        }
-        if (special & 0x80808080u) {  // NaN or Inf codes: the exact conversions
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            o[2 * j] = Fp8X2ToBf16x2<F>(w[j]);
-            o[2 * j + 1] = Fp8X2ToBf16x2<F>(w[j] >> 16);
-          }
+          o[2 * j] = Fp8X2ToBf16x2<F>(w[j]);
+          o[2 * j + 1] = Fp8X2ToBf16x2<F>(w[j] >> 16);
         }
         const int part = row / kTileTokens, tok = row % kTileTokens;
         uint8_t* dst = conv + part * kTileTokens * D * 2;
-        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + odd_first)) = make_uint4(o[0], o[1], o[2], o[3]);
-        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + !odd_first)) = make_uint4(o[4], o[5], o[6], o[7]);
+        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16)) = make_uint4(o[0], o[1], o[2], o[3]);
+        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
       }
       __syncwarp();
       tile = conv;
