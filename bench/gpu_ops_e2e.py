@@ -2,8 +2,9 @@
 """Every op through the real server and kernelctl on the GPU machine.
 
 Starts kernelserve --backend=auto (it must pick cuda), then runs kernelctl
-fp8-attention, mla-decode (contiguous and through a pool with shuffled slots)
-and moe (every stage) on fresh random .npy inputs with --report-error, and
+fp8-attention, mla-decode (contiguous and through a pool with shuffled slots),
+decode (per-head bf16 and e4m3fn pools, paged, ragged) and moe (every stage)
+on fresh random .npy inputs with --report-error, and
 checks the server's error against the fp64 oracle and that the pooled MLA
 output equals the contiguous one bit for bit. Prints one line per check.
 Usage: bench/gpu_ops_e2e.py --bin=.bundle/bin [--backend=auto]
@@ -132,6 +133,47 @@ def main():
             print("%s mla-decode pool == contiguous bit for bit" % ("ok  " if same else "FAIL"))
             if not same:
                 FAIL.append("mla pool == contiguous")
+
+        # Decode attention over per-head pools (bf16 and e4m3fn rows), GQA 4:1, page 16 in shuffled order,
+        # ragged seq_lens and new tokens (q_lens), one request long enough to be split.
+        B, QL, HQ, HKV, D, PAGE = 3, 4, 16, 4, 128, 16
+        seq = np.array([5000, 37, 700], np.int32)
+        qlens = np.array([4, 1, 3], np.int32)
+        pages = [(int(s) + PAGE - 1) // PAGE for s in seq]
+        total_pages = sum(pages) + 8
+        order = rng.permutation(total_pages).astype(np.int32)
+        idx = order[:sum(pages)]
+        save("dq.npy", rng.standard_normal((B, QL, HQ, D), dtype=np.float32))
+        save("dsl.npy", seq)
+        save("dql.npy", qlens)
+        save("dki.npy", idx)
+        save("dkp.npy", np.concatenate([[0], np.cumsum(pages)]).astype(np.int32))
+        slot_ids = np.concatenate([p_ * PAGE + np.arange(PAGE) for p_ in idx]).astype(np.int32)
+        save("dslots.npy", slot_ids)
+        for dtype in ("bf16", "fp8_e4m3fn"):
+            rc, out = ctl(kc, port, "pool", "create", "--kind=per-head", "--slots=%d" % (total_pages * PAGE),
+                          "--page-size=%d" % PAGE, "--dtype=" + dtype, "--heads=%d" % HKV, "--head-dim=%d" % D,
+                          "--kv-scale=0.25")
+            pool = out.split()[0] if rc == 0 else ""
+            if dtype == "bf16":
+                rows = rng.standard_normal((len(slot_ids), 2 * HKV * D), dtype=np.float32)
+            else:
+                rows = fp8_codes(rng, (len(slot_ids), 2 * HKV * D))
+            save("drows.npy", rows)
+            rc2, out2 = ctl(kc, port, "pool", "write", "--pool=" + pool, "--rows=" + p("drows.npy"),
+                            "--slot-ids=" + p("dslots.npy"))
+            rc3, out3 = ctl(kc, port, "decode", "--q=" + p("dq.npy"), "--pool=" + pool, "--seq-lens=" + p("dsl.npy"),
+                            "--q-lens=" + p("dql.npy"), "--kv-indices=" + p("dki.npy"), "--kv-indptr=" + p("dkp.npy"),
+                            "--out=" + p("do.npy"), "--report-error")
+            ok_in = rc == 0 and rc2 == 0
+            check("decode %s pool (GQA 4, page 16 shuffled)" % dtype, rc3 if ok_in else 1,
+                  out3 if ok_in else out + out2, 1e-2)
+            if rc3 == 0:
+                o = np.load(p("do.npy"))
+                pad = [float(np.abs(o[b, qlens[b]:]).max()) if qlens[b] < QL else 0.0 for b in range(B)]
+                print("%s decode rows past each request's window are 0" % ("ok  " if max(pad) == 0 else "FAIL"))
+                if max(pad) != 0:
+                    FAIL.append("decode %s padding rows" % dtype)
 
         # MXFP4 MoE: every stage, Kimi-like K and I with 16 experts.
         E, K, I, T, TOPK = 16, 3584, 384, 8, 4
