@@ -39,8 +39,10 @@ absl::Status Run(const char* kernel, FlashFwdLaunch launch, const AttentionParam
 absl::Status RunAttentionWgmmaWs(const AttentionParams& p, const TensorView& q, const TensorView& k,
                                  const TensorView& v, TensorView& out, cudaStream_t stream) {
   FlashFwdLaunch launch = nullptr;
-  if (p.head_dim == 128) {
-    launch = p.causal ? &attention::RunFlashFwdWsHdim128<true> : &attention::RunFlashFwdWsHdim128<false>;
+  if (p.head_dim == 64) {
+    launch = p.causal ? &attention::RunFlashFwdWs<64, true> : &attention::RunFlashFwdWs<64, false>;
+  } else if (p.head_dim == 128) {
+    launch = p.causal ? &attention::RunFlashFwdWs<128, true> : &attention::RunFlashFwdWs<128, false>;
   }
   return Run("wgmma_ws", launch, p, q, k, v, out, stream);
 }
@@ -48,9 +50,7 @@ absl::Status RunAttentionWgmmaWs(const AttentionParams& p, const TensorView& q, 
 absl::Status RunAttentionMmaSync(const AttentionParams& p, const TensorView& q, const TensorView& k,
                                  const TensorView& v, TensorView& out, cudaStream_t stream) {
   FlashFwdLaunch launch = nullptr;
-  if (p.head_dim == 64) {
-    launch = p.causal ? &attention::RunFlashFwdMmaSync<64, true> : &attention::RunFlashFwdMmaSync<64, false>;
-  } else if (p.head_dim == 256) {
+  if (p.head_dim == 256) {
     launch = p.causal ? &attention::RunFlashFwdMmaSync<256, true> : &attention::RunFlashFwdMmaSync<256, false>;
   }
   return Run("mma_sync", launch, p, q, k, v, out, stream);

@@ -322,6 +322,10 @@ TEST_F(AttentionCudaTest, HeadDim64) {
   Run({1, 4, 2, 77, 300, 64, true, Layout::kBhsd, Rounding::kRtne});
   Run({2, 2, 2, 300, 77, 64, false, Layout::kBshd, Rounding::kRtne});
   Run({1, 2, 1, 129, 129, 64, true, Layout::kBshd, Rounding::kRtz});
+  Run({2, 8, 2, 1024, 1024, 64, true, Layout::kBhsd, Rounding::kRtne});
+  Run({1, 3, 1, 1, 513, 64, true, Layout::kBhsd, Rounding::kRtna});
+  Run({1, 2, 2, 333, 47, 64, true, Layout::kBhsd, Rounding::kRtne});  // Sq > Skv
+  Run({3, 5, 5, 17, 1, 64, false, Layout::kBshd, Rounding::kRtne});
 }
 
 TEST_F(AttentionCudaTest, HeadDim256) {
@@ -345,33 +349,43 @@ TEST_F(AttentionCudaTest, CrossLengthsAndOddSizes) {
 }
 
 TEST_F(AttentionCudaTest, LongTailInputs) {
-  Case c{1, 2, 1, 1024, 2048, 128, true, Layout::kBhsd, Rounding::kRtne};
-  c.long_tail = true;
-  Run(c);
+  for (int64_t dim : {128, 64}) {
+    Case c{1, 2, 1, 1024, 2048, dim, true, Layout::kBhsd, Rounding::kRtne};
+    c.long_tail = true;
+    Run(c);
+  }
 }
 
 // NaN in Q poisons its row; NaN in K at key j poisons the rows that see j;
 // NaN in V at key 0 poisons column d of every row (all rows see key 0 when
 // Sq == Skv). The oracle propagates the same way.
+template <int64_t kDim>
+void PlantNaNs(HostTensor& q, HostTensor& k, HostTensor& v) {
+  const uint16_t nan = 0x7FC0;
+  q.data<uint16_t>()[5 * kDim + 3] = nan;    // BHSD: row 5 of head 0, d 3
+  k.data<uint16_t>()[100 * kDim + 7] = nan;  // key 100 of head 0
+  v.data<uint16_t>()[0 * kDim + 11] = nan;   // key 0, d 11
+}
+
 TEST_F(AttentionCudaTest, NaNInputsPropagateLikeTheOracle) {
-  auto mutate = [](HostTensor& q, HostTensor& k, HostTensor& v) {
-    const uint16_t nan = 0x7FC0;
-    q.data<uint16_t>()[5 * 128 + 3] = nan;    // BHSD: row 5 of head 0, d 3
-    k.data<uint16_t>()[100 * 128 + 7] = nan;  // key 100 of head 0
-    v.data<uint16_t>()[0 * 128 + 11] = nan;   // key 0, d 11
-  };
-  Run({1, 2, 2, 200, 200, 128, true, Layout::kBhsd, Rounding::kRtne}, mutate);
-  Run({1, 2, 2, 200, 200, 128, false, Layout::kBhsd, Rounding::kRtz}, mutate);
+  Run({1, 2, 2, 200, 200, 128, true, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<128>);
+  Run({1, 2, 2, 200, 200, 128, false, Layout::kBhsd, Rounding::kRtz}, &PlantNaNs<128>);
+  Run({1, 2, 2, 200, 200, 64, true, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<64>);
+  Run({1, 2, 2, 200, 200, 64, false, Layout::kBhsd, Rounding::kRtna}, &PlantNaNs<64>);
 }
 
 // The warp-specialized kernel's stage ring and turn schedule: many key tiles
-// (the 2-stage ring wraps 16 times), one tile (no loop iteration), CTAs with
-// no key tile next to CTAs with one, GQA in both layouts.
+// (32: d128's 2-stage ring wraps 16 times, d64's 3-stage ring 10 times and a
+// half), one tile (no loop iteration), CTAs with no key tile next to CTAs
+// with one, GQA in both layouts.
 TEST_F(AttentionCudaTest, RingAndScheduleShapes) {
-  Run({1, 2, 1, 128, 4096, 128, false, Layout::kBhsd, Rounding::kRtne});
-  Run({1, 4, 2, 130, 128, 128, false, Layout::kBshd, Rounding::kRtne});
-  Run({1, 2, 2, 700, 100, 128, true, Layout::kBshd, Rounding::kRtna});
-  Run({2, 4, 1, 640, 640, 128, true, Layout::kBshd, Rounding::kRtz});
+  for (int64_t dim : {128, 64}) {
+    Run({1, 2, 1, 128, 4096, dim, false, Layout::kBhsd, Rounding::kRtne});
+    Run({1, 4, 2, 130, 128, dim, false, Layout::kBshd, Rounding::kRtne});
+    Run({1, 2, 2, 700, 100, dim, true, Layout::kBshd, Rounding::kRtna});
+    Run({2, 4, 1, 640, 640, dim, true, Layout::kBshd, Rounding::kRtz});
+    Run({1, 2, 1, 128, 384, dim, true, Layout::kBhsd, Rounding::kRtne});  // 3 tiles: one turn of d64's ring
+  }
 }
 
 TEST_F(AttentionCudaTest, Deterministic) {
@@ -380,6 +394,8 @@ TEST_F(AttentionCudaTest, Deterministic) {
   RunDeterministic({1, 2, 2, 1000, 129, 128, true, Layout::kBhsd, Rounding::kRtz});
   RunDeterministic({2, 3, 3, 64, 4096, 128, true, Layout::kBshd, Rounding::kRtne});
   RunDeterministic({1, 4, 2, 700, 900, 64, true, Layout::kBshd, Rounding::kRtne});
+  RunDeterministic({2, 4, 1, 1536, 1536, 64, true, Layout::kBhsd, Rounding::kRtna});
+  RunDeterministic({1, 2, 2, 100, 4096, 64, false, Layout::kBshd, Rounding::kRtz});
   RunDeterministic({1, 2, 1, 300, 500, 256, false, Layout::kBhsd, Rounding::kRtz});
 }
 
@@ -393,7 +409,7 @@ TEST(AttentionVariantsTest, OneEntryPerHeadDimOnSm90a) {
   h200.smem_per_block_optin = 227 * 1024;
   gpu::DeviceCaps ampere = h200;
   ampere.cc_major = 8;
-  for (auto [dim, want] : {std::pair<int64_t, const char*>{64, "mma_sync"}, {128, "wgmma_ws"}, {256, "mma_sync"}}) {
+  for (auto [dim, want] : {std::pair<int64_t, const char*>{64, "wgmma_ws"}, {128, "wgmma_ws"}, {256, "mma_sync"}}) {
     OpCall call;
     call.attention.head_dim = dim;
     auto v = gpu::SelectVariant(gpu::AttentionVariants(), "attention", h200, call);

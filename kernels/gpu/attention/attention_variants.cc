@@ -27,13 +27,13 @@ std::string HeadDims(const DeviceCaps& caps, const OpCall& c, std::initializer_l
 const VariantTable& AttentionVariants() {
   static const VariantTable table = {
       {"wgmma_ws", "warp-specialized wgmma: TMA producer warpgroup, two consumer warpgroups in ping-pong",
-       "sm_90a, head_dim 128",
-       [](const DeviceCaps& caps, const OpCall& c) { return HeadDims(caps, c, {128}, "128"); }, nullptr,
+       "sm_90a, head_dim 64 and 128",
+       [](const DeviceCaps& caps, const OpCall& c) { return HeadDims(caps, c, {64, 128}, "64, 128"); }, nullptr,
        [](const OpCall& c, TensorView& out, cudaStream_t s) {
          return RunAttentionWgmmaWs(c.attention, c.q, c.k, c.v, out, s);
        }},
-      {"mma_sync", "mma.sync m16n8k16 with cp.async double buffering", "sm_90a, head_dim 64 and 256",
-       [](const DeviceCaps& caps, const OpCall& c) { return HeadDims(caps, c, {64, 256}, "64, 256"); }, nullptr,
+      {"mma_sync", "mma.sync m16n8k16 with cp.async double buffering", "sm_90a, head_dim 256",
+       [](const DeviceCaps& caps, const OpCall& c) { return HeadDims(caps, c, {256}, "256"); }, nullptr,
        [](const OpCall& c, TensorView& out, cudaStream_t s) {
          return RunAttentionMmaSync(c.attention, c.q, c.k, c.v, out, s);
        }},

@@ -180,6 +180,8 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 2], const uint32_t (&a)[
     } else {
       KS_WGMMA_RS("m64n64k16.f32.f16.f16", 32, 32, 33, 34, 35, 36, 37, ", 0");
     }
+  } else if constexpr (std::is_same_v<T, Bf16> && kN == 64 && kTransB) {
+    KS_WGMMA_RS("m64n64k16.f32.bf16.bf16", 32, 32, 33, 34, 35, 36, 37, ", 1");
   } else if constexpr (std::is_same_v<T, Bf16> && kN == 128 && kTransB) {
     KS_WGMMA_RS("m64n128k16.f32.bf16.bf16", 64, 64, 65, 66, 67, 68, 69, ", 1");
   } else if constexpr (std::is_same_v<T, E4m3> && kN == 136 && !kTransB) {

@@ -1,4 +1,4 @@
-// The bf16 MHA forward kernel on mma.sync (FA2-style; head dims 64 and 256):
+// The bf16 MHA forward kernel on mma.sync (FA2-style; head dim 256):
 // one thread block per (query tile, head, batch) from the tile scheduler; K
 // and V tiles streamed through shared memory with cp.async so that V[n]
 // loads during S = Q K[n]^T and K[n+1] during O += P V[n].

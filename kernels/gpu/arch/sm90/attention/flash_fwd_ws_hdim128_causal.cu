@@ -7,8 +7,8 @@ namespace attention {
 
 // A 2-stage K/V ring.
 template <>
-cudaError_t RunFlashFwdWsHdim128<true>(const FlashFwdParams& params, cudaStream_t stream) {
-  return LaunchFlashFwdWs<true, 2>(params, stream);
+cudaError_t RunFlashFwdWs<128, true>(const FlashFwdParams& params, cudaStream_t stream) {
+  return LaunchFlashFwdWs<128, true, 2>(params, stream);
 }
 
 }  // namespace attention

@@ -7,8 +7,8 @@ namespace attention {
 
 // A 2-stage K/V ring.
 template <>
-cudaError_t RunFlashFwdWsHdim128<false>(const FlashFwdParams& params, cudaStream_t stream) {
-  return LaunchFlashFwdWs<false, 2>(params, stream);
+cudaError_t RunFlashFwdWs<128, false>(const FlashFwdParams& params, cudaStream_t stream) {
+  return LaunchFlashFwdWs<128, false, 2>(params, stream);
 }
 
 }  // namespace attention

@@ -1,10 +1,11 @@
-// Hopper (sm_90a) bf16 MHA forward, head dim 128, warp-specialized in
-// FlashAttention-3's structure.
+// Hopper (sm_90a) bf16 MHA forward, head dims 64 and 128, warp-specialized
+// in FlashAttention-3's structure.
 //
 // Three warpgroups per CTA of kBlockM = 128 query rows:
 //   warpgroup 0, the producer: setmaxnreg down to 24 registers; one thread
 //     loads Q once and K/V tiles of 128 keys through TMA into a kStages ring
-//     of shared-memory stages with full/empty mbarriers;
+//     of shared-memory stages with full/empty mbarriers (a tile is kD / 64
+//     column blocks of 64: two at d128, one at d64);
 //   warpgroups 1 and 2, the consumers: setmaxnreg up to 240; 64 query rows
 //     each, wgmma for S = Q K^T and O += P V, the online softmax between,
 //     the shared epilogue at the end.
@@ -33,10 +34,12 @@ namespace kernelserve {
 namespace gpu {
 namespace attention {
 
-template <bool kCausal_, int kStages_>
+template <int kHeadDim_, bool kCausal_, int kStages_>
 struct WsTraits {
   static constexpr bool kCausal = kCausal_;
-  static constexpr int kHeadDim = 128;
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "the tiles are one or two 64-column blocks");
+  static constexpr int kColBlocks = kHeadDim / 64;
   static constexpr int kConsumers = 2;  // warpgroups of 64 query rows
   static constexpr int kConsumerWarps = 4 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);

@@ -1,6 +1,6 @@
 // Host side of the warp-specialized kernel: the TMA maps of Q, K and V,
 // built per launch (sm90/tensor_map.h's encoder), and the launcher that
-// flash_fwd_ws_hdim128_*.cu instantiate.
+// flash_fwd_ws_hdim{64,128}_*.cu instantiate.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
 
@@ -19,7 +19,7 @@ namespace kernelserve {
 namespace gpu {
 namespace attention {
 
-// One bf16 tensor of `seq` rows of 128 per (batch, head), strides in
+// One bf16 tensor of `seq` rows of kD per (batch, head), strides in
 // elements, as a 4-D map whose box is 64 columns x kRows rows of one (head,
 // batch): a [kRows][64] 128-byte-swizzled block of the kernel's tiles.
 struct TileMapDesc {
@@ -39,10 +39,10 @@ inline bool TileMapFits(const TileMapDesc& t) {
   return true;
 }
 
-template <int kRows>
+template <int kD, int kRows>
 cudaError_t EncodeTileMap(sm90::EncodeTiledFn encode, const TileMapDesc& t, bool heads_inner,
                           CUtensorMap* map) {
-  const cuuint64_t dims[4] = {128, static_cast<cuuint64_t>(heads_inner ? t.heads : t.seq),
+  const cuuint64_t dims[4] = {kD, static_cast<cuuint64_t>(heads_inner ? t.heads : t.seq),
                               static_cast<cuuint64_t>(heads_inner ? t.seq : t.heads),
                               static_cast<cuuint64_t>(t.batch)};
   const cuuint64_t strides[3] = {
@@ -64,9 +64,9 @@ cudaError_t EncodeTileMap(sm90::EncodeTiledFn encode, const TileMapDesc& t, bool
 // 2^40 bytes or more or not a multiple of 16 bytes (neither occurs for
 // BHSD/BSHD tensors a device can hold). So are a driver without the
 // tensor-map encoder and an encoding it rejects.
-template <bool kCausal, int kStages>
+template <int kD, bool kCausal, int kStages>
 cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, cudaStream_t stream) {
-  using Traits = WsTraits<kCausal, kStages>;
+  using Traits = WsTraits<kD, kCausal, kStages>;
   const TileMapDesc q{params.q,
                       params.seq_q,
                       params.heads_q,
@@ -100,9 +100,9 @@ cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, cudaStream_t stream) 
                            params.k_row_stride > params.k_head_stride ||
                            params.v_row_stride > params.v_head_stride;
   wp.heads_inner = heads_inner ? 1 : 0;
-  cudaError_t e = EncodeTileMap<Traits::kBlockM>(encode, q, heads_inner, &wp.map_q);
-  if (e == cudaSuccess) e = EncodeTileMap<Traits::kBlockN>(encode, k, heads_inner, &wp.map_k);
-  if (e == cudaSuccess) e = EncodeTileMap<Traits::kBlockN>(encode, v, heads_inner, &wp.map_v);
+  cudaError_t e = EncodeTileMap<kD, Traits::kBlockM>(encode, q, heads_inner, &wp.map_q);
+  if (e == cudaSuccess) e = EncodeTileMap<kD, Traits::kBlockN>(encode, k, heads_inner, &wp.map_k);
+  if (e == cudaSuccess) e = EncodeTileMap<kD, Traits::kBlockN>(encode, v, heads_inner, &wp.map_v);
   if (e != cudaSuccess) return e;
 
   auto kernel = &FlashFwdWsKernel<Traits>;

@@ -4,8 +4,8 @@
 // (softmax.h, epilogue.h): a wgmma accumulator holds per warp the mma.sync
 // m16n8 layout.
 //
-// Shared memory (all tiles [2 column blocks][rows][64], 128-byte swizzled, as
-// TMA's SWIZZLE_128B writes them): Q (kBlockM rows), kStages K tiles,
+// Shared memory (all tiles [kD / 64 column blocks][rows][64], 128-byte
+// swizzled, as TMA's SWIZZLE_128B writes them): Q (kBlockM rows), kStages K tiles,
 // kStages V tiles, then the mbarriers and 8 bytes of scratch per consumer warp:
 //   q_full                 1 arrival + Q's bytes, waited once
 //   k_full[s], v_full[s]   1 arrival (the producer's expect_tx) + the tile's bytes
@@ -74,12 +74,14 @@ struct WsMainloop {
   static constexpr int kD = Traits::kHeadDim;
   static constexpr int kStages = Traits::kStages;
   static constexpr int kNTiles = kBlockN / 8;
-  static_assert(kD == 128 && kBlockN == 128, "the wgmma wrappers are m64n128k16");
+  static constexpr int kColBlocks = Traits::kColBlocks;
+  // S: m64n128k16 (n = kBlockN); O += P V: m64n{kD}k16.
+  static_assert(kBlockN == 128, "the score wgmma is m64n128k16");
 
   // ---- Producer: one thread. ----
 
-  // A kRows x 128 tile = two boxes of 64 columns (the 128-byte swizzle spans
-  // at most 128 bytes of a row), 16 KB apart at 128 rows. Coordinates are
+  // A kRows x kD tile = kD / 64 boxes of 64 columns (the 128-byte swizzle
+  // spans at most 128 bytes of a row), kRows * 128 bytes apart. Coordinates are
   // (column, row, head, batch) or, for maps over (d, head, seq, batch),
   // (column, head, row, batch).
   template <int kRows>
@@ -87,8 +89,10 @@ struct WsMainloop {
                                   int batch, bool heads_inner) {
     const int c1 = heads_inner ? head : row;
     const int c2 = heads_inner ? row : head;
-    sm90::TmaLoad4d(dst, map, bar, 0, c1, c2, batch);
-    sm90::TmaLoad4d(dst + kRows * 128, map, bar, 64, c1, c2, batch);
+#pragma unroll
+    for (int cb = 0; cb < kColBlocks; ++cb) {
+      sm90::TmaLoad4d(dst + cb * kRows * 128, map, bar, 64 * cb, c1, c2, batch);
+    }
   }
 
   // Q once, then K and V of every key tile through the ring. Each stage is
@@ -119,8 +123,8 @@ struct WsMainloop {
 
   // ---- Consumers: one warpgroup of 64 query rows each. ----
 
-  // S = Q K^T over d: k-step kk in column block kk / 4 at byte offset
-  // 32 * (kk % 4) within the 128-byte rows.
+  // S = Q K^T over d (kD / 16 k-steps): k-step kk in column block kk / 4 at
+  // byte offset 32 * (kk % 4) within the 128-byte rows.
   // q_desc, k_desc: descriptors of this warpgroup's Q rows and of the K
   // tile's first byte (sm90::DescPlus moves them).
   __device__ static void IssueScores(float (&s)[kNTiles][4], uint64_t q_desc, uint64_t k_desc) {
@@ -135,13 +139,13 @@ struct WsMainloop {
   }
 
   // O += P V: V the MN-major operand (d blocks kBlockN * 128 bytes apart,
-  // 8-key groups 1024 bytes apart), P from registers.
+  // 8-key groups 1024 bytes apart; at d64 one d block), P from registers.
   // v_desc: the V tile's first byte (lbo kBlockN * 128, sbo 1024).
   __device__ static void IssuePv(float (&acc)[kD / 8][4], const uint32_t (&pa)[kBlockN / 16][4],
                                  uint64_t v_desc) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      sm90::WgmmaRS<128, sm90::Bf16, true>(acc, pa[kk], sm90::DescPlus(v_desc, kk * 16u * 128u), 1);
+      sm90::WgmmaRS<kD, sm90::Bf16, true>(acc, pa[kk], sm90::DescPlus(v_desc, kk * 16u * 128u), 1);
     }
   }
 
