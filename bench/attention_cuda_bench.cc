@@ -2,9 +2,10 @@
 // prints TFLOP/s (causal counts only unmasked query-key pairs). Inputs are
 // random bf16 (never zeros: zeros can run faster than real data).
 //
-//   attention_cuda_bench [--iters=N] [--warmup=N] [--dim=128] [--only=NAME] [--shapes=B:H:S,...]
-// Times every entry of the variant table (attention_variants.h) that serves
-// the head dim on this device, or only the one named.
+//   attention_cuda_bench [--iters=N] [--warmup=N] [--dims=128,64] [--only=NAME] [--shapes=B:H:S,...]
+// For each head dim in turn (default 128, then 64; --dim=N is --dims=N),
+// times every entry of the variant table (attention_variants.h) that serves
+// it on this device, or only the one named.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -57,7 +59,7 @@ double Pairs(int64_t sq, int64_t skv, bool causal) {
 
 int Main(int argc, char** argv) {
   int iters = 20, warmup = 5;
-  int64_t dim = 128;
+  std::vector<int64_t> dims = {128, 64};
   std::string only;
   std::vector<Shape4> shapes = {{2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
   for (int i = 1; i < argc; ++i) {
@@ -65,7 +67,19 @@ int Main(int argc, char** argv) {
     if (const char* v = bench::FlagValue(a, "--only=")) only = v;
     if (const char* v = bench::FlagValue(a, "--iters=")) iters = std::atoi(v);
     if (const char* v = bench::FlagValue(a, "--warmup=")) warmup = std::atoi(v);
-    if (const char* v = bench::FlagValue(a, "--dim=")) dim = std::atoll(v);
+    const char* dv = bench::FlagValue(a, "--dim=");
+    if (dv == nullptr) dv = bench::FlagValue(a, "--dims=");
+    if (dv != nullptr) {
+      dims.clear();
+      for (const std::string& item : std::vector<std::string>(absl::StrSplit(dv, ',', absl::SkipEmpty()))) {
+        int64_t d = 0;
+        if (!absl::SimpleAtoi(item, &d) || d < 1) {
+          std::fprintf(stderr, "--dims: \"%s\" is not a positive integer\n", item.c_str());
+          return 2;
+        }
+        dims.push_back(d);
+      }
+    }
     if (const char* v = bench::FlagValue(a, "--shapes=")) {  // B:H:S,B:H:S,... instead of the seed shapes
       shapes.clear();
       for (const std::string& item : std::vector<std::string>(absl::StrSplit(v, ',', absl::SkipEmpty()))) {
@@ -89,7 +103,9 @@ int Main(int argc, char** argv) {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 
   int64_t max_elems = 0;
-  for (const auto& s : shapes) max_elems = std::max(max_elems, s.b * s.h * s.s * dim);
+  for (const auto& s : shapes) {
+    for (int64_t dim : dims) max_elems = std::max(max_elems, s.b * s.h * s.s * dim);
+  }
   std::vector<uint16_t> host(max_elems);
   void *q, *k, *v, *o;
   CHECK_CUDA(cudaMalloc(&q, max_elems * 2));
@@ -113,28 +129,30 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", caps.status().ToString().c_str());
     return 1;
   }
-  // The table's entries that serve this head dim here (the predicates read
-  // the device and the head dim only).
-  std::vector<const gpu::KernelVariant*> kernels;
-  OpCall probe;
-  probe.attention.head_dim = dim;
-  for (const gpu::KernelVariant& v : gpu::AttentionVariants()) {
-    if (!only.empty() && only != v.name) continue;
-    const std::string no = v.unsupported(*caps, probe);
-    if (no.empty()) {
-      kernels.push_back(&v);
-    } else {
-      std::printf("%s: not timed (%s)\n", v.name, no.c_str());
+  // Per head dim, the table's entries that serve it here (the predicates
+  // read the device and the head dim only).
+  std::vector<std::pair<int64_t, const gpu::KernelVariant*>> runs;
+  for (int64_t dim : dims) {
+    OpCall probe;
+    probe.attention.head_dim = dim;
+    for (const gpu::KernelVariant& v : gpu::AttentionVariants()) {
+      if (!only.empty() && only != v.name) continue;
+      const std::string no = v.unsupported(*caps, probe);
+      if (no.empty()) {
+        runs.emplace_back(dim, &v);
+      } else {
+        std::printf("%s: d%lld not timed (%s)\n", v.name, static_cast<long long>(dim), no.c_str());
+      }
     }
   }
-  if (kernels.empty()) {
-    std::fprintf(stderr, "no table entry to time (--only=%s, --dim=%lld)\n", only.c_str(), static_cast<long long>(dim));
+  if (runs.empty()) {
+    std::fprintf(stderr, "no table entry to time (--only=%s)\n", only.c_str());
     return 1;
   }
   std::printf(
       "\n| kernel | (B, H, S) | d | causal | ms (median) | TFLOP/s |\n"
       "| --- | --- | --- | --- | --- | --- |\n");
-  for (const gpu::KernelVariant* kc : kernels) {
+  for (const auto& [dim, kc] : runs) {
     for (const auto& s : shapes) {
       for (bool causal : {false, true}) {
         AttentionParams p;

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Peers for the bf16 MHA forward: torch SDPA with the cuDNN and
 FlashAttention-2 backends at the seed shapes, timed with CUDA events (median).
-TFLOP/s count causal pairs once, as attention_cuda_bench does.
+TFLOP/s count causal pairs once, as attention_cuda_bench does. Head dim 128
+first, then the (192, 128) MLA shape, then the other head dims of --dims
+(default 64), so a timeout cuts the newest rows first.
 
-  python3 bench/peers.py [--iters N] [--dim 128]
+  python3 bench/peers.py [--iters N] [--dims 128,64]
 """
 import argparse
 import statistics
@@ -35,11 +37,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--dims", default="128,64")
     args = ap.parse_args()
-    d = args.dim
+    dims = [int(x) for x in args.dims.split(",") if x]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
     print("\n| (B, H, S) | d | causal | peer | ms (median) | TFLOP/s |\n| --- | --- | --- | --- | --- | --- |")
+    if 128 in dims:
+        time_seed_shapes(128, args)
+        time_mla_shape(args)
+    for d in dims:
+        if d != 128:
+            time_seed_shapes(d, args)
+
+
+def time_seed_shapes(d, args):
     for b, h, s in SHAPES:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -59,6 +70,9 @@ def main():
                           f"- | failed: {type(e).__name__} |", flush=True)
         del q, k, v
         torch.cuda.empty_cache()
+
+
+def time_mla_shape(args):
     # ZYFA's MLA head shape, (d_qk, d_v) = (192, 128), causal 16K: the peer of
     # our FP8 attention at that shape (FlashAttention-2 has no kernel for it).
     b, h, s = 1, 16, 16384
