@@ -6,7 +6,9 @@
 // loaded once, by 16-byte cp.async straight from the pool rows named by the
 // page table (never copied), into a per-warp ring of kStages 16-token tiles
 // (bf16 tiles XOR-swizzled by 16-byte chunk for conflict-free ldmatrix; fp8
-// tiles converted exactly to bf16 in shared memory first). Each warp takes
+// tiles in rows padded by 16 bytes, from which each lane reads the codes of
+// its own mma B fragments and converts them exactly to bf16 in registers, so
+// the fp8 bytes cross shared memory once each way). Each warp takes
 // every fourth tile of the split with its own online softmax; S = Q K^T and
 // O += P V run on mma.sync m16n8k16 (bf16 in, fp32 accumulate) over 16 * MT
 // query rows. Scores are in base 2 with softmax scale * kv_scale folded in;
@@ -36,20 +38,56 @@ struct KvTraits {
   static constexpr int kElt = F == KvFormat::kBf16 ? 2 : 1;
 };
 
+// Bytes of one K (or V) row in the ring. fp8 rows are padded by 16 bytes:
+// the eight rows one fragment load touches then start on eight different
+// 4-bank groups (no swizzle, so every fragment offset is an immediate).
+template <int D, KvFormat F>
+constexpr int RowPitch() {
+  return F == KvFormat::kBf16 ? 2 * D : D + 16;
+}
+
+// fp8 V: the output column n of n-tile nd is dimension
+// (nd / kW) * 8 * kW + n * kW + nd % kW, kW = min(16, D / 8), so the codes a
+// lane needs for its B fragments (n = g of every n-tile) are kW contiguous
+// bytes of each token row; the accumulators carry the same permutation.
+template <int D>
+struct VPerm {
+  static constexpr int kW = D / 8 < 16 ? D / 8 : 16;
+  __host__ __device__ static constexpr int Dim(int nd, int n) { return (nd / kW) * 8 * kW + n * kW + nd % kW; }
+};
+
 template <int D>
 struct Stages {
   static constexpr int kValue = D == 256 ? 2 : (D == 128 ? 3 : 4);
 };
 
-// Dynamic shared memory of one CTA: Q, then the warps' rings (and their
-// converted bf16 tiles for fp8), reused for the warps' partials at the end.
+// Dynamic shared memory of one CTA: Q, then the warps' rings, reused for the
+// warps' partials at the end.
 template <int D, int MT, KvFormat F>
 constexpr int SmemBytes() {
   constexpr int q = MT * 16 * D * 2;
-  constexpr int ring = kWarps * Stages<D>::kValue * 2 * kTileTokens * D * KvTraits<F>::kElt;
-  constexpr int conv = F == KvFormat::kBf16 ? 0 : kWarps * 2 * kTileTokens * D * 2;
+  constexpr int ring = kWarps * Stages<D>::kValue * 2 * kTileTokens * RowPitch<D, F>();
   constexpr int merge = kWarps * MT * 16 * (D + 2) * 4;
-  return q + (ring + conv > merge ? ring + conv : merge);
+  return q + (ring > merge ? ring : merge);
+}
+
+// Float offset of the 4-aligned dimension d of row `row` in a warp's fp32
+// partial. fp8's permuted accumulators store float4s whose dimensions are
+// kW apart across the lanes of a quarter-warp; XOR-ing the float4 index
+// (within its aligned 8) by those lanes' bits keeps the stores off one bank.
+template <int D, KvFormat F>
+__device__ __forceinline__ int PartOff(int row, int d) {
+  if constexpr (F == KvFormat::kBf16) {
+    return row * D + d;
+  } else {
+    const int f = d >> 2;
+    return row * D + ((f ^ (((f >> 3) & 3) | ((row & 1) << 2))) << 2);
+  }
+}
+
+// Whether either bf16 of a pair is not finite.
+__device__ __forceinline__ bool NonFinite(uint32_t bf16x2) {
+  return !isfinite(Bf16LoToFloat(bf16x2)) || !isfinite(Bf16HiToFloat(bf16x2));
 }
 
 // Byte offset of 16-byte chunk `ch` of row `row` in a swizzled bf16 tile of D columns.
@@ -78,7 +116,8 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
   constexpr int kElt = KvTraits<F>::kElt;
   constexpr int kStages = Stages<D>::kValue;
   constexpr int kRows = MT * 16;
-  constexpr int kPartBytes = kTileTokens * D * kElt;  // K or V of one tile
+  constexpr int kPitch = RowPitch<D, F>();            // bytes of one K or V row in the ring
+  constexpr int kPartBytes = kTileTokens * kPitch;     // K or V of one tile
   constexpr int kTileBytes = 2 * kPartBytes;
   constexpr int kChunks = D * kElt / 16;  // 16-byte chunks of one K (or V) row
   constexpr int kNd = D / 8;              // n-tiles of the output
@@ -105,7 +144,6 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
 
   uint8_t* q_s = smem;
   uint8_t* ring = smem + kRows * D * 2 + warp * kStages * kTileBytes;
-  uint8_t* conv = smem + kRows * D * 2 + kWarps * kStages * kTileBytes + warp * 2 * kTileTokens * D * 2;
 
   // Q rows of this row group, swizzled, by cp.async in a group of their own
   // (waited for after the KV prologue is issued, so the two loads overlap);
@@ -165,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
         const bool ok = j0 + tok < end;
         const uint8_t* src = head_k + slot * row_bytes + (part ? v_off : 0) + ch * 16;
         const uint32_t dst = sm80::SmemAddr(st + part * kPartBytes) +
-                             (kElt == 2 ? Swz<D>(tok, ch) : static_cast<uint32_t>(tok * D * kElt + ch * 16));
+                             (kElt == 2 ? Swz<D>(tok, ch) : static_cast<uint32_t>(tok * kPitch + ch * 16));
         sm80::CpAsync16(dst, ok ? src : p.pool, ok ? 16 : 0);
       }
     }
@@ -199,31 +237,39 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
     sm80::CpAsyncWait<kStages - 1>();
     __syncwarp();
     const int j0 = start + (warp + i * kWarps) * kTileTokens;
-    uint8_t* tile = ring + (i % kStages) * kTileBytes;
-    if constexpr (kElt == 1) {
-      // fp8 -> bf16, exact, into the warp's converted tile.
-#pragma unroll
-      for (int k = 0; k < 2 * kTileTokens * D / 16 / 32; ++k) {
-        const int f = k * 32 + lane;
-        const int row = f / (D / 16), c16 = f % (D / 16);  // row: part * 16 + token
-        const uint4 raw = *reinterpret_cast<const uint4*>(tile + row * D + c16 * 16);
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-        uint32_t o[8];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          o[2 * j] = Fp8X2ToBf16x2<F>(w[j]);
-          o[2 * j + 1] = Fp8X2ToBf16x2<F>(w[j] >> 16);
-        }
-        const int part = row / kTileTokens, tok = row % kTileTokens;
-        uint8_t* dst = conv + part * kTileTokens * D * 2;
-        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16)) = make_uint4(o[0], o[1], o[2], o[3]);
-        *reinterpret_cast<uint4*>(dst + Swz<D>(tok, 2 * c16 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
-      }
-      __syncwarp();
-      tile = conv;
-    }
+    const uint8_t* tile = ring + (i % kStages) * kTileBytes;
+    const uint8_t* vt = tile + kPartBytes;
     const uint32_t k_addr = sm80::SmemAddr(tile);
-    const uint32_t v_addr = k_addr + kTileTokens * D * 2;
+    const uint32_t v_addr = k_addr + kPartBytes;
+    const int mat = lane >> 3;
+
+    // The K B fragments of k-step kk: kb[0..1] for tokens 0-7, kb[2..3] for
+    // 8-15. fp8: the lane's codes (token nt * 8 + g, dims kk * 16 + 2c, +1 and
+    // +8, +9) by two 16-bit loads per n-tile, converted as the bf16 tile
+    // would have been: the same B fragments, so the same S.
+    auto k_frag = [&](int kk, uint32_t(&kb)[4]) {
+      if constexpr (kElt == 2) {
+        const int n = (lane & 7) + (mat >> 1) * 8;
+        sm80::LdMatrixX4(k_addr + Swz<D>(n, kk * 2 + (mat & 1)), kb);
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const uint8_t* kr = tile + (nt * 8 + g) * kPitch + kk * 16 + 2 * c;
+          kb[2 * nt] = Fp8X2ToBf16x2<F>(*reinterpret_cast<const uint16_t*>(kr));
+          kb[2 * nt + 1] = Fp8X2ToBf16x2<F>(*reinterpret_cast<const uint16_t*>(kr + 8));
+        }
+      }
+    };
+    // V of token k as bf16x2 at the two accumulator columns (2c, 2c + 1) of
+    // n-tile n (the scalar path).
+    auto v_pair = [&](int k, int n) -> uint32_t {
+      if constexpr (kElt == 2) {
+        return *reinterpret_cast<const uint32_t*>(vt + Swz<D>(k, n) + c * 4);
+      } else {
+        const uint8_t* vr = vt + k * kPitch + VPerm<D>::Dim(n, 2 * c);
+        return Fp8X2ToBf16x2<F>(vr[0] | (static_cast<uint32_t>(vr[VPerm<D>::kW]) << 8));
+      }
+    };
 
     // S = Q K^T over 16 tokens.
     float s[MT][2][4];
@@ -232,12 +278,10 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[mt][0][e] = s[mt][1][e] = 0.f;
     }
-    const int mat = lane >> 3;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t kb[4];
-      const int n = (lane & 7) + (mat >> 1) * 8;
-      sm80::LdMatrixX4(k_addr + Swz<D>(n, kk * 2 + (mat & 1)), kb);
+      k_frag(kk, kb);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t qa[4];
@@ -295,29 +339,71 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
     // for rows that do not see it: such tiles take the scalar path.
     bool bad = false;
     if (j0 + kTileTokens > tail_from && j0 < seq && qlen > 1) {
-      const uint8_t* vt = tile + kTileTokens * D * 2;
-      for (int e = lane; e < kTileTokens * D / 2; e += 32) {
-        const int tok = e / (D / 2);
+      for (int e = lane; e < kTileTokens * D * kElt / 4; e += 32) {
+        const int tok = e / (D * kElt / 4);
         if (j0 + tok < tail_from || j0 + tok >= end) continue;
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(vt + tok * D * 2 + (e % (D / 2)) * 4);
-        bad |= !isfinite(Bf16LoToFloat(w)) || !isfinite(Bf16HiToFloat(w));
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(vt + tok * kPitch + (e % (D * kElt / 4)) * 4);
+        if constexpr (kElt == 2) {
+          bad |= NonFinite(w);
+        } else {
+          bad |= NonFinite(Fp8X2ToBf16x2<F>(w)) || NonFinite(Fp8X2ToBf16x2<F>(w >> 16));
+        }
       }
       bad = __any_sync(0xffffffffu, bad);
     }
     if (!bad) {
+      if constexpr (kElt == 2) {
 #pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        uint32_t vb[4];
-        const int tok = (lane & 7) + (mat & 1) * 8;
-        sm80::LdMatrixX4Trans(v_addr + Swz<D>(tok, dd * 2 + (mat >> 1)), vb);
+        for (int dd = 0; dd < D / 16; ++dd) {
+          uint32_t vb[4];
+          const int tok = (lane & 7) + (mat & 1) * 8;
+          sm80::LdMatrixX4Trans(v_addr + Swz<D>(tok, dd * 2 + (mat >> 1)), vb);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          sm80::MmaBf16(acc[mt][2 * dd], pa[mt], vb[0], vb[1]);
-          sm80::MmaBf16(acc[mt][2 * dd + 1], pa[mt], vb[2], vb[3]);
+          for (int mt = 0; mt < MT; ++mt) {
+            sm80::MmaBf16(acc[mt][2 * dd], pa[mt], vb[0], vb[1]);
+            sm80::MmaBf16(acc[mt][2 * dd + 1], pa[mt], vb[2], vb[3]);
+          }
+        }
+      } else {
+        // The lane's B fragments of every n-tile: tokens 2c, 2c + 1 (b0) and
+        // 2c + 8, 2c + 9 (b1) at the kW dims of VPerm's column g; one byte
+        // permute pairs two tokens' codes of two dims.
+        constexpr int kW = VPerm<D>::kW;
+#pragma unroll
+        for (int grp = 0; grp < D / 8 / kW; ++grp) {
+          uint32_t raw[4][kW / 4];
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const uint8_t* src = vt + (2 * c + (r & 1) + (r >> 1) * 8) * kPitch + VPerm<D>::Dim(grp * kW, g);
+            if constexpr (kW == 16) {
+              const uint4 u = *reinterpret_cast<const uint4*>(src);
+              raw[r][0] = u.x;
+              raw[r][1] = u.y;
+              raw[r][2] = u.z;
+              raw[r][3] = u.w;
+            } else {
+              static_assert(kW == 8, "head_dim 64, 128 or 256");
+              const uint2 u = *reinterpret_cast<const uint2*>(src);
+              raw[r][0] = u.x;
+              raw[r][1] = u.y;
+            }
+          }
+#pragma unroll
+          for (int w = 0; w < kW / 4; ++w) {
+            const uint32_t lo[2] = {__byte_perm(raw[0][w], raw[1][w], 0x5140), __byte_perm(raw[2][w], raw[3][w], 0x5140)};
+            const uint32_t hi[2] = {__byte_perm(raw[0][w], raw[1][w], 0x7362), __byte_perm(raw[2][w], raw[3][w], 0x7362)};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const int nd = grp * kW + 4 * w + j;
+              const uint32_t b0 = Fp8X2ToBf16x2<F>((j < 2 ? lo[0] : hi[0]) >> (16 * (j & 1)));
+              const uint32_t b1 = Fp8X2ToBf16x2<F>((j < 2 ? lo[1] : hi[1]) >> (16 * (j & 1)));
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) sm80::MmaBf16(acc[mt][nd], pa[mt], b0, b1);
+            }
+          }
         }
       }
     } else {
-      const uint8_t* vt = tile + kTileTokens * D * 2;
       for (int k = 0; k < kTileTokens; ++k) {
         const int src_lane = (lane & ~3) | ((k & 7) >> 1);
 #pragma unroll
@@ -331,7 +417,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
             if (j0 + k > lim[mt][hh]) continue;
 #pragma unroll
             for (int n = 0; n < kNd; ++n) {
-              const uint32_t w = *reinterpret_cast<const uint32_t*>(vt + Swz<D>(k, n) + c * 4);
+              const uint32_t w = v_pair(k, n);
               acc[mt][n][hh * 2] += pv * Bf16LoToFloat(w);
               acc[mt][n][hh * 2 + 1] += pv * Bf16HiToFloat(w);
             }
@@ -339,7 +425,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
         }
       }
     }
-    __syncwarp();  // the ring stage and the converted tile are rewritten next
+    __syncwarp();  // the ring stage is rewritten next
   }
   sm80::CpAsyncWait<0>();
 
@@ -361,10 +447,32 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int row = mt * 16 + g + hh * 8;
-      float* o = mo + (warp * kRows + row) * D + 2 * c;
+      float* o = mo + warp * kRows * D;
+      if constexpr (kElt == 2) {
 #pragma unroll
-      for (int n = 0; n < kNd; ++n) {
-        *reinterpret_cast<float2*>(o + n * 8) = make_float2(acc[mt][n][hh * 2], acc[mt][n][hh * 2 + 1]);
+        for (int n = 0; n < kNd; ++n) {
+          *reinterpret_cast<float2*>(o + PartOff<D, F>(row, n * 8 + 2 * c)) =
+              make_float2(acc[mt][n][hh * 2], acc[mt][n][hh * 2 + 1]);
+        }
+      } else {
+        // Column 2c + e of n-tiles grp * kW .. + kW - 1: kW contiguous dims.
+        constexpr int kW = VPerm<D>::kW;
+#pragma unroll
+        for (int grp = 0; grp < D / 8 / kW; ++grp) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+#pragma unroll
+            for (int q4 = 0; q4 < kW / 4; ++q4) {
+              const int nd = grp * kW + q4 * 4;
+              // One 16-byte store (nvcc split some of these into four).
+              const uint32_t at = sm80::SmemAddr(o + PartOff<D, F>(row, VPerm<D>::Dim(nd, 2 * c + e)));
+              asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(at), "f"(acc[mt][nd][hh * 2 + e]),
+                           "f"(acc[mt][nd + 1][hh * 2 + e]), "f"(acc[mt][nd + 2][hh * 2 + e]),
+                           "f"(acc[mt][nd + 3][hh * 2 + e])
+                           : "memory");
+            }
+          }
+        }
       }
       if (c == 0) {
         mml[(warp * kRows + row) * 2] = m[mt][hh];
@@ -388,7 +496,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
       if (mw == -INFINITY) continue;
       const float wt = Exp2Approx(mw - mx);
       sum += wt * mml[(w * kRows + row) * 2 + 1];
-      const float4 v = *reinterpret_cast<const float4*>(mo + (w * kRows + row) * D + d0);
+      const float4 v = *reinterpret_cast<const float4*>(mo + w * kRows * D + PartOff<D, F>(row, d0));
       o.x += wt * v.x;
       o.y += wt * v.y;
       o.z += wt * v.z;
