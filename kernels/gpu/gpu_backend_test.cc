@@ -275,11 +275,11 @@ TEST(GpuBackendTest, VariantTablesAreListedAndRunByName) {
   }
   OpCall call;
   call.op = BenchOp::kAttention;
-  call.attention.head_dim = 64;
+  call.attention.head_dim = 256;  // wgmma_ws serves 64 and 128
   TensorView out;
   const absl::Status wrong_shape = be.RunKernelVariant(0, "wgmma_ws", call, out);
   EXPECT_EQ(wrong_shape.code(), absl::StatusCode::kUnimplemented) << wrong_shape;
-  EXPECT_NE(wrong_shape.message().find("head_dim 64"), std::string::npos) << wrong_shape;
+  EXPECT_NE(wrong_shape.message().find("head_dim 256"), std::string::npos) << wrong_shape;
   const absl::Status unknown = be.RunKernelVariant(0, "no_such_kernel", call, out);
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
   EXPECT_NE(unknown.message().find("wgmma_ws"), std::string::npos) << unknown;  // lists the table
