@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/gpu/common/split_cost.h"
 #include "kernels/gpu/decode_attention/decode_attention_params.h"
 
 namespace kernelserve {
@@ -18,19 +19,9 @@ DecodeSplitPlan PlanDecodeSplits(int batch, int heads_kv, int rows, int head_dim
   const int64_t steps = (max_seq + kStepTokens - 1) / kStepTokens;
   const int64_t ctas_per_split = static_cast<int64_t>(batch) * heads_kv * plan.row_groups;
   const int64_t slots = static_cast<int64_t>(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
-  int64_t s_best = 1;
-  double best = 1e30;
   // The grid's y extent (heads_kv x splits) stays within 65535.
   const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, 65535 / std::max(heads_kv, 1)));
-  for (int64_t s = 1; s <= std::min<int64_t>(steps, max_splits); ++s) {
-    const int64_t per = (steps + s - 1) / s;
-    const int64_t waves = (ctas_per_split * s + slots - 1) / slots;
-    const double cost = static_cast<double>(waves) * (per + 1) + (s > 1 ? 1.0 : 0.0);
-    if (cost < best - 1e-9) {
-      best = cost;
-      s_best = s;
-    }
-  }
+  const int64_t s_best = BestSplits(steps, max_splits, ctas_per_split, slots, /*start_cost=*/1);
   const int64_t per = (steps + s_best - 1) / s_best;
   plan.chunk = per * kStepTokens;
   plan.splits = static_cast<int>((max_seq + plan.chunk - 1) / plan.chunk);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/gpu/common/split_cost.h"
 #include "kernels/gpu/mla/mla_decode_params.h"
 
 namespace kernelserve {
@@ -17,19 +18,8 @@ MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int
   if (num_splits > 0) {
     s_best = std::min<int64_t>(num_splits, max_tiles);
   } else {
-    // Time ~ waves x (tiles per CTA + a fixed start cost), plus a little for
-    // the merge; the fewest splits win ties.
     const int64_t ctas_per_split = static_cast<int64_t>(batch) * ((q_len * heads + cta_rows - 1) / cta_rows);
-    double best = 1e30;
-    for (int64_t s = 1; s <= std::min<int64_t>(max_tiles, 1024); ++s) {
-      const int64_t tiles = (max_tiles + s - 1) / s;
-      const int64_t waves = (ctas_per_split * s + num_sms - 1) / num_sms;
-      const double cost = static_cast<double>(waves) * (tiles + 2) + (s > 1 ? 1.0 : 0.0);
-      if (cost < best - 1e-9) {
-        best = cost;
-        s_best = s;
-      }
-    }
+    s_best = BestSplits(max_tiles, 1024, ctas_per_split, num_sms, /*start_cost=*/2);
   }
   const int64_t tiles_per = (max_tiles + s_best - 1) / s_best;
   plan.chunk = tiles_per * kTok;
