@@ -6,6 +6,13 @@
 #include "absl/synchronization/notification.h"
 
 namespace kernelserve {
+namespace {
+
+// A queued task that waited at least this long is asked whether its call was
+// cancelled meanwhile (DeviceWorker::Execute).
+constexpr absl::Duration kCancelCheckAfter = absl::Milliseconds(1);
+
+}  // namespace
 
 struct DeviceWorker::Task {
   grpc::ServerContext* ctx = nullptr;
@@ -103,13 +110,14 @@ void DeviceWorker::Execute(Task& task, bool queued) {
   bool dropped_deadline = false, dropped_cancelled = false;
   if (task.ctx != nullptr) {
     // Deadline first: gRPC also marks an expired call cancelled. Cancellation
-    // is asked only of a task that waited in the queue: on the synchronous
-    // API IsCancelled() polls the call's completion queue, 30-45 us of a
-    // small call run inline (bench/NOTES.md, 2026-12-06), and an inline task
-    // reaches here straight from its handler.
+    // is asked only of a task that waited in the queue behind another one:
+    // on the synchronous API IsCancelled() polls the call's completion
+    // queue, 30-45 us of a small call (bench/NOTES.md, 2026-12-06), while a
+    // task taken straight off an idle worker, like one run inline, left its
+    // handler moments ago.
     if (task.ctx->deadline() <= std::chrono::system_clock::now()) {
       dropped_deadline = true;
-    } else if (queued && task.ctx->IsCancelled()) {
+    } else if (queued && start - task.submitted >= kCancelCheckAfter && task.ctx->IsCancelled()) {
       dropped_cancelled = true;
     }
   }

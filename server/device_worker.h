@@ -48,8 +48,9 @@ class DeviceWorker {
   DeviceWorker& operator=(const DeviceWorker&) = delete;
 
   // Runs `fn` on the worker thread and waits for it. RESOURCE_EXHAUSTED when
-  // `queue_capacity` tasks are already waiting; DEADLINE_EXCEEDED / CANCELLED
-  // when the call (`ctx`, may be null) expired or was cancelled before its turn;
+  // `queue_capacity` tasks are already waiting; DEADLINE_EXCEEDED when the
+  // call (`ctx`, may be null) expired before its turn, CANCELLED when it was
+  // cancelled while it waited behind other work (1 ms or more);
   // UNAVAILABLE once stopped. Otherwise fn's status.
   absl::Status Run(grpc::ServerContext* ctx, std::function<absl::Status()> fn,
                    TaskTiming* timing = nullptr, Placement placement = Placement::kWorker);
