@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_wire.h"
 #include "common/status_macros.h"
 #include "server/call_log.h"
 #include "server/ids.h"
@@ -33,17 +34,32 @@ void FillInfo(const Buffer& b, pb::BufferInfo* info) {
   info->set_created_unix_ms(b.created_unix_ms);
 }
 
+// An upload message, read from its received bytes: the header is parsed by
+// protobuf (it is small), the data stays in the received slices.
+absl::Status ReadChunk(const grpc::ByteBuffer& raw, int64_t index, wire::WireMessage* chunk) {
+  return chunk->Parse(raw, absl::StrCat("request: message ", index,
+                                       " of the stream is not a valid protobuf message of the method's request "
+                                       "type (UploadChunk)"));
+}
+
 absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
                       pb::BufferInfo* info, CallLog* log) {
-  pb::UploadChunk chunk;
-  if (!reader->Read(&chunk)) {
+  constexpr int kHeaderField = 1, kDataField = 2;  // tensor.proto's UploadChunk
+  grpc::ByteBuffer raw;
+  wire::WireMessage chunk;
+  if (!reader->ReadRaw(&raw)) {
     KS_RETURN_IF_ERROR(reader->status());
     return absl::InvalidArgumentError("header: the stream was empty; the first message must carry the header");
   }
-  if (!chunk.has_header()) {
+  KS_RETURN_IF_ERROR(ReadChunk(raw, 0, &chunk));
+  if (!chunk.Has(kHeaderField)) {
     return absl::InvalidArgumentError("header: the first message must carry the header");
   }
-  const pb::UploadHeader& h = chunk.header();
+  pb::UploadHeader h;
+  if (!h.ParseFromString(chunk.Concatenated(kHeaderField))) {
+    return absl::InvalidArgumentError(
+        "request: message 0 of the stream: header is not a valid protobuf message of type UploadHeader");
+  }
   KS_ASSIGN_OR_RETURN(const TensorDesc desc, DescFromProto("header", h.dtype(), h.shape()));
   KS_RETURN_IF_ERROR(CheckLength("header.label", h.label()));
   KS_RETURN_IF_ERROR(state->CheckDevice("header.device", h.device()));
@@ -63,70 +79,50 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
   buffer->desc = desc;
 
   buffer->reservation = std::move(staging_hold);
-  // Chunks are kept as received (moved out of the messages, not copied) and
-  // go to the device in batches of kUploadBatchBytes, one worker task each:
-  // one copy per byte and bounded host memory, whatever the buffer's size.
-  // Flushed chunks' strings are handed back to the message before later
-  // reads, so the parser fills memory already faulted in instead of a fresh
-  // allocation per chunk. (Copying a batch on its own thread while the next
-  // is read was tried: no measurable gain, bench/NOTES.md.) What the batch
-  // holds is charged to the memory limit; when that has no room, each chunk
-  // goes to the device straight from its message instead.
+  // Chunks are kept as received (the transport's slices, referenced, never
+  // parsed into a protobuf copy) and go to the device in batches of
+  // kUploadBatchBytes, one worker task each: one copy per byte and bounded
+  // host memory, whatever the buffer's size. (Copying a batch on its own
+  // thread while the next is read was tried: no measurable gain,
+  // bench/NOTES.md.) What the batch holds is charged to the memory limit;
+  // when that has no room, each chunk goes to the device straight from its
+  // slices instead.
   Backend& backend = state->backend();
-  std::vector<std::string> pending, spare;
+  std::vector<wire::WireMessage> pending;
   Reservation staging;
-  int64_t held = 0;  // capacity of the strings in `pending` and `spare`
   int64_t pending_bytes = 0;
   int64_t received = 0;  // bytes read so far
   int64_t flushed = 0;   // bytes already on the device
   // Copies the pending chunks, then `direct` (a chunk not kept), to the device.
-  auto flush = [&](absl::string_view direct = {}) -> absl::Status {
-    if (pending.empty() && direct.empty() && buffer->memory != nullptr) return absl::OkStatus();
+  auto flush = [&](const wire::WireMessage* direct = nullptr) -> absl::Status {
+    if (pending.empty() && direct == nullptr && buffer->memory != nullptr) return absl::OkStatus();
     KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
       if (buffer->memory == nullptr) {
         KS_ASSIGN_OR_RETURN(buffer->memory, state->AllocateReserved(device, total, what));
       }
       auto* dst = static_cast<uint8_t*>(buffer->memory->data());
-      for (absl::string_view p : pending) {
-        KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, p.data(), p.size()));
-        flushed += static_cast<int64_t>(p.size());
-      }
-      if (!direct.empty()) {
-        KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, direct.data(), direct.size()));
-        flushed += static_cast<int64_t>(direct.size());
-      }
+      auto copy = [&](const wire::WireMessage& m) -> absl::Status {
+        for (absl::string_view p : m.Bytes(kDataField)) {
+          KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, p.data(), p.size()));
+          flushed += static_cast<int64_t>(p.size());
+        }
+        return absl::OkStatus();
+      };
+      for (const wire::WireMessage& m : pending) KS_RETURN_IF_ERROR(copy(m));
+      if (direct != nullptr) KS_RETURN_IF_ERROR(copy(*direct));
       return absl::OkStatus();
     }));
-    for (std::string& p : pending) spare.push_back(std::move(p));
     pending.clear();
     pending_bytes = 0;
     return absl::OkStatus();
   };
-  // Keeps the message's chunk in the batch if the memory limit has room for it.
-  auto keep = [&](std::string* data) -> bool {
-    const int64_t need = held + static_cast<int64_t>(data->capacity());
-    if (need > staging.bytes() &&
-        !state->ChargeHost(device, tenant, need - staging.bytes(), "upload staging", &staging).ok()) {
-      return false;
-    }
-    held = need;
-    pending_bytes += static_cast<int64_t>(data->size());
-    pending.push_back(std::move(*data));
-    return true;
-  };
-  auto recycle = [&] {
-    if (spare.empty()) return;
-    held -= static_cast<int64_t>(spare.back().capacity());
-    chunk.mutable_data()->swap(spare.back());
-    spare.pop_back();
-  };
   int64_t index = 0;
-  do {
-    if (index > 0 && chunk.has_header()) {
+  while (true) {
+    if (index > 0 && chunk.Has(kHeaderField)) {
       return absl::InvalidArgumentError(
           absl::StrCat("header: only the first message may carry the header (message ", index, ")"));
     }
-    const int64_t n = static_cast<int64_t>(chunk.data().size());
+    const int64_t n = chunk.BytesSize(kDataField);
     log->AddBytesIn(n);
     if (received + n > total) {
       return absl::InvalidArgumentError(absl::StrCat("data: expected ", total, " bytes (",
@@ -134,17 +130,23 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
                                                      " by message ", index, ")"));
     }
     received += n;
-    if (n > 0 && !keep(chunk.mutable_data())) {
-      KS_RETURN_IF_ERROR(flush(chunk.data()));
-      spare.clear();
-      held = 0;
-      staging.Release();
+    if (n > 0) {
+      // Kept in the batch if the memory limit has room for it.
+      const int64_t need = pending_bytes + n;
+      if (need <= staging.bytes() ||
+          state->ChargeHost(device, tenant, need - staging.bytes(), "upload staging", &staging).ok()) {
+        pending_bytes = need;
+        pending.push_back(std::move(chunk));
+      } else {
+        KS_RETURN_IF_ERROR(flush(&chunk));
+        staging.Release();
+      }
     }
-    chunk.Clear();
     if (pending_bytes >= kUploadBatchBytes) KS_RETURN_IF_ERROR(flush());
-    recycle();
     ++index;
-  } while (reader->Read(&chunk));
+    if (!reader->ReadRaw(&raw)) break;
+    KS_RETURN_IF_ERROR(ReadChunk(raw, index, &chunk));
+  }
   KS_RETURN_IF_ERROR(reader->status());
   if (ctx->IsCancelled()) return absl::CancelledError("upload cancelled by the client");
   if (received != total) {
@@ -157,8 +159,14 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
   return absl::OkStatus();
 }
 
+// Writes the chunks of a download: each is its message's other fields
+// (serialized by protobuf, small) followed by a slice of one host staging
+// area that the device's bytes were copied into, sent as is (one copy per
+// byte: device to staging; the generated serializer would copy the chunk
+// into the message and the message into gRPC's buffer).
 absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::DownloadRequest& req,
-                        grpc::ServerWriter<pb::DownloadChunk>* writer, CallLog* log) {
+                        grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* writer, CallLog* log) {
+  constexpr int kDataField = 3;  // tensor.proto's DownloadChunk
   if (req.chunk_bytes() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk_bytes: expected >= 0 (0: 1 MiB), got ", req.chunk_bytes()));
@@ -168,33 +176,38 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   int64_t chunk = req.chunk_bytes() == 0 ? kDefaultChunkBytes : req.chunk_bytes();
   chunk = std::min(chunk, state->max_payload_bytes());
   const int64_t total = buffer->desc.num_bytes();
-  // Device to host in batches of whole chunks through one reused staging
-  // area, charged to the memory limit, so pages are touched once; without
-  // room for it each chunk is copied straight into its message.
+  // Device to host in batches of whole chunks, charged to the memory limit;
+  // without room for a batch, one chunk at a time. A batch's area is a
+  // refcounted gRPC slice that its chunks' messages reference, freed when
+  // the transport is done with the last of them; under glibc's 32 MiB mmap
+  // ceiling (TuneHostAllocator), so it comes from the heap, not freshly
+  // faulted-in pages.
   int64_t batch = std::min(total, std::max<int64_t>(chunk, kDownloadBatchBytes / chunk * chunk));
   Reservation staging;
-  const bool staged = batch > chunk && state->ChargeHost(buffer->device, buffer->owner, batch,
-                                                         "download staging", &staging).ok();
-  if (!staged) batch = chunk;
-  std::string host(staged ? static_cast<size_t>(batch) : 0, '\0');
+  if (batch > chunk &&
+      !state->ChargeHost(buffer->device, buffer->owner, batch, "download staging", &staging).ok()) {
+    batch = chunk;
+  }
   const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
-  pb::DownloadChunk out;  // reused: its data string keeps its capacity
+  pb::DownloadChunk fields;  // the message's fields other than its data
   for (int64_t base = 0; base < total; base += batch) {
     const int64_t m = std::min(batch, total - base);
-    if (!staged) out.mutable_data()->resize(static_cast<size_t>(m));
-    char* dst = staged ? host.data() : out.mutable_data()->data();
+    grpc::Slice host(static_cast<size_t>(m));
+    // Only this function holds the fresh slice, so its bytes may be written.
+    auto* dst = const_cast<uint8_t*>(host.begin());
     KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
       return state->backend().CopyToHost(buffer->device, dst, src + base, static_cast<size_t>(m));
     }));
     for (int64_t off = 0; off < m; off += chunk) {
       if (base + off == 0) {
-        FillInfo(*buffer, out.mutable_info());
+        FillInfo(*buffer, fields.mutable_info());
       } else {
-        out.clear_info();
+        fields.clear_info();
       }
       const int64_t n = std::min(chunk, m - off);
-      out.set_offset(base + off);
-      if (staged) out.mutable_data()->assign(host.data() + off, static_cast<size_t>(n));
+      fields.set_offset(base + off);
+      grpc::ByteBuffer out = wire::WithBytesField(fields.SerializeAsString(), kDataField,
+                                                  host.sub(static_cast<size_t>(off), static_cast<size_t>(off + n)));
       if (!writer->Write(out)) return absl::CancelledError("download: the client went away");
       log->AddBytesOut(n);
     }
@@ -207,6 +220,13 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
 BufferServiceImpl::BufferServiceImpl(ServerState* state) : state_(state) {
   constexpr int kUploadMethod = 0;  // its position in tensor.proto's BufferService
   MarkMethodStreamed(kUploadMethod, DecodingHandler(this, &BufferServiceImpl::Upload));
+  constexpr int kDownloadMethod = 1;
+  MarkMethodStreamed(kDownloadMethod,
+                     new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+                         [this](grpc::ServerContext* ctx,
+                                grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+                           return Download(ctx, stream);
+                         }));
 }
 
 grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
@@ -215,10 +235,16 @@ grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx, DecodingReader<
                        [&](CallLog* log) { return DoUpload(state_, ctx, reader, info, log); });
 }
 
-grpc::Status BufferServiceImpl::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
-                                         grpc::ServerWriter<pb::DownloadChunk>* writer) {
-  return state_->Serve("BufferService.Download", ctx, /*stream=*/true,
-                       [&](CallLog* log) { return DoDownload(state_, ctx, *req, writer, log); });
+grpc::Status BufferServiceImpl::Download(grpc::ServerContext* ctx,
+                                         grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+  return state_->Serve("BufferService.Download", ctx, /*stream=*/true, [&](CallLog* log) -> absl::Status {
+    grpc::ByteBuffer raw;
+    pb::DownloadRequest req;
+    if (!stream->Read(&raw) || !grpc::SerializationTraits<pb::DownloadRequest>::Deserialize(&raw, &req).ok()) {
+      return absl::InvalidArgumentError("request: not a valid protobuf message of the method's request type");
+    }
+    return DoDownload(state_, ctx, req, stream, log);
+  });
 }
 
 grpc::Status BufferServiceImpl::Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,
