@@ -303,16 +303,35 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
       !state->ChargeHost(buffer->device, buffer->owner, batch, "download staging", &staging).ok()) {
     batch = chunk;
   }
+  // From a device whose memory is not host memory, a batch lands in a
+  // page-locked staging block (a copy into pageable memory goes through the
+  // driver's small bounce buffers), which the slice then owns: the block goes
+  // back to the backend's cache when the transport releases the slice.
+  Backend& backend = state->backend();
+  const bool pinned = !backend.Capabilities().device_memory_is_host;
   const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
   pb::DownloadChunk fields;  // the message's fields other than its data
   for (int64_t base = 0; base < total; base += batch) {
     const int64_t m = std::min(batch, total - base);
-    grpc::Slice host(static_cast<size_t>(m));
-    // Only this function holds the fresh slice, so its bytes may be written.
-    auto* dst = const_cast<uint8_t*>(host.begin());
+    grpc::Slice host;
+    std::unique_ptr<StagingMemory> block;
+    if (!pinned) host = grpc::Slice(static_cast<size_t>(m));
     KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
-      return state->backend().CopyToHost(buffer->device, dst, src + base, static_cast<size_t>(m));
+      void* dst;
+      if (pinned) {
+        KS_ASSIGN_OR_RETURN(block, backend.AllocateStaging(buffer->device, static_cast<size_t>(m)));
+        dst = block->data();
+      } else {
+        // Only this function holds the fresh slice, so its bytes may be written.
+        dst = const_cast<uint8_t*>(host.begin());
+      }
+      return backend.CopyToHost(buffer->device, dst, src + base, static_cast<size_t>(m));
     }));
+    if (pinned) {
+      void* data = block->data();
+      host = grpc::Slice(data, static_cast<size_t>(m), [](void* b) { delete static_cast<StagingMemory*>(b); },
+                         block.release());
+    }
     for (int64_t off = 0; off < m; off += chunk) {
       if (base + off == 0) {
         FillInfo(*buffer, fields.mutable_info());

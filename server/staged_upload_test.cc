@@ -1,6 +1,7 @@
-// Uploads to a device whose memory is not host memory (the GPU backends'
-// case) through the real server on loopback: the received bytes are gathered
-// into staging blocks, one asynchronous copy per block. The backend here is
+// Uploads to and downloads from a device whose memory is not host memory (the
+// GPU backends' case) through the real server on loopback: an upload's
+// received bytes are gathered into staging blocks, one asynchronous copy per
+// block; a download's batches land in staging blocks that the sent slices own. The backend here is
 // the cpu backend behind a wrapper that says its memory is not host memory and
 // defers each asynchronous copy to the next Synchronize, as a DMA engine
 // reads its source later: a block refilled before its copy ended shows up as
@@ -57,16 +58,29 @@ class DeferredCopyBackend : public ::kernelserve::testing::ForwardingBackend {
     KS_ASSIGN_OR_RETURN(auto memory, inner().Allocate(device, bytes));
     return std::unique_ptr<DeviceMemory>(new Ordered(std::move(memory), this));
   }
-  // Blocks poisoned, so bytes never gathered are seen; like the GPU backend's
-  // pinned cache, a block's memory outlives its holder (a copy queued before
-  // an upload failed may still read it).
+  // As the GPU backend's pinned cache: a released block's memory stays, for
+  // reuse after the queued copies ran (a copy queued before an upload failed
+  // may still read it). Poisoned, so bytes never gathered are seen.
   absl::StatusOr<std::unique_ptr<StagingMemory>> AllocateStaging(int device, size_t bytes) override {
-    KS_ASSIGN_OR_RETURN(auto block, Backend::AllocateStaging(device, bytes));
+    std::unique_ptr<StagingMemory> block;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++counts_.staging_blocks;
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if ((*it)->size() == bytes) {
+          block = std::move(*it);
+          free_.erase(it);
+          break;
+        }
+      }
+    }
+    if (block != nullptr) {
+      KS_RETURN_IF_ERROR(Synchronize(device));
+    } else {
+      KS_ASSIGN_OR_RETURN(block, Backend::AllocateStaging(device, bytes));
+    }
     std::memset(block->data(), 0xA5, bytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counts_.staging_blocks;
-    kept_.push_back(std::move(block));
-    return std::unique_ptr<StagingMemory>(new Borrowed(kept_.back().get()));
+    return std::unique_ptr<StagingMemory>(new Cached(std::move(block), this));
   }
   absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) override {
     KS_RETURN_IF_ERROR(Synchronize(device));
@@ -99,14 +113,19 @@ class DeferredCopyBackend : public ::kernelserve::testing::ForwardingBackend {
   }
 
  private:
-  class Borrowed : public StagingMemory {
+  class Cached : public StagingMemory {
    public:
-    explicit Borrowed(StagingMemory* m) : m_(m) {}
+    Cached(std::unique_ptr<StagingMemory> m, DeferredCopyBackend* backend) : m_(std::move(m)), backend_(backend) {}
+    ~Cached() override {
+      std::lock_guard<std::mutex> lock(backend_->mu_);
+      backend_->free_.push_back(std::move(m_));
+    }
     void* data() const override { return m_->data(); }
     size_t size() const override { return m_->size(); }
 
    private:
-    StagingMemory* m_;
+    std::unique_ptr<StagingMemory> m_;
+    DeferredCopyBackend* backend_;
   };
   // Freed in stream order, as the GPU backend's block cache reuses memory
   // only on the device's one stream: queued copies into it land first.
@@ -131,7 +150,7 @@ class DeferredCopyBackend : public ::kernelserve::testing::ForwardingBackend {
   std::mutex mu_;
   Counts counts_;
   std::vector<Copy> queued_;
-  std::vector<std::unique_ptr<StagingMemory>> kept_;
+  std::vector<std::unique_ptr<StagingMemory>> free_;
 };
 
 class StagedUploadTest : public ::testing::Test {
@@ -183,6 +202,7 @@ TEST_F(StagedUploadTest, BytesArriveIntactWithOneCopyPerBlock) {
     const DeferredCopyBackend::Counts n = backend_->counts();
     EXPECT_EQ(n.sync_copies, 0);
     EXPECT_EQ(n.async_copies, (c.bytes + kBlock - 1) / kBlock);
+    EXPECT_EQ(n.staging_blocks, c.bytes <= kMiB ? 0 : c.bytes <= kBlock ? 1 : 2);
     std::string bytes;
     ASSERT_TRUE(Download(buffers_.get(), info.id(), 0, &bytes).ok());
     ASSERT_EQ(bytes.size(), t.data().size());
