@@ -12,7 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/grpc_wire.h"
 #include "common/status_macros.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
@@ -210,40 +212,81 @@ absl::Status Once(const CallCtx& c, const std::function<grpc::Status(grpc::Clien
 
 // ---- buffer helpers shared by the public calls and the ops' temporaries.
 
+// Counts gRPC's references to the caller's memory that an upload's
+// messages point at, so that the upload returns only once none is left.
+class PayloadRefs {
+ public:
+  // A slice of `data` that is not copied; released through this object.
+  grpc::Slice Slice(const uint8_t* data, size_t n) {
+    absl::MutexLock lock(&mu_);
+    ++live_;
+    return grpc::Slice(const_cast<uint8_t*>(data), n, &PayloadRefs::Release, this);
+  }
+  void WaitForNone() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(+[](int* live) { return *live == 0; }, &live_));
+  }
+
+ private:
+  static void Release(void* self) {
+    auto* refs = static_cast<PayloadRefs*>(self);
+    absl::MutexLock lock(&refs->mu_);
+    --refs->live_;
+  }
+  absl::Mutex mu_;
+  int live_ = 0;
+};
+
+// Each message is the header's bytes (first message only) and the chunk's
+// bytes referenced in the caller's tensor, in UploadChunk's wire format.
 absl::StatusOr<v1::BufferInfo> DoUpload(Client::Impl& impl, const CallCtx& c, const HostTensor& t,
                                         const std::string& label, int device) {
+  constexpr int kHeaderField = 1, kDataField = 2;  // tensor.proto's UploadChunk
   const int64_t need = t.desc().num_bytes();
   if (need < 0 || need != t.num_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat("upload: tensor ", t.desc().DebugString(), " holds ",
                                                    t.num_bytes(), " bytes, expected ", need));
   }
-  auto ctx = c.NewContext();
-  v1::BufferInfo info;
-  std::unique_ptr<grpc::ClientWriter<v1::UploadChunk>> writer(impl.buffers->Upload(ctx.get(), &info));
-  const int64_t chunk = ResolveChunk(c.options->chunk_bytes);
-  int64_t off = 0;
-  bool first = true;
-  bool ok = true;
-  v1::UploadChunk msg;  // reused: its data string keeps its capacity
-  while (ok && (first || off < t.num_bytes())) {
-    if (first) {
-      auto* h = msg.mutable_header();
-      h->set_dtype(static_cast<v1::DType>(static_cast<int>(t.dtype())));
-      for (int64_t d : t.shape()) h->add_shape(d);
-      h->set_label(label);
-      h->set_device(device);
+  v1::UploadHeader h;
+  h.set_dtype(static_cast<v1::DType>(static_cast<int>(t.dtype())));
+  for (int64_t d : t.shape()) h.add_shape(d);
+  h.set_label(label);
+  h.set_device(device);
+  std::string header;
+  wire::AppendLengthPrefix(kHeaderField, h.ByteSizeLong(), &header);
+  h.AppendToString(&header);
+
+  PayloadRefs refs;  // outlives the call and everything gRPC kept of it
+  grpc::ByteBuffer response;
+  grpc::Status s;
+  {
+    auto ctx = c.NewContext();
+    static const grpc::internal::RpcMethod kUpload("/kernelserve.v1.BufferService/Upload",
+                                                   grpc::internal::RpcMethod::CLIENT_STREAMING);
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(impl.channel.get(), kUpload, ctx.get(),
+                                                                       &response));
+    const int64_t chunk = ResolveChunk(c.options->chunk_bytes);
+    int64_t off = 0;
+    bool first = true;
+    bool ok = true;
+    while (ok && (first || off < t.num_bytes())) {
+      const int64_t n = std::min(chunk, t.num_bytes() - off);
+      grpc::ByteBuffer msg = wire::WithBytesField(first ? header : std::string(), kDataField,
+                                                  refs.Slice(t.bytes() + off, static_cast<size_t>(n)));
       first = false;
-    } else {
-      msg.clear_header();
+      off += n;
+      ok = writer->Write(msg);
     }
-    const int64_t n = std::min(chunk, t.num_bytes() - off);
-    msg.mutable_data()->assign(reinterpret_cast<const char*>(t.bytes() + off), static_cast<size_t>(n));
-    off += n;
-    ok = writer->Write(msg);
+    writer->WritesDone();
+    s = writer->Finish();
   }
-  writer->WritesDone();
-  grpc::Status s = writer->Finish();
+  refs.WaitForNone();
   if (!s.ok()) return FromGrpc(s);
+  v1::BufferInfo info;
+  if (!grpc::SerializationTraits<v1::BufferInfo>::Deserialize(&response, &info).ok()) {
+    return absl::DataLossError("upload: the server's response is not a BufferInfo");
+  }
   return info;
 }
 
@@ -253,20 +296,33 @@ absl::StatusOr<HostTensor> DoDownload(Client::Impl& impl, const CallCtx& c, cons
     v1::DownloadRequest req;
     req.set_buffer_id(id);
     req.set_chunk_bytes(ResolveChunk(c.options->chunk_bytes));
-    std::unique_ptr<grpc::ClientReader<v1::DownloadChunk>> reader(impl.buffers->Download(ctx, req));
-    v1::DownloadChunk chunk;
+    // Read as raw messages, so each chunk's bytes are copied once, from
+    // the received slices into the result.
+    constexpr int kInfoField = 1, kOffsetField = 2, kDataField = 3;  // tensor.proto's DownloadChunk
+    static const grpc::internal::RpcMethod kDownload("/kernelserve.v1.BufferService/Download",
+                                                     grpc::internal::RpcMethod::SERVER_STREAMING);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(impl.channel.get(), kDownload, ctx, req));
+    grpc::ByteBuffer raw;
+    wire::WireMessage chunk;
     bool have_info = false;
     TensorDesc desc;
     std::vector<uint8_t> bytes;
     int64_t expected = 0, received = 0;
-    while (reader->Read(&chunk)) {
+    while (reader->Read(&raw)) {
+      absl::Status parsed = chunk.Parse(raw, "download: a chunk is not a DownloadChunk");
+      if (!parsed.ok()) {
+        ctx->TryCancel();
+        reader->Finish();
+        return grpc::Status(grpc::StatusCode::DATA_LOSS, std::string(parsed.message()));
+      }
       if (!have_info) {
-        if (!chunk.has_info()) {
+        v1::BufferInfo info;
+        if (!chunk.Has(kInfoField) || !info.ParseFromString(chunk.Concatenated(kInfoField))) {
           ctx->TryCancel();
           reader->Finish();
           return grpc::Status(grpc::StatusCode::DATA_LOSS, "download: first chunk lacks the buffer info");
         }
-        const v1::BufferInfo& info = chunk.info();
         desc = TensorDesc{static_cast<DType>(info.dtype()), Shape(info.shape().begin(), info.shape().end())};
         expected = desc.num_bytes();
         if (expected < 0) {
@@ -279,20 +335,26 @@ absl::StatusOr<HostTensor> DoDownload(Client::Impl& impl, const CallCtx& c, cons
         bytes.reserve(static_cast<size_t>(expected));
         have_info = true;
       }
-      const int64_t off = chunk.offset();
-      const int64_t n = static_cast<int64_t>(chunk.data().size());
+      const auto off = static_cast<int64_t>(chunk.Varint(kOffsetField));
+      const int64_t n = chunk.BytesSize(kDataField);
       if (off < 0 || off + n > expected) {
         ctx->TryCancel();
         reader->Finish();
         return grpc::Status(grpc::StatusCode::DATA_LOSS,
                             absl::StrCat("download: chunk at offset ", off, " of ", n, " bytes overruns ", expected));
       }
-      const auto* src = reinterpret_cast<const uint8_t*>(chunk.data().data());
-      if (off == static_cast<int64_t>(bytes.size())) {
-        bytes.insert(bytes.end(), src, src + n);
-      } else {
-        if (static_cast<int64_t>(bytes.size()) < off + n) bytes.resize(static_cast<size_t>(off + n));
-        if (n > 0) std::memcpy(bytes.data() + off, src, static_cast<size_t>(n));
+      if (off != static_cast<int64_t>(bytes.size()) && static_cast<int64_t>(bytes.size()) < off + n) {
+        bytes.resize(static_cast<size_t>(off + n));
+      }
+      int64_t at = off;
+      for (absl::string_view p : chunk.Bytes(kDataField)) {
+        const auto* src = reinterpret_cast<const uint8_t*>(p.data());
+        if (at == static_cast<int64_t>(bytes.size())) {
+          bytes.insert(bytes.end(), src, src + p.size());
+        } else {
+          std::memcpy(bytes.data() + at, src, p.size());
+        }
+        at += static_cast<int64_t>(p.size());
       }
       received += n;
     }

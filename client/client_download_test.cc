@@ -19,7 +19,8 @@ namespace {
 namespace v1 = ::kernelserve::v1;
 
 // Serves buffer "short" (16 bytes announced, 8 sent), "past" (a chunk that
-// runs past the end), "noinfo" (data without the info) and "ok" (16 bytes).
+// runs past the end), "negative" (a chunk at offset -8), "gap" (8 bytes at
+// offset 8, none before), "noinfo" (data without the info) and "ok" (16 bytes).
 class BrokenBuffers final : public v1::BufferService::Service {
  public:
   grpc::Status Download(grpc::ServerContext*, const v1::DownloadRequest* req,
@@ -31,7 +32,7 @@ class BrokenBuffers final : public v1::BufferService::Service {
     info->add_shape(16);
     const std::string& id = req->buffer_id();
     if (id == "noinfo") c.clear_info();
-    c.set_offset(id == "past" ? 12 : 0);
+    c.set_offset(id == "past" ? 12 : id == "negative" ? -8 : id == "gap" ? 8 : 0);
     c.set_data(std::string(id == "short" ? 8 : id == "ok" ? 16 : 8, 'x'));
     writer->Write(c);
     return grpc::Status::OK;
@@ -76,6 +77,20 @@ TEST_F(ClientDownloadTest, ChunkPastTheEndIsDataLoss) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(absl::StrContains(r.status().message(), "overruns 16")) << r.status();
+}
+
+TEST_F(ClientDownloadTest, NegativeOffsetIsDataLoss) {
+  auto r = client_->DownloadBuffer("negative");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "chunk at offset -8 of 8 bytes overruns 16")) << r.status();
+}
+
+TEST_F(ClientDownloadTest, ChunkLeavingAGapIsDataLoss) {
+  auto r = client_->DownloadBuffer("gap");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "received 8 of 16 bytes")) << r.status();
 }
 
 TEST_F(ClientDownloadTest, MissingInfoIsDataLoss) {

@@ -302,6 +302,81 @@ TEST_F(ServerTest, UploadIsAllOrNothingWithABadMessageAtEveryPosition) {
   ExpectWitnessIntact();
 }
 
+// Upload messages as raw bytes, as a client that writes the wire format
+// itself may send them.
+grpc::Status RawBytesUpload(grpc::Channel* channel, const std::vector<std::string>& msgs) {
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer response;
+  const grpc::internal::RpcMethod method("/kernelserve.v1.BufferService/Upload",
+                                         grpc::internal::RpcMethod::CLIENT_STREAMING);
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel, method, &ctx, &response));
+  for (const std::string& m : msgs) {
+    grpc::Slice slice(m);
+    if (!writer->Write(grpc::ByteBuffer(&slice, 1))) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+// The server reads upload chunks from their bytes (common/grpc_wire.h):
+// bytes protobuf would refuse get INVALID_ARGUMENT naming the message, and
+// leave no buffer and no memory held; bytes protobuf accepts (unknown
+// fields, a data field sent twice: the last counts) upload as protobuf reads them.
+TEST_F(ServerTest, MalformedUploadBytesAreRefusedAndChangeNothing) {
+  MakeWitness();
+  const int64_t used = MemoryUsed(devices_.get());
+  const std::string head = Header(pb::BF16, {4}, std::string(4, 'a')).SerializeAsString();
+  const std::string tail = Data(std::string(4, 'b')).SerializeAsString();
+  struct Case {
+    std::string name;
+    std::vector<std::string> msgs;
+    std::string substr;
+  };
+  const std::vector<Case> cases = {
+      {"data claims more than sent", {head, std::string("\x12\x08" "bb", 4)},
+       "request: message 1 of the stream is not a valid protobuf message"},
+      {"truncated first message", {head.substr(0, head.size() - 1)},
+       "request: message 0 of the stream is not a valid protobuf message"},
+      {"group wire type", {head, std::string("\x0b", 1)}, "unsupported wire type 3"},
+      {"header that is not an UploadHeader", {std::string("\x0a\x02\x08\xff", 4) + tail},
+       "header is not a valid protobuf message of type UploadHeader"},
+      {"more bytes than the shape", {head, tail, tail}, "data: expected 8 bytes (bf16[4]), got more (12 by message 2)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    grpc::Status s = RawBytesUpload(channel_.get(), c.msgs);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.substr));
+    grpc::ClientContext ctx;
+    pb::ListBuffersResponse list;
+    ASSERT_TRUE(buffers_->List(&ctx, pb::ListBuffersRequest(), &list).ok());
+    EXPECT_EQ(list.buffers_size(), 1) << "only the witness";
+    EXPECT_EQ(MemoryUsed(devices_.get()), used);
+    ExpectWitnessIntact();
+  }
+  // Unknown field 9 (varint), then data twice: protobuf keeps "cccc".
+  const std::string odd = std::string("\x48\x05", 2) + Data("zz").SerializeAsString() + Data("cccc").SerializeAsString();
+  ASSERT_TRUE(RawBytesUpload(channel_.get(), {head, odd}).ok());
+  grpc::ClientContext ctx;
+  pb::ListBuffersResponse list;
+  ASSERT_TRUE(buffers_->List(&ctx, pb::ListBuffersRequest(), &list).ok());
+  ASSERT_EQ(list.buffers_size(), 2);
+  std::string id;
+  for (const auto& b : list.buffers()) {
+    if (b.size_bytes() == 8) id = b.id();
+  }
+  grpc::ClientContext dctx;
+  pb::DownloadRequest req;
+  req.set_buffer_id(id);
+  auto reader = buffers_->Download(&dctx, req);
+  pb::DownloadChunk chunk;
+  std::string got;
+  while (reader->Read(&chunk)) got += chunk.data();
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(got, "aaaacccc");
+}
+
 TEST_F(ServerTest, BadDownloadsAndFrees) {
   MakeWitness();
   std::string bytes;

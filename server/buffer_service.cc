@@ -1,11 +1,14 @@
 #include <algorithm>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_wire.h"
 #include "common/status_macros.h"
 #include "server/call_log.h"
 #include "server/ids.h"
@@ -18,6 +21,12 @@ namespace {
 
 constexpr int64_t kDefaultChunkBytes = 1 << 20;
 constexpr int64_t kUploadBatchBytes = 64 << 20;
+// A device upload's staging block: each is one host-to-device copy, which
+// runs while the handler gathers the next block.
+constexpr int64_t kStagingBatchBytes = 8 << 20;
+// Uploads up to this size gather into plain heap memory (no device task to
+// pin blocks before the first byte is read: one copy at the end).
+constexpr int64_t kHeapGatherBytes = 1 << 20;
 // Under glibc's 32 MiB mmap ceiling (TuneHostAllocator), so the staging area
 // comes from the heap and is not faulted in afresh by every download.
 constexpr int64_t kDownloadBatchBytes = 16 << 20;
@@ -33,17 +42,128 @@ void FillInfo(const Buffer& b, pb::BufferInfo* info) {
   info->set_created_unix_ms(b.created_unix_ms);
 }
 
+// An upload to device memory that is not host memory. A copy from pageable
+// memory is synchronous and has a fixed cost per call, and the transport's
+// slices are small (tens of KiB): copied one by one they run far below the
+// link's speed. Instead the received bytes are gathered (memcpy on the
+// handler thread) into page-locked staging blocks (Backend::AllocateStaging)
+// and each full block goes to the device in one asynchronous copy, a worker
+// task, while the handler fills the other block.
+class StagedUpload {
+ public:
+  StagedUpload(ServerState* state, grpc::ServerContext* ctx, Buffer* buffer, std::string what)
+      : state_(state), ctx_(ctx), buffer_(buffer), what_(std::move(what)),
+        total_(buffer->desc.num_bytes()), batch_(std::min(total_, kStagingBatchBytes)) {}
+
+  // Host bytes the blocks take, to charge before Start.
+  int64_t host_bytes() const { return total_ <= kHeapGatherBytes ? total_ : blocks() * batch_; }
+
+  // Allocates the blocks (and, for a large upload, the buffer's memory).
+  absl::Status Start() {
+    if (total_ <= kHeapGatherBytes) {
+      heap_.resize(static_cast<size_t>(total_));
+      block_data_.push_back(heap_.data());
+      return absl::OkStatus();
+    }
+    return state_->RunOnDevice(buffer_->device, ctx_, [&]() -> absl::Status {
+      KS_RETURN_IF_ERROR(AllocateBuffer());
+      for (int i = 0; i < blocks(); ++i) {
+        KS_ASSIGN_OR_RETURN(std::unique_ptr<StagingMemory> block,
+                            state_->backend().AllocateStaging(buffer_->device, static_cast<size_t>(batch_)));
+        block_data_.push_back(static_cast<char*>(block->data()));
+        blocks_.push_back(std::move(block));
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  // Gathers `bytes` (never past the buffer's size: the caller checks), sending each full block.
+  absl::Status Add(absl::string_view bytes) {
+    while (!bytes.empty()) {
+      const size_t k = std::min(bytes.size(), static_cast<size_t>(batch_ - fill_));
+      std::memcpy(block_data_[current_] + fill_, bytes.data(), k);
+      fill_ += static_cast<int64_t>(k);
+      bytes.remove_prefix(k);
+      if (fill_ == batch_ && sent_ + fill_ < total_) KS_RETURN_IF_ERROR(Send(/*last=*/false));
+    }
+    return absl::OkStatus();
+  }
+
+  // Sends the last block and waits for every copy.
+  absl::Status Finish() { return Send(/*last=*/true); }
+
+ private:
+  int blocks() const { return total_ > batch_ ? 2 : 1; }
+
+  absl::Status AllocateBuffer() {
+    if (buffer_->memory != nullptr) return absl::OkStatus();
+    KS_ASSIGN_OR_RETURN(buffer_->memory, state_->AllocateReserved(buffer_->device, total_, what_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Send(bool last) {
+    Backend& backend = state_->backend();
+    const int device = buffer_->device;
+    const char* src = block_data_[current_];
+    KS_RETURN_IF_ERROR(state_->RunOnDevice(device, ctx_, [&]() -> absl::Status {
+      KS_RETURN_IF_ERROR(AllocateBuffer());
+      // The other block's copy ends before the handler refills that block.
+      if (in_flight_) KS_RETURN_IF_ERROR(backend.Synchronize(device));
+      auto* dst = static_cast<uint8_t*>(buffer_->memory->data()) + sent_;
+      KS_RETURN_IF_ERROR(backend.CopyToDeviceAsync(device, dst, src, static_cast<size_t>(fill_)));
+      return last ? backend.Synchronize(device) : absl::OkStatus();
+    }));
+    sent_ += fill_;
+    fill_ = 0;
+    in_flight_ = !last;
+    current_ = (current_ + 1) % static_cast<int>(block_data_.size());
+    return absl::OkStatus();
+  }
+
+  ServerState* state_;
+  grpc::ServerContext* ctx_;
+  Buffer* buffer_;
+  const std::string what_;
+  const int64_t total_;
+  const int64_t batch_;
+  // Pinned blocks go back to the backend's cache on destruction; one that a
+  // copy queued before an early return still reads is reused only after the
+  // device's stream has drained (the backend's AllocateStaging).
+  std::vector<std::unique_ptr<StagingMemory>> blocks_;
+  std::string heap_;  // the one block of a small upload
+  std::vector<char*> block_data_;
+  int current_ = 0;
+  int64_t fill_ = 0;  // bytes in the current block
+  int64_t sent_ = 0;  // bytes whose copy is queued or done
+  bool in_flight_ = false;
+};
+
+// An upload message, read from its received bytes: the header is parsed by
+// protobuf (it is small), the data stays in the received slices.
+absl::Status ReadChunk(const grpc::ByteBuffer& raw, int64_t index, wire::WireMessage* chunk) {
+  return chunk->Parse(raw, absl::StrCat("request: message ", index,
+                                       " of the stream is not a valid protobuf message of the method's request "
+                                       "type (UploadChunk)"));
+}
+
 absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
                       pb::BufferInfo* info, CallLog* log) {
-  pb::UploadChunk chunk;
-  if (!reader->Read(&chunk)) {
+  constexpr int kHeaderField = 1, kDataField = 2;  // tensor.proto's UploadChunk
+  grpc::ByteBuffer raw;
+  wire::WireMessage chunk;
+  if (!reader->ReadRaw(&raw)) {
     KS_RETURN_IF_ERROR(reader->status());
     return absl::InvalidArgumentError("header: the stream was empty; the first message must carry the header");
   }
-  if (!chunk.has_header()) {
+  KS_RETURN_IF_ERROR(ReadChunk(raw, 0, &chunk));
+  if (!chunk.Has(kHeaderField)) {
     return absl::InvalidArgumentError("header: the first message must carry the header");
   }
-  const pb::UploadHeader& h = chunk.header();
+  pb::UploadHeader h;
+  if (!h.ParseFromString(chunk.Concatenated(kHeaderField))) {
+    return absl::InvalidArgumentError(
+        "request: message 0 of the stream: header is not a valid protobuf message of type UploadHeader");
+  }
   KS_ASSIGN_OR_RETURN(const TensorDesc desc, DescFromProto("header", h.dtype(), h.shape()));
   KS_RETURN_IF_ERROR(CheckLength("header.label", h.label()));
   KS_RETURN_IF_ERROR(state->CheckDevice("header.device", h.device()));
@@ -63,70 +183,59 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
   buffer->desc = desc;
 
   buffer->reservation = std::move(staging_hold);
-  // Chunks are kept as received (moved out of the messages, not copied) and
-  // go to the device in batches of kUploadBatchBytes, one worker task each:
-  // one copy per byte and bounded host memory, whatever the buffer's size.
-  // Flushed chunks' strings are handed back to the message before later
-  // reads, so the parser fills memory already faulted in instead of a fresh
-  // allocation per chunk. (Copying a batch on its own thread while the next
-  // is read was tried: no measurable gain, bench/NOTES.md.) What the batch
-  // holds is charged to the memory limit; when that has no room, each chunk
-  // goes to the device straight from its message instead.
+  // Device memory that is host memory (cpu): chunks are kept as received
+  // (the transport's slices, referenced, never parsed into a protobuf copy)
+  // and copied straight into the buffer in batches of kUploadBatchBytes, one
+  // worker task each: one copy per byte and bounded host memory, whatever the
+  // buffer's size. Other devices: gathered into staging blocks
+  // (StagedUpload). What is held (kept chunks, blocks) is charged to the
+  // memory limit; when that has no room, each chunk goes to the device
+  // straight from its slices instead.
   Backend& backend = state->backend();
-  std::vector<std::string> pending, spare;
   Reservation staging;
-  int64_t held = 0;  // capacity of the strings in `pending` and `spare`
+  std::optional<StagedUpload> staged;
+  if (total > 0 && !backend.Capabilities().device_memory_is_host) {
+    staged.emplace(state, ctx, buffer.get(), what);
+    if (state->ChargeHost(device, tenant, staged->host_bytes(), "upload staging", &staging).ok()) {
+      KS_RETURN_IF_ERROR(staged->Start());
+    } else {
+      staged.reset();
+    }
+  }
+  std::vector<wire::WireMessage> pending;
   int64_t pending_bytes = 0;
   int64_t received = 0;  // bytes read so far
   int64_t flushed = 0;   // bytes already on the device
   // Copies the pending chunks, then `direct` (a chunk not kept), to the device.
-  auto flush = [&](absl::string_view direct = {}) -> absl::Status {
-    if (pending.empty() && direct.empty() && buffer->memory != nullptr) return absl::OkStatus();
+  auto flush = [&](const wire::WireMessage* direct = nullptr) -> absl::Status {
+    if (pending.empty() && direct == nullptr && buffer->memory != nullptr) return absl::OkStatus();
     KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
       if (buffer->memory == nullptr) {
         KS_ASSIGN_OR_RETURN(buffer->memory, state->AllocateReserved(device, total, what));
       }
       auto* dst = static_cast<uint8_t*>(buffer->memory->data());
-      for (absl::string_view p : pending) {
-        KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, p.data(), p.size()));
-        flushed += static_cast<int64_t>(p.size());
-      }
-      if (!direct.empty()) {
-        KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, direct.data(), direct.size()));
-        flushed += static_cast<int64_t>(direct.size());
-      }
+      auto copy = [&](const wire::WireMessage& m) -> absl::Status {
+        for (absl::string_view p : m.Bytes(kDataField)) {
+          KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, p.data(), p.size()));
+          flushed += static_cast<int64_t>(p.size());
+        }
+        return absl::OkStatus();
+      };
+      for (const wire::WireMessage& m : pending) KS_RETURN_IF_ERROR(copy(m));
+      if (direct != nullptr) KS_RETURN_IF_ERROR(copy(*direct));
       return absl::OkStatus();
     }));
-    for (std::string& p : pending) spare.push_back(std::move(p));
     pending.clear();
     pending_bytes = 0;
     return absl::OkStatus();
   };
-  // Keeps the message's chunk in the batch if the memory limit has room for it.
-  auto keep = [&](std::string* data) -> bool {
-    const int64_t need = held + static_cast<int64_t>(data->capacity());
-    if (need > staging.bytes() &&
-        !state->ChargeHost(device, tenant, need - staging.bytes(), "upload staging", &staging).ok()) {
-      return false;
-    }
-    held = need;
-    pending_bytes += static_cast<int64_t>(data->size());
-    pending.push_back(std::move(*data));
-    return true;
-  };
-  auto recycle = [&] {
-    if (spare.empty()) return;
-    held -= static_cast<int64_t>(spare.back().capacity());
-    chunk.mutable_data()->swap(spare.back());
-    spare.pop_back();
-  };
   int64_t index = 0;
-  do {
-    if (index > 0 && chunk.has_header()) {
+  while (true) {
+    if (index > 0 && chunk.Has(kHeaderField)) {
       return absl::InvalidArgumentError(
           absl::StrCat("header: only the first message may carry the header (message ", index, ")"));
     }
-    const int64_t n = static_cast<int64_t>(chunk.data().size());
+    const int64_t n = chunk.BytesSize(kDataField);
     log->AddBytesIn(n);
     if (received + n > total) {
       return absl::InvalidArgumentError(absl::StrCat("data: expected ", total, " bytes (",
@@ -134,31 +243,45 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
                                                      " by message ", index, ")"));
     }
     received += n;
-    if (n > 0 && !keep(chunk.mutable_data())) {
-      KS_RETURN_IF_ERROR(flush(chunk.data()));
-      spare.clear();
-      held = 0;
-      staging.Release();
+    if (staged) {
+      for (absl::string_view p : chunk.Bytes(kDataField)) KS_RETURN_IF_ERROR(staged->Add(p));
+    } else if (n > 0) {
+      // Kept in the batch if the memory limit has room for it.
+      const int64_t need = pending_bytes + n;
+      if (need <= staging.bytes() ||
+          state->ChargeHost(device, tenant, need - staging.bytes(), "upload staging", &staging).ok()) {
+        pending_bytes = need;
+        pending.push_back(std::move(chunk));
+      } else {
+        KS_RETURN_IF_ERROR(flush(&chunk));
+        staging.Release();
+      }
     }
-    chunk.Clear();
     if (pending_bytes >= kUploadBatchBytes) KS_RETURN_IF_ERROR(flush());
-    recycle();
     ++index;
-  } while (reader->Read(&chunk));
+    if (!reader->ReadRaw(&raw)) break;
+    KS_RETURN_IF_ERROR(ReadChunk(raw, index, &chunk));
+  }
   KS_RETURN_IF_ERROR(reader->status());
   if (ctx->IsCancelled()) return absl::CancelledError("upload cancelled by the client");
   if (received != total) {
     return absl::InvalidArgumentError(absl::StrCat("data: ", ByteCountMismatch(desc, received)));
   }
-  KS_RETURN_IF_ERROR(flush());
+  KS_RETURN_IF_ERROR(staged ? staged->Finish() : flush());
   buffer->created_unix_ms = absl::ToUnixMillis(absl::Now());
   state->registry().AddBuffer(buffer);
   FillInfo(*buffer, info);
   return absl::OkStatus();
 }
 
+// Writes the chunks of a download: each is its message's other fields
+// (serialized by protobuf, small) followed by a slice of one host staging
+// area that the device's bytes were copied into, sent as is (one copy per
+// byte: device to staging; the generated serializer would copy the chunk
+// into the message and the message into gRPC's buffer).
 absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::DownloadRequest& req,
-                        grpc::ServerWriter<pb::DownloadChunk>* writer, CallLog* log) {
+                        grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* writer, CallLog* log) {
+  constexpr int kDataField = 3;  // tensor.proto's DownloadChunk
   if (req.chunk_bytes() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk_bytes: expected >= 0 (0: 1 MiB), got ", req.chunk_bytes()));
@@ -168,33 +291,57 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   int64_t chunk = req.chunk_bytes() == 0 ? kDefaultChunkBytes : req.chunk_bytes();
   chunk = std::min(chunk, state->max_payload_bytes());
   const int64_t total = buffer->desc.num_bytes();
-  // Device to host in batches of whole chunks through one reused staging
-  // area, charged to the memory limit, so pages are touched once; without
-  // room for it each chunk is copied straight into its message.
+  // Device to host in batches of whole chunks, charged to the memory limit;
+  // without room for a batch, one chunk at a time. A batch's area is a
+  // refcounted gRPC slice that its chunks' messages reference, freed when
+  // the transport is done with the last of them; under glibc's 32 MiB mmap
+  // ceiling (TuneHostAllocator), so it comes from the heap, not freshly
+  // faulted-in pages.
   int64_t batch = std::min(total, std::max<int64_t>(chunk, kDownloadBatchBytes / chunk * chunk));
   Reservation staging;
-  const bool staged = batch > chunk && state->ChargeHost(buffer->device, buffer->owner, batch,
-                                                         "download staging", &staging).ok();
-  if (!staged) batch = chunk;
-  std::string host(staged ? static_cast<size_t>(batch) : 0, '\0');
+  if (batch > chunk &&
+      !state->ChargeHost(buffer->device, buffer->owner, batch, "download staging", &staging).ok()) {
+    batch = chunk;
+  }
+  // From a device whose memory is not host memory, a batch lands in a
+  // page-locked staging block (a copy into pageable memory goes through the
+  // driver's small bounce buffers), which the slice then owns: the block goes
+  // back to the backend's cache when the transport releases the slice.
+  Backend& backend = state->backend();
+  const bool pinned = !backend.Capabilities().device_memory_is_host;
   const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
-  pb::DownloadChunk out;  // reused: its data string keeps its capacity
+  pb::DownloadChunk fields;  // the message's fields other than its data
   for (int64_t base = 0; base < total; base += batch) {
     const int64_t m = std::min(batch, total - base);
-    if (!staged) out.mutable_data()->resize(static_cast<size_t>(m));
-    char* dst = staged ? host.data() : out.mutable_data()->data();
+    grpc::Slice host;
+    std::unique_ptr<StagingMemory> block;
+    if (!pinned) host = grpc::Slice(static_cast<size_t>(m));
     KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
-      return state->backend().CopyToHost(buffer->device, dst, src + base, static_cast<size_t>(m));
+      void* dst;
+      if (pinned) {
+        KS_ASSIGN_OR_RETURN(block, backend.AllocateStaging(buffer->device, static_cast<size_t>(m)));
+        dst = block->data();
+      } else {
+        // Only this function holds the fresh slice, so its bytes may be written.
+        dst = const_cast<uint8_t*>(host.begin());
+      }
+      return backend.CopyToHost(buffer->device, dst, src + base, static_cast<size_t>(m));
     }));
+    if (pinned) {
+      void* data = block->data();
+      host = grpc::Slice(data, static_cast<size_t>(m), [](void* b) { delete static_cast<StagingMemory*>(b); },
+                         block.release());
+    }
     for (int64_t off = 0; off < m; off += chunk) {
       if (base + off == 0) {
-        FillInfo(*buffer, out.mutable_info());
+        FillInfo(*buffer, fields.mutable_info());
       } else {
-        out.clear_info();
+        fields.clear_info();
       }
       const int64_t n = std::min(chunk, m - off);
-      out.set_offset(base + off);
-      if (staged) out.mutable_data()->assign(host.data() + off, static_cast<size_t>(n));
+      fields.set_offset(base + off);
+      grpc::ByteBuffer out = wire::WithBytesField(fields.SerializeAsString(), kDataField,
+                                                  host.sub(static_cast<size_t>(off), static_cast<size_t>(off + n)));
       if (!writer->Write(out)) return absl::CancelledError("download: the client went away");
       log->AddBytesOut(n);
     }
@@ -207,6 +354,13 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
 BufferServiceImpl::BufferServiceImpl(ServerState* state) : state_(state) {
   constexpr int kUploadMethod = 0;  // its position in tensor.proto's BufferService
   MarkMethodStreamed(kUploadMethod, DecodingHandler(this, &BufferServiceImpl::Upload));
+  constexpr int kDownloadMethod = 1;
+  MarkMethodStreamed(kDownloadMethod,
+                     new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+                         [this](grpc::ServerContext* ctx,
+                                grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+                           return Download(ctx, stream);
+                         }));
 }
 
 grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
@@ -215,10 +369,16 @@ grpc::Status BufferServiceImpl::Upload(grpc::ServerContext* ctx, DecodingReader<
                        [&](CallLog* log) { return DoUpload(state_, ctx, reader, info, log); });
 }
 
-grpc::Status BufferServiceImpl::Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
-                                         grpc::ServerWriter<pb::DownloadChunk>* writer) {
-  return state_->Serve("BufferService.Download", ctx, /*stream=*/true,
-                       [&](CallLog* log) { return DoDownload(state_, ctx, *req, writer, log); });
+grpc::Status BufferServiceImpl::Download(grpc::ServerContext* ctx,
+                                         grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+  return state_->Serve("BufferService.Download", ctx, /*stream=*/true, [&](CallLog* log) -> absl::Status {
+    grpc::ByteBuffer raw;
+    pb::DownloadRequest req;
+    if (!stream->Read(&raw) || !grpc::SerializationTraits<pb::DownloadRequest>::Deserialize(&raw, &req).ok()) {
+      return absl::InvalidArgumentError("request: not a valid protobuf message of the method's request type");
+    }
+    return DoDownload(state_, ctx, req, stream, log);
+  });
 }
 
 grpc::Status BufferServiceImpl::Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,

@@ -39,6 +39,13 @@ class DecodingReader {
     ++count_;
     return true;
   }
+  // The next message's bytes, undecoded, for a handler that reads them
+  // itself (grpc_wire.h); false at the end of the stream.
+  bool ReadRaw(grpc::ByteBuffer* buffer) {
+    if (!status_.ok() || !raw_->Read(buffer)) return false;
+    ++count_;
+    return true;
+  }
   const absl::Status& status() const { return status_; }
 
  private:

@@ -30,56 +30,29 @@ using ::kernelserve::testing::Upload;
 using ::testing::HasSubstr;
 
 // Forwards to a real backend; after Arm(), the next Attention faults the device.
-class FaultingBackend : public Backend {
+class FaultingBackend : public ::kernelserve::testing::ForwardingBackend {
  public:
-  explicit FaultingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   void Arm() { armed_ = true; }
 
-  std::string Name() const override { return inner_->Name(); }
-  int DeviceCount() const override { return inner_->DeviceCount(); }
   DeviceInfo GetDeviceInfo(int device) const override {
-    DeviceInfo info = inner_->GetDeviceInfo(device);
+    DeviceInfo info = ForwardingBackend::GetDeviceInfo(device);
     if (faulted_) {
       info.healthy = false;
       info.health_reason = "injected fault: illegal memory access";
     }
     return info;
   }
-  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
-    return inner_->Allocate(device, bytes);
-  }
-  absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) override {
-    return inner_->CopyToDevice(device, dst, src, bytes);
-  }
-  absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) override {
-    return inner_->CopyToHost(device, dst, src, bytes);
-  }
-  absl::Status CopyOnDevice(int device, void* dst, const void* src, size_t bytes) override {
-    return inner_->CopyOnDevice(device, dst, src, bytes);
-  }
-  absl::Status Synchronize(int device) override { return inner_->Synchronize(device); }
   absl::Status Attention(int device, const AttentionParams& p, const TensorView& q, const TensorView& k,
                          const TensorView& v, TensorView& out) override {
     if (armed_) {
       faulted_ = true;
       return absl::InternalError("attention kernel: illegal memory access (injected)");
     }
-    return inner_->Attention(device, p, q, k, v, out);
-  }
-  absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
-                            TensorView& out) override {
-    return inner_->Fp8Attention(device, p, in, out);
-  }
-  absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
-                         TensorView& out) override {
-    return inner_->MlaDecode(device, p, in, out);
-  }
-  absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
-    return inner_->Moe(device, p, in, out);
+    return ForwardingBackend::Attention(device, p, q, k, v, out);
   }
 
  private:
-  std::unique_ptr<Backend> inner_;
   std::atomic<bool> armed_{false};
   std::atomic<bool> faulted_{false};
 };

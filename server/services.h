@@ -47,8 +47,9 @@ class BufferServiceImpl final : public pb::BufferService::Service {
   explicit BufferServiceImpl(ServerState* state);
   // Upload decodes its messages itself (decoding_reader.h).
   grpc::Status Upload(grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader, pb::BufferInfo* info);
-  grpc::Status Download(grpc::ServerContext* ctx, const pb::DownloadRequest* req,
-                        grpc::ServerWriter<pb::DownloadChunk>* writer) override;
+  // Download writes its messages' bytes itself (common/grpc_wire.h).
+  grpc::Status Download(grpc::ServerContext* ctx,
+                        grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
   grpc::Status Free(grpc::ServerContext* ctx, const pb::FreeBufferRequest* req,
                     pb::FreeBufferResponse* resp) override;
   grpc::Status List(grpc::ServerContext* ctx, const pb::ListBuffersRequest* req,

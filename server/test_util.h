@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
+#include "kernels/api/backend.h"
 #include "kernels/api/tensor.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
@@ -22,6 +23,52 @@ namespace kernelserve {
 namespace testing {
 
 namespace pb = ::kernelserve::v1;
+
+// A backend that forwards every call to a real one; tests override the few
+// calls whose behaviour they change (an injected fault, deferred copies).
+class ForwardingBackend : public Backend {
+ public:
+  explicit ForwardingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+
+  std::string Name() const override { return inner_->Name(); }
+  int DeviceCount() const override { return inner_->DeviceCount(); }
+  BackendCapabilities Capabilities() const override { return inner_->Capabilities(); }
+  DeviceInfo GetDeviceInfo(int device) const override { return inner_->GetDeviceInfo(device); }
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
+    return inner_->Allocate(device, bytes);
+  }
+  absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) override {
+    return inner_->CopyToDevice(device, dst, src, bytes);
+  }
+  absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) override {
+    return inner_->CopyToHost(device, dst, src, bytes);
+  }
+  absl::Status CopyOnDevice(int device, void* dst, const void* src, size_t bytes) override {
+    return inner_->CopyOnDevice(device, dst, src, bytes);
+  }
+  absl::Status Synchronize(int device) override { return inner_->Synchronize(device); }
+  absl::Status Attention(int device, const AttentionParams& p, const TensorView& q, const TensorView& k,
+                         const TensorView& v, TensorView& out) override {
+    return inner_->Attention(device, p, q, k, v, out);
+  }
+  absl::Status Fp8Attention(int device, const Fp8AttentionParams& p, const Fp8AttentionInputs& in,
+                            TensorView& out) override {
+    return inner_->Fp8Attention(device, p, in, out);
+  }
+  absl::Status MlaDecode(int device, const MlaDecodeParams& p, const MlaDecodeInputs& in,
+                         TensorView& out) override {
+    return inner_->MlaDecode(device, p, in, out);
+  }
+  absl::Status Moe(int device, const MoeParams& p, const MoeInputs& in, TensorView& out) override {
+    return inner_->Moe(device, p, in, out);
+  }
+
+ protected:
+  Backend& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
 
 // A server on 127.0.0.1:0 with the cpu backend.
 std::unique_ptr<KernelServer> StartServer(ServerOptions options = {});

@@ -74,6 +74,18 @@ struct BackendCapabilities {
   bool graph_replay = false;   // TimeGraphReplays captures and replays device graphs
   int64_t cache_bytes = 0;     // the last-level cache an L2 flush must cover (0: none to flush)
   std::string timer;           // how launches are timed, for job results
+  // Device memory is host memory (the cpu backend): a transfer copies
+  // straight into it, with no staging in between.
+  bool device_memory_is_host = false;
+};
+
+// Host memory for staging transfers (Backend::AllocateStaging), freed or
+// handed back to the backend on destruction.
+class StagingMemory {
+ public:
+  virtual ~StagingMemory() = default;
+  virtual void* data() const = 0;
+  virtual size_t size() const = 0;
 };
 
 // Memory on one device, freed on destruction.
@@ -86,6 +98,18 @@ class DeviceMemory {
 };
 
 class Backend {
+ private:
+  class HeapStaging final : public StagingMemory {
+   public:
+    explicit HeapStaging(size_t bytes) : bytes_(new char[bytes]), size_(bytes) {}
+    void* data() const override { return bytes_.get(); }
+    size_t size() const override { return size_; }
+
+   private:
+    std::unique_ptr<char[]> bytes_;
+    size_t size_;
+  };
+
  public:
   virtual ~Backend() = default;
 
@@ -98,6 +122,20 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) = 0;
   virtual absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) = 0;
+  // Host memory that copies to `device` run fastest from: page-locked on GPU
+  // backends (a copy from pageable memory goes through the driver's small
+  // bounce buffers, synchronously). Plain host memory by default. Call from a
+  // device task.
+  virtual absl::StatusOr<std::unique_ptr<StagingMemory>> AllocateStaging(int device, size_t bytes) {
+    (void)device;
+    return std::unique_ptr<StagingMemory>(new HeapStaging(bytes));
+  }
+  // Queues a copy from staging memory to the device and may return before it
+  // is done: `src` must stay as it is until Synchronize(device) returns. By
+  // default the copy is done on return.
+  virtual absl::Status CopyToDeviceAsync(int device, void* dst, const void* src, size_t bytes) {
+    return CopyToDevice(device, dst, src, bytes);
+  }
   // Device-to-device copy within one device.
   virtual absl::Status CopyOnDevice(int device, void* dst, const void* src, size_t bytes) = 0;
   // Waits for all work queued on the device; reports faults.

@@ -125,6 +125,7 @@ class CpuBackend : public Backend {
     c.graph_replay = false;
     c.cache_bytes = int64_t{64} << 20;
     c.timer = "host clock around synchronised launches";
+    c.device_memory_is_host = true;
     return c;
   }
   DeviceInfo GetDeviceInfo(int device) const override {

@@ -39,6 +39,9 @@ struct DeviceState {
   int64_t l2_bytes = 0;
   cudaStream_t stream = nullptr;
   std::shared_ptr<BlockCache> cache;
+  // Page-locked host blocks for transfer staging (AllocateStaging): pinning
+  // tens of MiB takes milliseconds and unpinning synchronizes the device.
+  std::shared_ptr<BlockCache> pinned;
   gpu::DeviceHealth health;
 };
 
@@ -94,7 +97,10 @@ constexpr int kGraphWarmupReplays = 3;
 // (pools are zero-filled by the server; outputs are fully written).
 class BlockCache {
  public:
-  BlockCache(int device, size_t max_bytes) : device_(device), max_bytes_(max_bytes) {}
+  // `free_block` returns a block to the runtime (cudaFree, or cudaFreeHost for
+  // a cache of page-locked host blocks).
+  BlockCache(int device, size_t max_bytes, cudaError_t (*free_block)(void*) = cudaFree)
+      : device_(device), max_bytes_(max_bytes), free_block_(free_block) {}
   ~BlockCache() { Release(); }
   BlockCache(const BlockCache&) = delete;
   BlockCache& operator=(const BlockCache&) = delete;
@@ -144,11 +150,12 @@ class BlockCache {
  private:
   void FreeBlock(void* p) {
     // Freeing on a faulted context fails harmlessly; nothing to report to.
-    if (cudaSetDevice(device_) == cudaSuccess) (void)cudaFree(p);
+    if (cudaSetDevice(device_) == cudaSuccess) (void)free_block_(p);
   }
 
   const int device_;
   const size_t max_bytes_;
+  cudaError_t (*const free_block_)(void*);
   mutable absl::Mutex mu_;
   std::multimap<size_t, void*> free_ ABSL_GUARDED_BY(mu_);
   size_t cached_ ABSL_GUARDED_BY(mu_) = 0;
@@ -169,6 +176,22 @@ class GpuMemory : public DeviceMemory {
   size_t bucket_;
   int device_;
   std::shared_ptr<BlockCache> cache_;  // may outlive the backend: buffers hold it
+};
+
+// A page-locked staging block, back to its device's cache on destruction.
+class PinnedStaging : public StagingMemory {
+ public:
+  PinnedStaging(void* ptr, size_t size, size_t bucket, std::shared_ptr<BlockCache> cache)
+      : ptr_(ptr), size_(size), bucket_(bucket), cache_(std::move(cache)) {}
+  ~PinnedStaging() override { cache_->Put(ptr_, bucket_); }
+  void* data() const override { return ptr_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* ptr_;
+  size_t size_;
+  size_t bucket_;
+  std::shared_ptr<BlockCache> cache_;
 };
 
 class GpuBackend : public Backend {
@@ -211,6 +234,28 @@ class GpuBackend : public Backend {
 
   absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes) override {
     return Copy(device, dst, src, bytes, cudaMemcpyHostToDevice, "copy to device");
+  }
+  // Without room to pin, plain host memory (a slower copy, not a failure).
+  absl::StatusOr<std::unique_ptr<StagingMemory>> AllocateStaging(int device, size_t bytes) override {
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    const size_t bucket = BlockCache::Bucket(std::max<size_t>(bytes, 1));
+    void* ptr = d->pinned->Take(bucket);
+    if (ptr != nullptr) {
+      auto block = std::make_unique<PinnedStaging>(ptr, bytes, bucket, d->pinned);
+      // A transfer that ended early may have left a copy from this block queued.
+      KS_RETURN_IF_ERROR(Check(d, cudaStreamSynchronize(d->stream), "staging reuse"));
+      return std::unique_ptr<StagingMemory>(std::move(block));
+    }
+    if (cudaHostAlloc(&ptr, bucket, cudaHostAllocPortable) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky
+      return Backend::AllocateStaging(device, bytes);
+    }
+    return std::unique_ptr<StagingMemory>(new PinnedStaging(ptr, bytes, bucket, d->pinned));
+  }
+  absl::Status CopyToDeviceAsync(int device, void* dst, const void* src, size_t bytes) override {
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    if (bytes == 0) return absl::OkStatus();
+    return Check(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->stream), "copy to device");
   }
   absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) override {
     return Copy(device, dst, src, bytes, cudaMemcpyDeviceToHost, "copy to host");
@@ -481,6 +526,8 @@ absl::StatusOr<std::unique_ptr<DeviceState>> OpenDevice(int index, const std::st
                                "cudaStreamCreate"));
   // Up to 1/16 of the device (8 GiB on an H200) stays cached for reuse.
   d->cache = std::make_shared<BlockCache>(index, std::min<size_t>(prop.totalGlobalMem / 16, size_t{8} << 30));
+  // Enough for a few uploads' double-buffered staging (server/buffer_service.cc).
+  d->pinned = std::make_shared<BlockCache>(index, size_t{128} << 20, cudaFreeHost);
   return d;
 }
 

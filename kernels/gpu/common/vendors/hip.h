@@ -36,6 +36,7 @@
 #define cudaEvent_t hipEvent_t
 #define cudaFree hipFree
 #define cudaFreeAsync hipFreeAsync
+#define cudaFreeHost hipHostFree
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 #define cudaFuncSetAttribute(f, a, v) hipFuncSetAttribute(reinterpret_cast<const void*>(f), a, v)
 #define cudaGetDevice hipGetDevice
@@ -50,6 +51,8 @@
 #define cudaGraphInstantiateWithFlags hipGraphInstantiateWithFlags
 #define cudaGraphLaunch hipGraphLaunch
 #define cudaGraph_t hipGraph_t
+#define cudaHostAlloc hipHostMalloc
+#define cudaHostAllocPortable hipHostMallocPortable
 #define cudaMalloc hipMalloc
 #define cudaMallocAsync hipMallocAsync
 #define cudaMemcpy hipMemcpy
