@@ -11,7 +11,7 @@
 // 16-token tiles of the split in turn, each with its own online softmax,
 // and combine in warp order at the end. With several splits the unnormalized
 // fp32 outputs and their (max, sum) go to a workspace that the merge
-// combines in split order: the result does not depend on scheduling.
+// combines in a fixed order: the result does not depend on scheduling.
 #ifndef KERNELSERVE_KERNELS_GPU_DECODE_ATTENTION_DECODE_ATTENTION_PARAMS_H_
 #define KERNELSERVE_KERNELS_GPU_DECODE_ATTENTION_DECODE_ATTENTION_PARAMS_H_
 

@@ -1,5 +1,5 @@
 // The split-KV merge of decode attention: combines each (request, query
-// row)'s partials in split order, so results do not depend on scheduling.
+// row)'s partials in a fixed order, so results do not depend on scheduling.
 #ifndef KERNELSERVE_KERNELS_GPU_DECODE_ATTENTION_DECODE_MERGE_H_
 #define KERNELSERVE_KERNELS_GPU_DECODE_ATTENTION_DECODE_MERGE_H_
 
