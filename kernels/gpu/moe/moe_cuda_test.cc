@@ -340,6 +340,26 @@ TEST_P(MoeForcedGemmTest, LayerManyExpertsFewTokens) {
   CheckForcedGemm(GetParam(), LayerManyExpertsFewTokens(), 6e-3);
 }
 
+// K long enough that the streaming kernel holds only a few x rows in shared
+// memory (K = 2048: 256-element chunks, up to 3 rows; K = 1152: 128-element
+// chunks, up to 6): tiles of 1 to 16 rows take both x paths, with one
+// and two n8 tiles.
+TEST_P(MoeForcedGemmTest, LongKXInSharedMemoryOrNot) {
+  for (int64_t hidden : {2048, 1152}) {
+    Case c;
+    c.routing = Routing::kSkewed;  // expert 0: every token; expert 1: one row
+    c.tokens = 150;
+    c.experts = 16;
+    c.hidden = hidden;
+    c.inter = 64;
+    CheckForcedGemm(GetParam(), c);
+    c.routing = Routing::kDistinct;
+    c.tokens = 3;  // one or two rows per expert, the decode case
+    c.swiglu = true;
+    CheckForcedGemm(GetParam(), c);
+  }
+}
+
 TEST_P(MoeForcedGemmTest, ExpertsWithZeroOneAndAllRows) {
   Case c;
   c.routing = Routing::kSkewed;

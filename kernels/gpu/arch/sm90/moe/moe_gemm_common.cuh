@@ -46,15 +46,20 @@ __device__ __forceinline__ BlockScale MakeBlockScale(uint32_t sc) {
   return s;
 }
 
-// Grid (col_tiles, max_tiles) of `kernel` with kSmem bytes of dynamic shared
-// memory; CTAs past the routing's tile count return at once.
+// Grid (col_tiles, max_tiles) of `kernel` with `smem` bytes of dynamic
+// shared memory; CTAs past the routing's tile count return at once.
+template <int kThreads>
+cudaError_t LaunchOverTiles(void (*kernel)(GemmParams), const GemmParams& p, int64_t col_tiles, int64_t max_tiles,
+                            int smem, cudaStream_t stream) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(max_tiles)), kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
 template <int kThreads, int kSmem>
 cudaError_t LaunchOverTiles(void (*kernel)(GemmParams), const GemmParams& p, int64_t col_tiles, int64_t max_tiles,
                             cudaStream_t stream) {
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (e != cudaSuccess) return e;
-  kernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(max_tiles)), kThreads, kSmem, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchOverTiles<kThreads>(kernel, p, col_tiles, max_tiles, kSmem, stream);
 }
 
 }  // namespace moe
