@@ -75,8 +75,8 @@ struct WsMainloop {
   static constexpr int kStages = Traits::kStages;
   static constexpr int kNTiles = kBlockN / 8;
   static constexpr int kColBlocks = Traits::kColBlocks;
-  // S: m64n128k16 (n = kBlockN); O += P V: m64n{kD}k16.
-  static_assert(kBlockN == 128, "the score wgmma is m64n128k16");
+  // S: m64n{kBlockN}k16; O += P V: m64n{kD}k16.
+  static_assert(kBlockN == 64 || kBlockN == 128, "the score wgmma is m64n64k16 or m64n128k16");
 
   // ---- Producer: one thread. ----
 
@@ -139,7 +139,7 @@ struct WsMainloop {
   }
 
   // O += P V: V the MN-major operand (d blocks kBlockN * 128 bytes apart,
-  // 8-key groups 1024 bytes apart; at d64 one d block), P from registers.
+  // 8-key groups 1024 bytes apart; kD / 64 d blocks), P from registers.
   // v_desc: the V tile's first byte (lbo kBlockN * 128, sbo 1024).
   __device__ static void IssuePv(float (&acc)[kD / 8][4], const uint32_t (&pa)[kBlockN / 16][4],
                                  uint64_t v_desc) {
