@@ -1,8 +1,8 @@
 // Mainloop of the warp-specialized sm_90a attention kernel: the producer's
 // TMA loads into a ring of K/V stages and the consumers' wgmma / softmax
-// loop. Masking, softmax and epilogue are the mma.sync kernel's
-// (softmax.h, epilogue.h): a wgmma accumulator holds per warp the mma.sync
-// m16n8 layout.
+// loop. Masking and softmax (softmax.h) and the epilogue (epilogue.h) work
+// on the mma.sync m16n8 accumulator layout, which a wgmma accumulator holds
+// per warp.
 //
 // Shared memory (all tiles [kD / 64 column blocks][rows][64], 128-byte
 // swizzled, as TMA's SWIZZLE_128B writes them): Q (kBlockM rows), kStages K tiles,
