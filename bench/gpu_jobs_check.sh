@@ -29,7 +29,7 @@ shape=(--op=attention --batch=1 --heads=16 --seq=8192 --head-dim=128 --causal --
 # beside the dispatcher's choice; an entry that does not serve the shape is
 # reported failed with its reason, not run.
 "${KS[@]}" bench --op=attention --batch=1 --heads=16 --seq=4096 --head-dim=128 --causal \
-  --variants=cuda,cuda.wgmma_ws,cuda.mma_sync --name=attn-table --method=kernel --warmup=10 --iters=20
+  --variants=cuda,cuda.wgmma_ws --name=attn-table --method=kernel --warmup=10 --iters=20
 "${KS[@]}" bench --op=mla_decode --batch=8 --heads=16 --seq=32768 --q-len=4 \
   --variants=cuda,cuda.wgmma_rega,cuda.wgmma_roles --name=mla-table --method=graph --warmup=20 --iters=100
 # The L2 flush before every launch (two buffers of the cache size the backend

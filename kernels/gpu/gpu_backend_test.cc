@@ -311,17 +311,17 @@ TEST(GpuBackendTest, VariantTablesAreListedAndRunByName) {
     EXPECT_FALSE(v.serves.empty()) << v.name;
     EXPECT_TRUE(names.insert(BenchOpName(v.op) + "." + v.name).second) << "listed twice: " << v.name;
   }
-  for (const char* want : {"attention.wgmma_ws", "attention.mma_sync", "fp8_attention.ws", "mla_decode.wgmma_rega",
+  for (const char* want : {"attention.wgmma_ws", "fp8_attention.ws", "mla_decode.wgmma_rega",
                            "moe_gateup.mma_sync"}) {
     EXPECT_TRUE(names.count(want)) << want;
   }
   OpCall call;
   call.op = BenchOp::kAttention;
-  call.attention.head_dim = 256;  // wgmma_ws serves 64 and 128
+  call.attention.head_dim = 96;  // wgmma_ws serves 64, 128 and 256
   TensorView out;
   const absl::Status wrong_shape = be.RunKernelVariant(0, "wgmma_ws", call, out);
   EXPECT_EQ(wrong_shape.code(), absl::StatusCode::kUnimplemented) << wrong_shape;
-  EXPECT_NE(wrong_shape.message().find("head_dim 256"), std::string::npos) << wrong_shape;
+  EXPECT_NE(wrong_shape.message().find("head_dim 96"), std::string::npos) << wrong_shape;
   const absl::Status unknown = be.RunKernelVariant(0, "no_such_kernel", call, out);
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
   EXPECT_NE(unknown.message().find("wgmma_ws"), std::string::npos) << unknown;  // lists the table

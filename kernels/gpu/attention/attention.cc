@@ -43,17 +43,10 @@ absl::Status RunAttentionWgmmaWs(const AttentionParams& p, const TensorView& q, 
     launch = p.causal ? &attention::RunFlashFwdWs<64, true> : &attention::RunFlashFwdWs<64, false>;
   } else if (p.head_dim == 128) {
     launch = p.causal ? &attention::RunFlashFwdWs<128, true> : &attention::RunFlashFwdWs<128, false>;
+  } else if (p.head_dim == 256) {
+    launch = p.causal ? &attention::RunFlashFwdWs<256, true> : &attention::RunFlashFwdWs<256, false>;
   }
   return Run("wgmma_ws", launch, p, q, k, v, out, stream);
-}
-
-absl::Status RunAttentionMmaSync(const AttentionParams& p, const TensorView& q, const TensorView& k,
-                                 const TensorView& v, TensorView& out, cudaStream_t stream) {
-  FlashFwdLaunch launch = nullptr;
-  if (p.head_dim == 256) {
-    launch = p.causal ? &attention::RunFlashFwdMmaSync<256, true> : &attention::RunFlashFwdMmaSync<256, false>;
-  }
-  return Run("mma_sync", launch, p, q, k, v, out, stream);
 }
 
 absl::Status RoundToBf16(const float* in, uint16_t* out, int64_t n, Rounding mode, cudaStream_t stream) {

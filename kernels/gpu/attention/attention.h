@@ -16,12 +16,8 @@
 namespace kernelserve {
 namespace gpu {
 
-// The warp-specialized wgmma kernel: head dims 64 and 128 (others: UNIMPLEMENTED).
+// The warp-specialized wgmma kernel: head dims 64, 128 and 256 (others: UNIMPLEMENTED).
 absl::Status RunAttentionWgmmaWs(const AttentionParams& p, const TensorView& q, const TensorView& k,
-                                 const TensorView& v, TensorView& out, cudaStream_t stream);
-
-// The mma.sync kernel: head dim 256 (others: UNIMPLEMENTED).
-absl::Status RunAttentionMmaSync(const AttentionParams& p, const TensorView& q, const TensorView& k,
                                  const TensorView& v, TensorView& out, cudaStream_t stream);
 
 // Rounds n floats (device memory) to bf16 bits with the kernels' epilogue

@@ -9,7 +9,9 @@
 //   rel_rms(out, oracle) < 5e-3 (bf16 output rounding alone is ~1.1e-3;
 //   measured on an H200: 1.7-2.4e-3 RTNE/RTNA, 3.3-3.6e-3 RTZ), and
 //   all but 0.5% + 4 of the elements "within 1 ulp" (the + 4 for cases of a
-//   few hundred elements): the bf16 output and the oracle's
+//   few hundred elements; 1% + 4 under RTZ, whose truncation of P and of the
+//   output doubles the error: 0.53% at d256, whose 64-key tiles rescale twice
+//   as often, measured on an H100): the bf16 output and the oracle's
 //   result rounded by the same rule differ by at most one bf16 step, or by at
 //   most one ulp of the tensor's rms (the floor for outputs near zero, where
 //   an absolute error is many ulps of a tiny value); measured 99.68-100 %
@@ -269,7 +271,8 @@ class AttentionCudaTest : public CudaTest {
       // At most 0.5 % of the elements past one bf16 step, plus 4: a case of a
       // few hundred elements (Sq = 1) saw 3 of 384 there by chance (P is
       // rounded to bf16 before PV), at 1.5 ulp with rel. RMS 2.4e-3.
-      EXPECT_LE(c.beyond_1ulp, static_cast<int64_t>(0.005 * out.num_elements()) + 4);
+      const double beyond_allowed = cs.rounding == Rounding::kRtz ? 0.01 : 0.005;
+      EXPECT_LE(c.beyond_1ulp, static_cast<int64_t>(beyond_allowed * out.num_elements()) + 4);
       EXPECT_LE(c.max_err_ulps, 16.0);
     }
   }
@@ -332,12 +335,17 @@ TEST_F(AttentionCudaTest, HeadDim256) {
   Run({1, 6, 2, 300, 129, 256, true, Layout::kBhsd, Rounding::kRtne});  // rows that see no key
   Run({1, 2, 2, 1, 1, 256, false, Layout::kBshd, Rounding::kRtne});
   Run({1, 2, 1, 65, 190, 256, false, Layout::kBhsd, Rounding::kRtna});
+  Run({2, 4, 2, 1024, 1024, 256, true, Layout::kBhsd, Rounding::kRtne});
+  Run({1, 3, 1, 1, 513, 256, true, Layout::kBshd, Rounding::kRtz});
+  Run({1, 2, 2, 333, 47, 256, true, Layout::kBhsd, Rounding::kRtne});  // Sq > Skv
+  Run({3, 5, 5, 17, 1, 256, false, Layout::kBshd, Rounding::kRtne});
 }
 
 TEST_F(AttentionCudaTest, RoundingModes) {
   for (Rounding r : {Rounding::kRtne, Rounding::kRtna, Rounding::kRtz}) {
     Run({1, 2, 1, 160, 333, 128, true, Layout::kBshd, r});
     Run({1, 2, 2, 96, 96, 64, false, Layout::kBhsd, r});
+    Run({1, 2, 1, 100, 230, 256, true, Layout::kBshd, r});
   }
 }
 
@@ -349,7 +357,7 @@ TEST_F(AttentionCudaTest, CrossLengthsAndOddSizes) {
 }
 
 TEST_F(AttentionCudaTest, LongTailInputs) {
-  for (int64_t dim : {128, 64}) {
+  for (int64_t dim : {128, 64, 256}) {
     Case c{1, 2, 1, 1024, 2048, dim, true, Layout::kBhsd, Rounding::kRtne};
     c.long_tail = true;
     Run(c);
@@ -372,20 +380,24 @@ TEST_F(AttentionCudaTest, NaNInputsPropagateLikeTheOracle) {
   Run({1, 2, 2, 200, 200, 128, false, Layout::kBhsd, Rounding::kRtz}, &PlantNaNs<128>);
   Run({1, 2, 2, 200, 200, 64, true, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<64>);
   Run({1, 2, 2, 200, 200, 64, false, Layout::kBhsd, Rounding::kRtna}, &PlantNaNs<64>);
+  Run({1, 2, 2, 200, 200, 256, true, Layout::kBhsd, Rounding::kRtz}, &PlantNaNs<256>);
+  Run({1, 2, 2, 200, 200, 256, false, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<256>);
 }
 
 // The warp-specialized kernel's stage ring and turn schedule: many key tiles
-// (32: d128's 2-stage ring wraps 16 times, d64's 3-stage ring 10 times and a
-// half), one tile (no loop iteration), CTAs with no key tile next to CTAs
-// with one, GQA in both layouts.
+// (4096 keys: d128's 2-stage ring wraps 16 times, d64's 3-stage ring 10
+// times and a half, d256's 2-stage ring of 64-key tiles 32 times), one tile
+// (no loop iteration), CTAs with no key tile next to CTAs with one, GQA in
+// both layouts.
 TEST_F(AttentionCudaTest, RingAndScheduleShapes) {
-  for (int64_t dim : {128, 64}) {
+  for (int64_t dim : {128, 64, 256}) {
     Run({1, 2, 1, 128, 4096, dim, false, Layout::kBhsd, Rounding::kRtne});
     Run({1, 4, 2, 130, 128, dim, false, Layout::kBshd, Rounding::kRtne});
     Run({1, 2, 2, 700, 100, dim, true, Layout::kBshd, Rounding::kRtna});
     Run({2, 4, 1, 640, 640, dim, true, Layout::kBshd, Rounding::kRtz});
     Run({1, 2, 1, 128, 384, dim, true, Layout::kBhsd, Rounding::kRtne});  // 3 tiles: one turn of d64's ring
   }
+  Run({1, 2, 1, 130, 64, 256, true, Layout::kBhsd, Rounding::kRtne});  // d256: exactly one 64-key tile
 }
 
 TEST_F(AttentionCudaTest, Deterministic) {
@@ -397,6 +409,7 @@ TEST_F(AttentionCudaTest, Deterministic) {
   RunDeterministic({2, 4, 1, 1536, 1536, 64, true, Layout::kBhsd, Rounding::kRtna});
   RunDeterministic({1, 2, 2, 100, 4096, 64, false, Layout::kBshd, Rounding::kRtz});
   RunDeterministic({1, 2, 1, 300, 500, 256, false, Layout::kBhsd, Rounding::kRtz});
+  RunDeterministic({2, 4, 1, 1536, 1536, 256, true, Layout::kBshd, Rounding::kRtne});
 }
 
 // The table's dispatch order, without a device: on sm_90a each head dim of
@@ -409,7 +422,7 @@ TEST(AttentionVariantsTest, OneEntryPerHeadDimOnSm90a) {
   h200.smem_per_block_optin = 227 * 1024;
   gpu::DeviceCaps ampere = h200;
   ampere.cc_major = 8;
-  for (auto [dim, want] : {std::pair<int64_t, const char*>{64, "wgmma_ws"}, {128, "wgmma_ws"}, {256, "mma_sync"}}) {
+  for (auto [dim, want] : {std::pair<int64_t, const char*>{64, "wgmma_ws"}, {128, "wgmma_ws"}, {256, "wgmma_ws"}}) {
     OpCall call;
     call.attention.head_dim = dim;
     auto v = gpu::SelectVariant(gpu::AttentionVariants(), "attention", h200, call);

@@ -23,19 +23,15 @@ std::string HeadDims(const DeviceCaps& caps, const OpCall& c, std::initializer_l
 
 }  // namespace
 
-// Every (valid) call has one entry that serves it: the head dims are apart.
+// One entry serves every (valid) head dim on sm_90a.
 const VariantTable& AttentionVariants() {
   static const VariantTable table = {
       {"wgmma_ws", "warp-specialized wgmma: TMA producer warpgroup, two consumer warpgroups in ping-pong",
-       "sm_90a, head_dim 64 and 128",
-       [](const DeviceCaps& caps, const OpCall& c) { return HeadDims(caps, c, {64, 128}, "64, 128"); }, nullptr,
+       "sm_90a, head_dim 64, 128 and 256",
+       [](const DeviceCaps& caps, const OpCall& c) { return HeadDims(caps, c, {64, 128, 256}, "64, 128, 256"); },
+       nullptr,
        [](const OpCall& c, TensorView& out, cudaStream_t s) {
          return RunAttentionWgmmaWs(c.attention, c.q, c.k, c.v, out, s);
-       }},
-      {"mma_sync", "mma.sync m16n8k16 with cp.async double buffering", "sm_90a, head_dim 256",
-       [](const DeviceCaps& caps, const OpCall& c) { return HeadDims(caps, c, {256}, "256"); }, nullptr,
-       [](const OpCall& c, TensorView& out, cudaStream_t s) {
-         return RunAttentionMmaSync(c.attention, c.q, c.k, c.v, out, s);
        }},
   };
   return table;

@@ -184,6 +184,8 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 2], const uint32_t (&a)[
     KS_WGMMA_RS("m64n64k16.f32.bf16.bf16", 32, 32, 33, 34, 35, 36, 37, ", 1");
   } else if constexpr (std::is_same_v<T, Bf16> && kN == 128 && kTransB) {
     KS_WGMMA_RS("m64n128k16.f32.bf16.bf16", 64, 64, 65, 66, 67, 68, 69, ", 1");
+  } else if constexpr (std::is_same_v<T, Bf16> && kN == 256 && kTransB) {
+    KS_WGMMA_RS("m64n256k16.f32.bf16.bf16", 128, 128, 129, 130, 131, 132, 133, ", 1");
   } else if constexpr (std::is_same_v<T, E4m3> && kN == 136 && !kTransB) {
     KS_WGMMA_RS("m64n136k32.f32.e4m3.e4m3", 68, 68, 69, 70, 71, 72, 73, "");
   } else {

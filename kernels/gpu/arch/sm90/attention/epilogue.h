@@ -1,7 +1,7 @@
 // Epilogue of the bf16 MHA forward kernels: O / l rounded once from fp32 to
 // bf16 in the requested mode (kernels/gpu/attention/round_bf16.cuh) and
-// stored, from the mma accumulator layout that both the mma.sync and the
-// wgmma kernels hold per warp.
+// stored, from the mma accumulator layout that a wgmma accumulator holds per
+// warp.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_EPILOGUE_H_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_EPILOGUE_H_
 

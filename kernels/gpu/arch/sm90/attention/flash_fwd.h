@@ -11,13 +11,8 @@ namespace kernelserve {
 namespace gpu {
 namespace attention {
 
-// mma.sync m16n8k16 with cp.async double buffering (flash_fwd_mma_sync_*):
-// head dim 256.
-template <int kHeadDim, bool kCausal>
-cudaError_t RunFlashFwdMmaSync(const FlashFwdParams& params, cudaStream_t stream);
-
 // Warp-specialized wgmma (flash_fwd_ws_*): a TMA producer warpgroup and two
-// consumer warpgroups in ping-pong; head dims 64 and 128, seq_kv >= 1.
+// consumer warpgroups in ping-pong; head dims 64, 128 and 256, seq_kv >= 1.
 template <int kHeadDim, bool kCausal>
 cudaError_t RunFlashFwdWs(const FlashFwdParams& params, cudaStream_t stream);
 

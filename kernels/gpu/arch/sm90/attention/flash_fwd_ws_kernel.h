@@ -1,11 +1,12 @@
-// Hopper (sm_90a) bf16 MHA forward, head dims 64 and 128, warp-specialized
-// in FlashAttention-3's structure.
+// Hopper (sm_90a) bf16 MHA forward, head dims 64, 128 and 256,
+// warp-specialized in FlashAttention-3's structure.
 //
 // Three warpgroups per CTA of kBlockM = 128 query rows:
 //   warpgroup 0, the producer: setmaxnreg down to 24 registers; one thread
-//     loads Q once and K/V tiles of 128 keys through TMA into a kStages ring
-//     of shared-memory stages with full/empty mbarriers (a tile is kD / 64
-//     column blocks of 64: two at d128, one at d64);
+//     loads Q once and K/V tiles of kBlockN keys (128; 64 at d256) through
+//     TMA into a kStages ring of shared-memory stages with full/empty
+//     mbarriers (a tile is kD / 64 column blocks of 64: one at d64, two at
+//     d128, four at d256);
 //   warpgroups 1 and 2, the consumers: setmaxnreg up to 240; 64 query rows
 //     each, wgmma for S = Q K^T and O += P V, the online softmax between,
 //     the shared epilogue at the end.
@@ -38,13 +39,17 @@ template <int kHeadDim_, bool kCausal_, int kStages_>
 struct WsTraits {
   static constexpr bool kCausal = kCausal_;
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "the tiles are one or two 64-column blocks");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "the tiles are one, two or four 64-column blocks");
   static constexpr int kColBlocks = kHeadDim / 64;
   static constexpr int kConsumers = 2;  // warpgroups of 64 query rows
   static constexpr int kConsumerWarps = 4 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kBlockM = 64 * kConsumers;
-  static constexpr int kBlockN = 128;
+  // d256 takes 64 keys a tile: a consumer then holds O (128 fp32 registers),
+  // S (32) and P (16) within setmaxnreg's 240, and Q (64 KB) with two
+  // stages of K and V (32 KB each) fits the 227 KB of shared memory.
+  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
   static constexpr int kStages = kStages_;
   // The launch bounds cap every thread at 65536 / 384 -> 168 registers;
   // setmaxnreg moves the producer's share to the consumers:
@@ -65,6 +70,7 @@ struct WsTraits {
   // repeats every 1024).
   static constexpr int kSmemBytes =
       1024 + kTileQBytes + 2 * kStages * kTileKVBytes + 8 * kBarriers + 8 * kConsumerWarps;
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 block may opt in to");
 };
 
 struct FlashFwdWsParams {

@@ -1,6 +1,6 @@
 // Host side of the warp-specialized kernel: the TMA maps of Q, K and V,
 // built per launch (sm90/tensor_map.h's encoder), and the launcher that
-// flash_fwd_ws_hdim{64,128}_*.cu instantiate.
+// flash_fwd_ws_hdim{64,128,256}_*.cu instantiate.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
 

@@ -1,8 +1,8 @@
 // Mainloop of the warp-specialized sm_90a attention kernel: the producer's
 // TMA loads into a ring of K/V stages and the consumers' wgmma / softmax
-// loop. Masking, softmax and epilogue are the mma.sync kernel's
-// (softmax.h, epilogue.h): a wgmma accumulator holds per warp the mma.sync
-// m16n8 layout.
+// loop. Masking and softmax (softmax.h) and the epilogue (epilogue.h) work
+// on the mma.sync m16n8 accumulator layout, which a wgmma accumulator holds
+// per warp.
 //
 // Shared memory (all tiles [kD / 64 column blocks][rows][64], 128-byte
 // swizzled, as TMA's SWIZZLE_128B writes them): Q (kBlockM rows), kStages K tiles,
@@ -75,8 +75,8 @@ struct WsMainloop {
   static constexpr int kStages = Traits::kStages;
   static constexpr int kNTiles = kBlockN / 8;
   static constexpr int kColBlocks = Traits::kColBlocks;
-  // S: m64n128k16 (n = kBlockN); O += P V: m64n{kD}k16.
-  static_assert(kBlockN == 128, "the score wgmma is m64n128k16");
+  // S: m64n{kBlockN}k16; O += P V: m64n{kD}k16.
+  static_assert(kBlockN == 64 || kBlockN == 128, "the score wgmma is m64n64k16 or m64n128k16");
 
   // ---- Producer: one thread. ----
 
@@ -139,7 +139,7 @@ struct WsMainloop {
   }
 
   // O += P V: V the MN-major operand (d blocks kBlockN * 128 bytes apart,
-  // 8-key groups 1024 bytes apart; at d64 one d block), P from registers.
+  // 8-key groups 1024 bytes apart; kD / 64 d blocks), P from registers.
   // v_desc: the V tile's first byte (lbo kBlockN * 128, sbo 1024).
   __device__ static void IssuePv(float (&acc)[kD / 8][4], const uint32_t (&pa)[kBlockN / 16][4],
                                  uint64_t v_desc) {
