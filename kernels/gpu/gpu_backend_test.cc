@@ -109,7 +109,9 @@ TEST(GpuBackendTest, PinnedStagingAndAsyncCopies) {
     auto b1 = be.AllocateStaging(0, kBlock);
     ASSERT_TRUE(b0.ok() && b1.ok());
     // The second round gets the first round's blocks back.
-    if (round == 1) EXPECT_TRUE((*b0)->data() == seen || (*b1)->data() == seen);
+    if (round == 1) {
+      EXPECT_TRUE((*b0)->data() == seen || (*b1)->data() == seen);
+    }
     seen = (*b0)->data();
     StagingMemory* blocks[2] = {b0->get(), b1->get()};
     size_t sent = 0;
