@@ -42,6 +42,15 @@ void FillInfo(const Buffer& b, pb::BufferInfo* info) {
   info->set_created_unix_ms(b.created_unix_ms);
 }
 
+// The buffer's device memory, allocated (from its reservation) on the first
+// device task of the upload that needs it.
+absl::Status EnsureMemory(ServerState* state, Buffer* buffer, const std::string& what) {
+  if (buffer->memory != nullptr) return absl::OkStatus();
+  KS_ASSIGN_OR_RETURN(buffer->memory,
+                      state->AllocateReserved(buffer->device, buffer->desc.num_bytes(), what));
+  return absl::OkStatus();
+}
+
 // An upload to device memory that is not host memory. A copy from pageable
 // memory is synchronous and has a fixed cost per call, and the transport's
 // slices are small (tens of KiB): copied one by one they run far below the
@@ -66,7 +75,7 @@ class StagedUpload {
       return absl::OkStatus();
     }
     return state_->RunOnDevice(buffer_->device, ctx_, [&]() -> absl::Status {
-      KS_RETURN_IF_ERROR(AllocateBuffer());
+      KS_RETURN_IF_ERROR(EnsureMemory(state_, buffer_, what_));
       for (int i = 0; i < blocks(); ++i) {
         KS_ASSIGN_OR_RETURN(std::unique_ptr<StagingMemory> block,
                             state_->backend().AllocateStaging(buffer_->device, static_cast<size_t>(batch_)));
@@ -95,18 +104,12 @@ class StagedUpload {
  private:
   int blocks() const { return total_ > batch_ ? 2 : 1; }
 
-  absl::Status AllocateBuffer() {
-    if (buffer_->memory != nullptr) return absl::OkStatus();
-    KS_ASSIGN_OR_RETURN(buffer_->memory, state_->AllocateReserved(buffer_->device, total_, what_));
-    return absl::OkStatus();
-  }
-
   absl::Status Send(bool last) {
     Backend& backend = state_->backend();
     const int device = buffer_->device;
     const char* src = block_data_[current_];
     KS_RETURN_IF_ERROR(state_->RunOnDevice(device, ctx_, [&]() -> absl::Status {
-      KS_RETURN_IF_ERROR(AllocateBuffer());
+      KS_RETURN_IF_ERROR(EnsureMemory(state_, buffer_, what_));
       // The other block's copy ends before the handler refills that block.
       if (in_flight_) KS_RETURN_IF_ERROR(backend.Synchronize(device));
       auto* dst = static_cast<uint8_t*>(buffer_->memory->data()) + sent_;
@@ -210,9 +213,7 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
   auto flush = [&](const wire::WireMessage* direct = nullptr) -> absl::Status {
     if (pending.empty() && direct == nullptr && buffer->memory != nullptr) return absl::OkStatus();
     KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
-      if (buffer->memory == nullptr) {
-        KS_ASSIGN_OR_RETURN(buffer->memory, state->AllocateReserved(device, total, what));
-      }
+      KS_RETURN_IF_ERROR(EnsureMemory(state, buffer.get(), what));
       auto* dst = static_cast<uint8_t*>(buffer->memory->data());
       auto copy = [&](const wire::WireMessage& m) -> absl::Status {
         for (absl::string_view p : m.Bytes(kDataField)) {

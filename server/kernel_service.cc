@@ -305,7 +305,7 @@ class OpCall {
     Backend& backend = state_->backend();
     int64_t inline_bytes = 0;
     for (const Input* in : inputs_) {
-      if (!in->buffer && !in->pool) inline_bytes += AlignUp(in->desc.num_bytes());
+      if (!in->buffer && !in->pool) inline_bytes += in->desc.num_bytes();
     }
     char* host = nullptr;
     if (inline_bytes > 0 && inline_bytes <= kInlineCallBytes && !backend.Capabilities().device_memory_is_host) {
@@ -328,7 +328,7 @@ class OpCall {
       if (host != nullptr) {
         std::memcpy(host, src, static_cast<size_t>(n));
         KS_RETURN_IF_ERROR(backend.CopyToDeviceAsync(device_, in->staged->data(), host, static_cast<size_t>(n)));
-        host += AlignUp(n);
+        host += n;
       } else {
         KS_RETURN_IF_ERROR(backend.CopyToDevice(device_, in->staged->data(), src, static_cast<size_t>(n)));
       }
@@ -336,8 +336,6 @@ class OpCall {
     }
     return absl::OkStatus();
   }
-
-  static int64_t AlignUp(int64_t n) { return (n + 255) & ~int64_t{255}; }
 
   ServerState* state_;
   grpc::ServerContext* ctx_;
