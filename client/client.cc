@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_wire.h"
+#include "common/huge_pages.h"
 #include "common/status_macros.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
@@ -331,8 +332,11 @@ absl::StatusOr<HostTensor> DoDownload(Client::Impl& impl, const CallCtx& c, cons
           return grpc::Status(grpc::StatusCode::DATA_LOSS, "download: buffer info has an invalid shape");
         }
         // Reserved, not resized: the chunks arrive in order and are
-        // appended, so each page is written once (no zero fill first).
+        // appended, so each page is written once (no zero fill first). A
+        // fresh destination's page faults cost more than the copy into it:
+        // in huge pages, 512 times fewer.
         bytes.reserve(static_cast<size_t>(expected));
+        AdviseHugePages(bytes.data(), static_cast<size_t>(expected));
         have_info = true;
       }
       const auto off = static_cast<int64_t>(chunk.Varint(kOffsetField));

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -299,8 +300,15 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   // ceiling (TuneHostAllocator), so it comes from the heap, not freshly
   // faulted-in pages.
   int64_t batch = std::min(total, std::max<int64_t>(chunk, kDownloadBatchBytes / chunk * chunk));
+  // Two batches in flight when there are two and the memory limit allows:
+  // batch i + 1's device-to-host copy runs on the device's worker while
+  // batch i's chunks are written.
+  bool overlap = total > batch;
   Reservation staging;
-  if (batch > chunk &&
+  if (overlap && !state->ChargeHost(buffer->device, buffer->owner, 2 * batch, "download staging", &staging).ok()) {
+    overlap = false;
+  }
+  if (!overlap && batch > chunk &&
       !state->ChargeHost(buffer->device, buffer->owner, batch, "download staging", &staging).ok()) {
     batch = chunk;
   }
@@ -311,8 +319,7 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   Backend& backend = state->backend();
   const bool pinned = !backend.Capabilities().device_memory_is_host;
   const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
-  pb::DownloadChunk fields;  // the message's fields other than its data
-  for (int64_t base = 0; base < total; base += batch) {
+  auto fetch = [&, batch](int64_t base) -> absl::StatusOr<grpc::Slice> {
     const int64_t m = std::min(batch, total - base);
     grpc::Slice host;
     std::unique_ptr<StagingMemory> block;
@@ -333,6 +340,19 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
       host = grpc::Slice(data, static_cast<size_t>(m), [](void* b) { delete static_cast<StagingMemory*>(b); },
                          block.release());
     }
+    return host;
+  };
+  pb::DownloadChunk fields;  // the message's fields other than its data
+  absl::StatusOr<grpc::Slice> current = total > 0 ? fetch(0) : grpc::Slice();
+  // Declared after `current`: on an early return its destructor waits for
+  // the copy in flight before the references it holds go.
+  std::future<absl::StatusOr<grpc::Slice>> next;
+  for (int64_t base = 0; base < total; base += batch) {
+    const bool more = base + batch < total;
+    if (overlap && more) next = std::async(std::launch::async, fetch, base + batch);
+    KS_RETURN_IF_ERROR(current.status());
+    const grpc::Slice& host = *current;
+    const auto m = static_cast<int64_t>(host.size());
     for (int64_t off = 0; off < m; off += chunk) {
       if (base + off == 0) {
         FillInfo(*buffer, fields.mutable_info());
@@ -346,6 +366,7 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
       if (!writer->Write(out)) return absl::CancelledError("download: the client went away");
       log->AddBytesOut(n);
     }
+    if (more) current = overlap ? next.get() : fetch(base + batch);
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/huge_pages.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -46,11 +47,6 @@ absl::Status CheckDevice(int device, int devices) {
   }
   return absl::OkStatus();
 }
-
-// At and above this size a buffer is its own mapping in transparent huge
-// pages: a 512 MiB upload then takes 256 page faults instead of 131072
-// (faults were most of the upload's time), and kernels miss the TLB less.
-constexpr size_t kHugePage = 2 << 20;
 
 class HostMemory : public DeviceMemory {
  public:
@@ -146,13 +142,17 @@ class CpuBackend : public Backend {
     if (rounded < bytes) {
       return absl::ResourceExhaustedError(absl::StrCat("cpu allocation of ", bytes, " bytes overflows"));
     }
-    if (rounded >= kHugePage) {
-      const size_t mapped = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+    // At and above a huge page a buffer is its own mapping in transparent
+    // huge pages: a 512 MiB upload then takes 256 page faults instead of
+    // 131072 (faults were most of the upload's time), and kernels miss the
+    // TLB less.
+    if (rounded >= kHugePageBytes) {
+      const size_t mapped = (rounded + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
       void* data = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (data == MAP_FAILED) {
         return absl::ResourceExhaustedError(absl::StrCat("cpu allocation of ", bytes, " bytes failed"));
       }
-      (void)madvise(data, mapped, MADV_HUGEPAGE);  // advice only: fine where THP is off
+      AdviseHugePages(data, mapped);
       return std::unique_ptr<DeviceMemory>(new HostMemory(device, data, bytes, mapped));
     }
     void* data = std::aligned_alloc(kAlignment, rounded);

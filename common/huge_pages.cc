@@ -1,0 +1,19 @@
+#include "common/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+
+namespace kernelserve {
+
+void AdviseHugePages(void* data, size_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t end = begin + bytes;
+  if (data == nullptr || end < begin) return;
+  const uintptr_t first = (begin + kHugePageBytes - 1) & ~(uintptr_t{kHugePageBytes} - 1);
+  const uintptr_t last = end & ~(uintptr_t{kHugePageBytes} - 1);
+  if (last <= first) return;
+  (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
+
+}  // namespace kernelserve
