@@ -49,16 +49,23 @@ struct Case {
   int64_t tokens = 40, top_k = 4, experts = 8, hidden = 256, inter = 128, out_dim = 256;
   Routing routing = Routing::kDistinct;
   Rounding rounding = Rounding::kRtne;
+  // Every E8M0 scale in 1..128 (2^-126 .. 2^1): the dequantization takes
+  // only its one-multiply path. Else 2^-9 .. 2^3: a chunk of the streaming
+  // kernel almost always holds a block that needs the second multiply.
+  bool one_multiply_scales = false;
 };
 
 struct Inputs {
   HostTensor x, ids, weights, w13, w13s, w2, w2s;
 };
 
-void RandomFp4(HostTensor* w, HostTensor* s, std::mt19937_64& rng) {
+void RandomFp4(HostTensor* w, HostTensor* s, bool one_multiply_scales, std::mt19937_64& rng) {
   for (int64_t i = 0; i < w->num_bytes(); ++i) w->bytes()[i] = static_cast<uint8_t>(rng());
-  // Scales 2^-9 .. 2^3: both dequantization paths (one or two multiplies).
-  for (int64_t i = 0; i < s->num_bytes(); ++i) s->bytes()[i] = static_cast<uint8_t>(118 + rng() % 13);
+  // 2^-9 .. 2^3: both dequantization paths (one or two multiplies); or
+  // 2^-27 .. 2^1, all of the one-multiply path.
+  for (int64_t i = 0; i < s->num_bytes(); ++i) {
+    s->bytes()[i] = static_cast<uint8_t>(one_multiply_scales ? 100 + rng() % 29 : 118 + rng() % 13);
+  }
 }
 
 // The experts of token t (distinct).
@@ -100,12 +107,12 @@ Inputs MakeInputs(const Case& c, std::mt19937_64& rng) {
   if (c.stage != MoeStage::kDown) {
     in.w13 = HostTensor(DType::kFp4E2M1, {c.experts, 2 * c.inter, c.hidden});
     in.w13s = HostTensor(DType::kE8M0, {c.experts, 2 * c.inter, c.hidden / 32});
-    RandomFp4(&in.w13, &in.w13s, rng);
+    RandomFp4(&in.w13, &in.w13s, c.one_multiply_scales, rng);
   }
   if (c.stage != MoeStage::kGateUp) {
     in.w2 = HostTensor(DType::kFp4E2M1, {c.experts, c.out_dim, c.inter});
     in.w2s = HostTensor(DType::kE8M0, {c.experts, c.out_dim, c.inter / 32});
-    RandomFp4(&in.w2, &in.w2s, rng);
+    RandomFp4(&in.w2, &in.w2s, c.one_multiply_scales, rng);
   }
   return in;
 }
@@ -264,6 +271,24 @@ void CheckForcedGemm(int tile_rows, const Case& c, double tol = 4e-3) {
   }, tol);
 }
 
+// Gate/up at K = hidden: skewed routing (expert 0 on every token: 16-row
+// tiles; expert 1 on one row), then the decode case with SwiGLU (one or two
+// rows per expert).
+void CheckSkewedThenDecode(int tile_rows, int64_t hidden, bool one_multiply_scales) {
+  Case c;
+  c.one_multiply_scales = one_multiply_scales;
+  c.routing = Routing::kSkewed;
+  c.tokens = 150;
+  c.experts = 16;
+  c.hidden = hidden;
+  c.inter = 64;
+  CheckForcedGemm(tile_rows, c);
+  c.routing = Routing::kDistinct;
+  c.tokens = 3;
+  c.swiglu = true;
+  CheckForcedGemm(tile_rows, c);
+}
+
 Case GateUpSwigluPartialColumnTile() {
   Case c;
   c.swiglu = true;
@@ -345,19 +370,21 @@ TEST_P(MoeForcedGemmTest, LayerManyExpertsFewTokens) {
 // chunks, up to 6): tiles of 1 to 16 rows take both x paths, with one
 // and two n8 tiles.
 TEST_P(MoeForcedGemmTest, LongKXInSharedMemoryOrNot) {
-  for (int64_t hidden : {2048, 1152}) {
-    Case c;
-    c.routing = Routing::kSkewed;  // expert 0: every token; expert 1: one row
-    c.tokens = 150;
-    c.experts = 16;
-    c.hidden = hidden;
-    c.inter = 64;
-    CheckForcedGemm(GetParam(), c);
-    c.routing = Routing::kDistinct;
-    c.tokens = 3;  // one or two rows per expert, the decode case
-    c.swiglu = true;
-    CheckForcedGemm(GetParam(), c);
+  for (int64_t hidden : {2048, 1152}) CheckSkewedThenDecode(GetParam(), hidden, /*one_multiply_scales=*/false);
+}
+
+// Scales that need one multiply only, so that the streaming kernel's warps
+// take the vote's common path on every chunk (the other cases mostly take
+// the two-multiply one): 256-element chunks (K = 256, 2048) and 128-element
+// ones (K = 384, 1152), x in shared memory and from global memory, one and
+// two n8 tiles, gate/up with and without SwiGLU, and down.
+TEST_P(MoeForcedGemmTest, ScalesOfOneMultiplyOnly) {
+  for (int64_t hidden : {256, 384, 2048, 1152}) {
+    CheckSkewedThenDecode(GetParam(), hidden, /*one_multiply_scales=*/true);
   }
+  Case d = DownStage();
+  d.one_multiply_scales = true;
+  CheckForcedGemm(GetParam(), d);
 }
 
 TEST_P(MoeForcedGemmTest, ExpertsWithZeroOneAndAllRows) {

@@ -11,7 +11,8 @@
 // weights as the M operand and the tile's pairs as N (one n8 tile, a second
 // only when the tile holds more than 8 rows). The K order inside a span is
 // permuted identically in both operands, so the E2M1 nibbles become bf16x2
-// pairs with shifts and masks alone (pair j of a word: nibbles j and j + 4).
+// pairs with integer ops alone (pair j of a word: nibbles j and j + 4; a
+// mask, a multiply and a mask each, see PairBits).
 // The chunk size changes only the per-chunk overhead (waits, copies'
 // addressing, scale loads, the vote, the loop), never which mma steps
 // accumulate in which order. SwiGLU: a warp's 16 rows are 8 gate rows and
@@ -74,14 +75,29 @@ struct Chunk {
   static constexpr int kSmemBytes = kWarps * kStages * kStageBytes;  // the stages of all warps
 };
 
-// Nibbles 0 and 4 (pair 0) and 1 and 5 (pair 1) of v -> bf16x2 of value *
-// 2^-126: magnitude bits to bf16 bits 6..8, the sign to bit 15 (as
-// Fp4PairBits, for a nibble pair four apart).
-__device__ __forceinline__ uint32_t Pair0(uint32_t v) {
-  return ((v * 64u) & 0x01C001C0u) | ((v * 4096u) & 0x80008000u);
+// Nibble kJ (0 or 1) of each 16-bit half of v -> bf16x2 of value *
+// 2^-126: magnitude bits to bf16 bits 6..8, the sign to bit 15 (the bits of
+// Fp4PairBits, for a nibble pair four apart). With only the two nibbles
+// left, one integer multiply makes both copies (magnitude 6 - 4kJ bits up,
+// sign 12 - 4kJ): they share no bit, so the product is their OR, and one
+// mask keeps the fields. Three instructions per bf16x2 where a shift and a
+// mask per field took four (the same bits for every input word).
+template <int kJ>
+__device__ __forceinline__ uint32_t PairBits(uint32_t v) {
+  static_assert(kJ == 0 || kJ == 1, "nibble 0 or 1 of a byte");
+  constexpr uint32_t kNibbles = 0x000F000Fu << (4 * kJ);
+  constexpr uint32_t kCopies = (64u + 4096u) >> (4 * kJ);
+  return ((v & kNibbles) * kCopies) & 0x81C081C0u;
 }
-__device__ __forceinline__ uint32_t Pair1(uint32_t v) {
-  return ((v * 4u) & 0x01C001C0u) | ((v * 256u) & 0x80008000u);
+
+// The one-multiply scale of a block known to need no second (MakeBlockScale's
+// f1 when its `one` holds: sc in 1..128, so sc + 126 fits the exponent).
+__device__ __forceinline__ BlockScale OneMultiplyScale(uint32_t sc) {
+  BlockScale s;
+  s.one = true;
+  s.f1 = sc * 0x00800080u + 0x3F003F00u;  // ((sc + 126) << 7) in both halves
+  s.f2 = 0x3F803F80u;
+  return s;
 }
 
 // kTwo: some thread's scale needs the second multiply (its f2 is 1.0 where
@@ -96,10 +112,10 @@ __device__ __forceinline__ uint32_t Scale(uint32_t v, const BlockScale& s) {
 template <bool kTwo>
 __device__ __forceinline__ void DequantWord(uint32_t w, const BlockScale& s, uint32_t (&o)[4]) {
   const uint32_t h = w >> 8;
-  o[0] = Scale<kTwo>(Pair0(w), s);
-  o[1] = Scale<kTwo>(Pair1(w), s);
-  o[2] = Scale<kTwo>(Pair0(h), s);
-  o[3] = Scale<kTwo>(Pair1(h), s);
+  o[0] = Scale<kTwo>(PairBits<0>(w), s);
+  o[1] = Scale<kTwo>(PairBits<1>(w), s);
+  o[2] = Scale<kTwo>(PairBits<0>(h), s);
+  o[3] = Scale<kTwo>(PairBits<1>(h), s);
 }
 
 __device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
@@ -291,7 +307,9 @@ __device__ __forceinline__ void StreamK(WeightStream<kChunk>& ws, int nk, const 
       for (int h = 0; h < C::kSpans; ++h) {
         const uint4 w0v = *reinterpret_cast<const uint4*>(st + h * 512 + ws.lane * 16);
         const uint4 w1v = *reinterpret_cast<const uint4*>(st + (C::kSpans + h) * 512 + ws.lane * 16);
-        const BlockScale b0 = MakeBlockScale(sc0[h]), b1 = MakeBlockScale(sc1[h]);
+        // The vote said every block of the chunk needs one multiply, or not.
+        const BlockScale b0 = kTwo ? MakeBlockScale(sc0[h]) : OneMultiplyScale(sc0[h]);
+        const BlockScale b1 = kTwo ? MakeBlockScale(sc1[h]) : OneMultiplyScale(sc1[h]);
         if constexpr (kXs) {
           const int off = (kc * C::kSpans + h) * 256;
           SpanMma<kNt, kTwo>(w0v, w1v, b0, b1,
