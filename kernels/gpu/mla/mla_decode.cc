@@ -23,7 +23,7 @@ cudaError_t Launch(const mla::DecodeKernel& kernel, const MlaDecodeParams& p, co
   }
   const mla::MlaSplitPlan plan = mla::PlanMlaSplits(static_cast<int>(p.batch), static_cast<int>(p.q_len),
                                                     static_cast<int>(p.heads), p.max_seq,
-                                                    static_cast<int>(p.num_splits), sms);
+                                                    static_cast<int>(p.num_splits), sms, kernel.cta_rows);
   mla::KParams kp = mla::MakeKParams(p, in, out, plan);
   void* ws = nullptr;
   if (plan.splits > 1) {

@@ -302,20 +302,25 @@ TEST_P(MlaDecodeCudaTest, ManySplitsSharpScores) {
   CheckServed(c);
 }
 
-// Every block count of a split from 1 to 7, with and without a partial last
-// block (one split, so that the count is exact), and sharp scores that move
-// the running maximum often: each consumer warpgroup's first, middle and last
-// block, the hand-over of the last block between them, and a producer's
-// stream that ends before or right after Q's arrival.
+// Every block count of a split from 1 to 7, and 10 and 16, with and without
+// a partial last block (one split, so that the count is exact), and sharp
+// scores that move the running maximum often: each consumer warpgroup's
+// first, middle and last block, the hand-over of the last block between
+// them, a producer's stream that ends before or right after Q's arrival, and
+// the KV ring short of one turn, at one and over three (three slots at
+// q_len 4; five in wgmma_rega's 16-row CTA, which q_len 1 x H 16 runs).
 TEST_P(MlaDecodeCudaTest, EveryBlockCountOfOneSplit) {
-  for (int64_t seq : {4, 64, 65, 128, 150, 192, 256, 300, 383, 448}) {
-    SCOPED_TRACE(seq);
-    Case c;
-    c.batch = 1;
-    c.seq = seq;
-    c.num_splits = 1;
-    c.q_std = 3.0;
-    CheckServed(c);
+  for (int64_t q_len : {4, 1}) {
+    for (int64_t seq : {4, 64, 65, 128, 150, 192, 256, 300, 320, 383, 448, 640, 1000}) {
+      SCOPED_TRACE(testing::Message() << "q_len " << q_len << " S " << seq);
+      Case c;
+      c.batch = 1;
+      c.q_len = q_len;
+      c.seq = seq;
+      c.num_splits = 1;
+      c.q_std = 3.0;
+      CheckServed(c);
+    }
   }
 }
 
@@ -331,12 +336,47 @@ TEST_P(MlaDecodeCudaTest, SingleQuerySingleHeadTinySeq) {
   CheckServed(c);
 }
 
+TEST_P(MlaDecodeCudaTest, SixteenRowsPagedRaggedSplits) {
+  Case c;
+  c.batch = 5;
+  c.q_len = 1;
+  c.seq = 3000;
+  c.paged = true;
+  c.ragged_seq = true;
+  CheckServed(c);  // planned splits
+  c.page_size = 16;
+  c.num_splits = 7;
+  CheckServed(c);
+}
+
+// Fewer than 16 rows per request, ragged q_lens (rows past a request's
+// window come back as zeros), an odd row count.
+TEST_P(MlaDecodeCudaTest, SixteenRowsRaggedQ) {
+  Case c;
+  c.batch = 4;
+  c.q_len = 2;
+  c.heads = 8;
+  c.seq = 500;
+  c.ragged_q = true;
+  c.ragged_seq = true;
+  CheckServed(c);
+  c.q_len = 3;
+  c.heads = 5;
+  c.paged = true;
+  CheckServed(c);
+}
+
 TEST_P(MlaDecodeCudaTest, ManyHeadsLongWindow) {
   Case c;
   c.batch = 1;
   c.q_len = 8;
   c.heads = 128;  // 1024 rows: 16 row groups
   c.seq = 200;
+  CheckServed(c);
+  c.batch = 2;
+  c.q_len = 1;  // two 64-row groups
+  c.seq = 700;
+  c.ragged_seq = true;
   CheckServed(c);
 }
 
@@ -378,27 +418,30 @@ TEST_P(MlaDecodeCudaTest, PagedLargePagesRtzRtna) {
 // the contiguous tensor, and repeated runs give the same bits.
 TEST_P(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
   for (int64_t page : {1, 64}) {
-    Case c;
-    c.batch = 3;
-    c.seq = 900;
-    c.paged = true;
-    c.page_size = page;
-    ForEachServedFormat(c, [&](const Case& cf) {
-      std::mt19937_64 rng(FreshSeed());
-      const HostInputs h = MakeInputs(cf, rng);
-      DeviceInputs dp, dc;
-      Upload(h, true, &dp);
-      Upload(h, false, &dc);
-      const MlaDecodeParams pp = Validated(cf, h, true);
-      Case cc = cf;
-      cc.paged = false;
-      const MlaDecodeParams pc = Validated(cc, h, false);
-      const HostTensor a = RunGpu(pp, dp);
-      const HostTensor b = RunGpu(pc, dc);
-      const HostTensor a2 = RunGpu(pp, dp);
-      EXPECT_TRUE(SameBytes(a, b)) << "page " << page;
-      EXPECT_TRUE(SameBytes(a, a2)) << "page " << page;
-    });
+    for (int64_t q_len : {4, 1}) {
+      Case c;
+      c.batch = 3;
+      c.q_len = q_len;
+      c.seq = 900;
+      c.paged = true;
+      c.page_size = page;
+      ForEachServedFormat(c, [&](const Case& cf) {
+        std::mt19937_64 rng(FreshSeed());
+        const HostInputs h = MakeInputs(cf, rng);
+        DeviceInputs dp, dc;
+        Upload(h, true, &dp);
+        Upload(h, false, &dc);
+        const MlaDecodeParams pp = Validated(cf, h, true);
+        Case cc = cf;
+        cc.paged = false;
+        const MlaDecodeParams pc = Validated(cc, h, false);
+        const HostTensor a = RunGpu(pp, dp);
+        const HostTensor b = RunGpu(pc, dc);
+        const HostTensor a2 = RunGpu(pp, dp);
+        EXPECT_TRUE(SameBytes(a, b)) << "page " << page << " q_len " << q_len;
+        EXPECT_TRUE(SameBytes(a, a2)) << "page " << page << " q_len " << q_len;
+      });
+    }
   }
 }
 
@@ -406,51 +449,59 @@ TEST_P(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
 // word, or in the rope part) makes every output of the rows that attend that
 // token NaN, as in the oracle; the other request stays finite.
 TEST_P(MlaDecodeCudaTest, NanInKvRowMakesItsReadersNan) {
-  Case c;
-  c.batch = 2;
-  c.seq = 300;
-  ForEachServedFormat(c, [&](const Case& cf) {
-    const uint8_t nan_code = cf.kv_dtype == DType::kFp8E4M3Fnuz ? 0x80 : 0x7F;
-    for (const int64_t d : {4, 6, 300, 541}) {
-      std::mt19937_64 rng(FreshSeed());
-      HostInputs h = MakeInputs(cf, rng);
-      h.kv.data<uint8_t>()[(0 * cf.seq + 200) * kMlaRowDim + d] = nan_code;
-      DeviceInputs dv;
-      Upload(h, false, &dv);
-      const MlaDecodeParams p = Validated(cf, h, false);
-      const HostTensor got = RunGpu(p, dv);
-      const std::vector<double> out = numerics::ToDoubles(got.view());
-      const size_t per_request = out.size() / 2;
-      int64_t finite0 = 0, nan1 = 0;
-      for (size_t i = 0; i < per_request; ++i) finite0 += std::isfinite(out[i]) ? 1 : 0;
-      for (size_t i = per_request; i < out.size(); ++i) nan1 += std::isnan(out[i]) ? 1 : 0;
-      EXPECT_EQ(finite0, 0) << "d " << d << ": request 0 attends the NaN row everywhere";
-      EXPECT_EQ(nan1, 0) << "d " << d << ": request 1 does not read it";
-    }
-  });
+  for (int64_t q_len : {4, 1}) {
+    SCOPED_TRACE(q_len);
+    Case c;
+    c.batch = 2;
+    c.q_len = q_len;
+    c.seq = 300;
+    ForEachServedFormat(c, [&](const Case& cf) {
+      const uint8_t nan_code = cf.kv_dtype == DType::kFp8E4M3Fnuz ? 0x80 : 0x7F;
+      for (const int64_t d : {4, 6, 300, 541}) {
+        std::mt19937_64 rng(FreshSeed());
+        HostInputs h = MakeInputs(cf, rng);
+        h.kv.data<uint8_t>()[(0 * cf.seq + 200) * kMlaRowDim + d] = nan_code;
+        DeviceInputs dv;
+        Upload(h, false, &dv);
+        const MlaDecodeParams p = Validated(cf, h, false);
+        const HostTensor got = RunGpu(p, dv);
+        const std::vector<double> out = numerics::ToDoubles(got.view());
+        const size_t per_request = out.size() / 2;
+        int64_t finite0 = 0, nan1 = 0;
+        for (size_t i = 0; i < per_request; ++i) finite0 += std::isfinite(out[i]) ? 1 : 0;
+        for (size_t i = per_request; i < out.size(); ++i) nan1 += std::isnan(out[i]) ? 1 : 0;
+        EXPECT_EQ(finite0, 0) << "d " << d << ": request 0 attends the NaN row everywhere";
+        EXPECT_EQ(nan1, 0) << "d " << d << ": request 1 does not read it";
+      }
+    });
+  }
 }
 
 TEST_P(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
-  Case c;
-  c.batch = 4;
-  c.seq = 2000;
-  c.paged = true;
-  c.ragged_seq = true;
-  ForEachServedFormat(c, [&](const Case& cf) {
-    std::mt19937_64 rng(FreshSeed());
-    const HostInputs h = MakeInputs(cf, rng);
-    DeviceInputs d;
-    Upload(h, true, &d);
-    const MlaDecodeParams p = Validated(cf, h, true);
-    const HostTensor direct = RunGpu(p, d);
+  for (int64_t q_len : {4, 1}) {
+    SCOPED_TRACE(q_len);
+    Case c;
+    c.batch = 4;
+    c.q_len = q_len;
+    c.seq = 2000;
+    c.paged = true;
+    c.ragged_seq = true;
+    ForEachServedFormat(c, [&](const Case& cf) {
+      std::mt19937_64 rng(FreshSeed());
+      const HostInputs h = MakeInputs(cf, rng);
+      DeviceInputs d;
+      Upload(h, true, &d);
+      const MlaDecodeParams p = Validated(cf, h, true);
+      const HostTensor direct = RunGpu(p, d);
 
-    DeviceTensor out(p.OutputDesc());
-    KS_CUDA_OK(out.Fill(0xFF));
-    TensorView ov = out.view();
-    ASSERT_NO_FATAL_FAILURE(CaptureAndReplay(
-        [&](cudaStream_t stream) { return g_variant->run(gpu::MlaDecodeCall(p, d.in), ov, stream); }, 3));
-    EXPECT_TRUE(SameBytes(out.ToHost(), direct));
-  });
+      DeviceTensor out(p.OutputDesc());
+      KS_CUDA_OK(out.Fill(0xFF));
+      TensorView ov = out.view();
+      ASSERT_NO_FATAL_FAILURE(CaptureAndReplay(
+          [&](cudaStream_t stream) { return g_variant->run(gpu::MlaDecodeCall(p, d.in), ov, stream); }, 3));
+      EXPECT_TRUE(SameBytes(out.ToHost(), direct));
+    });
+  }
 }
 
 gpu::DeviceCaps Sm90aCaps() {

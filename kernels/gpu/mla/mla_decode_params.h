@@ -56,6 +56,7 @@ struct DecodeKernel {
   int threads;
   int smem_bytes;  // dynamic shared memory
   MlaPartials partials;
+  int cta_rows = kRows;  // query rows per CTA (the split plan's cta_rows); the partials stay in kRows
 };
 
 }  // namespace mla

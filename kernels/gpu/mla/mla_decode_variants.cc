@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/gpu/arch/sm90/mla/mla_sm90_kernels.h"
 #include "kernels/gpu/mla/mla_decode.h"
+#include "kernels/gpu/mla/mla_split_plan.h"
 
 namespace kernelserve {
 namespace gpu {
@@ -29,7 +30,8 @@ const VariantTable& MlaDecodeVariants() {
        [](const DeviceCaps& caps, const OpCall& c) { return NeedsSm90aAndKv(caps, c, DType::kFp8E4M3Fn); },
        nullptr,
        [](const OpCall& c, TensorView& out, cudaStream_t s) {
-         return RunMlaDecode(mla::WgmmaRegAKernel(), c.mla, c.mla_in, out, s);
+         return RunMlaDecode(mla::WgmmaRegAKernel(mla::RegACtaRows(c.mla.q_len, c.mla.heads)), c.mla, c.mla_in,
+                             out, s);
        }},
       {"wgmma_roles", "bf16 wgmma, warpgroups in roles (QK^T + softmax + half of PV; unpack + the other half)",
        "sm_90a, e4m3fnuz KV",

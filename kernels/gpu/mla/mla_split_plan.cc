@@ -27,6 +27,8 @@ MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int
   return plan;
 }
 
+int RegACtaRows(int64_t q_len, int64_t heads) { return q_len * heads <= 16 ? 16 : kRows; }
+
 }  // namespace mla
 }  // namespace gpu
 }  // namespace kernelserve

@@ -29,6 +29,13 @@ struct MlaSplitPlan {
 MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int num_splits, int num_sms,
                            int cta_rows = kRows);
 
+// The query rows per CTA of the RegA kernel for a call of q_len x heads rows
+// per request: 16 when they all fit one 16-row CTA (q_len * H <= 16: the
+// bytes-bound class, one fp8 byte feeds at most 16 rows, where a 64-row CTA
+// would do four times the tensor, softmax and accumulator work of the real
+// rows), else 64.
+int RegACtaRows(int64_t q_len, int64_t heads);
+
 }  // namespace mla
 }  // namespace gpu
 }  // namespace kernelserve

@@ -111,6 +111,7 @@ __device__ __forceinline__ void FenceOperand(uint32_t (&a)[N][4]) {
 #define KS_WGMMA_R96 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
 #define KS_WGMMA_R112 \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define KS_WGMMA_REGS_8 "%0, %1, %2, %3, %4, %5, %6, %7"
 #define KS_WGMMA_REGS_16 KS_WGMMA_R0
 #define KS_WGMMA_REGS_32 KS_WGMMA_R0 ", " KS_WGMMA_R16
 #define KS_WGMMA_REGS_64 KS_WGMMA_REGS_32 ", " KS_WGMMA_R32 ", " KS_WGMMA_R48
@@ -122,6 +123,7 @@ __device__ __forceinline__ void FenceOperand(uint32_t (&a)[N][4]) {
 #define KS_WGMMA_D16(i) KS_WGMMA_D4(i), KS_WGMMA_D4((i) + 4), KS_WGMMA_D4((i) + 8), KS_WGMMA_D4((i) + 12)
 #define KS_WGMMA_D32(i) KS_WGMMA_D16(i), KS_WGMMA_D16((i) + 16)
 #define KS_WGMMA_D64(i) KS_WGMMA_D32(i), KS_WGMMA_D32((i) + 32)
+#define KS_WGMMA_OUT_8 KS_WGMMA_D4(0), KS_WGMMA_D4(4)
 #define KS_WGMMA_OUT_16 KS_WGMMA_D16(0)
 #define KS_WGMMA_OUT_32 KS_WGMMA_D32(0)
 #define KS_WGMMA_OUT_64 KS_WGMMA_D64(0)
@@ -179,6 +181,12 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 2], const uint32_t (&a)[
       KS_WGMMA_RS("m64n64k16.f32.f16.f16", 32, 32, 33, 34, 35, 36, 37, ", 1");
     } else {
       KS_WGMMA_RS("m64n64k16.f32.f16.f16", 32, 32, 33, 34, 35, 36, 37, ", 0");
+    }
+  } else if constexpr (std::is_same_v<T, F16> && kN == 16) {
+    if constexpr (kTransB) {
+      KS_WGMMA_RS("m64n16k16.f32.f16.f16", 8, 8, 9, 10, 11, 12, 13, ", 1");
+    } else {
+      KS_WGMMA_RS("m64n16k16.f32.f16.f16", 8, 8, 9, 10, 11, 12, 13, ", 0");
     }
   } else if constexpr (std::is_same_v<T, Bf16> && kN == 64 && kTransB) {
     KS_WGMMA_RS("m64n64k16.f32.bf16.bf16", 32, 32, 33, 34, 35, 36, 37, ", 1");

@@ -2,12 +2,15 @@
 // fp8 rows land in shared memory by bulk copy (one bulk copy per row from a
 // producer warpgroup, so any page size works), and each consumer thread
 // converts exactly the bytes its wgmma A fragments need, in registers:
-//   S^T = K Q^T   (M = 64 keys, N = 64 query rows, K = 576: K from registers,
-//                  Q from shared memory)
-//   O^T = V^T P^T (M = 512 latent columns, 256 per warpgroup, N = 64 query
+//   S^T = K Q^T   (M = 64 keys, N = kN query rows, K = 576: K from
+//                  registers, Q from shared memory)
+//   O^T = V^T P^T (M = 512 latent columns, 256 per warpgroup, N = kN query
 //                  rows, K = keys: V from registers, P^T from shared memory)
 // so the unpack writes nothing to shared memory and the tensor cores read one
-// 2 KB operand per m64n64k16 instead of two.
+// 2 KB operand per m64nNk16 instead of two. kN is 64, or 16 for requests of
+// at most 16 rows (RegACtaRows): the work per KV byte that does not depend
+// on the rows (the loads and conversions of K and V) is the same, the rest
+// is a quarter.
 //
 // Numerics (tests compare with the fp64 oracle): the products run on f16
 // tensor cores. e4m3fn -> f16 is exact. Q is scaled by a power of two per CTA
@@ -24,7 +27,7 @@
 // O / l (MlaPartials::kF16).
 //
 // CTA: 384 threads. Warpgroup 0 is the producer (bulk copies into a ring
-// of three 64-row slots); warpgroups 1 and 2 are consumers that own alternate 64-key
+// of kSlots 64-row slots); warpgroups 1 and 2 are consumers that own alternate 64-key
 // blocks: the owner of block k computes S^T(k), the block's maxima and P(k);
 // both consumers then run their half of PV(k). The owner of k+1 computes its
 // S^T(k+1) on the tensor cores while the owner of k runs its softmax.
@@ -67,24 +70,49 @@ constexpr int kBarPReady0 = 1, kBarMax0 = 3, kBarConsumers = 5, kBarQLoaded = 6;
 constexpr float kLazyMax = 8.f;  // base-2 headroom before the running max moves
 
 constexpr int kRegAThreads = 384;
-constexpr int kSlots = 3;
 constexpr int kRowStr = 608;  // fp8 row stride in a slot: conflict-free A-fragment loads
 constexpr int kSlotBytes = kTok * kRowStr;
-constexpr int kPBytes = kTok * kRows * 2;  // P^T of one block, f16, MN-major core matrices
-constexpr int kOffKV = kTileBytes16;  // Q (f16), core-tiled
-constexpr int kOffP = kOffKV + kSlots * kSlotBytes;
-constexpr int kOffMaxPart = kOffP + kSlots * kPBytes;  // [2][4 warps][64]
-constexpr int kOffM = kOffMaxPart + 2 * 4 * kRows * 4;  // [3][64]
-constexpr int kOffAlpha = kOffM + kSlots * kRows * 4;   // [3][64]
-constexpr int kOffLim = kOffAlpha + kSlots * kRows * 4;  // [64] int
-constexpr int kOffRed = kOffLim + kRows * 4;             // [8 warps][64]
-constexpr int kOffAlphaW = kOffRed + 8 * kRows * 4;     // [8 warps][64]: a warp's own alpha(k)
-constexpr int kOffMoved = kOffAlphaW + 8 * kRows * 4;    // [3] int: block k moved the frame
-constexpr int kOffBar = kOffMoved + 16;                  // full[3], empty[3]
-constexpr int kSmemRegA = kOffBar + 2 * kSlots * 8;
-static_assert(kSmemRegA <= 227 * 1024, "the RegA kernel must fit the sm_90 per-block limit");
 
+// The shared-memory plan of a CTA of kN query rows (the wgmma N) with a ring
+// of kSlots 64-row KV slots. Per-column tables hold kN columns.
+template <int kN, int kSlots>
+struct RegALayout {
+  static constexpr int kPBytes = kTok * kN * 2;  // P^T of one block, f16, MN-major core matrices
+  static constexpr int kOffKV = kN * kD * 2;      // Q (f16), core-tiled
+  static constexpr int kOffP = kOffKV + kSlots * kSlotBytes;
+  static constexpr int kOffMaxPart = kOffP + kSlots * kPBytes;  // [2][4 warps][kN]
+  static constexpr int kOffM = kOffMaxPart + 2 * 4 * kN * 4;    // [kSlots][kN]
+  static constexpr int kOffAlpha = kOffM + kSlots * kN * 4;     // [kSlots][kN]
+  static constexpr int kOffLim = kOffAlpha + kSlots * kN * 4;   // [kN] int
+  static constexpr int kOffRed = kOffLim + kN * 4;              // [8 warps][kN]
+  static constexpr int kOffAlphaW = kOffRed + 8 * kN * 4;       // [8 warps][kN]: a warp's own alpha(k)
+  static constexpr int kOffMoved = kOffAlphaW + 8 * kN * 4;     // [kSlots] int: block k moved the frame
+  static constexpr int kOffBar = kOffMoved + (kSlots * 4 + 15) / 16 * 16;  // full[kSlots], empty[kSlots]
+  static constexpr int kSmem = kOffBar + 2 * kSlots * 8;
+  static_assert(kSmem <= 227 * 1024, "the RegA kernel must fit the sm_90 per-block limit");
+  static_assert(kN * 4 >= 8 * 4, "sRed holds the 8 consumer warps' |q| maxima");
+};
+
+// kN = 64: the general CTA (three slots: Q's 72 KB leave no room for more).
+// kN = 16 (q_len * H <= 16, one CTA per request and split): the same
+// schedule with a quarter of the tensor work, the softmax and the
+// accumulators, and five slots in the 54 KB that the smaller Q frees: the
+// consumers hold two or three slots (blocks k-1, k, k+1), so two or three
+// blocks (74-110 KB) stay in flight per SM, where a bytes-bound CTA needs
+// ~17 B/clk x ~2000-3000 clk of loaded DRAM latency (three slots leave
+// zero or one).
+template <int kN, int kSlots>
 __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KParams p) {
+  using L = RegALayout<kN, kSlots>;
+  constexpr int kPBytes = L::kPBytes, kOffKV = L::kOffKV, kOffP = L::kOffP, kOffMaxPart = L::kOffMaxPart;
+  constexpr int kOffM = L::kOffM, kOffAlpha = L::kOffAlpha, kOffLim = L::kOffLim, kOffRed = L::kOffRed;
+  constexpr int kOffAlphaW = L::kOffAlphaW, kOffMoved = L::kOffMoved, kOffBar = L::kOffBar;
+  constexpr int kC = kN / 4;  // columns (query rows) per thread of an m64nN accumulator
+  // Registers per thread (setmaxnreg): 128 x producer + 256 x consumer <=
+  // 64 K. The 16-row consumers hold a quarter of the accumulators, so the
+  // producer's five-slot ring bookkeeping gets room without spilling.
+  constexpr int kProducerRegs = kN == kRows ? 24 : 40, kConsumerRegs = kN == kRows ? 240 : 232;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* sQ = smem;
   uint8_t* sKV = smem + kOffKV;
@@ -121,7 +149,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     // four warps). Each warp's arrival on the slot's full barrier expects
     // its own rows' bytes. The next block's slot rows are loaded before the
     // wait, which hides their latency.
-    SetMaxNRegDec<24>();
+    SetMaxNRegDec<kProducerRegs>();
     const int i = warp * 16 + lane;
     auto row_of = [&](int k) -> int64_t {
       const int64_t j = w.tok_begin + static_cast<int64_t>(k) * kTok + i;
@@ -149,7 +177,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   }
 
   // ------------------------------------------------------------ consumers
-  SetMaxNRegInc<240>();
+  SetMaxNRegInc<kConsumerRegs>();
   const int cw = wg - 1;       // consumer warpgroup 0 or 1
   const int ctid = tid - 128;  // 0..255
   const int wq = warp & 3;     // warp in the warpgroup
@@ -172,7 +200,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       const int q = ctid >> 2, G = u, cc = ctid & 3;
       const int d0 = 64 * G + 16 * cc;
       uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
-      if (q < w.nrows) {
+      if (q < w.nrows && (kN == kRows || q < kN)) {
         const uint16_t* src = d0 < kDL ? qlat + static_cast<int64_t>(q) * kDL + d0
                                        : qpe + static_cast<int64_t>(q) * kDR + (d0 - kDL);
         v0 = reinterpret_cast<const uint4*>(src)[0];
@@ -192,11 +220,11 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     if (lane == 0) sRed[warp - 4] = amax;
     NamedBarrierArrive(kBarQLoaded, kRegAThreads);  // Q is in: the producer may start
     // The causal limit of each query row, relative to the split's first token.
-    if (ctid < kRows) {
+    if (ctid < kN) {
       const int q = ctid;
       const int t = (w.row0 + q) / p.heads;
       const int64_t lim = (q < w.nrows && t < w.ql) ? w.seq - w.ql + t - w.tok_begin : -1;
-      sLim[ColIndex(q)] = lim < 0 ? -1 : lim > (1 << 30) ? (1 << 30) : static_cast<int>(lim);
+      sLim[ColIndex<kN>(q)] = lim < 0 ? -1 : lim > (1 << 30) ? (1 << 30) : static_cast<int>(lim);
     }
     NamedBarrierSync(kBarConsumers, 256);
     amax = 0.f;
@@ -208,18 +236,21 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
                                              : 0;
     qs = qs > 127 ? 127 : qs;
     const float qf = __int_as_float((qs + 127) << 23);
+    // Threads of rows past the CTA's kN store nothing.
+    if (kN == kRows || (ctid >> 2) < kN) {
 #pragma unroll
-    for (int u = 0; u < 9; ++u) {
-      const int q = ctid >> 2, G = u, cc = ctid & 3;
-      const uint32_t x[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
-                             raw[u][1].x, raw[u][1].y, raw[u][1].z, raw[u][1].w};
+      for (int u = 0; u < 9; ++u) {
+        const int q = ctid >> 2, G = u, cc = ctid & 3;
+        const uint32_t x[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
+                               raw[u][1].x, raw[u][1].y, raw[u][1].z, raw[u][1].w};
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
+        for (int t = 0; t < 4; ++t) {
 #pragma unroll
-        for (int pp = 0; pp < 2; ++pp) {
-          const uint32_t v = x[2 * t + pp];
-          const __half2 h = __floats2half2_rn(Bf16LoToFloat(v) * qf, Bf16HiToFloat(v) * qf);
-          *reinterpret_cast<__half2*>(sQ + CoreTiled(q, 16 * (4 * G + t) + 8 * pp + 2 * cc)) = h;
+          for (int pp = 0; pp < 2; ++pp) {
+            const uint32_t v = x[2 * t + pp];
+            const __half2 h = __floats2half2_rn(Bf16LoToFloat(v) * qf, Bf16HiToFloat(v) * qf);
+            *reinterpret_cast<__half2*>(sQ + CoreTiled(q, 16 * (4 * G + t) + 8 * pp + 2 * cc)) = h;
+          }
         }
       }
     }
@@ -255,20 +286,21 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   // A column 2 c + e + 8 pp of k-step s is key 16 s + 8 pp + 4 e + c.
   const int d0 = 256 * cw + 64 * wq + 8 * g;
 
-  float acc[4][32];
+  float acc[4][kN / 2];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) acc[j][i] = 0.f;
+    for (int i = 0; i < kN / 2; ++i) acc[j][i] = 0.f;
   }
   // Row sums: this warp's share (its 16 keys of every owned block), reduced
-  // over the warp each block, so a lane keeps the two of columns 8 g + 2 c + e.
+  // over the warp each block, so a lane keeps the two of columns 8 gl + 2 c + e.
   float l2[2] = {0.f, 0.f};
-  // v[g * 2 + e] without local memory.
-  auto pick = [&](const float (&v)[16], int e) {
+  const int gl = LaneColGroup<kN>(lane);
+  // v[gl * 2 + e] without local memory.
+  auto pick = [&](const float (&v)[kC], int e) {
     float r = v[e];
 #pragma unroll
-    for (int jj = 1; jj < 8; ++jj) r = g == jj ? v[jj * 2 + e] : r;
+    for (int jj = 1; jj < kN / 8; ++jj) r = gl == jj ? v[jj * 2 + e] : r;
     return r;
   };
 
@@ -276,29 +308,29 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) FenceOperand(acc[j][i]);
+      for (int i = 0; i < kN / 2; ++i) FenceOperand(acc[j][i]);
     }
   };
   // O and l into a new frame; warp-uniform (a warp's four column lanes cover
   // all 64 columns), hence warpgroup-uniform.
   // The wait is unconditional on the multiplying path, or ptxas serializes
   // every wgmma (C7514).
-  auto rescale = [&](const float (&al)[16]) {
+  auto rescale = [&](const float (&al)[kC]) {
     bool need = false;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) need |= al[i] != 1.f;
+    for (int i = 0; i < kC; ++i) need |= al[i] != 1.f;
     if (__any_sync(0xffffffffu, need)) {
       WgmmaWait<0>();
       fence_acc();
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
 #pragma unroll
-        for (int i = 0; i < 32; ++i) acc[j][i] *= al[(i >> 2) * 2 + (i & 1)];
+        for (int i = 0; i < kN / 2; ++i) acc[j][i] *= al[(i >> 2) * 2 + (i & 1)];
       }
     }
   };
 
-  auto qk = [&](int k, float (&d)[32]) {
+  auto qk = [&](int k, float (&d)[kN / 2]) {
     const uint8_t* r0 = sKV + (k % kSlots) * kSlotBytes + key_r[0] * kRowStr + 16 * c;
     const uint8_t* r1 = sKV + (k % kSlots) * kSlotBytes + key_r[1] * kRowStr + 16 * c;
     // One 16-byte load per row covers four k-steps; they are converted and
@@ -327,7 +359,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
         const uint32_t f[4] = {a[gi % 3][4 * t], a[gi % 3][4 * t + 1], a[gi % 3][4 * t + 2], a[gi % 3][4 * t + 3]};
-        WgmmaRS<64, F16, false>(d, f, q_desc + (((2 * gi + t) * 256) >> 4), (gi | t) != 0);
+        WgmmaRS<kN, F16, false>(d, f, q_desc + (((2 * gi + t) * 256) >> 4), (gi | t) != 0);
       }
       WgmmaCommit();
       if (gi < 17) {
@@ -347,7 +379,8 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   // PV(k) only, where S^T is dead; under the peer's PV ptxas spills).
   auto pv = [&](int k, auto deep, auto pf) {
     const uint8_t* base = sKV + (k % kSlots) * kSlotBytes + d0;
-    const uint64_t pd = MakeSmemDescInterleave(p_addr + (k % kSlots) * kPBytes, 8 * 128, 128);
+    // P^T: 8-key core-matrix groups 16 kN bytes apart (K), 8-row groups 128 apart (N).
+    const uint64_t pd = MakeSmemDescInterleave(p_addr + (k % kSlots) * kPBytes, 16 * kN, 128);
     struct KeyCols {
       uint2 v[2][2];  // [pp][e]: 8 latent columns of one key
     };
@@ -388,7 +421,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
         for (int jl = 0; jl < 2; ++jl) {
           // Fragment order (row g, k lo), (row g+8, k lo), (row g, k hi), (row g+8, k hi).
           const uint32_t f[4] = {a[jl][0], a[jl][1], a[jl][2], a[jl][3]};
-          WgmmaRS<64, F16, true>(acc[2 * jh + jl], f, pd + ((s * 2 * 8 * 128) >> 4), 1);
+          WgmmaRS<kN, F16, true>(acc[2 * jh + jl], f, pd + ((s * 2 * 16 * kN) >> 4), 1);
         }
         WgmmaCommit();
       }
@@ -409,12 +442,13 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   // caller right after the P(k-1) barrier (k >= 1; -Inf for k = 0), so that
   // their shared-memory latency (long under the other warpgroup's wgmma
   // traffic) is off the block-to-block chain.
-  auto softmax = [&](int k, float (&d)[32], bool moved_prev, const float (&m_prev)[16], float (&sum)[16]) -> bool {
+  auto softmax = [&](int k, float (&d)[kN / 2], bool moved_prev, const float (&m_prev)[kC],
+                     float (&sum)[kC]) -> bool {
     if (k >= kt) {
-      float lim[16];
-      LoadCols(reinterpret_cast<const float*>(sLim), c, lim);
+      float lim[kC];
+      LoadCols<kN>(reinterpret_cast<const float*>(sLim), c, lim);
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < kN / 2; ++i) {
         const int key = kTok * k + key_r[(i >> 1) & 1];
         const int li = __float_as_int(lim[(i >> 2) * 2 + (i & 1)]);
         if (key >= n_rel || key > li) d[i] = -INFINITY;
@@ -423,69 +457,71 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     // The frame m(k-1) stays unless a score exceeds it by more than
     // kLazyMax: one barrier with an OR decides that for the warpgroup, and
     // only then are the block's column maxima exchanged.
-    float m[16];
+    float m[kC];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) m[i] = m_prev[i];
+    for (int i = 0; i < kC; ++i) m[i] = m_prev[i];
     bool exceed = false;
     {
-      float thr[16];
+      float thr[kC];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) thr[i] = (m[i] + kLazyMax) * inv_sl2;
+      for (int i = 0; i < kC; ++i) thr[i] = (m[i] + kLazyMax) * inv_sl2;
 #pragma unroll
-      for (int i = 0; i < 32; ++i) exceed |= d[i] > thr[(i >> 2) * 2 + (i & 1)];
+      for (int i = 0; i < kN / 2; ++i) exceed |= d[i] > thr[(i >> 2) * 2 + (i & 1)];
     }
     const bool moved = BarRedOr(kBarMax0 + cw, 128, exceed);
     if (moved) {
-      float cm[16];
+      float cm[kC];
 #pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
+      for (int jj = 0; jj < kN / 8; ++jj) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) cm[jj * 2 + e] = fmaxf(d[4 * jj + e], d[4 * jj + 2 + e]) * sl2;
       }
       float wm[2];
-      ReduceColumns<true>(cm, lane, wm);
-      float* mp = sMaxPart + ((k >> 1) & 1) * 4 * kRows;
-      *reinterpret_cast<float2*>(mp + wq * kRows + c * 16 + g * 2) = make_float2(wm[0], wm[1]);
+      ReduceColumns<true, kN>(cm, lane, wm);
+      float* mp = sMaxPart + ((k >> 1) & 1) * 4 * kN;
+      if ((g & (64 / kN - 1)) == 0) {
+        *reinterpret_cast<float2*>(mp + wq * kN + c * kC + gl * 2) = make_float2(wm[0], wm[1]);
+      }
       NamedBarrierSync(kBarMax0 + cw, 128);
-      float bm[16];
-      LoadCols(mp, c, bm);
+      float bm[kC];
+      LoadCols<kN>(mp, c, bm);
 #pragma unroll
       for (int wv = 1; wv < 4; ++wv) {
-        float t[16];
-        LoadCols(mp + wv * kRows, c, t);
+        float t[kC];
+        LoadCols<kN>(mp + wv * kN, c, t);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) bm[i] = fmaxf(bm[i], t[i]);
+        for (int i = 0; i < kC; ++i) bm[i] = fmaxf(bm[i], t[i]);
       }
       // m(k) in place of m(k-1), alpha(k) in place of the block maxima.
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
+      for (int i = 0; i < kC; ++i) {
         const float mprev = m[i];
         const float mn = bm[i] > mprev + kLazyMax ? bm[i] : mprev;
         bm[i] = mn == mprev ? 1.f : Exp2Approx(mprev - (mn == -INFINITY ? 0.f : mn));
         m[i] = mn;
       }
-      if (wq == 0 && g == 0) StoreCols(sAlpha + (k % kSlots) * kRows, c, bm);
+      if (wq == 0 && g == 0) StoreCols<kN>(sAlpha + (k % kSlots) * kN, c, bm);
       if (wq == 0 && lane == 0) sMoved[k % kSlots] = 1;
-      if (g == 0) StoreCols(sAlphaW + (warp - 4) * kRows, c, bm);  // read back by this warp only
+      if (g == 0) StoreCols<kN>(sAlphaW + (warp - 4) * kN, c, bm);  // read back by this warp only
 #pragma unroll
       for (int e = 0; e < 2; ++e) l2[e] *= pick(bm, e);
     } else if (wq == 0 && lane == 0) {
       sMoved[k % kSlots] = 0;  // alpha(k) = 1: sAlpha(k) is not read
     }
-    if (wq == 0 && g == 0) StoreCols(sM + (k % kSlots) * kRows, c, m);
+    if (wq == 0 && g == 0) StoreCols<kN>(sM + (k % kSlots) * kN, c, m);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < kC; ++i) {
       if (m[i] == -INFINITY) m[i] = 0.f;
     }
     if (moved_prev) {  // alpha(k-1), not yet applied to our row sums
-      float al[16];
-      LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
+      float al[kC];
+      LoadCols<kN>(sAlpha + ((k - 1) % kSlots) * kN, c, al);
 #pragma unroll
       for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
     }
     uint8_t* pbuf = sP + (k % kSlots) * kPBytes;
 #pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
+    for (int jj = 0; jj < kN / 8; ++jj) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float p0 = Exp2Approx(fmaf(d[4 * jj + 2 * h], sl2, -m[jj * 2]));
@@ -493,7 +529,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
         sum[jj * 2] = h == 0 ? p0 : sum[jj * 2] + p0;
         sum[jj * 2 + 1] = h == 0 ? p1 : sum[jj * 2 + 1] + p1;
         const int col = pcol[h];
-        *reinterpret_cast<__half2*>(pbuf + (col >> 3) * 1024 + jj * 128 + (col & 7) * 16 + c * 4) =
+        *reinterpret_cast<__half2*>(pbuf + (col >> 3) * (16 * kN) + jj * 128 + (col & 7) * 16 + c * 4) =
             __floats2half2_rn(p0, p1);
       }
     }
@@ -503,22 +539,22 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   };
 
   for (int k = cw; k < nb; k += 2) {
-    float d[32];
+    float d[kN / 2];
     MbarWait(bar_full + 8 * (k % kSlots), (k / kSlots) & 1);
     qk(k, d);
     bool moved_prev = false;
-    float m_prev[16];
+    float m_prev[kC];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) m_prev[i] = -INFINITY;
+    for (int i = 0; i < kC; ++i) m_prev[i] = -INFINITY;
     if (k >= 1) {
       // The other warpgroup's block k-1, our half of its PV, before our
       // softmax(k), so that its slot is released as early as possible.
       NamedBarrierSync(kBarPReady0 + ((k - 1) & 1), 256);  // P(k-1), m(k-1), alpha(k-1)
       moved_prev = sMoved[(k - 1) % kSlots] != 0;
-      LoadCols(sM + ((k - 1) % kSlots) * kRows, c, m_prev);
+      LoadCols<kN>(sM + ((k - 1) % kSlots) * kN, c, m_prev);
       if (moved_prev) {
-        float al[16];
-        LoadCols(sAlpha + ((k - 1) % kSlots) * kRows, c, al);
+        float al[kC];
+        LoadCols<kN>(sAlpha + ((k - 1) % kSlots) * kN, c, al);
         rescale(al);
       }
       pv(k - 1, std::false_type{}, std::false_type{});
@@ -528,18 +564,18 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     // (S^T is done by then) still does (C7515).
     WgmmaWait<0>();
 #pragma unroll
-    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
-    float sum[16];  // this thread's row sums of block k, reduced under PV(k)
+    for (int i = 0; i < kN / 2; ++i) FenceOperand(d[i]);
+    float sum[kC];  // this thread's row sums of block k, reduced under PV(k)
     if (softmax(k, d, moved_prev, m_prev, sum)) {
       __syncwarp();
-      float al[16];
-      LoadCols(sAlphaW + (warp - 4) * kRows, c, al);
+      float al[kC];
+      LoadCols<kN>(sAlphaW + (warp - 4) * kN, c, al);
       rescale(al);
     }
     pv(k, std::false_type{}, std::true_type{});
     {
       float s2[2];
-      ReduceColumns<false>(sum, lane, s2);
+      ReduceColumns<false, kN>(sum, lane, s2);
       l2[0] += s2[0];
       l2[1] += s2[1];
     }
@@ -552,8 +588,8 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
     const int k = nb - 1;
     NamedBarrierSync(kBarPReady0 + (k & 1), 256);
     if (sMoved[k % kSlots]) {
-      float al[16];
-      LoadCols(sAlpha + (k % kSlots) * kRows, c, al);
+      float al[kC];
+      LoadCols<kN>(sAlpha + (k % kSlots) * kN, c, al);
 #pragma unroll
       for (int e = 0; e < 2; ++e) l2[e] *= pick(al, e);
       rescale(al);
@@ -564,7 +600,9 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   fence_acc();
 
   // Row sums over all consumer threads; the final frame is m(nb-1).
-  *reinterpret_cast<float2*>(sRed + (cw * 4 + wq) * kRows + c * 16 + g * 2) = make_float2(l2[0], l2[1]);
+  if ((g & (64 / kN - 1)) == 0) {
+    *reinterpret_cast<float2*>(sRed + (cw * 4 + wq) * kN + c * kC + gl * 2) = make_float2(l2[0], l2[1]);
+  }
   NamedBarrierSync(kBarConsumers, 256);
   // Each of 64 threads sums one column (query row) over the 8 warps and turns
   // it into the row's output factor; with splits it also stores the row's
@@ -574,12 +612,11 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   const int b = blockIdx.z, group = blockIdx.y, split = blockIdx.x;
   const int row0 = group * kRows, nrows = min(kRows, p.rows - row0);
   const int64_t pi0 = ((static_cast<int64_t>(b) * p.row_groups + group) * p.splits + split) * kRows;
-  if (ctid < kRows) {
+  if (ctid < kN) {
     float t = sRed[ctid];
 #pragma unroll
-    for (int wv = 1; wv < 8; ++wv) t += sRed[wv * kRows + ctid];
-    // Table position c * 16 + jj * 2 + e (ColIndex) holds row 8 jj + 2 c + e.
-    const int q = ((ctid & 15) >> 1) * 8 + (ctid >> 4) * 2 + (ctid & 1);
+    for (int wv = 1; wv < 8; ++wv) t += sRed[wv * kN + ctid];
+    const int q = ColOfIndex<kN>(ctid);
     float f;
     if (p.splits == 1) {
       f = p.out_scale * 256.f / t;
@@ -587,17 +624,17 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
       // O / l in f16 (|O / l| <= 448, 11 bits: finer than the bf16
       // output), half the bytes of fp32 partials; zeros for an empty split.
       f = t > 0.f ? 256.f / t : 0.f;
-      const float m = nb > 0 ? sM[((nb - 1) % kSlots) * kRows + ctid] : -INFINITY;  // the final frame
+      const float m = nb > 0 ? sM[((nb - 1) % kSlots) * kN + ctid] : -INFINITY;  // the final frame
       if (q < nrows) *reinterpret_cast<float2*>(p.part_ml + (pi0 + q) * 2) = make_float2(m, t);
     }
     sAlphaW[ctid] = f;
   }
   NamedBarrierSync(kBarConsumers, 256);
-  float f[16];
-  LoadCols(sAlphaW, c, f);
+  float f[kC];
+  LoadCols<kN>(sAlphaW, c, f);
 
   // Output: a thread holds 8 consecutive latent columns (d0 .. d0 + 7) of its
-  // 16 query rows.
+  // kN / 4 query rows.
   auto out_cols = [&](int jj, int e, uint32_t (&h)[4], bool bf16) {
     const float inv = f[jj * 2 + e];
 #pragma unroll
@@ -608,7 +645,7 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   };
   auto for_rows = [&](auto&& row) {
 #pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
+    for (int jj = 0; jj < kN / 8; ++jj) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int q = 8 * jj + 2 * c + e;
@@ -637,8 +674,11 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 
 }  // namespace
 
-DecodeKernel WgmmaRegAKernel() {
-  return {MlaDecodeRegAKernel, kRegAThreads, kSmemRegA, MlaPartials::kF16};
+DecodeKernel WgmmaRegAKernel(int cta_rows) {
+  if (cta_rows == 16) {
+    return {MlaDecodeRegAKernel<16, 5>, kRegAThreads, RegALayout<16, 5>::kSmem, MlaPartials::kF16, 16};
+  }
+  return {MlaDecodeRegAKernel<64, 3>, kRegAThreads, RegALayout<64, 3>::kSmem, MlaPartials::kF16, kRows};
 }
 
 }  // namespace mla
