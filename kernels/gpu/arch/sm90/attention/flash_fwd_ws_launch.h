@@ -9,6 +9,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/gpu/arch/sm90/attention/flash_fwd.h"
@@ -86,6 +87,27 @@ int CtasPerSm() {
   return n;
 }
 
+// The stream-ordered pool gives its free memory back to the OS at every
+// synchronize while its release threshold is 0 (the default), so that each
+// call's cudaMallocAsync would map the workspace anew, on the host, between
+// the previous work and the forward on the stream. The first split launch on
+// a device raises the threshold of the device's pool to kWsPoolKeepBytes,
+// more than the model ever asks for (tail x splits <= the SMs: 132 chunks x
+// 128 rows x 256 fp32 = 17 MiB at d256). Every cudaMallocAsync user of the
+// pool keeps up to that much; failures leave the pool as it was.
+constexpr uint64_t kWsPoolKeepBytes = uint64_t{64} << 20;
+inline void KeepPoolWorkspace(int dev) {
+  static std::atomic<bool> kept[64];
+  if (dev < 0 || dev >= 64 || kept[dev].load(std::memory_order_relaxed)) return;
+  cudaMemPool_t pool;
+  uint64_t threshold = 0, keep = kWsPoolKeepBytes;
+  cudaError_t e = cudaDeviceGetMemPool(&pool, dev);
+  if (e == cudaSuccess) e = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+  if (e == cudaSuccess && threshold < keep) e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e != cudaSuccess) (void)cudaGetLastError();  // not the launch's error: the call goes on without it
+  kept[dev].store(true, std::memory_order_relaxed);
+}
+
 template <int kD, bool kCausal, int kStages>
 cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, const WsLaunchOptions& options, cudaStream_t stream) {
   using Traits = WsTraits<kD, kCausal, kStages>;
@@ -142,6 +164,7 @@ cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, const WsLaunchOptions
   wp.part_ml = nullptr;
   void* ws = nullptr;
   if (plan.tail.on) {
+    KeepPoolWorkspace(dev);
     if ((e = cudaMallocAsync(&ws, plan.workspace_bytes, stream)) != cudaSuccess) return e;
     wp.part_o = reinterpret_cast<float*>(static_cast<uint8_t*>(ws) + plan.part_o);
     wp.part_ml = reinterpret_cast<float*>(static_cast<uint8_t*>(ws) + plan.part_ml);
