@@ -283,8 +283,10 @@ class AttentionCudaTest : public CudaTest {
   void RunDeterministic(const Case& cs) { RunSameBits(cs, nullptr); }
 
   // Each serving entry three times on the same inputs, `before(run)` called
-  // before each run (0, 1, 2) when given: the same bytes each time.
-  void RunSameBits(const Case& cs, void (*before)(int run)) {
+  // before each run (0, 1, 2) when given: the same bytes each time, or, with
+  // `same` false, runs 1 and 2 not the bytes of run 0 (a different
+  // arithmetic took part).
+  void RunSameBits(const Case& cs, void (*before)(int run), bool same = true) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE(absl::StrCat(CaseName(cs), " seed ", seed));
     HostTensor q, k, v;
@@ -308,14 +310,18 @@ class AttentionCudaTest : public CudaTest {
         if (HasFatalFailure()) return;
         for (int64_t i = 0; i < first.num_elements(); ++i) {
           const uint16_t w = first.data<uint16_t>()[i], g = again.data<uint16_t>()[i];
-          if (g != w && diff++ < 5) {
+          if (g != w && diff++ < 5 && same) {
             ADD_FAILURE() << "element " << i << ": rerun 0x" << std::hex << g << ", first 0x" << w;
           }
         }
       }
       std::printf("  %-70s %-8s reruns: %lld of %lld differ\n", CaseName(cs).c_str(), kernel->name,
                   static_cast<long long>(diff), static_cast<long long>(first.num_elements()));
-      EXPECT_EQ(diff, 0);
+      if (same) {
+        EXPECT_EQ(diff, 0);
+      } else {
+        EXPECT_GT(diff, 0) << "the runs after the first were to take another arithmetic";
+      }
     }
   }
 };
@@ -478,6 +484,18 @@ TEST_F(AttentionCudaTest, DenseTailSplitAfterAFullWave) {
 TEST_F(AttentionNaNTest, DenseTailSplitNaNInputsPropagateLikeTheOracle) {
   PlanOverride force(3, false);
   RunNaNCases();
+}
+
+// The override reaches the launch: the split's outputs (runs 1 and 2, each
+// item in 3 chunks merged in fp32) are not the unsplit run's bytes (run 0)
+// at these sizes (over 10^5 outputs, each rounded from a different fp32
+// value), so forced-split cases that pass the oracle did run the split.
+TEST_F(AttentionCudaTest, DenseTailOverrideReachesTheLaunch) {
+  PlanOverride reset_at_exit(0, false);
+  auto split_after_first = [](int run) { gpu::SetWgmmaWsPlanOverride(run == 0 ? 0 : 3, false); };
+  for (int64_t dim : {128, 64, 256}) {
+    RunSameBits({1, 4, 2, 512, 1024, dim, false, Layout::kBhsd, Rounding::kRtne}, split_after_first, false);
+  }
 }
 
 // The merge sums the chunks in chunk order whichever CTA finished first: the
