@@ -35,6 +35,7 @@
 #include "kernels/gpu/arch/sm90/attention/epilogue.h"
 #include "kernels/gpu/arch/sm90/attention/mainloop_ws.h"
 #include "kernels/gpu/arch/sm90/attention/softmax.h"
+#include "kernels/gpu/arch/sm90/attention/ws_plan.h"
 #include "kernels/gpu/arch/sm90/pipeline.cuh"
 #include "kernels/gpu/attention/dense_tail.h"
 #include "kernels/gpu/attention/flash_params.h"
@@ -98,20 +99,6 @@ struct FlashFwdWsParams {
   float* part_ml;
 };
 
-// What CTA c runs: work item `item` whole, or chunk `split` of it.
-struct WsCta {
-  int item;
-  int split;
-  bool chunk;
-};
-__device__ __forceinline__ WsCta LocateCta(const FlashFwdWsParams& wp) {
-  const int c = static_cast<int>(blockIdx.x);
-  if (c < wp.full_items) return WsCta{c, 0, false};
-  const int r = c - wp.full_items;
-  const int t = r / wp.splits;
-  return WsCta{wp.full_items + t, r - t * wp.splits, true};
-}
-
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     FlashFwdWsKernel(const __grid_constant__ FlashFwdWsParams wp) {
@@ -123,7 +110,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const uint32_t base = (sm80::SmemAddr(smem_raw) + 1023u) & ~1023u;
   const WsSmem<Traits> sm = WsSmem<Traits>::At(base);
 
-  const WsCta cta = LocateCta(wp);
+  const WsCta cta = WsCtaAt(static_cast<int>(blockIdx.x), wp.full_items, wp.splits);
   const WorkTile tile = TileAt(cta.item, wp.order);
   const int m0 = tile.m_block * Traits::kBlockM;
   const int n_all = KvBlocks(p.seq_kv, m0, Traits::kBlockM, Traits::kBlockN, p.causal_offset, Traits::kCausal);
@@ -160,8 +147,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // l = 0 and zeros).
       float l[2];
       softmax.RowSums(l);
-      const int64_t prow =
-          (static_cast<int64_t>(cta.item - wp.full_items) * wp.splits + cta.split) * Traits::kBlockM;
+      const int64_t prow = WsPartialRow(cta.item, cta.split, wp.full_items, wp.splits);
       StorePartialTile<kD>(acc, softmax.row_max, l, wp.part_o + prow * kD, wp.part_ml + prow * 2, row0, lane);
       return;
     }
@@ -195,6 +181,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 template <int kD, int kBlockM>
 __global__ void __launch_bounds__(256) FlashFwdWsMergeKernel(const __grid_constant__ FlashFwdWsParams wp) {
   static_assert(256 % kD == 0, "whole rows per block");
+  static_assert(kBlockM == kWsBlockM, "the partials' layout is ws_plan.h's");
   constexpr int kRowsPerBlock = 256 / kD;
   const FlashFwdParams& p = wp.p;
   const int t = static_cast<int>(blockIdx.x);
@@ -203,7 +190,7 @@ __global__ void __launch_bounds__(256) FlashFwdWsMergeKernel(const __grid_consta
   const WorkTile tile = TileAt(wp.full_items + t, wp.order);
   const int row = tile.m_block * kBlockM + r;
   if (row >= p.seq_q) return;
-  const int64_t base = static_cast<int64_t>(t) * wp.splits * kBlockM + r;  // chunk 0's row
+  const int64_t base = WsPartialRow(wp.full_items + t, 0, wp.full_items, wp.splits) + r;  // chunk 0's row
   const float v = MergeChunks(wp.splits, wp.part_ml + base * 2, int64_t{kBlockM} * 2, wp.part_o + base * kD + d,
                               int64_t{kBlockM} * kD);
   uint16_t* o = static_cast<uint16_t*>(p.o) + tile.batch * p.o_batch_stride + tile.head * p.o_head_stride +

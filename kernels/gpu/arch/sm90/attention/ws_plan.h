@@ -8,10 +8,12 @@
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_WS_PLAN_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/gpu/attention/dense_tail.h"
 #include "kernels/gpu/attention/flash_params.h"
 #include "kernels/gpu/attention/tile_scheduler.h"
+#include "kernels/gpu/common/host_device.h"
 
 namespace kernelserve {
 namespace gpu {
@@ -37,6 +39,28 @@ constexpr int WsBlockN(int head_dim) { return head_dim == 256 ? 64 : 128; }
 //     ring before its first product, about a tile-step of prologue.
 // Estimates, to be fitted against timings (bench/NOTES.md).
 constexpr DenseTailWeights kWsDenseTailWeights{1, 2, 16, 2};
+
+// What CTA c of the forward's grid runs (plan: full_items, splits): work
+// item c whole below full_items; after them, chunk `split` of item
+// full_items + (c - full_items) / splits, the chunks of an item side by side.
+struct WsCta {
+  int item;
+  int split;
+  bool chunk;
+};
+KS_HOST_DEVICE WsCta WsCtaAt(int c, int full_items, int splits) {
+  if (c < full_items) return WsCta{c, 0, false};
+  const int r = c - full_items;
+  const int t = r / splits;
+  return WsCta{full_items + t, r - t * splits, true};
+}
+
+// The first row of chunk `split` of tail item `item` in the partials
+// (WsLaunchPlan's layout: kWsBlockM rows per chunk, the chunks of an item
+// side by side).
+KS_HOST_DEVICE int64_t WsPartialRow(int item, int split, int full_items, int splits) {
+  return (static_cast<int64_t>(item - full_items) * splits + split) * kWsBlockM;
+}
 
 // How the launcher decides the split; the default is the cost model.
 struct WsLaunchOptions {
