@@ -3,9 +3,16 @@
 // random bf16 (never zeros: zeros can run faster than real data).
 //
 //   attention_cuda_bench [--iters=N] [--warmup=N] [--dims=128,64] [--only=NAME] [--shapes=B:H:S,...]
+//                        [--dense_tail=auto|off|on|N] [--causal_order=sections|per_head]
 // For each head dim in turn (default 128, then 64; --dim=N is --dims=N),
 // times every entry of the variant table (attention_variants.h) that serves
 // it on this device, or only the one named.
+// --dense_tail: the wgmma_ws kernel's dense-tail KV split decided by its cost
+// model (auto, the default), never (off), forced on the last wave with as
+// many chunks as its idle SMs allow (on) or with N >= 2 chunks;
+// --causal_order: causal grids in L2 sections (the default) or one (head,
+// batch) after another (per_head). The "tail split" column is the plan the
+// launcher computes (ws_plan.h) for wgmma_ws: tail items x chunks, or off.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +31,8 @@
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
 #include "kernels/api/op_call.h"
+#include "kernels/gpu/arch/sm90/attention/ws_plan.h"
+#include "kernels/gpu/attention/attention.h"
 #include "kernels/gpu/attention/attention_variants.h"
 #include "kernels/gpu/common/kernel_variant.h"
 
@@ -57,13 +66,56 @@ double Pairs(int64_t sq, int64_t skv, bool causal) {
   return p;
 }
 
+// The wgmma_ws launcher's plan for a BHSD self-attention shape (one CTA per
+// SM, as every instantiation runs): "items x chunks" of the last wave, or
+// "off"; "-" for other kernels.
+std::string TailSplit(const gpu::KernelVariant& kc, const Shape4& s, int64_t dim, bool causal, int sms,
+                      const gpu::attention::WsLaunchOptions& options) {
+  if (std::string(kc.name) != "wgmma_ws") return "-";
+  gpu::attention::FlashFwdParams p;
+  p.batch = static_cast<int>(s.b);
+  p.heads_q = p.heads_kv = static_cast<int>(s.h);
+  p.group = 1;
+  p.seq_q = p.seq_kv = static_cast<int>(s.s);
+  p.causal_offset = 0;
+  const gpu::attention::WsLaunchPlan l =
+      gpu::attention::PlanWsLaunch(p, static_cast<int>(dim), causal, sms, options);
+  if (!l.tail.on) return "off";
+  return std::to_string(l.tail.tail_items) + " x " + std::to_string(l.tail.splits);
+}
+
 int Main(int argc, char** argv) {
   int iters = 20, warmup = 5;
   std::vector<int64_t> dims = {128, 64};
   std::string only;
   std::vector<Shape4> shapes = {{2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
+  gpu::attention::WsLaunchOptions plan_options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (const char* v = bench::FlagValue(a, "--dense_tail=")) {
+      const std::string m = v;
+      int n = 0;
+      if (m == "auto") {
+        plan_options.dense_tail = -1;
+      } else if (m == "off") {
+        plan_options.dense_tail = 0;
+      } else if (m == "on") {
+        plan_options.dense_tail = 1;
+      } else if (absl::SimpleAtoi(m, &n) && n >= 2) {
+        plan_options.dense_tail = n;
+      } else {
+        std::fprintf(stderr, "--dense_tail: \"%s\" is not auto, off, on or a chunk count >= 2\n", v);
+        return 2;
+      }
+    }
+    if (const char* v = bench::FlagValue(a, "--causal_order=")) {
+      const std::string m = v;
+      if (m != "sections" && m != "per_head") {
+        std::fprintf(stderr, "--causal_order: \"%s\" is not sections or per_head\n", v);
+        return 2;
+      }
+      plan_options.per_head_causal_order = m == "per_head";
+    }
     if (const char* v = bench::FlagValue(a, "--only=")) only = v;
     if (const char* v = bench::FlagValue(a, "--iters=")) iters = std::atoi(v);
     if (const char* v = bench::FlagValue(a, "--warmup=")) warmup = std::atoi(v);
@@ -101,6 +153,13 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  gpu::SetWgmmaWsPlanOverride(plan_options.dense_tail, plan_options.per_head_causal_order);
+  std::printf("dense_tail %s, causal order %s\n",
+              plan_options.dense_tail < 0    ? "auto"
+              : plan_options.dense_tail == 0 ? "off"
+              : plan_options.dense_tail == 1 ? "on"
+                                             : std::to_string(plan_options.dense_tail).c_str(),
+              plan_options.per_head_causal_order ? "per_head" : "sections");
 
   int64_t max_elems = 0;
   for (const auto& s : shapes) {
@@ -150,8 +209,8 @@ int Main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "\n| kernel | (B, H, S) | d | causal | ms (median) | TFLOP/s |\n"
-      "| --- | --- | --- | --- | --- | --- |\n");
+      "\n| kernel | (B, H, S) | d | causal | tail split | ms (median) | TFLOP/s |\n"
+      "| --- | --- | --- | --- | --- | --- | --- |\n");
   for (const auto& [dim, kc] : runs) {
     for (const auto& s : shapes) {
       for (bool causal : {false, true}) {
@@ -189,10 +248,11 @@ int Main(int argc, char** argv) {
         CHECK_CUDA(cudaMemcpy(out.data(), o, out.size() * 2, cudaMemcpyDeviceToHost));
         int64_t nonfinite = 0;
         for (uint16_t b : out) nonfinite += ((b & 0x7F80) == 0x7F80);
-        std::printf("| %s | (%lld, %lld, %lld) | %lld | %s | %.3f | %.1f |%s\n", kc->name,
+        std::printf("| %s | (%lld, %lld, %lld) | %lld | %s | %s | %.3f | %.1f |%s\n", kc->name,
                     static_cast<long long>(s.b), static_cast<long long>(s.h),
                     static_cast<long long>(s.s), static_cast<long long>(dim), causal ? "yes" : "no",
-                    med, flops / (med * 1e-3) / 1e12, nonfinite ? " NON-FINITE OUTPUT" : "");
+                    TailSplit(*kc, s, dim, causal, prop.multiProcessorCount, plan_options).c_str(), med,
+                    flops / (med * 1e-3) / 1e12, nonfinite ? " NON-FINITE OUTPUT" : "");
       }
     }
   }

@@ -1,5 +1,7 @@
 #include "kernels/gpu/attention/attention.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/gpu/arch/sm90/attention/flash_fwd.h"
@@ -12,7 +14,11 @@ namespace gpu {
 namespace {
 
 using attention::FlashFwdParams;
-using FlashFwdLaunch = cudaError_t (*)(const FlashFwdParams&, cudaStream_t);
+using attention::WsLaunchOptions;
+using FlashFwdLaunch = cudaError_t (*)(const FlashFwdParams&, const WsLaunchOptions&, cudaStream_t);
+
+std::atomic<int> g_dense_tail{-1};
+std::atomic<bool> g_per_head_causal_order{false};
 
 // `launch`: the instantiation for the call's head dim and mask, nullptr when
 // the kernel has none.
@@ -30,7 +36,10 @@ absl::Status Run(const char* kernel, FlashFwdLaunch launch, const AttentionParam
     const size_t bytes = static_cast<size_t>(out.desc.num_bytes());
     return GpuStatus(cudaMemsetAsync(out.data, 0, bytes, stream), KS_GPU_VENDOR " attention (no keys)");
   }
-  return GpuStatus(launch(fp, stream), absl::StrCat(KS_GPU_VENDOR " attention launch (", kernel, " d", p.head_dim,
+  WsLaunchOptions options;
+  options.dense_tail = g_dense_tail.load(std::memory_order_relaxed);
+  options.per_head_causal_order = g_per_head_causal_order.load(std::memory_order_relaxed);
+  return GpuStatus(launch(fp, options, stream), absl::StrCat(KS_GPU_VENDOR " attention launch (", kernel, " d", p.head_dim,
                                                     p.causal ? ", causal)" : ")"));
 }
 
@@ -47,6 +56,11 @@ absl::Status RunAttentionWgmmaWs(const AttentionParams& p, const TensorView& q, 
     launch = p.causal ? &attention::RunFlashFwdWs<256, true> : &attention::RunFlashFwdWs<256, false>;
   }
   return Run("wgmma_ws", launch, p, q, k, v, out, stream);
+}
+
+void SetWgmmaWsPlanOverride(int dense_tail, bool per_head_causal_order) {
+  g_dense_tail.store(dense_tail, std::memory_order_relaxed);
+  g_per_head_causal_order.store(per_head_causal_order, std::memory_order_relaxed);
 }
 
 absl::Status RoundToBf16(const float* in, uint16_t* out, int64_t n, Rounding mode, cudaStream_t stream) {

@@ -20,6 +20,16 @@ namespace gpu {
 absl::Status RunAttentionWgmmaWs(const AttentionParams& p, const TensorView& q, const TensorView& k,
                                  const TensorView& v, TensorView& out, cudaStream_t stream);
 
+// Overrides of the wgmma_ws launch plan, process-wide, for tests and A/B
+// timing (attention_cuda_test, bench/attention_cuda_bench.cc); the default
+// is the plan's own choice. dense_tail < 0: the cost model decides the
+// dense-tail KV split; 0: never split; 1: split the last wave whenever there
+// is one, as many chunks as its idle SMs allow; n >= 2: exactly n chunks per
+// item of the last wave. per_head_causal_order: causal grids one (head,
+// batch) after another instead of in L2 sections
+// (kernels/gpu/attention/tile_scheduler.h).
+void SetWgmmaWsPlanOverride(int dense_tail, bool per_head_causal_order);
+
 // Rounds n floats (device memory) to bf16 bits with the kernels' epilogue
 // rounding; for testing the device rounding against numerics::FloatToBf16.
 absl::Status RoundToBf16(const float* in, uint16_t* out, int64_t n, Rounding mode, cudaStream_t stream);

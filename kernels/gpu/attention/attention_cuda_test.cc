@@ -280,7 +280,13 @@ class AttentionCudaTest : public CudaTest {
   // Each serving entry three times on the same inputs: the same bytes each
   // time. A difference while the oracle cases pass points at a hand-off race
   // (a stage refilled or read too early), not at the numerics.
-  void RunDeterministic(const Case& cs) {
+  void RunDeterministic(const Case& cs) { RunSameBits(cs, nullptr); }
+
+  // Each serving entry three times on the same inputs, `before(run)` called
+  // before each run (0, 1, 2) when given: the same bytes each time, or, with
+  // `same` false, runs 1 and 2 not the bytes of run 0 (a different
+  // arithmetic took part).
+  void RunSameBits(const Case& cs, void (*before)(int run), bool same = true) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE(absl::StrCat(CaseName(cs), " seed ", seed));
     HostTensor q, k, v;
@@ -294,24 +300,45 @@ class AttentionCudaTest : public CudaTest {
     for (const gpu::KernelVariant* kernel : kernels) {
       SCOPED_TRACE(kernel->name);
       HostTensor first(DType::kBf16, shape), again(DType::kBf16, shape);
+      if (before) before(0);
       RunKernel(call, kernel, first);
       if (HasFatalFailure()) return;
       int64_t diff = 0;
       for (int rerun = 0; rerun < 2; ++rerun) {
+        if (before) before(rerun + 1);
         RunKernel(call, kernel, again);
         if (HasFatalFailure()) return;
         for (int64_t i = 0; i < first.num_elements(); ++i) {
           const uint16_t w = first.data<uint16_t>()[i], g = again.data<uint16_t>()[i];
-          if (g != w && diff++ < 5) {
+          if (g != w && diff++ < 5 && same) {
             ADD_FAILURE() << "element " << i << ": rerun 0x" << std::hex << g << ", first 0x" << w;
           }
         }
       }
       std::printf("  %-70s %-8s reruns: %lld of %lld differ\n", CaseName(cs).c_str(), kernel->name,
                   static_cast<long long>(diff), static_cast<long long>(first.num_elements()));
-      EXPECT_EQ(diff, 0);
+      if (same) {
+        EXPECT_EQ(diff, 0);
+      } else {
+        EXPECT_GT(diff, 0) << "the runs after the first were to take another arithmetic";
+      }
     }
   }
+};
+
+// The dense-tail KV split (kernels/gpu/attention/dense_tail.h, ws_plan.h),
+// forced on through the plan override for the scope of a test: every case
+// below has at most a few waves, so its last wave's items (all of them on a
+// small grid) run as `splits` chunks each, their fp32 partials merged by the
+// merge kernel. A wrong chunk range, weight or row shows in the oracle
+// comparison (a chunk left out or counted twice moves every output by far
+// more than the tolerance), an unwritten row as poison.
+class PlanOverride {
+ public:
+  PlanOverride(int dense_tail, bool per_head_causal_order) {
+    gpu::SetWgmmaWsPlanOverride(dense_tail, per_head_causal_order);
+  }
+  ~PlanOverride() { gpu::SetWgmmaWsPlanOverride(-1, false); }
 };
 
 TEST_F(AttentionCudaTest, HeadDim128) {
@@ -375,14 +402,19 @@ void PlantNaNs(HostTensor& q, HostTensor& k, HostTensor& v) {
   v.data<uint16_t>()[0 * kDim + 11] = nan;   // key 0, d 11
 }
 
-TEST_F(AttentionCudaTest, NaNInputsPropagateLikeTheOracle) {
-  Run({1, 2, 2, 200, 200, 128, true, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<128>);
-  Run({1, 2, 2, 200, 200, 128, false, Layout::kBhsd, Rounding::kRtz}, &PlantNaNs<128>);
-  Run({1, 2, 2, 200, 200, 64, true, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<64>);
-  Run({1, 2, 2, 200, 200, 64, false, Layout::kBhsd, Rounding::kRtna}, &PlantNaNs<64>);
-  Run({1, 2, 2, 200, 200, 256, true, Layout::kBhsd, Rounding::kRtz}, &PlantNaNs<256>);
-  Run({1, 2, 2, 200, 200, 256, false, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<256>);
-}
+class AttentionNaNTest : public AttentionCudaTest {
+ protected:
+  void RunNaNCases() {
+    Run({1, 2, 2, 200, 200, 128, true, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<128>);
+    Run({1, 2, 2, 200, 200, 128, false, Layout::kBhsd, Rounding::kRtz}, &PlantNaNs<128>);
+    Run({1, 2, 2, 200, 200, 64, true, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<64>);
+    Run({1, 2, 2, 200, 200, 64, false, Layout::kBhsd, Rounding::kRtna}, &PlantNaNs<64>);
+    Run({1, 2, 2, 200, 200, 256, true, Layout::kBhsd, Rounding::kRtz}, &PlantNaNs<256>);
+    Run({1, 2, 2, 200, 200, 256, false, Layout::kBhsd, Rounding::kRtne}, &PlantNaNs<256>);
+  }
+};
+
+TEST_F(AttentionNaNTest, NaNInputsPropagateLikeTheOracle) { RunNaNCases(); }
 
 // The warp-specialized kernel's stage ring and turn schedule: many key tiles
 // (4096 keys: d128's 2-stage ring wraps 16 times, d64's 3-stage ring 10
@@ -410,6 +442,80 @@ TEST_F(AttentionCudaTest, Deterministic) {
   RunDeterministic({1, 2, 2, 100, 4096, 64, false, Layout::kBshd, Rounding::kRtz});
   RunDeterministic({1, 2, 1, 300, 500, 256, false, Layout::kBhsd, Rounding::kRtz});
   RunDeterministic({2, 4, 1, 1536, 1536, 256, true, Layout::kBshd, Rounding::kRtne});
+}
+
+// Chunks of 2, 3 and 7 (7 > the key tiles of most items: empty chunks) and
+// as many as the idle SMs allow (1), over causal and full masks, ragged
+// lengths (not multiples of 128 or 64), Sq > Skv (rows that see no key, in
+// some chunks or all), GQA, both layouts, the three roundings, at every head
+// dim.
+TEST_F(AttentionCudaTest, DenseTailSplitForced) {
+  for (int splits : {2, 3, 7, 1}) {
+    SCOPED_TRACE(absl::StrCat("dense_tail override ", splits));
+    PlanOverride force(splits, false);
+    for (int64_t dim : {128, 64, 256}) {
+      Run({1, 2, 2, 256, 256, dim, true, Layout::kBhsd, Rounding::kRtne});
+      Run({1, 2, 2, 200, 777, dim, false, Layout::kBshd, Rounding::kRtna});
+      Run({2, 4, 2, 1000, 1000, dim, true, Layout::kBhsd, Rounding::kRtz});
+      Run({1, 3, 1, 1, 513, dim, true, Layout::kBhsd, Rounding::kRtne});
+      Run({1, 2, 2, 333, 47, dim, true, Layout::kBhsd, Rounding::kRtne});  // Sq > Skv
+      Run({1, 4, 2, 130, 2100, dim, false, Layout::kBshd, Rounding::kRtne});
+    }
+  }
+}
+
+// Grids of one full wave and two items more: the full wave runs whole, the
+// two items split (forced, then by the model's own choice where it splits:
+// 8 key tiles of 128 in 4 chunks).
+TEST_F(AttentionCudaTest, DenseTailSplitAfterAFullWave) {
+  const int64_t heads = caps_.sms / 2 + 1;  // 2 query tiles each: sms + 2 items
+  {
+    PlanOverride force(3, false);
+    Run({1, heads, heads, 256, 300, 128, true, Layout::kBshd, Rounding::kRtne});
+    Run({1, heads, heads, 256, 300, 64, false, Layout::kBhsd, Rounding::kRtne});
+  }
+  Run({1, heads, heads, 256, 1024, 64, false, Layout::kBhsd, Rounding::kRtne});
+  Run({1, heads, heads, 200, 1024, 128, false, Layout::kBshd, Rounding::kRtna});
+}
+
+// The same with every item in 3 chunks (an empty one at d64 and d128, whose
+// 200 keys are 2 tiles): a NaN query row's chunks all have m = -inf and
+// l = NaN, a NaN key's chunk l = NaN, key 0's NaN value one chunk's O.
+TEST_F(AttentionNaNTest, DenseTailSplitNaNInputsPropagateLikeTheOracle) {
+  PlanOverride force(3, false);
+  RunNaNCases();
+}
+
+// The override reaches the launch: the split's outputs (runs 1 and 2, each
+// item in 3 chunks merged in fp32) are not the unsplit run's bytes (run 0)
+// at these sizes (over 10^5 outputs, each rounded from a different fp32
+// value), so forced-split cases that pass the oracle did run the split.
+TEST_F(AttentionCudaTest, DenseTailOverrideReachesTheLaunch) {
+  PlanOverride reset_at_exit(0, false);
+  auto split_after_first = [](int run) { gpu::SetWgmmaWsPlanOverride(run == 0 ? 0 : 3, false); };
+  for (int64_t dim : {128, 64, 256}) {
+    RunSameBits({1, 4, 2, 512, 1024, dim, false, Layout::kBhsd, Rounding::kRtne}, split_after_first, false);
+  }
+}
+
+// The merge sums the chunks in chunk order whichever CTA finished first: the
+// same bytes on every rerun.
+TEST_F(AttentionCudaTest, DenseTailSplitDeterministic) {
+  PlanOverride force(3, false);
+  RunDeterministic({2, 4, 2, 1536, 1536, 128, true, Layout::kBhsd, Rounding::kRtne});
+  RunDeterministic({1, 4, 1, 300, 1100, 64, false, Layout::kBshd, Rounding::kRtna});
+  RunDeterministic({2, 4, 1, 1000, 1000, 256, true, Layout::kBshd, Rounding::kRtz});
+}
+
+// With the split off, the output is the same bits in either causal order
+// (runs 0 and 2 in L2 sections, run 1 one (head, batch) after another): the
+// order decides when a tile runs, never what it computes.
+TEST_F(AttentionCudaTest, OrdersGiveTheSameBitsWithTheSplitOff) {
+  PlanOverride reset_at_exit(0, false);
+  auto order = [](int run) { gpu::SetWgmmaWsPlanOverride(0, run == 1); };
+  for (int64_t dim : {128, 64, 256}) {
+    RunSameBits({2, 8, 2, 1000, 1000, dim, true, Layout::kBhsd, Rounding::kRtne}, order);
+  }
 }
 
 // The table's dispatch order, without a device: on sm_90a each head dim of

@@ -10,8 +10,8 @@
 // 256); 256 / D threads per column.
 //
 // Merge: the dense-tail partials of every split item merged in fp32 in
-// chunk order (dense_tail_merge.h, the function the CPU test holds to an
-// fp64 softmax) and rounded once to bf16 in the call's mode. One thread per
+// chunk order (kernels/gpu/attention/dense_tail.h, the function the CPU
+// test holds to an fp64 softmax) and rounded once to bf16 in the call's mode. One thread per
 // output column, 256 / D rows per block, no LDS.
 //
 // Occupancy (checked on each code object by
@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
-#include "kernels/gpu/arch/gfx942/attention/dense_tail_merge.h"
+#include "kernels/gpu/attention/dense_tail.h"
 #include "kernels/gpu/attention/flash_params.h"
 #include "kernels/gpu/common/bf16.cuh"
 #include "kernels/gpu/common/gpu.h"

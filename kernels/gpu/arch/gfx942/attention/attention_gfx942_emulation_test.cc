@@ -21,8 +21,8 @@
 #include "kernels/api/tensor.h"
 #include "kernels/cpu/oracle.h"
 #include "kernels/gpu/arch/gfx942/attention/attention_gfx942_launch.h"
-#include "kernels/gpu/arch/gfx942/attention/dense_tail_merge.h"
 #include "kernels/gpu/attention/attention_params.h"
+#include "kernels/gpu/attention/dense_tail.h"
 #include "kernels/numerics/numerics.h"
 #include "kernels/numerics/test_inputs.h"
 

@@ -55,23 +55,7 @@ std::string Unsupported(const AttentionParams& p) {
 }
 
 DenseTailPlan PlanDenseTail(int q_blocks, int slots, int tail_kv_tiles) {
-  DenseTailPlan d;
-  d.full_items = q_blocks;
-  d.ctas = q_blocks;
-  const int tail = q_blocks % slots;
-  d.cost_off = tail_kv_tiles;
-  if (tail == 0 || tail_kv_tiles <= 0) return d;
-  const int splits = std::min({slots / tail, tail_kv_tiles / kMinTilesPerSplit, kMaxSplits});
-  if (splits < 2) return d;
-  d.cost_on = CeilDiv(tail_kv_tiles, splits) + kPartialTiles + kMergeLaunchTiles +
-              CeilDiv(static_cast<int64_t>(tail) * (splits + 1), slots) * kPartialTiles;
-  if (d.cost_on >= d.cost_off) return d;
-  d.on = true;
-  d.full_items = q_blocks - tail;
-  d.tail_items = tail;
-  d.splits = splits;
-  d.ctas = d.full_items + tail * splits;
-  return d;
+  return attention::PlanDenseTail(q_blocks, slots, tail_kv_tiles, kDenseTailWeights);
 }
 
 AttentionLaunch PlanAttention(const FlashFwdParams& f, int head_dim, bool causal, int compute_units) {

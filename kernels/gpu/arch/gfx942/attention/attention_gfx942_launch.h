@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/gpu/attention/dense_tail.h"
 #include "kernels/gpu/attention/flash_params.h"
 #include "kernels/gpu/attention/tile_scheduler.h"
 #include "kernels/gpu/common/host_device.h"
@@ -114,12 +115,6 @@ KS_HOST_DEVICE int ItemKvTiles(const FlashFwdParams& f, int rows, int qb, bool c
   return KvBlocks(f.seq_kv, qb * rows, rows, kTileTok, f.causal_offset, causal);
 }
 
-// Tiles [begin, end) of chunk s of `splits` over n tiles: as even as integers
-// allow, in order, possibly empty when n < splits.
-KS_HOST_DEVICE int ChunkBegin(int n, int s, int splits) {
-  return static_cast<int>(static_cast<int64_t>(n) * s / splits);
-}
-
 }  // namespace gfx942
 }  // namespace attention
 }  // namespace gpu
@@ -158,20 +153,12 @@ constexpr HdimKernels kKernels[] = {
 // kKernels' entry for head_dim (64, 128 or 256).
 const HdimKernels& KernelsOf(int head_dim);
 
-// The dense-tail KV split. The forward runs ctas_per_cu CTAs per CU (its LDS
-// and registers allow no more: one at d128 and d256, two at d64), so a grid
-// of q_blocks work items runs in rounds of `slots` = CUs x ctas_per_cu; when
-// the last round is partial, its items are split along KV into `splits`
-// chunks run by the idle slots, the fp32 partials merged by the merge
-// kernel. The cost model counts tile-steps (one CTA over one K tile) on the
-// critical path of the last round:
-//   off: T, the K tiles of the longest item of the last round;
-//   on:  ceil(T / splits) + kPartialTiles (writing a CTA's fp32 partials)
-//        + the merge: kMergeLaunchTiles + ceil(tail * (splits + 1) / slots)
-//        * kPartialTiles (every partial read once, the output written, the
-//        work spread over every slot),
-// and the split is on only when it is cheaper. The weights are a model's,
-// uncalibrated: no MI300X has run this code.
+// The dense-tail KV split (kernels/gpu/attention/dense_tail.h, the cost
+// model shared with the sm90 launcher). The forward runs ctas_per_cu CTAs
+// per CU (its LDS and registers allow no more: one at d128 and d256, two at
+// d64), so a grid of q_blocks work items runs in rounds of `slots` = CUs x
+// ctas_per_cu; the model's tile-step is one CTA over one 32-key K tile.
+// The weights are a model's, uncalibrated: no MI300X has run this code.
 // A CTA's partials against one K tile are rows x head_dim fp32 against 32 x
 // head_dim bf16 whatever the head dim (d128: 192 KiB against 8 KiB), so one
 // weight serves every shape.
@@ -179,20 +166,12 @@ constexpr int kPartialTiles = 8;
 constexpr int kMergeLaunchTiles = 2;  // one more launch on the stream
 constexpr int kMaxSplits = 16;        // bounds the workspace and the merge's loop
 constexpr int kMinTilesPerSplit = 4;  // a chunk shorter than this is mostly prologue and epilogue
-
-struct DenseTailPlan {
-  bool on = false;
-  int full_items = 0;  // items run whole (all of them when off)
-  int tail_items = 0;  // items of the last partial round, split when on
-  int splits = 1;
-  int ctas = 0;        // CTAs of the forward launch: full_items + tail_items * splits
-  int64_t cost_off = 0, cost_on = 0;  // the model's tile-steps (cost_on 0 when no split is possible)
-};
+constexpr DenseTailWeights kDenseTailWeights{kPartialTiles, kMergeLaunchTiles, kMaxSplits, kMinTilesPerSplit};
 
 // q_blocks: work items of the grid; slots: the CTAs the device runs at once
 // (CUs x ctas_per_cu, >= 1); tail_kv_tiles: K tiles of the longest item of
 // the last partial round (under a causal mask the items of that round are
-// the shortest, WorkItemAt).
+// the shortest, WorkItemAt). attention::PlanDenseTail with this chip's weights.
 DenseTailPlan PlanDenseTail(int q_blocks, int slots, int tail_kv_tiles);
 
 // Byte offsets in the launch's workspace (256-byte aligned pieces).

@@ -119,20 +119,6 @@ TEST(Gfx942AttentionLaunch, WorkOrderVisitsEveryItemOnceLongestBlocksFirst) {
   EXPECT_EQ(seen.size(), static_cast<size_t>(q_blocks * heads * batch));
 }
 
-TEST(Gfx942AttentionLaunch, ChunksCoverTheTilesInOrderWithoutOverlap) {
-  for (int n : {0, 1, 3, 7, 64, 257}) {
-    for (int splits : {1, 2, 3, 16}) {
-      EXPECT_EQ(ChunkBegin(n, 0, splits), 0);
-      EXPECT_EQ(ChunkBegin(n, splits, splits), n);
-      for (int s = 0; s < splits; ++s) {
-        const int len = ChunkBegin(n, s + 1, splits) - ChunkBegin(n, s, splits);
-        EXPECT_GE(len, n / splits);
-        EXPECT_LE(len, n / splits + 1);
-      }
-    }
-  }
-}
-
 TEST(DenseTailPlan, OffWhenTheGridTilesTheCusEvenly) {
   for (int rounds : {1, 2, 5}) {
     const DenseTailPlan d = PlanDenseTail(rounds * kMi300xCus, kMi300xCus, 256);

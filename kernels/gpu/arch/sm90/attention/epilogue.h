@@ -38,6 +38,26 @@ __device__ __forceinline__ void StoreOutputTile(const float (&o)[kHeadDim / 8][4
   }
 }
 
+// A chunk of the dense-tail split (kernels/gpu/attention/dense_tail.h): a
+// warp's rows [row0, row0 + 16) of the unnormalized fp32 accumulator to
+// o_base (rows of kHeadDim) and (m, l) to ml_base (rows of 2), every row of
+// the tile, for the merge. m is in log2 units, -inf for a row that saw no
+// key of the chunk.
+template <int kHeadDim>
+__device__ __forceinline__ void StorePartialTile(const float (&o)[kHeadDim / 8][4], const float (&m)[2],
+                                                 const float (&l)[2], float* o_base, float* ml_base, int row0,
+                                                 int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r;
+    float2* dst = reinterpret_cast<float2*>(o_base + row * kHeadDim);
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) dst[(j * 8 + 2 * t) >> 1] = make_float2(o[j][2 * r], o[j][2 * r + 1]);
+    if (t == 0) reinterpret_cast<float2*>(ml_base)[row] = make_float2(m[r], l[r]);
+  }
+}
+
 }  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve

@@ -7,8 +7,9 @@ namespace attention {
 
 // A 2-stage K/V ring.
 template <>
-cudaError_t RunFlashFwdWs<128, false>(const FlashFwdParams& params, cudaStream_t stream) {
-  return LaunchFlashFwdWs<128, false, 2>(params, stream);
+cudaError_t RunFlashFwdWs<128, false>(const FlashFwdParams& params, const WsLaunchOptions& options,
+                                      cudaStream_t stream) {
+  return LaunchFlashFwdWs<128, false, 2>(params, options, stream);
 }
 
 }  // namespace attention

@@ -8,8 +8,9 @@ namespace attention {
 // A 2-stage K/V ring of 64-key tiles: Q (64 KB) and two stages of K and V
 // (32 KB each) take 192 KB of the 227 KB; a third stage would not fit.
 template <>
-cudaError_t RunFlashFwdWs<256, false>(const FlashFwdParams& params, cudaStream_t stream) {
-  return LaunchFlashFwdWs<256, false, 2>(params, stream);
+cudaError_t RunFlashFwdWs<256, false>(const FlashFwdParams& params, const WsLaunchOptions& options,
+                                      cudaStream_t stream) {
+  return LaunchFlashFwdWs<256, false, 2>(params, options, stream);
 }
 
 }  // namespace attention

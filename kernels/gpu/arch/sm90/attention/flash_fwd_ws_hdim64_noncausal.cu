@@ -8,8 +8,9 @@ namespace attention {
 // A 3-stage K/V ring: a stage is half of d128's (32 KB), and a tile's
 // products take half as long, so the producer runs one more tile ahead.
 template <>
-cudaError_t RunFlashFwdWs<64, false>(const FlashFwdParams& params, cudaStream_t stream) {
-  return LaunchFlashFwdWs<64, false, 3>(params, stream);
+cudaError_t RunFlashFwdWs<64, false>(const FlashFwdParams& params, const WsLaunchOptions& options,
+                                     cudaStream_t stream) {
+  return LaunchFlashFwdWs<64, false, 3>(params, options, stream);
 }
 
 }  // namespace attention

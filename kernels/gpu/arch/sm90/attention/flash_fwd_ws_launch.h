@@ -1,15 +1,20 @@
 // Host side of the warp-specialized kernel: the TMA maps of Q, K and V,
 // built per launch (sm90/tensor_map.h's encoder), and the launcher that
-// flash_fwd_ws_hdim{64,128,256}_*.cu instantiate.
+// flash_fwd_ws_hdim{64,128,256}_*.cu instantiate: the plan (ws_plan.h: tile
+// order, dense-tail split), the split's workspace from the stream-ordered
+// pool (cudaMallocAsync / cudaFreeAsync, as the MLA, decode and MoE
+// launchers get theirs), the forward and, when the split is on, the merge.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_ATTENTION_FLASH_FWD_WS_LAUNCH_H_
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/gpu/arch/sm90/attention/flash_fwd.h"
 #include "kernels/gpu/arch/sm90/attention/flash_fwd_ws_kernel.h"
+#include "kernels/gpu/arch/sm90/attention/ws_plan.h"
 #include "kernels/gpu/arch/sm90/tensor_map.h"
 #include "kernels/gpu/attention/flash_params.h"
 #include "kernels/gpu/attention/tile_scheduler.h"
@@ -64,9 +69,49 @@ cudaError_t EncodeTileMap(sm90::EncodeTiledFn encode, const TileMapDesc& t, bool
 // 2^40 bytes or more or not a multiple of 16 bytes (neither occurs for
 // BHSD/BSHD tensors a device can hold). So are a driver without the
 // tensor-map encoder and an encoding it rejects.
+// CTAs of the kernel one SM holds at once (1 for every instantiation: the
+// launch bounds' 168 registers x 384 threads fill the register file), asked
+// of the runtime once per instantiation, after its shared-memory attribute
+// is set; 1 if the runtime cannot say.
+template <typename Traits>
+int CtasPerSm() {
+  static const int n = [] {
+    int k = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k, FlashFwdWsKernel<Traits>, Traits::kThreads,
+                                                      Traits::kSmemBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 1;
+    }
+    return k < 1 ? 1 : k;
+  }();
+  return n;
+}
+
+// The stream-ordered pool gives its free memory back to the OS at every
+// synchronize while its release threshold is 0 (the default), so that each
+// call's cudaMallocAsync would map the workspace anew, on the host, between
+// the previous work and the forward on the stream. The first split launch on
+// a device raises the threshold of the device's pool to kWsPoolKeepBytes,
+// more than the model ever asks for (tail x splits <= the SMs: 132 chunks x
+// 128 rows x 256 fp32 = 17 MiB at d256). Every cudaMallocAsync user of the
+// pool keeps up to that much; failures leave the pool as it was.
+constexpr uint64_t kWsPoolKeepBytes = uint64_t{64} << 20;
+inline void KeepPoolWorkspace(int dev) {
+  static std::atomic<bool> kept[64];
+  if (dev < 0 || dev >= 64 || kept[dev].load(std::memory_order_relaxed)) return;
+  cudaMemPool_t pool;
+  uint64_t threshold = 0, keep = kWsPoolKeepBytes;
+  cudaError_t e = cudaDeviceGetMemPool(&pool, dev);
+  if (e == cudaSuccess) e = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+  if (e == cudaSuccess && threshold < keep) e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e != cudaSuccess) (void)cudaGetLastError();  // not the launch's error: the call goes on without it
+  kept[dev].store(true, std::memory_order_relaxed);
+}
+
 template <int kD, bool kCausal, int kStages>
-cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, cudaStream_t stream) {
+cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, const WsLaunchOptions& options, cudaStream_t stream) {
   using Traits = WsTraits<kD, kCausal, kStages>;
+  static_assert(Traits::kBlockM == kWsBlockM && Traits::kBlockN == WsBlockN(kD), "ws_plan.h plans other tiles");
   const TileMapDesc q{params.q,
                       params.seq_q,
                       params.heads_q,
@@ -108,9 +153,34 @@ cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, cudaStream_t stream) 
   auto kernel = &FlashFwdWsKernel<Traits>;
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (e != cudaSuccess) return e;
-  const dim3 grid = SingleTileScheduler<Traits::kBlockM>::Grid(params);
-  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(wp);
-  return cudaGetLastError();
+  int dev = 0, sms = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  const WsLaunchPlan plan = PlanWsLaunch(params, kD, kCausal, sms * CtasPerSm<Traits>(), options);
+  wp.order = plan.order;
+  wp.full_items = plan.tail.full_items;
+  wp.splits = plan.tail.splits;
+  wp.part_o = nullptr;
+  wp.part_ml = nullptr;
+  void* ws = nullptr;
+  if (plan.tail.on) {
+    KeepPoolWorkspace(dev);
+    if ((e = cudaMallocAsync(&ws, plan.workspace_bytes, stream)) != cudaSuccess) return e;
+    wp.part_o = reinterpret_cast<float*>(static_cast<uint8_t*>(ws) + plan.part_o);
+    wp.part_ml = reinterpret_cast<float*>(static_cast<uint8_t*>(ws) + plan.part_ml);
+  }
+  kernel<<<plan.tail.ctas, Traits::kThreads, Traits::kSmemBytes, stream>>>(wp);
+  e = cudaGetLastError();
+  if (e == cudaSuccess && plan.tail.on) {
+    FlashFwdWsMergeKernel<kD, Traits::kBlockM>
+        <<<dim3(plan.merge_grid_x, plan.merge_grid_y), kWsMergeThreads, 0, stream>>>(wp);
+    e = cudaGetLastError();
+  }
+  if (ws != nullptr) {
+    const cudaError_t f = cudaFreeAsync(ws, stream);
+    if (e == cudaSuccess) e = f;
+  }
+  return e;
 }
 
 }  // namespace attention

@@ -95,13 +95,14 @@ struct WsMainloop {
     }
   }
 
-  // Q once, then K and V of every key tile through the ring. Each stage is
+  // Q once, then K and V of key tiles [kv0, kv0 + n_blocks * kBlockN)
+  // through the ring (kv0 > 0: a chunk of the dense-tail split). Each stage is
   // refilled only after all consumer warps released it (empty barrier); the
   // producer's waits suspend its warp (MbarWaitSleep) instead of spinning in
   // the issue slots of the consumer warps beside it.
   __device__ static void Produce(const void* map_q, const void* map_k, const void* map_v,
                                  bool heads_inner, const WsSmem<Traits>& sm, int m0, int head,
-                                 int kv_head, int batch, int n_blocks) {
+                                 int kv_head, int batch, int kv0, int n_blocks) {
     sm90::PrefetchTensorMap(map_q);
     sm90::PrefetchTensorMap(map_k);
     sm90::PrefetchTensorMap(map_v);
@@ -112,11 +113,11 @@ struct WsMainloop {
       const uint32_t phase = (nb / kStages) & 1;
       sm90::MbarWaitSleep(sm.KEmpty(stage), phase ^ 1);
       sm90::MbarArriveExpectTx(sm.KFull(stage), Traits::kTileKVBytes);
-      LoadTile<kBlockN>(map_k, sm.KTile(stage), sm.KFull(stage), nb * kBlockN, kv_head, batch,
+      LoadTile<kBlockN>(map_k, sm.KTile(stage), sm.KFull(stage), kv0 + nb * kBlockN, kv_head, batch,
                         heads_inner);
       sm90::MbarWaitSleep(sm.VEmpty(stage), phase ^ 1);
       sm90::MbarArriveExpectTx(sm.VFull(stage), Traits::kTileKVBytes);
-      LoadTile<kBlockN>(map_v, sm.VTile(stage), sm.VFull(stage), nb * kBlockN, kv_head, batch,
+      LoadTile<kBlockN>(map_v, sm.VTile(stage), sm.VFull(stage), kv0 + nb * kBlockN, kv_head, batch,
                         heads_inner);
     }
   }
@@ -190,7 +191,8 @@ struct WsMainloop {
     }
   }
 
-  // Consumer `wg` (0 or 1) walks all n_blocks > 0 key tiles for its 64 rows.
+  // Consumer `wg` (0 or 1) walks n_blocks > 0 key tiles from key kv0 for its
+  // 64 rows.
   //
   // Intra-warpgroup overlap: iteration nb issues S(nb) = Q K(nb)^T and then
   // O += P(nb-1) V(nb-1) as two commit groups; wait_group 1 retires S(nb), so
@@ -207,7 +209,7 @@ struct WsMainloop {
   // n_blocks + 1 turns and consumer 1's last one passes nothing, so every
   // arrive meets a sync.
   __device__ static void Consume(const FlashFwdParams& p, const WsSmem<Traits>& sm, int wg, int m0,
-                                 int n_blocks, float (&acc)[kD / 8][4],
+                                 int kv0, int n_blocks, float (&acc)[kD / 8][4],
                                  OnlineSoftmax<kNTiles>& softmax) {
     constexpr uint32_t kTurnThreads = 2 * 128;
     const int lane = threadIdx.x & 31;
@@ -246,7 +248,7 @@ struct WsMainloop {
     sm90::WgmmaWait<0>();
     sm90::FenceOperand(s);
     sm90::MbarArriveIf(sm.KEmpty(0), release);
-    MaskTile(s, p, 0, first_masked_key, row_base, lane);
+    MaskTile(s, p, kv0, first_masked_key, row_base, lane);
     softmax.Update(s, p.scale_log2, alpha);
     Rescale(acc, alpha);
     PackP(s, pa);
@@ -272,7 +274,7 @@ struct WsMainloop {
       sm90::WgmmaWait<1>();  // S(nb) done; PV(nb-1) may still run
       sm90::FenceOperand(s);
       sm90::MbarArriveIf(sm.KEmpty(stage), release);
-      MaskTile(s, p, nb * kBlockN, first_masked_key, row_base, lane);
+      MaskTile(s, p, kv0 + nb * kBlockN, first_masked_key, row_base, lane);
       softmax.Update(s, p.scale_log2, alpha);
       PinBeforeWait(scratch, softmax);
       sm90::WgmmaWait<0>();

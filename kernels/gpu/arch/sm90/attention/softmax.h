@@ -81,6 +81,16 @@ struct OnlineSoftmax {
     }
   }
 
+  // l per row, summed over the quad (the dense-tail partials' l).
+  __device__ __forceinline__ void RowSums(float (&l)[2]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] = row_sum[r];
+      l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
+    }
+  }
+
   // 1/l per row (0 for rows that saw no key; NaN stays NaN).
   __device__ __forceinline__ void Finalize(float (&inv)[2]) {
 #pragma unroll

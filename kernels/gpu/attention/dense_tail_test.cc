@@ -1,8 +1,10 @@
-// The dense-tail merge (the inline function the merge kernels run) on
-// the CPU: one row's scores and values split into chunks at random points,
-// each chunk's (m, l, O) computed in fp32 the way the forward leaves them,
-// merged, against an fp64 softmax over all the keys in one pass.
-#include "kernels/gpu/arch/gfx942/attention/dense_tail_merge.h"
+// The dense-tail split's pure functions on the CPU. The merge (the inline
+// function every chip's merge kernel runs): one row's scores and values split
+// into chunks at random points, each chunk's (m, l, O) computed in fp32 the
+// way the forwards leave them, merged, against an fp64 softmax over all the
+// keys in one pass. The cost model and the forced split: the plans of the
+// sm90 kernel's seed shapes, the bounds, the counts.
+#include "kernels/gpu/attention/dense_tail.h"
 
 #include <cmath>
 #include <cstdint>
@@ -16,7 +18,6 @@
 namespace kernelserve {
 namespace gpu {
 namespace attention {
-namespace gfx942 {
 namespace {
 
 constexpr int kCols = 8;
@@ -117,8 +118,80 @@ TEST(DenseTailMerge, OneChunkIsTheForwardsOwnNormalization) {
   EXPECT_FLOAT_EQ(MergeChunks(1, ml, 2, o, 1), 2.5f);
 }
 
+// A chunk whose every score was NaN (a NaN query row) has m = -Inf and
+// l = NaN: the row is NaN, as in the oracle, whether or not other chunks saw
+// finite scores.
+TEST(DenseTailMerge, AllNaNChunkMakesTheRowNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::nanf("");
+  const float ml[4] = {-inf, nan, -inf, nan};
+  const float o[2] = {0.f, 0.f};
+  EXPECT_TRUE(std::isnan(MergeChunks(2, ml, 2, o, 1)));
+  const float mixed[4] = {2.f, 1.f, -inf, nan};
+  const float o2[2] = {3.f, 0.f};
+  EXPECT_TRUE(std::isnan(MergeChunks(2, mixed, 2, o2, 1)));
+}
+
+TEST(DenseTailMerge, NaNValueInOneChunkPropagates) {
+  const float ml[4] = {1.f, 2.f, 3.f, 1.f};
+  const float o[2] = {std::nanf(""), 1.f};
+  EXPECT_TRUE(std::isnan(MergeChunks(2, ml, 2, o, 1)));
+}
+
+TEST(DenseTailChunks, CoverTheTilesInOrderWithoutOverlap) {
+  for (int n : {0, 1, 3, 7, 64, 257}) {
+    for (int splits : {1, 2, 3, 16}) {
+      EXPECT_EQ(ChunkBegin(n, 0, splits), 0);
+      EXPECT_EQ(ChunkBegin(n, splits, splits), n);
+      for (int s = 0; s < splits; ++s) {
+        const int len = ChunkBegin(n, s + 1, splits) - ChunkBegin(n, s, splits);
+        EXPECT_GE(len, n / splits);
+        EXPECT_LE(len, n / splits + 1);
+      }
+    }
+  }
+}
+
+constexpr DenseTailWeights kWeights{1, 2, 16, 2};
+
+TEST(DenseTailPlan, TheModelsArithmetic) {
+  // 3072 items on 132 slots: 36 left, 64 tiles: 3 chunks.
+  DenseTailPlan d = PlanDenseTail(3072, 132, 64, kWeights);
+  EXPECT_TRUE(d.on);
+  EXPECT_EQ(d.splits, 3);
+  EXPECT_EQ(d.cost_off, 64);
+  EXPECT_EQ(d.cost_on, 22 + 1 + 2 + 2 * 1);
+  EXPECT_EQ(d.ctas, 3036 + 108);
+  // Short items: 4 tiles halve to 2, plus 1 + 2 + 1: no gain.
+  d = PlanDenseTail(3072, 132, 4, kWeights);
+  EXPECT_FALSE(d.on);
+  EXPECT_EQ(d.cost_on, 2 + 1 + 2 + 1);
+  EXPECT_EQ(d.ctas, 3072);
+  // Heavier partials turn a split off.
+  EXPECT_FALSE(PlanDenseTail(3072, 132, 64, DenseTailWeights{30, 2, 16, 2}).on);
+  // No tail, no tiles: off.
+  EXPECT_FALSE(PlanDenseTail(264, 132, 64, kWeights).on);
+  EXPECT_FALSE(PlanDenseTail(100, 132, 0, kWeights).on);
+}
+
+TEST(DenseTailPlan, ForcedSplits) {
+  DenseTailPlan d = ForceDenseTail(4, 132, 2, 3, kWeights);  // more chunks than tiles
+  EXPECT_TRUE(d.on);
+  EXPECT_EQ(d.splits, 3);
+  EXPECT_EQ(d.tail_items, 4);
+  EXPECT_EQ(d.ctas, 12);
+  d = ForceDenseTail(264, 132, 64, 2, kWeights);  // whole waves: the last one
+  EXPECT_TRUE(d.on);
+  EXPECT_EQ(d.full_items, 132);
+  EXPECT_EQ(d.tail_items, 132);
+  d = ForceDenseTail(10, 132, 100, 0, kWeights);  // as many as allowed
+  EXPECT_EQ(d.splits, 13);
+  d = ForceDenseTail(10, 132, 1, 0, kWeights);  // one tile: nothing to split
+  EXPECT_FALSE(d.on);
+  EXPECT_EQ(d.ctas, 10);
+}
+
 }  // namespace
-}  // namespace gfx942
 }  // namespace attention
 }  // namespace gpu
 }  // namespace kernelserve
