@@ -129,6 +129,13 @@ TEST_F(DecodeAttentionCudaTest, MatchesOracle) {
       {1, 1, 32, 8, 128, DType::kFp8E4M3Fn, {12345}, {}, 1, Rounding::kRtna},
       {2, 8, 8, 1, 64, DType::kBf16, {5000, 4099}, {8, 6}, 1, Rounding::kRtz},
       {1, 2, 4, 4, 256, DType::kFp8E4M3Fn, {3001}, {}, 16, Rounding::kRtne},
+      // fp8 at head_dim 128 (rows swizzled by chunk, 4 CTAs per SM): every
+      // format, 16-row and 32-row groups, ragged lengths, pages 1, 7 and 16.
+      {3, 1, 32, 8, 128, DType::kFp8E4M3Fnuz, {4097, 1, 2500}, {}, 16, Rounding::kRtne},
+      {2, 8, 32, 8, 128, DType::kFp8E4M3Fn, {3000, 17}, {8, 5}, 7, Rounding::kRtz},
+      {4, 2, 16, 8, 128, DType::kFp8E5M2, {1, 640, 129, 2049}, {}, 1, Rounding::kRtna},
+      {1, 3, 8, 1, 128, DType::kFp8E4M3Fnuz, {20000}, {}, 7, Rounding::kRtna},
+      {2, 6, 24, 8, 128, DType::kFp8E5M2, {33, 7001}, {6, 1}, 16, Rounding::kRtne},
   };
   for (const Case &c : cases) {
     const uint64_t seed = cpu_test::FreshSeed();
@@ -167,7 +174,7 @@ TEST_F(DecodeAttentionCudaTest, PagesAndRepeatsAreBitwiseEqual) {
 // a V element of a causal-tail key (seen by the later new tokens only) and a
 // K row in the middle (every row of its KV head's group).
 TEST_F(DecodeAttentionCudaTest, NanInAPoolRowPoisonsOnlyTheRowsThatSeeIt) {
-  for (DType dt : {DType::kBf16, DType::kFp8E4M3Fn}) {
+  for (DType dt : {DType::kBf16, DType::kFp8E4M3Fn, DType::kFp8E4M3Fnuz, DType::kFp8E5M2}) {
     const uint64_t seed = cpu_test::FreshSeed();
     SCOPED_TRACE(absl::StrCat(DTypeName(dt), " seed=", seed));
     const int64_t page = 16, d = 128, hkv = 2, hq = 8, q_len = 4;
@@ -182,10 +189,13 @@ TEST_F(DecodeAttentionCudaTest, NanInAPoolRowPoisonsOnlyTheRowsThatSeeIt) {
         const uint16_t nan = 0x7FC0;
         std::memcpy(pg.pool.bytes() + 2 * at, &nan, 2);
       } else {
-        pg.pool.bytes()[at] = 0x7F;  // e4m3fn NaN
+        pg.pool.bytes()[at] = dt == DType::kFp8E4M3Fnuz ? 0x80 : 0x7F;  // the format's NaN
       }
     };
-    poison(0, 300 - 2, (hkv + 0) * d + 5);  // V of KV head 0, seen by t >= 2
+    // A V column in a different 16-byte chunk per format (fp8 rows are
+    // swizzled by chunk at head_dim 128).
+    const int64_t v_col = dt == DType::kFp8E4M3Fnuz ? 77 : (dt == DType::kFp8E5M2 ? 122 : 5);
+    poison(0, 300 - 2, (hkv + 0) * d + v_col);  // V of KV head 0, seen by t >= 2
     poison(1, 2000, 1 * d + 17);            // K of KV head 1, seen by every row
     GpuRun r;
     RunOnGpu(*be_, pr, pg, page, Rounding::kRtne, true, &r);

@@ -6,7 +6,8 @@
 // loaded once, by 16-byte cp.async straight from the pool rows named by the
 // page table (never copied), into a per-warp ring of kStages 16-token tiles
 // (bf16 tiles XOR-swizzled by 16-byte chunk for conflict-free ldmatrix; fp8
-// tiles in rows padded by 16 bytes, from which each lane reads the codes of
+// tiles in 128-byte rows swizzled by 16-byte chunk at D 128, rows padded by
+// 16 bytes at D 64 and 256, from which each lane reads the codes of
 // its own mma B fragments and converts them exactly to bf16 in registers, so
 // the fp8 bytes cross shared memory once each way). Each warp takes
 // every fourth tile of the split with its own online softmax; S = Q K^T and
@@ -38,12 +39,20 @@ struct KvTraits {
   static constexpr int kElt = F == KvFormat::kBf16 ? 2 : 1;
 };
 
-// Bytes of one K (or V) row in the ring. fp8 rows are padded by 16 bytes:
-// the eight rows one fragment load touches then start on eight different
-// 4-bank groups (no swizzle, so every fragment offset is an immediate).
+// Whether an fp8 tile's 16-byte chunks are XOR-swizzled by row (D 128):
+// rows of exactly 128 bytes, so the CTA fits 4 per SM (53248 B; padded rows
+// took 59392 B, 3 per SM) and the eight rows a fragment load touches still
+// hit eight different 4-bank groups. Other fp8 widths pad rows by 16 bytes
+// instead (every fragment offset an immediate).
+template <int D, KvFormat F>
+constexpr bool Fp8Swizzled() {
+  return F != KvFormat::kBf16 && D == 128;
+}
+
+// Bytes of one K (or V) row in the ring.
 template <int D, KvFormat F>
 constexpr int RowPitch() {
-  return F == KvFormat::kBf16 ? 2 * D : D + 16;
+  return F == KvFormat::kBf16 ? 2 * D : (Fp8Swizzled<D, F>() ? D : D + 16);
 }
 
 // fp8 V: the output column n of n-tile nd is dimension
@@ -90,10 +99,27 @@ __device__ __forceinline__ bool NonFinite(uint32_t bf16x2) {
   return !isfinite(Bf16LoToFloat(bf16x2)) || !isfinite(Bf16HiToFloat(bf16x2));
 }
 
+// Byte offset of 16-byte chunk `ch` of row `row` in a tile of kPitch-byte
+// rows whose chunks are XOR-swizzled by row.
+template <int kPitch>
+__device__ __forceinline__ uint32_t SwzPitch(int row, int ch) {
+  return static_cast<uint32_t>(row * kPitch + ((ch ^ (row & 7)) << 4));
+}
+
 // Byte offset of 16-byte chunk `ch` of row `row` in a swizzled bf16 tile of D columns.
 template <int D>
 __device__ __forceinline__ uint32_t Swz(int row, int ch) {
-  return static_cast<uint32_t>(row * D * 2 + ((ch ^ (row & 7)) << 4));
+  return SwzPitch<2 * D>(row, ch);
+}
+
+// Byte offset of the code of dimension d of token row `row` in an fp8 tile.
+template <int D, KvFormat F>
+__device__ __forceinline__ int Fp8Off(int row, int d) {
+  if constexpr (Fp8Swizzled<D, F>()) {
+    return static_cast<int>(SwzPitch<D>(row, d >> 4)) + (d & 15);
+  } else {
+    return row * RowPitch<D, F>() + d;
+  }
 }
 
 // Two e5m2 codes (low two bytes of v) -> bf16x2, exact (through f16).
@@ -203,7 +229,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
         const bool ok = j0 + tok < end;
         const uint8_t* src = head_k + slot * row_bytes + (part ? v_off : 0) + ch * 16;
         const uint32_t dst = sm80::SmemAddr(st + part * kPartBytes) +
-                             (kElt == 2 ? Swz<D>(tok, ch) : static_cast<uint32_t>(tok * kPitch + ch * 16));
+                             (kElt == 2 ? Swz<D>(tok, ch) : static_cast<uint32_t>(Fp8Off<D, F>(tok, ch * 16)));
         sm80::CpAsync16(dst, ok ? src : p.pool, ok ? 16 : 0);
       }
     }
@@ -254,7 +280,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
       } else {
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const uint8_t* kr = tile + (nt * 8 + g) * kPitch + kk * 16 + 2 * c;
+          const uint8_t* kr = tile + Fp8Off<D, F>(nt * 8 + g, kk * 16 + 2 * c);
           kb[2 * nt] = Fp8X2ToBf16x2<F>(*reinterpret_cast<const uint16_t*>(kr));
           kb[2 * nt + 1] = Fp8X2ToBf16x2<F>(*reinterpret_cast<const uint16_t*>(kr + 8));
         }
@@ -266,8 +292,9 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
       if constexpr (kElt == 2) {
         return *reinterpret_cast<const uint32_t*>(vt + Swz<D>(k, n) + c * 4);
       } else {
-        const uint8_t* vr = vt + k * kPitch + VPerm<D>::Dim(n, 2 * c);
-        return Fp8X2ToBf16x2<F>(vr[0] | (static_cast<uint32_t>(vr[VPerm<D>::kW]) << 8));
+        const int d = VPerm<D>::Dim(n, 2 * c);
+        return Fp8X2ToBf16x2<F>(vt[Fp8Off<D, F>(k, d)] |
+                                (static_cast<uint32_t>(vt[Fp8Off<D, F>(k, d + VPerm<D>::kW)]) << 8));
       }
     };
 
@@ -342,6 +369,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
       for (int e = lane; e < kTileTokens * D * kElt / 4; e += 32) {
         const int tok = e / (D * kElt / 4);
         if (j0 + tok < tail_from || j0 + tok >= end) continue;
+        // Any order of the row's words will do: a swizzle permutes chunks within the row.
         const uint32_t w = *reinterpret_cast<const uint32_t*>(vt + tok * kPitch + (e % (D * kElt / 4)) * 4);
         if constexpr (kElt == 2) {
           bad |= NonFinite(w);
@@ -374,7 +402,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const KParams 
           uint32_t raw[4][kW / 4];
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const uint8_t* src = vt + (2 * c + (r & 1) + (r >> 1) * 8) * kPitch + VPerm<D>::Dim(grp * kW, g);
+            const uint8_t* src = vt + Fp8Off<D, F>(2 * c + (r & 1) + (r >> 1) * 8, VPerm<D>::Dim(grp * kW, g));
             if constexpr (kW == 16) {
               const uint4 u = *reinterpret_cast<const uint4*>(src);
               raw[r][0] = u.x;
