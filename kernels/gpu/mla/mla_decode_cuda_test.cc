@@ -308,9 +308,10 @@ TEST_P(MlaDecodeCudaTest, ManySplitsSharpScores) {
 // first, middle and last block, the hand-over of the last block between
 // them, a producer's stream that ends before or right after Q's arrival, and
 // the KV ring short of one turn, at one and over three (three slots at
-// q_len 4; five in wgmma_rega's 16-row CTA, which q_len 1 x H 16 runs).
+// q_len 4; four in wgmma_rega's 32-row CTA, which q_len 2 x H 16 runs; five
+// in its 16-row CTA, which q_len 1 x H 16 runs).
 TEST_P(MlaDecodeCudaTest, EveryBlockCountOfOneSplit) {
-  for (int64_t q_len : {4, 1}) {
+  for (int64_t q_len : {4, 2, 1}) {
     for (int64_t seq : {4, 64, 65, 128, 150, 192, 256, 300, 320, 383, 448, 640, 1000}) {
       SCOPED_TRACE(testing::Message() << "q_len " << q_len << " S " << seq);
       Case c;
@@ -336,18 +337,23 @@ TEST_P(MlaDecodeCudaTest, SingleQuerySingleHeadTinySeq) {
   CheckServed(c);
 }
 
-TEST_P(MlaDecodeCudaTest, SixteenRowsPagedRaggedSplits) {
+// H 16, paged, ragged seq_lens: planned splits with page 1, then 7 splits
+// with page 16 (scores as sharp as `q_std` makes them).
+void CheckPagedRaggedSplits(int64_t q_len, double q_std) {
   Case c;
   c.batch = 5;
-  c.q_len = 1;
+  c.q_len = q_len;
   c.seq = 3000;
   c.paged = true;
   c.ragged_seq = true;
   CheckServed(c);  // planned splits
   c.page_size = 16;
   c.num_splits = 7;
+  c.q_std = q_std;
   CheckServed(c);
 }
+
+TEST_P(MlaDecodeCudaTest, SixteenRowsPagedRaggedSplits) { CheckPagedRaggedSplits(1, 1.0); }
 
 // Fewer than 16 rows per request, ragged q_lens (rows past a request's
 // window come back as zeros), an odd row count.
@@ -364,6 +370,33 @@ TEST_P(MlaDecodeCudaTest, SixteenRowsRaggedQ) {
   c.heads = 5;
   c.paged = true;
   CheckServed(c);
+}
+
+// 17 to 32 rows per request (wgmma_rega's 32-row CTA): q_len 2 x H 16 paged
+// with planned and fixed splits and page sizes 1 and 16; ragged q_lens and
+// odd row counts (q_len 3 x H 7 = 21, rows past a request's window are
+// zeros); the class's bounds, 17 and 32 rows at q_len 1.
+TEST_P(MlaDecodeCudaTest, ThirtyTwoRowsPagedRaggedSplits) {
+  CheckPagedRaggedSplits(2, 3.0);
+  Case c;
+  c.batch = 4;
+  c.q_len = 3;
+  c.heads = 7;
+  c.seq = 700;
+  c.paged = true;
+  c.ragged_q = true;
+  c.ragged_seq = true;
+  CheckServed(c);
+  for (int64_t heads : {17, 32}) {
+    SCOPED_TRACE(testing::Message() << "q_len 1 H " << heads);
+    c = Case{};
+    c.batch = 3;
+    c.q_len = 1;
+    c.heads = heads;
+    c.seq = 1000;
+    c.ragged_seq = true;
+    CheckServed(c);
+  }
 }
 
 TEST_P(MlaDecodeCudaTest, ManyHeadsLongWindow) {
@@ -418,7 +451,7 @@ TEST_P(MlaDecodeCudaTest, PagedLargePagesRtzRtna) {
 // the contiguous tensor, and repeated runs give the same bits.
 TEST_P(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
   for (int64_t page : {1, 64}) {
-    for (int64_t q_len : {4, 1}) {
+    for (int64_t q_len : {4, 2, 1}) {
       Case c;
       c.batch = 3;
       c.q_len = q_len;
@@ -449,7 +482,7 @@ TEST_P(MlaDecodeCudaTest, PagedPermutationEqualsContiguousAndDeterministic) {
 // word, or in the rope part) makes every output of the rows that attend that
 // token NaN, as in the oracle; the other request stays finite.
 TEST_P(MlaDecodeCudaTest, NanInKvRowMakesItsReadersNan) {
-  for (int64_t q_len : {4, 1}) {
+  for (int64_t q_len : {4, 2, 1}) {
     SCOPED_TRACE(q_len);
     Case c;
     c.batch = 2;
@@ -478,7 +511,7 @@ TEST_P(MlaDecodeCudaTest, NanInKvRowMakesItsReadersNan) {
 }
 
 TEST_P(MlaDecodeCudaTest, PagedGraphCaptureReplays) {
-  for (int64_t q_len : {4, 1}) {
+  for (int64_t q_len : {4, 2, 1}) {
     SCOPED_TRACE(q_len);
     Case c;
     c.batch = 4;
@@ -525,7 +558,7 @@ TEST(MlaDecodeVariants, DispatchOnSm90a) {
   std::vector<std::string> selected;
   for (DType kv : kKvFormats) {
     for (bool paged : {false, true}) {
-      for (int64_t q_len : {1, 4, 8}) {
+      for (int64_t q_len : {1, 2, 4, 8}) {
         for (int64_t heads : {1, 16, 128}) {
           Case c;
           c.kv_dtype = kv;

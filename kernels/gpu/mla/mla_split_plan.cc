@@ -27,7 +27,10 @@ MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int
   return plan;
 }
 
-int RegACtaRows(int64_t q_len, int64_t heads) { return q_len * heads <= 16 ? 16 : kRows; }
+int RegACtaRows(int64_t q_len, int64_t heads) {
+  const int64_t rows = q_len * heads;
+  return rows <= 16 ? 16 : rows <= 32 ? 32 : kRows;
+}
 
 }  // namespace mla
 }  // namespace gpu

@@ -33,7 +33,8 @@ MlaSplitPlan PlanMlaSplits(int batch, int q_len, int heads, int64_t max_seq, int
 // per request: 16 when they all fit one 16-row CTA (q_len * H <= 16: the
 // bytes-bound class, one fp8 byte feeds at most 16 rows, where a 64-row CTA
 // would do four times the tensor, softmax and accumulator work of the real
-// rows), else 64.
+// rows), 32 when they fit a 32-row CTA (16 < q_len * H <= 32, e.g. q_len 2
+// x H 16), else 64.
 int RegACtaRows(int64_t q_len, int64_t heads);
 
 }  // namespace mla

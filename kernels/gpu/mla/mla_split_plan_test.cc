@@ -138,37 +138,51 @@ TEST(PlanMlaSplits, SeedShapesOnTheH200) {
   }
 }
 
-// The RegA kernel's CTA class: 16 rows exactly when every row of a request
-// fits one 16-row CTA, whatever the split of q_len x H.
-TEST(RegACtaRows, SixteenRowsOnlyWhenAllRowsFit) {
+// The RegA kernel's CTA class: the smallest of 16, 32 and 64 rows that holds
+// every row of a request, whatever the split of q_len x H.
+TEST(RegACtaRows, SmallestClassThatHoldsAllRows) {
   for (int64_t q_len = 1; q_len <= 8; ++q_len) {
     for (int64_t heads : {1, 2, 3, 4, 5, 8, 12, 16, 17, 32, 64, 128}) {
       SCOPED_TRACE(testing::Message() << "q_len " << q_len << " H " << heads);
-      EXPECT_EQ(RegACtaRows(q_len, heads), q_len * heads <= 16 ? 16 : 64);
+      const int64_t rows = q_len * heads;
+      EXPECT_EQ(RegACtaRows(q_len, heads), rows <= 16 ? 16 : rows <= 32 ? 32 : 64);
     }
   }
   EXPECT_EQ(RegACtaRows(1, 16), 16);
   EXPECT_EQ(RegACtaRows(2, 8), 16);
-  EXPECT_EQ(RegACtaRows(1, 17), 64);
+  EXPECT_EQ(RegACtaRows(1, 17), 32);
+  EXPECT_EQ(RegACtaRows(2, 16), 32);
+  EXPECT_EQ(RegACtaRows(1, 32), 32);
+  EXPECT_EQ(RegACtaRows(3, 11), 64);
   EXPECT_EQ(RegACtaRows(4, 16), 64);
   EXPECT_EQ(RegACtaRows(1, 128), 64);
 }
 
-// At q_len 1, H 16 a 16-row CTA is one per request and split, as a 64-row
-// one: the plans of the shapes are those of 64-row CTAs.
-TEST(PlanMlaSplits, SixteenRowPlansOnTheH200) {
+// The plans of a `cta_rows` CTA at q_len x H 16 are those of 64-row CTAs at
+// the shapes (one CTA per request and split either way).
+void ExpectSameAsSixtyFourRowPlans(int q_len, int cta_rows) {
   for (int64_t seq : {8192, 65536, 150000}) {
     for (int batch : {1, 8, 16}) {
-      SCOPED_TRACE(testing::Message() << "(" << batch << ", " << seq << ")");
-      const MlaSplitPlan a = PlanMlaSplits(batch, 1, 16, seq, 0, kH200Sms, 16);
-      const MlaSplitPlan b = PlanMlaSplits(batch, 1, 16, seq, 0, kH200Sms);
-      ExpectValid(a, 1, 16, seq);
+      SCOPED_TRACE(testing::Message() << "(" << batch << ", " << seq << ") q_len " << q_len);
+      const MlaSplitPlan a = PlanMlaSplits(batch, q_len, 16, seq, 0, kH200Sms, cta_rows);
+      const MlaSplitPlan b = PlanMlaSplits(batch, q_len, 16, seq, 0, kH200Sms);
+      ExpectValid(a, q_len, 16, seq);
       EXPECT_EQ(a.splits, b.splits);
       EXPECT_EQ(a.chunk, b.chunk);
     }
   }
+}
+
+TEST(PlanMlaSplits, SixteenRowPlansOnTheH200) {
+  ExpectSameAsSixtyFourRowPlans(1, 16);
   EXPECT_EQ(PlanMlaSplits(8, 1, 16, 65536, 0, kH200Sms, 16).splits, 16);   // 128 CTAs, one wave
   EXPECT_EQ(PlanMlaSplits(8, 1, 16, 150000, 0, kH200Sms, 16).splits, 33);  // 264 CTAs, two whole waves
+}
+
+TEST(PlanMlaSplits, ThirtyTwoRowPlansOnTheH200) {
+  ExpectSameAsSixtyFourRowPlans(2, 32);
+  EXPECT_EQ(PlanMlaSplits(8, 2, 16, 65536, 0, kH200Sms, 32).splits, 16);
+  EXPECT_EQ(PlanMlaSplits(8, 2, 16, 150000, 0, kH200Sms, 32).splits, 33);
 }
 
 }  // namespace

@@ -182,6 +182,12 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 2], const uint32_t (&a)[
     } else {
       KS_WGMMA_RS("m64n64k16.f32.f16.f16", 32, 32, 33, 34, 35, 36, 37, ", 0");
     }
+  } else if constexpr (std::is_same_v<T, F16> && kN == 32) {
+    if constexpr (kTransB) {
+      KS_WGMMA_RS("m64n32k16.f32.f16.f16", 16, 16, 17, 18, 19, 20, 21, ", 1");
+    } else {
+      KS_WGMMA_RS("m64n32k16.f32.f16.f16", 16, 16, 17, 18, 19, 20, 21, ", 0");
+    }
   } else if constexpr (std::is_same_v<T, F16> && kN == 16) {
     if constexpr (kTransB) {
       KS_WGMMA_RS("m64n16k16.f32.f16.f16", 8, 8, 9, 10, 11, 12, 13, ", 1");

@@ -7,10 +7,10 @@
 //   O^T = V^T P^T (M = 512 latent columns, 256 per warpgroup, N = kN query
 //                  rows, K = keys: V from registers, P^T from shared memory)
 // so the unpack writes nothing to shared memory and the tensor cores read one
-// 2 KB operand per m64nNk16 instead of two. kN is 64, or 16 for requests of
-// at most 16 rows (RegACtaRows): the work per KV byte that does not depend
-// on the rows (the loads and conversions of K and V) is the same, the rest
-// is a quarter.
+// 2 KB operand per m64nNk16 instead of two. kN is 64, 32 for requests of at
+// most 32 rows or 16 for at most 16 (RegACtaRows): the work per KV byte that
+// does not depend on the rows (the loads and conversions of K and V) is the
+// same, the rest is kN / 64 of it.
 //
 // Numerics (tests compare with the fp64 oracle): the products run on f16
 // tensor cores. e4m3fn -> f16 is exact. Q is scaled by a power of two per CTA
@@ -94,6 +94,8 @@ struct RegALayout {
 };
 
 // kN = 64: the general CTA (three slots: Q's 72 KB leave no room for more).
+// kN = 32 (16 < q_len * H <= 32): four slots in the 36 KB the smaller Q
+// frees (a fifth does not fit): one or two blocks in flight.
 // kN = 16 (q_len * H <= 16, one CTA per request and split): the same
 // schedule with a quarter of the tensor work, the softmax and the
 // accumulators, and five slots in the 54 KB that the smaller Q frees: the
@@ -109,8 +111,9 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
   constexpr int kOffAlphaW = L::kOffAlphaW, kOffMoved = L::kOffMoved, kOffBar = L::kOffBar;
   constexpr int kC = kN / 4;  // columns (query rows) per thread of an m64nN accumulator
   // Registers per thread (setmaxnreg): 128 x producer + 256 x consumer <=
-  // 64 K. The 16-row consumers hold a quarter of the accumulators, so the
-  // producer's five-slot ring bookkeeping gets room without spilling.
+  // 64 K. The 16- and 32-row consumers hold a quarter or a half of the
+  // accumulators, so the producer's ring bookkeeping gets room without
+  // spilling.
   constexpr int kProducerRegs = kN == kRows ? 24 : 40, kConsumerRegs = kN == kRows ? 240 : 232;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
   extern __shared__ __align__(128) uint8_t smem[];
@@ -677,6 +680,9 @@ __global__ void __launch_bounds__(kRegAThreads, 1) MlaDecodeRegAKernel(const KPa
 DecodeKernel WgmmaRegAKernel(int cta_rows) {
   if (cta_rows == 16) {
     return {MlaDecodeRegAKernel<16, 5>, kRegAThreads, RegALayout<16, 5>::kSmem, MlaPartials::kF16, 16};
+  }
+  if (cta_rows == 32) {
+    return {MlaDecodeRegAKernel<32, 4>, kRegAThreads, RegALayout<32, 4>::kSmem, MlaPartials::kF16, 32};
   }
   return {MlaDecodeRegAKernel<64, 3>, kRegAThreads, RegALayout<64, 3>::kSmem, MlaPartials::kF16, kRows};
 }

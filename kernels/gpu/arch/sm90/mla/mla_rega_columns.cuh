@@ -22,7 +22,7 @@ __device__ __forceinline__ bool BarRedOr(int id, int count, bool pred) {
 }
 
 // A thread's kN / 4 columns (query rows) of an m64nN accumulator (N = kN,
-// 64 or 16) are q = 8 jj + 2 c + e (jj < kN / 8, e 0..1, c = lane & 3).
+// 64, 32 or 16) are q = 8 jj + 2 c + e (jj < kN / 8, e 0..1, c = lane & 3).
 // Per-column tables in shared memory are stored [c][jj][e], so a thread
 // reads its kN / 4 with 16-byte loads that lanes of the same c share.
 template <int kN>
@@ -32,7 +32,7 @@ __device__ __forceinline__ int ColIndex(int q) {
 // The column whose table position is `pos` (the inverse of ColIndex).
 template <int kN>
 __device__ __forceinline__ int ColOfIndex(int pos) {
-  constexpr int kShift = kN == 64 ? 4 : 2;  // log2(kN / 4)
+  constexpr int kShift = kN == 64 ? 4 : kN == 32 ? 3 : 2;  // log2(kN / 4)
   const int c = pos >> kShift, r = pos & (kN / 4 - 1);
   return (r >> 1) * 8 + 2 * c + (r & 1);
 }
@@ -71,7 +71,8 @@ __device__ __forceinline__ void HalveColumns(const float (&v)[kV], int lane, flo
 }
 
 // The jj of the two columns a lane holds after ReduceColumns<kN>: g for
-// kN = 64, g / 4 for kN = 16 (lanes g, g ^ 1, g ^ 2, g ^ 3 hold the same).
+// kN = 64, g / 2 for kN = 32 (lanes g, g ^ 1 hold the same), g / 4 for
+// kN = 16 (lanes g, g ^ 1, g ^ 2, g ^ 3 hold the same).
 template <int kN>
 __device__ __forceinline__ int LaneColGroup(int lane) {
   return (lane >> 2) / (64 / kN);
@@ -83,12 +84,23 @@ __device__ __forceinline__ int LaneColGroup(int lane) {
 // columns 8 LaneColGroup(lane) + 2 c + e.
 template <bool kMax, int kN>
 __device__ __forceinline__ void ReduceColumns(const float (&v)[kN / 4], int lane, float (&out)[2]) {
-  static_assert(kN == 64 || kN == 16, "64 or 16 query rows per CTA");
+  static_assert(kN == 64 || kN == 32 || kN == 16, "64, 32 or 16 query rows per CTA");
   if constexpr (kN == 64) {
     float a8[8], a4[4];
     HalveColumns<kMax, 16, 16>(v, lane, a8);
     HalveColumns<kMax, 8, 8>(a8, lane, a4);
     HalveColumns<kMax, 4, 4>(a4, lane, out);
+  } else if constexpr (kN == 32) {
+    // Lane bit 4 picks jj's high bit, bit 3 its low bit; lanes g and g ^ 1
+    // then exchange.
+    float a4[4];
+    HalveColumns<kMax, 8, 16>(v, lane, a4);
+    HalveColumns<kMax, 4, 8>(a4, lane, out);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float other = __shfl_xor_sync(0xffffffffu, out[e], 4);
+      out[e] = kMax ? fmaxf(out[e], other) : out[e] + other;
+    }
   } else {
     HalveColumns<kMax, 4, 16>(v, lane, out);
 #pragma unroll

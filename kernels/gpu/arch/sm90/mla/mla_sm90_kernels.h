@@ -13,7 +13,8 @@ namespace mla {
 
 // e4m3fn KV converted in registers into the wgmma A operand, f16 tensor
 // cores, a producer warpgroup (mla_decode_rega.cu); `cta_rows` 16 (calls
-// with q_len * H <= 16, RegACtaRows) or 64 (every call).
+// with q_len * H <= 16, RegACtaRows), 32 (q_len * H <= 32) or 64 (every
+// call).
 DecodeKernel WgmmaRegAKernel(int cta_rows);
 
 // e4m3fnuz KV unpacked to bf16 in shared memory, bf16 wgmma, warpgroups in
