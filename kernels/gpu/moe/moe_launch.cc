@@ -20,13 +20,8 @@ cudaError_t LaunchMmaSync(int rows, const GemmParams& g, int64_t col_tiles, int6
 }
 
 template <int kEpi>
-cudaError_t LaunchWgmma(const MoePlan& plan, const GemmParams& g, int64_t max_tiles, cudaStream_t s) {
-  if (plan.wgmma_ws) {
-    return plan.wgmma_rows == 192 ? LaunchWgmmaWsGateUp<192, kEpi>(g, max_tiles, s)
-                                  : LaunchWgmmaWsGateUp<128, kEpi>(g, max_tiles, s);
-  }
-  return plan.wgmma_rows == 192 ? LaunchWgmmaGateUp<192, kEpi>(g, max_tiles, s)
-                                : LaunchWgmmaGateUp<128, kEpi>(g, max_tiles, s);
+cudaError_t LaunchWgmma(int rows, const GemmParams& g, int64_t max_tiles, cudaStream_t s) {
+  return rows == 192 ? LaunchWgmmaGateUp<192, kEpi>(g, max_tiles, s) : LaunchWgmmaGateUp<128, kEpi>(g, max_tiles, s);
 }
 
 cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, const RoutingParams& rp,
@@ -37,8 +32,8 @@ cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan,
                   : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
   if (plan.wgmma_rows != 0) {
-    return swiglu ? LaunchWgmma<kEpiSwiglu>(plan, g, rp.max_tiles, stream)
-                  : LaunchWgmma<kEpiBf16>(plan, g, rp.max_tiles, stream);
+    return swiglu ? LaunchWgmma<kEpiSwiglu>(plan.wgmma_rows, g, rp.max_tiles, stream)
+                  : LaunchWgmma<kEpiBf16>(plan.wgmma_rows, g, rp.max_tiles, stream);
   }
   return swiglu ? LaunchMmaSync<kEpiSwiglu>(plan.mma_rows, g, (p.inter + kMmaSyncCols / 2 - 1) / (kMmaSyncCols / 2),
                                             rp.max_tiles, stream)

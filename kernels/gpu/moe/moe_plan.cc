@@ -51,9 +51,6 @@ std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
     return absl::StrCat("moe: the wgmma gate/up kernel has 128- and 192-row tiles, not ", plan.wgmma_rows);
   }
   if (plan.stream && plan.wgmma_rows != 0) return "moe: a plan streams the weights or runs wgmma, not both";
-  if (plan.wgmma_ws && plan.wgmma_rows == 0) {
-    return "moe: the warp-specialized wgmma kernel needs a wgmma tiling (wgmma_rows 128 or 192)";
-  }
   if (!plan.stream && plan.mma_rows != 64 && plan.mma_rows != 128) {
     return absl::StrCat("moe: the mma.sync kernel has 64- and 128-row tiles, not ", plan.mma_rows);
   }

@@ -24,11 +24,6 @@ struct MoePlan {
   // 128 rows x 256 weight rows) or 192 (192 x 192); 0: gate/up runs on the
   // mma.sync kernel. Serves the gate/up projection alone.
   int wgmma_rows = 0;
-  // The wgmma tiling runs on the warp-specialized persistent kernel
-  // (arch/sm90/moe/wgmma_gate_up_ws.cuh; the same output bits). PlanMoe
-  // never sets it until it is measured faster: the variant table's
-  // wgmma_ws_* entries and the tests force it.
-  bool wgmma_ws = false;
   // Rows of an expert tile of the mma.sync kernel: 64 or 128, for every
   // mma.sync GEMM of the call. PlanMoe picks it by rows per expert; the
   // CUDA tests force each value on small shapes (the only other writer).
@@ -37,7 +32,7 @@ struct MoePlan {
   // Rows of the routing's expert tiles: the tile of the kernel that reads them.
   int TileRows() const { return stream ? kStreamRows : wgmma_rows != 0 ? wgmma_rows : mma_rows; }
   bool operator==(const MoePlan& o) const {
-    return stream == o.stream && wgmma_rows == o.wgmma_rows && wgmma_ws == o.wgmma_ws && mma_rows == o.mma_rows;
+    return stream == o.stream && wgmma_rows == o.wgmma_rows && mma_rows == o.mma_rows;
   }
 };
 

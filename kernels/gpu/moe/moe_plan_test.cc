@@ -161,29 +161,6 @@ TEST(MoePlanTest, UnsupportedShapesAndPlans) {
   EXPECT_NE(MoeUnsupported(p, PlanMoe(p)).find("too many"), std::string::npos);
 }
 
-// The warp-specialized wgmma kernel: a form of a wgmma tiling, gate/up
-// alone, and no plan of PlanMoe's until it is measured faster.
-TEST(MoePlanTest, WarpSpecializedWgmmaIsForcedOnly) {
-  for (int64_t tokens : {8, 32, 2048, 4096, 8192, 16384}) {
-    for (MoeStage stage : {MoeStage::kGateUp, MoeStage::kDown, MoeStage::kLayer}) {
-      EXPECT_FALSE(PlanMoe(Kimi(stage, tokens)).wgmma_ws) << "T=" << tokens;
-      EXPECT_FALSE(PlanMoe(GptOssLike(stage, tokens)).wgmma_ws) << "T=" << tokens;
-    }
-  }
-  const MoeParams gu = Kimi(MoeStage::kGateUp, 8192);
-  for (int rows : {128, 192}) {
-    MoePlan ws = Plan(rows, 64);
-    ws.wgmma_ws = true;
-    EXPECT_EQ(MoeUnsupported(gu, ws), "") << rows;
-    EXPECT_EQ(ws.TileRows(), rows);
-    EXPECT_FALSE(ws == Plan(rows, 64));
-    EXPECT_NE(MoeUnsupported(Kimi(MoeStage::kLayer, 8192), ws).find("gate/up projection alone"), std::string::npos);
-  }
-  MoePlan no_tiling = Plan(0, 64);
-  no_tiling.wgmma_ws = true;
-  EXPECT_NE(MoeUnsupported(gu, no_tiling).find("needs a wgmma tiling"), std::string::npos);
-}
-
 // The tiles the scan makes for per-expert row counts.
 int64_t TilesFor(const std::vector<int64_t>& counts, int rows) {
   int64_t tiles = 0;

@@ -9,7 +9,7 @@ namespace gpu {
 namespace {
 
 // The GEMM an entry runs.
-enum class Gemm { kStream, kWgmma128, kWgmma192, kWgmmaWs128, kWgmmaWs192, kMmaSync };
+enum class Gemm { kStream, kWgmma128, kWgmma192, kMmaSync };
 
 // An entry's plan: PlanMoe's, on the entry's GEMM (mma.sync keeps PlanMoe's
 // row tile, 64 where PlanMoe streams).
@@ -17,10 +17,7 @@ template <Gemm kGemm>
 moe::MoePlan EntryPlan(const OpCall& c) {
   moe::MoePlan plan = moe::PlanMoe(c.moe);
   plan.stream = kGemm == Gemm::kStream;
-  plan.wgmma_rows = kGemm == Gemm::kWgmma128 || kGemm == Gemm::kWgmmaWs128   ? 128
-                    : kGemm == Gemm::kWgmma192 || kGemm == Gemm::kWgmmaWs192 ? 192
-                                                                             : 0;
-  plan.wgmma_ws = kGemm == Gemm::kWgmmaWs128 || kGemm == Gemm::kWgmmaWs192;
+  plan.wgmma_rows = kGemm == Gemm::kWgmma128 ? 128 : kGemm == Gemm::kWgmma192 ? 192 : 0;
   return plan;
 }
 
@@ -38,9 +35,7 @@ std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
   if (kGemm == Gemm::kStream) {
     return plan.stream ? "" : "the dispatcher takes it below 12 rows per expert (decode)";
   }
-  const moe::MoePlan entry = EntryPlan<kGemm>(c);
-  if (plan.wgmma_rows == entry.wgmma_rows && plan.wgmma_ws == entry.wgmma_ws) return "";
-  if (entry.wgmma_ws) return "not measured yet: no plan picks the warp-specialized kernel; run it by name";
+  if (plan.wgmma_rows == EntryPlan<kGemm>(c).wgmma_rows) return "";
   return "the dispatcher takes it for gate/up alone at >= 72 rows per expert when its tiling launches the fewest "
          "CTAs";
 }
@@ -62,14 +57,6 @@ const VariantTable& MoeVariants() {
       {"wgmma_sw_192x192", "wgmma, 192 x 192 tiles (3 warpgroups), 128-byte-swizzled operands",
        "sm_90a, gate/up (+SwiGLU) alone", Unsupported<Gemm::kWgmma192>, UnlessPlanned<Gemm::kWgmma192>,
        Run<Gemm::kWgmma192>},
-      {"wgmma_ws_128x256",
-       "wgmma 128 x 256, warp-specialized (a producer warpgroup loads and dequantizes into an mbarrier ring, 2 "
-       "consumer warpgroups), persistent grid",
-       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<Gemm::kWgmmaWs128>, UnlessPlanned<Gemm::kWgmmaWs128>,
-       Run<Gemm::kWgmmaWs128>},
-      {"wgmma_ws_192x192", "wgmma 192 x 192, warp-specialized (producer warpgroup + 3 consumers), persistent grid",
-       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<Gemm::kWgmmaWs192>, UnlessPlanned<Gemm::kWgmmaWs192>,
-       Run<Gemm::kWgmmaWs192>},
       {"mma_sync", "mma.sync grouped GEMM, 64/128-row expert tiles by rows per expert", "sm_90a, every stage",
        Unsupported<Gemm::kMmaSync>, nullptr, Run<Gemm::kMmaSync>},
   };

@@ -37,12 +37,6 @@ cudaError_t LaunchStreamGemm(const GemmParams& p, int64_t max_tiles, cudaStream_
 template <int kRows, int kEpi>
 cudaError_t LaunchWgmmaGateUp(const GemmParams& p, int64_t max_tiles, cudaStream_t stream);
 
-// The same tilings, warp-specialized (a producer warpgroup loads and
-// dequantizes, the others only issue wgmma) on a persistent grid of at most
-// one CTA per SM; the same output bits.
-template <int kRows, int kEpi>
-cudaError_t LaunchWgmmaWsGateUp(const GemmParams& p, int64_t max_tiles, cudaStream_t stream);
-
 }  // namespace moe
 }  // namespace gpu
 }  // namespace kernelserve

@@ -95,45 +95,6 @@ __device__ __forceinline__ uint32_t SwizzledOffset(int r, int c) {
 // Descriptor of a swizzled K-major [rows x 64] bf16 operand (8-row groups 1024 apart).
 __device__ __forceinline__ uint64_t OperandDesc(uint32_t addr) { return sm90::MakeSmemDesc(addr, 16, 1024); }
 
-// The epilogue of one warpgroup: its 64 rows of the tile from row `wg_row0`
-// on, bf16 per pair or SwiGLU(gate, up), rows of padding (pair -1) and
-// columns past the output skipped. Accumulator layout of m64nN: row 16 w +
-// lane/4 + 8 h, column 8 j + 2 (lane%4) + c in register 4 j + 2 h + c (w =
-// warp within the warpgroup). Both gate/up kernels store through it.
-template <int kBM, int kBNw, int kEpi>
-__device__ __forceinline__ void StoreTileRows(const float (&acc)[kBNw / 2], const GemmParams& p, int tile,
-                                              int col_tile, int wg_row0, int tid) {
-  const int warp = (tid >> 5) & 3, lane = tid & 31;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = wg_row0 + warp * 16 + (lane >> 2) + 8 * h;
-    const int pair = p.sorted[tile * kBM + r];
-    if (pair < 0) continue;
-    uint16_t* o = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
-    if (kEpi == kEpiSwiglu) {
-#pragma unroll
-      for (int j = 0; j < kBNw / 16; ++j) {
-        const int col = col_tile * (kBNw / 2) + 8 * j + 2 * (lane & 3);
-        if (col >= p.inter) continue;
-        float v[2];
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float g = acc[4 * j + 2 * h + c], u = acc[4 * (j + kBNw / 16) + 2 * h + c];
-          v[c] = g / (1.f + expf(-g)) * u;
-        }
-        *reinterpret_cast<uint32_t*>(o + col) = PackBf16x2(v[0], v[1], p.rounding);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kBNw / 8; ++j) {
-        const int64_t col = static_cast<int64_t>(col_tile) * kBNw + 8 * j + 2 * (lane & 3);
-        if (col >= p.nw) continue;
-        *reinterpret_cast<uint32_t*>(o + col) = PackBf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], p.rounding);
-      }
-    }
-  }
-}
-
 template <int kWgs, int kBNw, int kEpi>
 __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) GateUpWgmmaKernel(const GemmParams p) {
   using C = WgCfg<kWgs, kBNw>;
@@ -285,8 +246,38 @@ __global__ void __launch_bounds__(WgCfg<kWgs, kBNw>::kThreads, 1) GateUpWgmmaKer
   WgmmaWait<0>();
   FenceOperand(acc);
 
+  // Epilogue. Accumulator layout of m64nN: row 16 w + lane/4 + 8 h, column
+  // 8 j + 2 (lane%4) + c in register 4 j + 2 h + c (w = warp within the warpgroup).
   if (!active) return;
-  StoreTileRows<C::kBM, kBNw, kEpi>(acc, p, tile, col_tile, wg * 64, tid);
+  const int warp = (tid >> 5) & 3, lane = tid & 31;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = wg * 64 + warp * 16 + (lane >> 2) + 8 * h;
+    const int pair = p.sorted[tile * C::kBM + r];
+    if (pair < 0) continue;
+    uint16_t* o = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
+    if (kEpi == kEpiSwiglu) {
+#pragma unroll
+      for (int j = 0; j < kBNw / 16; ++j) {
+        const int col = col_tile * (kBNw / 2) + 8 * j + 2 * (lane & 3);
+        if (col >= p.inter) continue;
+        float v[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float g = acc[4 * j + 2 * h + c], u = acc[4 * (j + kBNw / 16) + 2 * h + c];
+          v[c] = g / (1.f + expf(-g)) * u;
+        }
+        *reinterpret_cast<uint32_t*>(o + col) = PackBf16x2(v[0], v[1], p.rounding);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kBNw / 8; ++j) {
+        const int64_t col = static_cast<int64_t>(col_tile) * kBNw + 8 * j + 2 * (lane & 3);
+        if (col >= p.nw) continue;
+        *reinterpret_cast<uint32_t*>(o + col) = PackBf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], p.rounding);
+      }
+    }
+  }
 }
 
 }  // namespace wgmma
