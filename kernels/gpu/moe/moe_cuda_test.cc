@@ -259,13 +259,18 @@ int CheckTable(const Case& c, double tol = 4e-3) {
 }
 
 // Every GEMM of the call on one kernel, forced: 0 the weight-streaming
-// kernel, else the mma.sync kernel with that row tile (each on small shapes).
+// kernel, -n the same on a persistent grid of n CTAs (each runs many items,
+// in rounds of unequal length), else the mma.sync kernel with that row tile
+// (each on small shapes).
 void CheckForcedGemm(int tile_rows, const Case& c, double tol = 4e-3) {
   MoeCheck check(c);
   gpu::moe::MoePlan plan;
-  plan.stream = tile_rows == 0;
-  if (tile_rows != 0) plan.mma_rows = tile_rows;
-  check.Expect(tile_rows == 0 ? std::string("stream") : "mma_sync/tile " + std::to_string(tile_rows),
+  plan.stream = tile_rows <= 0;
+  if (tile_rows < 0) plan.stream_ctas = -tile_rows;
+  if (tile_rows > 0) plan.mma_rows = tile_rows;
+  check.Expect(tile_rows == 0  ? std::string("stream")
+               : tile_rows < 0 ? "stream/" + std::to_string(-tile_rows) + " CTAs"
+                               : "mma_sync/tile " + std::to_string(tile_rows),
                [&](TensorView& out) {
     return gpu::RunMoeWithPlan(plan, check.params(), check.call().moe_in, out, nullptr);
   }, tol);
@@ -334,9 +339,11 @@ class MoeForcedGemmTest : public ::testing::TestWithParam<int> {
   void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Gemms, MoeForcedGemmTest, ::testing::Values(0, 64, 128),
+INSTANTIATE_TEST_SUITE_P(Gemms, MoeForcedGemmTest, ::testing::Values(0, -3, 64, 128),
                          [](const ::testing::TestParamInfo<int>& i) {
-                           return i.param == 0 ? std::string("Stream") : "MmaSyncRows" + std::to_string(i.param);
+                           return i.param == 0  ? std::string("Stream")
+                                  : i.param < 0 ? "StreamCtas" + std::to_string(-i.param)
+                                                : "MmaSyncRows" + std::to_string(i.param);
                          });
 
 // 20 rows per expert: full and partial 16-row tiles, both of the streaming
@@ -395,6 +402,40 @@ TEST_P(MoeForcedGemmTest, ExpertsWithZeroOneAndAllRows) {
   CheckForcedGemm(GetParam(), c);
   c.stage = MoeStage::kLayer;
   CheckForcedGemm(GetParam(), c, 6e-3);
+}
+
+// The streaming kernel's persistent grid changes which CTA runs an item,
+// never a bit: 1, 3 and 7 CTAs give the bytes of the full grid (on these
+// shapes one CTA per item, v9's assignment). Skewed routing
+// (16-row tiles, 1-row experts, experts without rows), intermediate columns
+// no multiple of 8 (idle warps meet the x barriers), down with the weighted
+// sum, a layer.
+TEST(MoeStreamGridTest, AnyGridSameBytes) {
+  KS_SKIP_WITHOUT_CUDA();
+  Case skewed;
+  skewed.routing = Routing::kSkewed;
+  skewed.tokens = 150;
+  skewed.experts = 16;
+  Case partial = GateUpSwigluPartialColumnTile();
+  partial.inter = 100;
+  Case down = DownStage();
+  down.weighted = true;
+  for (const Case& c : {skewed, partial, down, LayerManyExpertsFewTokens()}) {
+    MoeCheck check(c);
+    const OpCall call = check.call();
+    auto run = [&](int ctas) {
+      gpu::moe::MoePlan plan;
+      plan.stream = true;
+      plan.stream_ctas = ctas;
+      return RunPoisoned(check.params(), [&](TensorView& out) {
+        return gpu::RunMoeWithPlan(plan, check.params(), call.moe_in, out, nullptr);
+      });
+    };
+    const HostTensor all = run(0);
+    for (int ctas : {1, 3, 7}) {
+      EXPECT_TRUE(SameBytes(run(ctas), all)) << "stage " << static_cast<int>(c.stage) << ", " << ctas << " CTAs";
+    }
+  }
 }
 
 // Every table entry on the shapes it serves; the bool is SwiGLU (gate/up)

@@ -28,8 +28,8 @@ cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan,
                    bool swiglu, int rounding, void* out, cudaStream_t stream) {
   const GemmParams g = GateUpGemm(p, in, rp, swiglu, rounding, out);
   if (plan.stream) {
-    return swiglu ? LaunchStreamGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
-                  : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
+    return swiglu ? LaunchStreamGemm<kEpiSwiglu>(g, rp.max_tiles, plan.stream_ctas, stream)
+                  : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, plan.stream_ctas, stream);
   }
   if (plan.wgmma_rows != 0) {
     return swiglu ? LaunchWgmma<kEpiSwiglu>(plan.wgmma_rows, g, rp.max_tiles, stream)
@@ -45,7 +45,8 @@ cudaError_t Down(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, c
                  const uint16_t* a, bool f32, void* out, cudaStream_t stream) {
   const GemmParams g = DownGemm(p, in, rp, a, out);
   if (plan.stream) {
-    return f32 ? LaunchStreamGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
+    return f32 ? LaunchStreamGemm<kEpiF32>(g, rp.max_tiles, plan.stream_ctas, stream)
+               : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, plan.stream_ctas, stream);
   }
   const int64_t col_tiles = (p.out_dim + kMmaSyncCols - 1) / kMmaSyncCols;
   return f32 ? LaunchMmaSync<kEpiF32>(plan.mma_rows, g, col_tiles, rp.max_tiles, stream)

@@ -51,6 +51,9 @@ std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
     return absl::StrCat("moe: the wgmma gate/up kernel has 128- and 192-row tiles, not ", plan.wgmma_rows);
   }
   if (plan.stream && plan.wgmma_rows != 0) return "moe: a plan streams the weights or runs wgmma, not both";
+  if (plan.stream_ctas < 0) {
+    return absl::StrCat("moe: stream_ctas must be >= 0 (0: one per resident slot), not ", plan.stream_ctas);
+  }
   if (!plan.stream && plan.mma_rows != 64 && plan.mma_rows != 128) {
     return absl::StrCat("moe: the mma.sync kernel has 64- and 128-row tiles, not ", plan.mma_rows);
   }

@@ -20,6 +20,10 @@ struct MoePlan {
   // Every GEMM of the call runs on the weight-streaming decode kernel, over
   // expert tiles of kStreamRows rows (the fields below are then unused).
   bool stream = false;
+  // CTAs of the streaming kernel's persistent grid: 0 as many as are
+  // resident on the device at once (PlanMoe); the CUDA tests force a few,
+  // so that each CTA runs many items (the only other writer).
+  int stream_ctas = 0;
   // Rows of an expert tile of the sm_90a wgmma gate/up kernel: 128 (tiles of
   // 128 rows x 256 weight rows) or 192 (192 x 192); 0: gate/up runs on the
   // mma.sync kernel. Serves the gate/up projection alone.
@@ -32,7 +36,8 @@ struct MoePlan {
   // Rows of the routing's expert tiles: the tile of the kernel that reads them.
   int TileRows() const { return stream ? kStreamRows : wgmma_rows != 0 ? wgmma_rows : mma_rows; }
   bool operator==(const MoePlan& o) const {
-    return stream == o.stream && wgmma_rows == o.wgmma_rows && mma_rows == o.mma_rows;
+    return stream == o.stream && stream_ctas == o.stream_ctas && wgmma_rows == o.wgmma_rows &&
+           mma_rows == o.mma_rows;
   }
 };
 

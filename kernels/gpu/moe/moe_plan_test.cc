@@ -134,6 +134,11 @@ TEST(MoePlanTest, UnsupportedShapesAndPlans) {
   MoePlan both = Stream();
   both.wgmma_rows = 128;
   EXPECT_NE(MoeUnsupported(gu, both).find("not both"), std::string::npos);
+  MoePlan few = Stream();
+  few.stream_ctas = 3;
+  EXPECT_EQ(MoeUnsupported(gu, few), "");
+  few.stream_ctas = -1;
+  EXPECT_EQ(MoeUnsupported(gu, few), "moe: stream_ctas must be >= 0 (0: one per resident slot), not -1");
   // A layer's down half reads the routing tiles on mma.sync; down has no wgmma kernel.
   for (MoeStage stage : {MoeStage::kDown, MoeStage::kLayer}) {
     for (int w : {128, 192}) {

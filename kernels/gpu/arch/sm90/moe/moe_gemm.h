@@ -1,8 +1,9 @@
 // The sm_90a grouped GEMMs of the MXFP4 MoE, as the launcher
 // (kernels/gpu/moe/moe_launch.cc) calls them; their explicit instantiations
-// are the .cu files beside this header. Both walk the expert tiles of the
+// are the .cu files beside this header. They walk the expert tiles of the
 // routing (kernels/gpu/moe/moe_routing.h): grid (column tiles, max_tiles),
-// CTAs past num_tiles return at once.
+// CTAs past num_tiles return at once; the streaming kernel's persistent CTAs
+// loop over them instead.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_MOE_GEMM_H_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_MOE_GEMM_H_
 
@@ -28,9 +29,11 @@ template <int kRows, int kEpi>
 cudaError_t LaunchMmaSyncGemm(const GemmParams& p, int64_t col_tiles, int64_t max_tiles, cudaStream_t stream);
 
 // Weight-streaming GEMM for decode, any stage: expert tiles of kStreamRows
-// rows; kEpi an Epilogue.
+// rows; kEpi an Epilogue. Persistent CTAs: `ctas` of them when positive,
+// else as many as are resident at once on the device (the grid is
+// (ctas, 1), not the (column tiles, max_tiles) above).
 template <int kEpi>
-cudaError_t LaunchStreamGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream);
+cudaError_t LaunchStreamGemm(const GemmParams& p, int64_t max_tiles, int ctas, cudaStream_t stream);
 
 // wgmma gate/up GEMM: kRows = 128 (128 x 256 tiles) or 192 (192 x 192);
 // kEpi kEpiBf16 or kEpiSwiglu.

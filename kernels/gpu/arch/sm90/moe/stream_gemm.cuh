@@ -23,6 +23,11 @@
 // copies them once into shared memory already in the permuted K order, so a
 // span's B operand is one 16-byte shared load per 8 elements; otherwise each
 // warp loads them from global memory per chunk and permutes them with PRMT.
+//
+// The grid is persistent: as many CTAs as are resident at once, each taking
+// the items (expert tile, kWarps units) of a static schedule whose rounds
+// are all nearly full (StreamGemmKernel), so that the last round of a
+// decode launch does not leave SMs with one CTA each.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_STREAM_GEMM_CUH_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_STREAM_GEMM_CUH_
 
@@ -333,64 +338,156 @@ __device__ __forceinline__ void StreamK(WeightStream<kChunk>& ws, int nk, const 
   }
 }
 
-template <int kEpi, int kChunk>
-__global__ void __launch_bounds__(kThreads, 5) StreamGemmKernel(const GemmParams p) {
-  using C = Chunk<kChunk>;
-  const int tile = blockIdx.y;
-  if (tile >= *p.num_tiles) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, c = lane & 3;
-  const int unit = blockIdx.x * kWarps + warp;  // 16 weight rows
-  constexpr bool kSwiglu = kEpi == kEpiSwiglu;
-  // Warps past the matrix still copy x and meet the block barrier below.
-  const bool active = kSwiglu ? unit * 8 < p.inter : unit * 16 < p.nw;
+// threadIdx.x, and a value copied through a volatile asm: what derives from
+// them is computed anew for each item of a CTA instead of being held in
+// registers across the K loop (the 256-element K loops use all 96).
+__device__ __forceinline__ int FreshTid() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return static_cast<int>(t);
+}
+__device__ __forceinline__ int64_t Fresh(int64_t v) {
+  asm volatile("mov.b64 %0, %0;" : "+l"(v));
+  return v;
+}
+__device__ __forceinline__ int Fresh(int v) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(v));
+  return v;
+}
+template <class T>
+__device__ __forceinline__ T* Fresh(T* v) {
+  return reinterpret_cast<T*>(Fresh(reinterpret_cast<int64_t>(v)));
+}
 
-  // This thread's two weight rows (M rows g and g + 8); past the matrix they
-  // read row 0 and their results are dropped.
+// The fields of GemmParams that an item's set-up reads, fresh (see Fresh).
+struct ItemParams {
+  int64_t nw, k;
+  int inter;
+  const uint8_t *w, *ws;
+};
+
+// A thread's two weight rows of a unit (M rows g and g + 8); past the
+// matrix they read row 0 and their results are dropped.
+struct UnitRows {
   int64_t r0, r1;
   bool ok0, ok1;
+};
+template <bool kSwiglu>
+__device__ __forceinline__ UnitRows RowsOf(int unit, int g, int64_t nw, int inter) {
+  UnitRows u;
   if (kSwiglu) {
-    const int col = unit * 8 + g;
-    ok0 = ok1 = col < p.inter;
-    r0 = col;
-    r1 = p.inter + col;
+    const int col8 = unit * 8 + g;
+    u.ok0 = u.ok1 = col8 < inter;
+    u.r0 = col8;
+    u.r1 = inter + col8;
   } else {
-    r0 = unit * 16 + g;
-    r1 = r0 + 8;
-    ok0 = r0 < p.nw;
-    ok1 = r1 < p.nw;
+    u.r0 = unit * 16 + g;
+    u.r1 = u.r0 + 8;
+    u.ok0 = u.r0 < nw;
+    u.ok1 = u.r1 < nw;
   }
-  if (!ok0) r0 = 0;
-  if (!ok1) r1 = 0;
+  if (!u.ok0) u.r0 = 0;
+  if (!u.ok1) u.r1 = 0;
+  return u;
+}
+
+template <int kEpi>
+__device__ __forceinline__ int ColTiles(const GemmParams& p) {
+  const int units =
+      kEpi == kEpiSwiglu ? (Fresh(p.inter) + 7) / 8 : static_cast<int>((Fresh(static_cast<int64_t>(p.nw)) + 15) / 16);
+  return (units + kWarps - 1) / kWarps;
+}
+
+// The epilogue of item `item` (read back from shared memory by the caller;
+// everything here is derived anew from it: held in registers across the K
+// loop, these values would spill).
+template <int kEpi>
+__device__ __forceinline__ void StoreItem(const GemmParams& p, int item, const float (&acc)[2][4]) {
+  const int tid = FreshTid();
+  const int lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const int col_tiles = ColTiles<kEpi>(p);
+  const int tile = item / col_tiles;
+  const UnitRows u = RowsOf<kEpi == kEpiSwiglu>((item % col_tiles) * kWarps + (tid >> 5), g, p.nw, p.inter);
+  const int valid = p.tile_rows[tile];
+  const int* sorted = p.sorted + tile * kStreamRows;
+  const bool two = valid > 8;
+  // Accumulator (t, q): weight row g (q < 2) or g + 8, tile row 8t + 2c + q % 2.
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    if (t == 1 && !two) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 8 * t + 2 * c + h;
+      const int pair = r < valid ? sorted[r] : -1;
+      if (pair < 0) continue;
+      const float v0 = acc[t][h], v1 = acc[t][2 + h];
+      if (kEpi == kEpiSwiglu) {
+        if (!u.ok0) continue;
+        const float v = v0 / (1.f + expf(-v0)) * v1;
+        static_cast<uint16_t*>(p.out)[static_cast<int64_t>(pair) * p.out_cols + u.r0] =
+            static_cast<uint16_t>(FloatToBf16Bits(v, p.rounding));
+      } else if (kEpi == kEpiF32) {
+        float* o = static_cast<float*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
+        if (u.ok0) o[u.r0] = v0;
+        if (u.ok1) o[u.r1] = v1;
+      } else {
+        uint16_t* o = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
+        if (u.ok0) o[u.r0] = static_cast<uint16_t>(FloatToBf16Bits(v0, p.rounding));
+        if (u.ok1) o[u.r1] = static_cast<uint16_t>(FloatToBf16Bits(v1, p.rounding));
+      }
+    }
+  }
+}
+
+// Item `item` of a CTA: kWarps 16-row units of one expert tile (the x rows
+// it copies once), this warp's unit into acc. False for a unit past the
+// matrix (it copies x and meets the barriers, and stores nothing).
+template <int kEpi, int kChunk>
+__device__ __forceinline__ bool StreamItem(const GemmParams& p, int item, uint8_t* smem, float (&acc)[2][4]) {
+  using C = Chunk<kChunk>;
+  const int tid = FreshTid();
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int col_tiles = ColTiles<kEpi>(p);
+  const int tile = item / col_tiles;
+  const int unit = (item - tile * col_tiles) * kWarps + warp;  // 16 weight rows
+  constexpr bool kSwiglu = kEpi == kEpiSwiglu;
+  const ItemParams f{Fresh(p.nw), Fresh(p.k), Fresh(p.inter), Fresh(p.w), Fresh(p.ws)};
+  const bool active = kSwiglu ? unit * 8 < f.inter : unit * 16 < f.nw;
+
+  const UnitRows u = RowsOf<kSwiglu>(unit, g, f.nw, f.inter);
+  const int64_t r0 = u.r0, r1 = u.r1;
 
   const int e = p.tile_expert[tile];
   const int valid = p.tile_rows[tile];
   const int* sorted = p.sorted + tile * kStreamRows;
 
-  extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* wsm = smem + warp * C::kStages * C::kStageBytes;
   uint8_t* xsm = smem + C::kSmemBytes;
 
-  const int64_t kb = p.k / 2, ks = p.k / 32;
+  const int64_t kb = f.k / 2, ks = f.k / 32;
   WeightStream<kChunk> ws;
   ws.base = SmemAddr(wsm);
-  ws.w0 = p.w + (static_cast<int64_t>(e) * p.nw + r0) * kb + c * 16;
-  ws.w1 = p.w + (static_cast<int64_t>(e) * p.nw + r1) * kb + c * 16;
-  ws.s0 = p.ws + (static_cast<int64_t>(e) * p.nw + r0) * ks;
-  ws.s1 = p.ws + (static_cast<int64_t>(e) * p.nw + r1) * ks;
-  const int nk = static_cast<int>(p.k / kChunk);
-  ws.left = nk;
+  ws.w0 = f.w + (static_cast<int64_t>(e) * f.nw + r0) * kb + c * 16;
+  ws.w1 = f.w + (static_cast<int64_t>(e) * f.nw + r1) * kb + c * 16;
+  ws.s0 = f.ws + (static_cast<int64_t>(e) * f.nw + r0) * ks;
+  ws.s1 = f.ws + (static_cast<int64_t>(e) * f.nw + r1) * ks;
+  ws.left = static_cast<int>(f.k / kChunk);
   ws.lane = lane;
-  if (active) ws.Prologue();  // the weights stream while x is copied
+  // The weights stream while x is copied. A warp's stages hold only its own
+  // lanes' bytes, whose previous reads fed its previous unit's mmas.
+  if (active) ws.Prologue();
 
   // x in shared memory when the tile's rows fit beside the stages (the
-  // launch sized the memory by the same test); CTA-uniform.
-  const bool xs = valid >= 1 && valid * 2 * p.k <= kSmemBudget - C::kSmemBytes;
+  // launch sized the memory by the same test); CTA-uniform. The barrier
+  // before the copy: every warp is done reading the previous item's x.
+  const bool xs = valid >= 1 && valid * 2 * f.k <= kSmemBudget - C::kSmemBytes;
   if (xs) {
+    __syncthreads();
     FillX(xsm, p, sorted, valid);
     __syncthreads();
   }
-  if (!active) return;
+  if (!active) return false;
 
   // The B operand's rows of this thread: tile rows g and g + 8. In shared
   // memory, padding lanes read a row that exists (their columns are
@@ -409,8 +506,13 @@ __global__ void __launch_bounds__(kThreads, 5) StreamGemmKernel(const GemmParams
     xrow[t] = pair < 0 ? nullptr : p.a + static_cast<int64_t>(pair / p.a_row_div) * p.k + c * 32;
   }
 
-  float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[t][q] = 0.f;
+  }
   const bool two = valid > 8;  // warp-uniform: the second n8 tile holds pairs
+  const int nk = static_cast<int>(p.k / kChunk);
   if (xs) {
     if (two) {
       StreamK<kChunk, 2, true>(ws, nk, wsm, xb0, xb1, xrow, acc);
@@ -423,31 +525,48 @@ __global__ void __launch_bounds__(kThreads, 5) StreamGemmKernel(const GemmParams
     StreamK<kChunk, 1, false>(ws, nk, wsm, xb0, xb1, xrow, acc);
   }
 
-  // Accumulator (t, q): weight row g (q < 2) or g + 8, tile row 8t + 2c + q % 2.
-#pragma unroll
-  for (int t = 0; t < 2; ++t) {
-    if (t == 1 && !two) continue;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = 8 * t + 2 * c + h;
-      const int pair = r < valid ? sorted[r] : -1;
-      if (pair < 0) continue;
-      const float v0 = acc[t][h], v1 = acc[t][2 + h];
-      if (kSwiglu) {
-        if (!ok0) continue;
-        const float v = v0 / (1.f + expf(-v0)) * v1;
-        static_cast<uint16_t*>(p.out)[static_cast<int64_t>(pair) * p.out_cols + r0] =
-            static_cast<uint16_t>(FloatToBf16Bits(v, p.rounding));
-      } else if (kEpi == kEpiF32) {
-        float* o = static_cast<float*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
-        if (ok0) o[r0] = v0;
-        if (ok1) o[r1] = v1;
-      } else {
-        uint16_t* o = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(pair) * p.out_cols;
-        if (ok0) o[r0] = static_cast<uint16_t>(FloatToBf16Bits(v0, p.rounding));
-        if (ok1) o[r1] = static_cast<uint16_t>(FloatToBf16Bits(v1, p.rounding));
-      }
-    }
+  return true;
+}
+
+// The items of a launch and the CTAs that take part (see the kernel). The
+// count of tiles is read through a volatile pointer so that the compiler
+// recomputes all of it per item instead of holding it in registers across
+// the K loop (the 256-element loops use all 96).
+template <int kEpi>
+__device__ __forceinline__ int2 Schedule(const GemmParams& p) {
+  const int items = *static_cast<const volatile int*>(p.num_tiles) * ColTiles<kEpi>(p);
+  uint32_t grid;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));
+  const int rounds = (items + static_cast<int>(grid) - 1) / static_cast<int>(grid);
+  return make_int2(items, rounds == 0 ? 0 : (items + rounds - 1) / rounds);
+}
+
+// Persistent CTAs over the items (expert tile, group of kWarps units),
+// item i = tile * col_tiles + col. The launch makes one CTA per resident
+// slot at most; of those, the first ceil(items / rounds) take part, rounds =
+// ceil(items / gridDim.x), and CTA b takes items b, b + that, ...: every
+// CTA runs rounds or rounds - 1 items, so the last round is spread over all
+// SMs instead of leaving one CTA on some (the hardware's order of whole
+// CTAs). Each unit's K order and mma steps are those of its own warp, as
+// before: only which CTA runs an item changes.
+template <int kEpi, int kChunk>
+__global__ void __launch_bounds__(kThreads, 5) StreamGemmKernel(const GemmParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  // Each warp's item, in shared memory: a register holding it across the K
+  // loop would spill (the 256-element loops use all 96).
+  __shared__ int item_of[kWarps];  // each warp's current item
+  volatile int* items = item_of;   // its address is a constant: nothing to hold
+  if ((threadIdx.x & 31) == 0) items[threadIdx.x >> 5] = static_cast<int>(blockIdx.x);
+  for (;;) {
+    __syncwarp();
+    const int2 s = Schedule<kEpi>(p);  // (items, CTAs taking part)
+    const int item = items[FreshTid() >> 5];
+    if (static_cast<int>(blockIdx.x) >= s.y || item >= s.x) return;
+    float acc[2][4];
+    if (StreamItem<kEpi, kChunk>(p, item, smem, acc)) StoreItem<kEpi>(p, items[FreshTid() >> 5], acc);
+    __syncwarp();  // every lane has read the item
+    const int tid = FreshTid();
+    if ((tid & 31) == 0) items[tid >> 5] += Schedule<kEpi>(p).y;
   }
 }
 
@@ -459,10 +578,28 @@ int SmemBytes(int64_t k) {
   return Chunk<kChunk>::kSmemBytes + static_cast<int>((rows < kStreamRows ? rows : kStreamRows) * 2 * k);
 }
 
+// One CTA per resident slot (or `ctas`, when positive), never more than
+// the items can use: max_tiles bounds the tiles the routing makes on the
+// device, the kernel reads the real count.
 template <int kEpi, int kChunk>
-cudaError_t Launch(const GemmParams& p, int64_t col_tiles, int64_t max_tiles, cudaStream_t stream) {
-  return LaunchOverTiles<kThreads>(StreamGemmKernel<kEpi, kChunk>, p, col_tiles, max_tiles, SmemBytes<kChunk>(p.k),
-                                   stream);
+cudaError_t Launch(const GemmParams& p, int64_t col_tiles, int64_t max_tiles, int ctas, cudaStream_t stream) {
+  auto* kernel = StreamGemmKernel<kEpi, kChunk>;
+  const int smem = SmemBytes<kChunk>(p.k);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  int64_t grid = ctas;
+  if (grid <= 0) {
+    int dev = 0, sms = 0, per_sm = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem)) != cudaSuccess) return e;
+    grid = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  }
+  const int64_t items = col_tiles * max_tiles;
+  if (grid > items) grid = items;
+  if (grid <= 0) return cudaSuccess;
+  kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace stream
@@ -470,11 +607,11 @@ cudaError_t Launch(const GemmParams& p, int64_t col_tiles, int64_t max_tiles, cu
 // 256-element chunks where K allows (half the per-chunk overhead), else 128
 // (down at I = 384).
 template <int kEpi>
-cudaError_t LaunchStreamGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
+cudaError_t LaunchStreamGemm(const GemmParams& p, int64_t max_tiles, int ctas, cudaStream_t stream) {
   const int64_t units = kEpi == kEpiSwiglu ? (p.inter + 7) / 8 : (p.nw + 15) / 16;
   const int64_t col_tiles = (units + stream::kWarps - 1) / stream::kWarps;
-  return p.k % 256 == 0 ? stream::Launch<kEpi, 256>(p, col_tiles, max_tiles, stream)
-                        : stream::Launch<kEpi, 128>(p, col_tiles, max_tiles, stream);
+  return p.k % 256 == 0 ? stream::Launch<kEpi, 256>(p, col_tiles, max_tiles, ctas, stream)
+                        : stream::Launch<kEpi, 128>(p, col_tiles, max_tiles, ctas, stream);
 }
 
 }  // namespace moe

@@ -5,7 +5,7 @@ namespace kernelserve {
 namespace gpu {
 namespace moe {
 
-template cudaError_t LaunchStreamGemm<kEpiSwiglu>(const GemmParams&, int64_t, cudaStream_t);
+template cudaError_t LaunchStreamGemm<kEpiSwiglu>(const GemmParams&, int64_t, int, cudaStream_t);
 
 }  // namespace moe
 }  // namespace gpu
