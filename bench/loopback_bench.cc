@@ -13,11 +13,19 @@
 // each kernel call measured is also split into its phases (the call log's,
 // plus receive and return between the client and the handler). Transfers are
 // printed next to a bare memcpy of the same bytes in the same run, and a
-// small kernel call's round trip (p50 / p99) next to DeviceService.List's.
+// small kernel call's round trip (p50 / p99) next to DeviceService.List's and
+// next to a bare TCP ping-pong between two threads of this process (the host's
+// floor for any cross-thread round trip over loopback).
 // Prints a short markdown table.
 //
 //   bazel run //bench:loopback_bench -- [--backend=cpu|cuda|auto] [--server=HOST:PORT] [--mib=512]
 //                                       [--attn_seq=N] [--attn_heads=N] [--small_attn_seq=N] [--small_attn_heads=N]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +33,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -169,6 +178,57 @@ struct AttentionShape {
 // A causal attention B=1 H S D=128 as a client call whose inputs and output
 // stay in server buffers, then (in-process server only) its phases and the
 // bare backend call on the same inputs.
+// The round trip of 32 bytes over a loopback TCP connection between this
+// thread and one that echoes them (both blocked in read, TCP_NODELAY): what
+// any RPC between two threads pays at least on this host; p50 / p99 in µs of
+// 2000 after 200 warm-ups, or {-1, -1} if a socket call fails.
+std::pair<double, double> TcpPingPongUs() {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  if (listener < 0) return {-1, -1};
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || listen(listener, 1) != 0) {
+    close(listener);
+    return {-1, -1};
+  }
+  const int one = 1;
+  std::thread echo([listener, one] {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char b[64];
+    for (ssize_t n; (n = read(c, b, sizeof b)) > 0;) {
+      if (write(c, b, static_cast<size_t>(n)) != n) break;
+    }
+    close(c);
+  });
+  const int c = socket(AF_INET, SOCK_STREAM, 0);
+  std::vector<double> us;
+  if (c >= 0 && connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char b[32] = {};
+    for (int i = 0; i < 2200; ++i) {
+      const absl::Time t0 = absl::Now();
+      if (write(c, b, sizeof b) != static_cast<ssize_t>(sizeof b)) break;
+      size_t got = 0;
+      for (ssize_t n; got < sizeof b && (n = read(c, b + got, sizeof b - got)) > 0;) got += static_cast<size_t>(n);
+      if (got != sizeof b) break;
+      if (i >= 200) us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+    }
+  }
+  if (c >= 0) shutdown(c, SHUT_RDWR);
+  shutdown(listener, SHUT_RDWR);  // an echo thread still in accept returns
+  echo.join();
+  if (c >= 0) close(c);
+  close(listener);
+  if (us.size() < 2000) return {-1, -1};
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[us.size() * 99 / 100]};
+}
+
 int RemoteVsBare(Client& client, bool in_process, const std::string& backend, const AttentionShape& s) {
   const Shape shape = {1, s.heads, s.seq, 128};
   const HostTensor q = numerics::GaussianBf16(shape, 11), k = numerics::GaussianBf16(shape, 12),
@@ -312,6 +372,9 @@ int Main(int argc, char** argv) {
   std::printf("| measurement (%s) | value |\n| --- | --- |\n", where.c_str());
   std::printf("| DeviceService.List round trip p50 / p99 | %.1f / %.1f us |\n", us[us.size() / 2],
               us[us.size() * 99 / 100]);
+  const auto [tcp_p50, tcp_p99] = TcpPingPongUs();
+  std::printf("| bare TCP ping-pong between two threads of this process, 32 B, p50 / p99 | %.1f / %.1f us |\n",
+              tcp_p50, tcp_p99);
   // A small kernel call with inline tensors (what DESIGN §7's "small call" is
   // for a user): attention B=1 H=1 S=16 D=64, 2 KiB per tensor.
   {
