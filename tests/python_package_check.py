@@ -13,7 +13,9 @@ through the package's API only:
   float32 arrays holding bf16 values, NaN fails, the server's oracle error
   (report_error) must agree with the error measured here;
 - buffers: upload (several chunks), ops on buffers with to_buffer output,
-  download bit-exact, freed on leaving `with`; pools likewise;
+  download bit-exact, freed on leaving `with`; pools likewise; downloads from a
+  stand-in server whose chunk stream has a gap, overruns, lacks the info or
+  ends short are DATA_LOSS;
 - errors: malformed requests raise kernelserve.Error with the gRPC code and a
   message naming the field; client-side type errors for ambiguous arrays;
 - a benchmark job: submit, watch with the text progress bar, records that are
@@ -460,6 +462,53 @@ class Check:
             self.ok("plot png " + os.path.basename(path), what)
 
 
+def download_stream_check(check):
+    """Client.download against a stand-in BufferService (an in-process grpc server) that sends the chunk
+    streams a faulty or hostile server could: whole and in order (the bytes come back, a writable array),
+    a gap, an overrun, a missing info, a stream cut short; each fault is ks.Error DATA_LOSS, never a
+    silently wrong array."""
+    from concurrent import futures
+
+    import grpc
+    from kernelserve import tensors as kst
+    from kernelserve.v1 import tensor_pb2
+
+    codes = np.arange(10, dtype=np.uint8)
+    info = tensor_pb2.BufferInfo(id="b", dtype=kst.dtype_enum("fp8_e4m3fn"), shape=[10], size_bytes=10)
+    chunk = tensor_pb2.DownloadChunk
+    streams = {
+        "whole": [chunk(info=info, offset=0, data=codes[:6].tobytes()), chunk(offset=6, data=codes[6:].tobytes())],
+        "gap": [chunk(info=info, offset=0, data=codes[:4].tobytes()), chunk(offset=6, data=codes[6:].tobytes())],
+        "overrun": [chunk(info=info, offset=0, data=codes.tobytes() + b"x")],
+        "noinfo": [chunk(offset=0, data=codes.tobytes())],
+        "short": [chunk(info=info, offset=0, data=codes[:7].tobytes())],
+    }
+
+    def download(request, context):
+        for m in streams[request.buffer_id]:
+            yield m
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("kernelserve.v1.BufferService", {
+        "Download": grpc.unary_stream_rpc_method_handler(
+            download, request_deserializer=tensor_pb2.DownloadRequest.FromString,
+            response_serializer=tensor_pb2.DownloadChunk.SerializeToString)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with ks.Client("127.0.0.1:%d" % port) as c:
+            got = c.download("whole")
+            if not np.array_equal(got, codes) or not got.flags.writeable:
+                check.fail("download in two chunks", "%r (writeable %s)" % (got, got.flags.writeable))
+            else:
+                check.ok("download in two chunks", "bytes equal, a writable array")
+            for case in ("gap", "overrun", "noinfo", "short"):
+                check.expect_error("download stream: " + case, lambda case=case: c.download(case), "DATA_LOSS",
+                                   "download:")
+    finally:
+        server.stop(None)
+
+
 def clock_series_check(check, job, work):
     """A sustained job's clock samples drawn over the window. The cpu backend samples no clocks, so the
     samples are put into a real job's JSON here (as NVML gives them on a GPU) and the plot is checked."""
@@ -714,6 +763,7 @@ def main():
             check.decode()
             check.moe()
             check.buffers()
+            download_stream_check(check)
             check.torch_tensors()
             check.timing_info()
             job_id = check.jobs(work)

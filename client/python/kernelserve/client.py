@@ -234,15 +234,33 @@ class Client:
         return Buffer(self, self._call(self._buffers.Upload, chunks()))
 
     def download(self, buffer_id, as_torch=False, chunk_bytes=0):
-        """A buffer's contents as an array (bf16 as float32 values)."""
+        """A buffer's contents as an array (bf16 as float32 values).
+
+        The chunks are copied once, at their offsets, into one buffer of the size the first chunk
+        announces; a stream that leaves a gap, overruns it or lacks the buffer's info raises
+        ks.Error (DATA_LOSS), as the C++ client does.
+        """
         buffer_id = buffer_id.id if isinstance(buffer_id, Buffer) else buffer_id
-        info, parts = None, []
+        info, out, view, received = None, None, None, 0
         for m in self._stream(self._buffers.Download, tensor_pb2.DownloadRequest(buffer_id=buffer_id,
                                                                                  chunk_bytes=chunk_bytes)):
-            if m.HasField("info"):
+            if info is None:
+                if not m.HasField("info"):
+                    raise Error("DATA_LOSS", "download: the first chunk lacks the buffer info")
                 info = m.info
-            parts.append(m.data)
-        return _t.from_bytes(b"".join(parts), info.dtype, list(info.shape), as_torch)
+                out = bytearray(info.size_bytes)
+                view = memoryview(out)
+            data = m.data
+            if m.offset != received or m.offset + len(data) > len(out):
+                raise Error("DATA_LOSS", "download: chunk at offset %d of %d bytes after %d of %d bytes received"
+                            % (m.offset, len(data), received, len(out)))
+            view[received:received + len(data)] = data
+            received += len(data)
+        if info is None or received != len(out):
+            raise Error("DATA_LOSS", "download: the stream ended after %d of %d bytes"
+                        % (received, len(out) if out is not None else -1))
+        view.release()
+        return _t.from_buffer(out, info.dtype, list(info.shape), as_torch)
 
     def buffers(self):
         """This tenant's buffers, as Buffer objects (free() them, or use them in ops)."""

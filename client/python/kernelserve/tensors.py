@@ -158,12 +158,21 @@ def to_tensor(x, default):
 
 def from_proto(t, as_torch=False):
     """A kernelserve Tensor proto -> ndarray (bf16 -> float32 values; fp8/fp4/e8m0 -> uint8 codes)."""
-    name = dtype_name(t.dtype)
+    return from_buffer(t.data, t.dtype, list(t.shape), as_torch)
+
+
+def from_buffer(data, dtype_enum_value, shape, as_torch=False):
+    """A tensor's little-endian bytes (bytes, bytearray, memoryview) -> ndarray, as from_proto.
+
+    Codes of one byte and types already in the machine's byte order are views of `data` (no copy: a
+    bytearray gives a writable array); bf16 is widened to float32 values once.
+    """
+    name = dtype_name(dtype_enum_value)
     if name not in _DTYPES:
-        raise ValueError("unknown dtype %d in a response" % t.dtype)
+        raise ValueError("unknown dtype %d in a response" % dtype_enum_value)
     code_type = np.dtype(_DTYPES[name][2]).newbyteorder("<")
-    a = np.frombuffer(t.data, dtype=code_type)
-    shape = list(t.shape)
+    a = np.frombuffer(data, dtype=code_type)
+    shape = list(shape)
     if name == "fp4_e2m1" and shape:
         shape = shape[:-1] + [shape[-1] // 2]
     a = a.reshape(shape)
@@ -172,13 +181,9 @@ def from_proto(t, as_torch=False):
         if as_torch:
             torch = _torch()
             return torch.from_numpy(a.copy()).to(torch.bfloat16)
-    else:
+    elif not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     return a
-
-
-def from_bytes(data, dtype_enum_value, shape, as_torch=False):
-    return from_proto(tensor_pb2.Tensor(dtype=dtype_enum_value, shape=shape, data=data), as_torch)
 
 
 # ------------------------------------------------------------------ FP8 helpers for KV rows and FP8 inputs
