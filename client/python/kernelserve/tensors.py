@@ -164,8 +164,9 @@ def from_proto(t, as_torch=False):
 def from_buffer(data, dtype_enum_value, shape, as_torch=False):
     """A tensor's little-endian bytes (bytes, bytearray, memoryview) -> ndarray, as from_proto.
 
-    Codes of one byte and types already in the machine's byte order are views of `data` (no copy: a
-    bytearray gives a writable array); bf16 is widened to float32 values once.
+    From a bytearray, codes of one byte and types already in the machine's byte order are views of it
+    (no copy, writable); read-only data (bytes) is copied once so that the caller may write the array;
+    bf16 is widened to float32 values once.
     """
     name = dtype_name(dtype_enum_value)
     if name not in _DTYPES:
@@ -181,8 +182,8 @@ def from_buffer(data, dtype_enum_value, shape, as_torch=False):
         if as_torch:
             torch = _torch()
             return torch.from_numpy(a.copy()).to(torch.bfloat16)
-    elif not a.dtype.isnative:
-        a = a.astype(a.dtype.newbyteorder("="))
+    elif not a.dtype.isnative or not a.flags.writeable:
+        a = a.astype(a.dtype.newbyteorder("="))  # a copy the caller owns and may write (bytes are read-only)
     return a
 
 
