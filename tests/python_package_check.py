@@ -34,7 +34,9 @@ through the package's API only:
   Job's HTML table, and job.plot() displayed as a PNG (opened and checked);
 - with --user-kernel: a user kernel (the cpu example) submitted as a job from
   its file, its gated and timed result, the leaderboard, and a kernel that
-  does not build coming back failed with its build log.
+  does not build coming back failed with its build log;
+- with --readme: every python block of the package's README run in order in
+  one namespace, as a notebook user pastes them (readme_check).
 """
 import argparse
 import hashlib
@@ -509,6 +511,49 @@ def download_stream_check(check):
         server.stop(None)
 
 
+def readme_check(check, port, readme, root, work):
+    """Every ```python block of the package's README, in order, in one namespace, as a notebook user
+    would paste them, against this server: the address made this server's, the shared-node TLS line left
+    out (tls_check covers TLS), the example kernel's path made absolute, the pandas lines left out where
+    pandas is missing. A block that raises fails; so does a job that does not end done."""
+    import re
+
+    try:
+        import pandas  # noqa: F401
+        have_pandas = True
+    except ImportError:
+        have_pandas = False
+    blocks = re.findall(r"```python\n(.*?)```", open(readme).read(), re.S)
+    if not blocks:
+        check.fail("README", "no python blocks in %s" % readme)
+        return
+    ns = {}
+    cwd = os.getcwd()
+    os.chdir(work)  # the plots and the HTML report the README writes land here
+    try:
+        for i, block in enumerate(blocks, 1):
+            lines = []
+            for line in block.splitlines():
+                if "gpu-node:50051" in line or (not have_pandas and ("import pandas" in line or "pd." in line)):
+                    continue
+                line = line.replace('"127.0.0.1:50051"', '"127.0.0.1:%d"' % port)
+                lines.append(line.replace('"kernels/api/examples/', '"%s/kernels/api/examples/' % root))
+            name = "README block %d (%s)" % (i, block.strip().splitlines()[0][:50])
+            try:
+                exec(compile("\n".join(lines), "README block %d" % i, "exec"), ns)
+                check.ok(name)
+            except Exception as e:  # noqa: BLE001 - any error a reader would meet is the finding
+                check.fail(name, "%s: %s" % (type(e).__name__, str(e)[:300]))
+    finally:
+        os.chdir(cwd)
+    job = ns.get("job")
+    if job is not None and job.state != "done":
+        check.fail("README job", "state %s: %s" % (job.state, job.error))
+    for f in ("job.png", "job.html", "all.png"):
+        if "job.plot(" in open(readme).read() and not os.path.exists(os.path.join(work, f)):
+            check.fail("README output", "%s was not written" % f)
+
+
 def clock_series_check(check, job, work):
     """A sustained job's clock samples drawn over the window. The cpu backend samples no clocks, so the
     samples are put into a real job's JSON here (as NVML gives them on a GPU) and the plot is checked."""
@@ -745,6 +790,8 @@ def main():
     ap.add_argument("--kernelctl", help="also check kernelctl's usability fixes and export --plot")
     ap.add_argument("--user-kernel", help="a cpu user kernel source (kernels/api/examples/cpu/attention.cc) to "
                     "submit as a job")
+    ap.add_argument("--readme", help="the package's README.md: run its python blocks against the server")
+    ap.add_argument("--source-root", default=".", help="where the README's relative example paths start")
     ap.add_argument("--seed", type=int, help="default: fresh")
     args = ap.parse_args()
     seed = fresh_seed(args.seed)
@@ -774,6 +821,8 @@ def main():
                 check.user_kernel(args.user_kernel)
             if args.kernelctl and job_id:
                 kernelctl_check(args.kernelctl, port, work, check, job_id)
+            if args.readme:
+                readme_check(check, port, args.readme, os.path.abspath(args.source_root), work)
     finally:
         stop_server(server)
     tls_check(args.kernelserve, work, check)

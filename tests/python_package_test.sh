@@ -28,4 +28,5 @@ cp -rL "$R/client/python" "$W/src/client/python" && cp -rL "$R/proto" "$W/src/pr
 # --no-index: nothing from PyPI; the dependencies are Debian's.
 "$W/venv/bin/pip" install -q --no-index --no-build-isolation "$W/src/client/python" || exit 1
 cd "$W" && exec "$W/venv/bin/python" "$R/tests/python_package_check.py" --kernelserve="$R/server/kernelserve" \
-  --kernelctl="$R/client/kernelctl" --user-kernel="$R/kernels/api/examples/cpu/attention.cc" "$@"
+  --kernelctl="$R/client/kernelctl" --user-kernel="$R/kernels/api/examples/cpu/attention.cc" \
+  --readme="$R/client/python/README.md" --source-root="$R" "$@"
