@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/gpu/arch/sm90/decode_attention/decode_sm90_kernels.h"
+#include "kernels/gpu/common/gpu.h"
 #include "kernels/gpu/common/gpu_status.h"
 #include "kernels/gpu/decode_attention/decode_merge.h"
 
@@ -37,8 +38,7 @@ int Rows(const DecodeAttentionParams &p) { return static_cast<int>(p.q_len * (p.
 cudaError_t PlanOnDevice(const DecodeAttentionParams &p, DecodeSplitPlan *plan, DecodeKernel *kernel) {
   cudaError_t e;
   int dev = 0, sms = 0;
-  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  if ((e = CurrentDeviceSms(&dev, &sms)) != cudaSuccess) return e;
   // The m-tile count depends only on the shape; occupancy on the kernel it
   // picks.
   *plan = decode::PlanDecodeSplits(static_cast<int>(p.batch), static_cast<int>(p.heads_kv), Rows(p),

@@ -1,6 +1,7 @@
 #include "kernels/gpu/mla/mla_decode.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/gpu/common/gpu.h"
 #include "kernels/gpu/common/gpu_status.h"
 #include "kernels/gpu/mla/mla_decode_args.h"
 #include "kernels/gpu/mla/mla_merge.h"
@@ -14,8 +15,7 @@ cudaError_t Launch(const mla::DecodeKernel& kernel, const MlaDecodeParams& p, co
                    cudaStream_t stream) {
   cudaError_t e;
   int dev = 0, sms = 0;
-  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  if ((e = CurrentDeviceSms(&dev, &sms)) != cudaSuccess) return e;
   const void* fn = reinterpret_cast<const void*>(kernel.fn);
   if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kernel.smem_bytes)) !=
       cudaSuccess) {

@@ -154,8 +154,7 @@ cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, const WsLaunchOptions
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (e != cudaSuccess) return e;
   int dev = 0, sms = 0;
-  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  if ((e = CurrentDeviceSms(&dev, &sms)) != cudaSuccess) return e;
   const WsLaunchPlan plan = PlanWsLaunch(params, kD, kCausal, sms * CtasPerSm<Traits>(), options);
   wp.order = plan.order;
   wp.full_items = plan.tail.full_items;
