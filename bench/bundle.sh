@@ -48,7 +48,7 @@ for t in "${TARGETS[@]}"; do
   done
 done
 for b in .bundle/bin/*; do
-  if LD_LIBRARY_PATH=.bundle/lib ldd "$b" | grep -q "not found"; then
+  if grep -q "not found" <<<"$(LD_LIBRARY_PATH=.bundle/lib ldd "$b")"; then
     echo "bundle: $b misses libraries:"; LD_LIBRARY_PATH=.bundle/lib ldd "$b" | grep "not found"; exit 1
   fi
 done

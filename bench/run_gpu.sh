@@ -38,7 +38,7 @@ if [ $run_tests = 1 ]; then
   for t in .bundle/bin/*_test; do
     [ -n "$untried" ] && [ -x "$t" ] || continue
     n=$(basename "$t")
-    "$t" --gtest_filter="$untried" --gtest_list_tests 2>/dev/null | grep -q '^  ' || continue
+    grep -q '^  ' <<<"$("$t" --gtest_filter="$untried" --gtest_list_tests 2>/dev/null)" || continue
     timeout ${UNTRIED_TIMEOUT:-90} "$t" --gtest_filter="$untried" >"$LOG/$n.untried.log" 2>&1
     rc=$?
     grep -E "Failure|^\[  (FAILED|SKIPPED) " "$LOG/$n.untried.log" | head -20

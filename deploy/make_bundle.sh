@@ -115,7 +115,7 @@ bundle_toolchain() {
   command -v dpkg-query >/dev/null || { echo "make_bundle.sh: --user-kernels needs dpkg (a Debian host)" >&2; exit 1; }
   local list="$out.toolchain"
   for p in "${toolchain_packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" ||
       { echo "make_bundle.sh: --user-kernels: package $p is not installed (apt-get install g++)" >&2; exit 1; }
     dpkg -L "$p"
   done | grep -v -E '^/usr/share/|san[.]|san_|/[.]$' | sort -u | while read -r f; do

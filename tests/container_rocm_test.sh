@@ -38,14 +38,14 @@ build_image Containerfile.rocm --rocm
 for so in libamdhip64.so.5 libamd_comgr.so.2 librocm_smi64.so.1; do
   deps=$(podman run --rm --entrypoint /lib64/ld-linux-x86-64.so.2 "$tag" --list "/opt/kernelserve/lib/$so" 2>&1) ||
     fail "$so does not load in the image: $deps"
-  echo "$deps" | grep -q "not found" && fail "$so in the image lacks libraries: $(echo "$deps" | grep 'not found')"
+  grep -q "not found" <<<"$deps" && fail "$so in the image lacks libraries: $(echo "$deps" | grep 'not found')"
 done
 
 # --backend=hip: the image's HIP runtime answers that there is no device.
 out=$(timeout 120 podman run --rm "$tag" --backend=hip --listen=127.0.0.1:50051 2>&1)
 rc=$?
 [ $rc = 1 ] || fail "--backend=hip without an AMD GPU: exit status $rc, want 1: $out"
-echo "$out" | grep -qF -- "cannot start: UNAVAILABLE: --backend=hip: no HIP device: hipGetDeviceCount: hipErrorNoDevice (libamdhip64.so.5, HIP runtime " ||
+grep -qF -- "cannot start: UNAVAILABLE: --backend=hip: no HIP device: hipGetDeviceCount: hipErrorNoDevice (libamdhip64.so.5, HIP runtime " <<<"$out" ||
   fail "--backend=hip: want the image's runtime to report no HIP device, got: $out"
 
 # --backend=auto: cpu, serving kernelctl on a loopback-published port.
@@ -56,10 +56,10 @@ published_port port 50051
 ctl=("$kernelctl" --server="127.0.0.1:$port" --timeout=30)
 wait_serving "${ctl[@]}"
 logs=$(podman logs "$name" 2>&1)
-echo "$logs" | grep -q "backend auto: using cpu (.*hip: no HIP device: hipGetDeviceCount: hipErrorNoDevice (libamdhip64.so.5" ||
+grep -q "backend auto: using cpu (.*hip: no HIP device: hipGetDeviceCount: hipErrorNoDevice (libamdhip64.so.5" <<<"$logs" ||
   fail "auto did not try the image's HIP runtime before cpu: $(echo "$logs" | grep 'backend auto')"
 devices=$("${ctl[@]}" devices) || fail "kernelctl devices: $devices"
-echo "$devices" | grep -q cpu || fail "no cpu device: $devices"
+grep -q cpu <<<"$devices" || fail "no cpu device: $devices"
 
 # .npy files by hand (format 1.0: magic, header dict padded to 64 bytes, data).
 python3 - "$work" <<'PY' || fail "writing the inputs"
@@ -87,7 +87,7 @@ data = struct.unpack("<%df" % (len(raw[10 + hlen:]) // 4), raw[10 + hlen:])
 assert len(data) == 1 * 2 * 32 * 64, len(data)
 assert all(math.isfinite(x) for x in data) and max(abs(x) for x in data) > 0, "non-finite or zero output"
 PY
-echo "$out" | grep -q "^error_report: " || fail "no error against the oracle reported: $out"
+grep -q "^error_report: " <<<"$out" || fail "no error against the oracle reported: $out"
 
 stop_expect_exit_0
 echo "PASS: $tag ($(podman image inspect --format '{{.Size}}' "$tag") bytes): --backend=hip refused with the" \

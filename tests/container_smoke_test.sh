@@ -46,12 +46,12 @@ ctl=("$kernelctl" --server="localhost:$port" --tls-ca="$s/ca.pem" --timeout=10)
 wait_serving "${ctl[@]}"
 
 out=$("${ctl[@]}" --token="$token" devices) || fail "kernelctl devices with the token: $out"
-echo "$out" | grep -q HEALTHY || fail "no healthy device: $out"
+grep -q HEALTHY <<<"$out" || fail "no healthy device: $out"
 "${ctl[@]}" --token="$token" buffers list >/dev/null || fail "kernelctl buffers list"
 err=$("${ctl[@]}" devices 2>&1) && fail "a call without a token succeeded"
-echo "$err" | grep -q UNAUTHENTICATED || fail "no token: want UNAUTHENTICATED, got: $err"
+grep -q UNAUTHENTICATED <<<"$err" || fail "no token: want UNAUTHENTICATED, got: $err"
 err=$("${ctl[@]}" --token=not-the-token devices 2>&1) && fail "a wrong token succeeded"
-echo "$err" | grep -q UNAUTHENTICATED || fail "wrong token: want UNAUTHENTICATED, got: $err"
+grep -q UNAUTHENTICATED <<<"$err" || fail "wrong token: want UNAUTHENTICATED, got: $err"
 err=$("$kernelctl" --server="127.0.0.1:$port" --timeout=5 --token="$token" devices 2>&1) &&
   fail "plaintext reached the TLS port"
 
@@ -61,14 +61,14 @@ exec 3<>"/dev/tcp/127.0.0.1/$mport" || fail "metrics port"
 printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
 metrics=$(cat <&3)
 exec 3<&-
-echo "$metrics" | grep -q '^kernelserve_grpc_calls_total{service="kernelserve.v1.DeviceService",method="List",code="OK"} 1$' ||
+grep -q '^kernelserve_grpc_calls_total{service="kernelserve.v1.DeviceService",method="List",code="OK"} 1$' <<<"$metrics" ||
   fail "metrics lack the devices call: $(echo "$metrics" | grep calls_total)"
-echo "$metrics" | grep -q 'code="UNAUTHENTICATED"' || fail "metrics lack the refused calls"
+grep -q 'code="UNAUTHENTICATED"' <<<"$metrics" || fail "metrics lack the refused calls"
 
 # SIGTERM drains and exits 0; the token never reaches the logs.
 stop_expect_exit_0
 logs=$(podman logs "$name" 2>&1)
-echo "$logs" | grep -q "shut down" || fail "no clean shutdown in the logs"
-echo "$logs" | grep -qF "$token" && fail "the token appears in the logs"
+grep -q "shut down" <<<"$logs" || fail "no clean shutdown in the logs"
+grep -qF "$token" <<<"$logs" && fail "the token appears in the logs"
 echo "PASS: image $tag ($(podman image inspect --format '{{.Size}}' "$tag") bytes) served TLS + tokens on" \
   "127.0.0.1:$port as uid 10001 with a read-only root, metrics on :$mport, stopped with exit 0"

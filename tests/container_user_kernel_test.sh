@@ -19,7 +19,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/container_lib.sh" || exit 1
 
 require_podman
 command -v dpkg-query >/dev/null 2>&1 || skip "not a Debian host: make_bundle.sh --user-kernels copies Debian's g++"
-dpkg-query -W -f='${Status}' g++-12 2>/dev/null | grep -q "install ok installed" ||
+grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' g++-12 2>/dev/null)" ||
   skip "g++-12 is not installed (apt-get install g++)"
 
 find_binaries server/kernelserve client/kernelctl server/user_kernels/kernel_worker
@@ -38,18 +38,18 @@ published_port port 50051
 ctl=("$kernelctl" --server="127.0.0.1:$port" --timeout=120)
 wait_serving "${ctl[@]}"
 logs=$(podman logs "$name" 2>&1)
-echo "$logs" | grep "user kernels: cpu: /usr/bin/" | grep -q "g++" ||
+[[ "$(grep "user kernels: cpu: /usr/bin/" <<<"$logs")" == *g++* ]] ||
   fail "the server found no g++ in the image: $(echo "$logs" | grep 'user kernels')"
 shape=(--batch=1 --heads=2 --seq=64 --head-dim=64 --causal)
 
 # The example beside the built-in variant: both pass, the user kernel ranked.
 out=$("${ctl[@]}" submit --op=attention --kernel="$example" "${shape[@]}" --baseline=cpu --kernel-flags=-O3 \
   --warmup=2 --iters=5 2>"$work/err") || fail "submit of the example: $out $(cat "$work/err")"
-echo "$out" | grep -q "| user:attention | pass |" || fail "the example did not pass: $out"
-echo "$out" | grep -q "| cpu | pass |" || fail "cpu did not pass: $out"
+grep -q "| user:attention | pass |" <<<"$out" || fail "the example did not pass: $out"
+grep -q "| cpu | pass |" <<<"$out" || fail "cpu did not pass: $out"
 grep -q "user:attention (sha256 " "$work/err" || fail "no sha256: $(cat "$work/err")"
 board=$("${ctl[@]}" leaderboard --op=attention "${shape[@]}") || fail "leaderboard: $board"
-echo "$board" | grep -q "| 1 | user:attention |" || fail "not on the leaderboard: $board"
+grep -q "| 1 | user:attention |" <<<"$board" || fail "not on the leaderboard: $board"
 
 # A source that does not compile: exit 1, the compile log from the image's g++.
 printf 'int broken( {\n' > "$work/bad.cc"
@@ -75,7 +75,7 @@ grep -q "DEADLINE_EXCEEDED" "$work/err" && grep -q "did not finish within 3 s" "
   fail "hang: $(cat "$work/err")"
 out=$("${ctl[@]}" bench --op=attention "${shape[@]}" --variants=cpu --warmup=1 --iters=2 2>&1) ||
   fail "a built-in job after the bad kernels: $out"
-echo "$out" | grep -q "| cpu | pass |" || fail "cpu after the bad kernels: $out"
+grep -q "| cpu | pass |" <<<"$out" || fail "cpu after the bad kernels: $out"
 
 stop_expect_exit_0
 echo "PASS: $tag ($(podman image inspect --format '{{.Size}}' "$tag") bytes) built and ran users' kernels with its" \

@@ -40,17 +40,17 @@ out=$("$ctl" --server="$fleet" health) || fail "health across the fleet: $out"
 # Drain (admin; no tokens here, so the caller is the anonymous admin).
 one="127.0.0.1:${ports[0]}"
 out=$("$ctl" --server="$one" drain --device=0 --reason=maintenance) || fail "drain: $out"
-echo "$out" | grep -q "DRAINING (maintenance)" || fail "drain output: $out"
+grep -q "DRAINING (maintenance)" <<<"$out" || fail "drain output: $out"
 out=$("$ctl" --server="$fleet" devices) || fail "devices while draining: $out"
-echo "$out" | grep -q "DRAINING" || fail "devices does not show DRAINING: $out"
+grep -q "DRAINING" <<<"$out" || fail "devices does not show DRAINING: $out"
 out=$("$ctl" --server="$one" drain --device=0 --undrain) || fail "undrain: $out"
-echo "$out" | grep -q HEALTHY || fail "undrain output: $out"
+grep -q HEALTHY <<<"$out" || fail "undrain output: $out"
 
 # One server down: the listing goes on and the exit status reports it.
 kill "${pids[1]}"; wait "${pids[1]}" 2>/dev/null
 out=$("$ctl" --server="$fleet" --timeout=3 devices 2>&1); rc=$?
 [ $rc = 1 ] || fail "want exit 1 with a server down, got $rc: $out"
-echo "$out" | grep -q HEALTHY || fail "the live server was not listed: $out"
+grep -q HEALTHY <<<"$out" || fail "the live server was not listed: $out"
 
 # Stateful commands take one server.
 out=$("$ctl" --server="$fleet" buffers list 2>&1); rc=$?
