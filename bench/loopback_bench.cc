@@ -229,7 +229,8 @@ std::pair<double, double> TcpPingPongUs() {
   return {us[us.size() / 2], us[us.size() * 99 / 100]};
 }
 
-int RemoteVsBare(Client& client, bool in_process, const std::string& backend, const AttentionShape& s) {
+int RemoteVsBare(Client& client, Client& session, bool in_process, const std::string& backend,
+                 const AttentionShape& s) {
   const Shape shape = {1, s.heads, s.seq, 128};
   const HostTensor q = numerics::GaussianBf16(shape, 11), k = numerics::GaussianBf16(shape, 12),
                    v = numerics::GaussianBf16(shape, 13);
@@ -248,7 +249,7 @@ int RemoteVsBare(Client& client, bool in_process, const std::string& backend, co
   a.v = TensorArg::Buffer(ids[2]);
   a.causal = true;
   a.output.to_buffer = true;
-  std::vector<double> remote_ms, queue_ms, run_ms;
+  std::vector<double> remote_ms, session_ms, queue_ms, run_ms;
   std::unique_ptr<PhaseCapture> phases;
   for (int i = 0; i < kAttnWarmup + 2 * kAttnReps; ++i) {
     // The second round of kAttnReps calls logs their phases (not timed: debug logging costs a little).
@@ -267,13 +268,29 @@ int RemoteVsBare(Client& client, bool in_process, const std::string& backend, co
       queue_ms.push_back(r->info.queue_ms);
       run_ms.push_back(r->info.run_ms);
     }
+    // The same call as a message on the session client's stream, after each unary one.
+    if (i < kAttnWarmup + kAttnReps) {
+      const absl::Time s0 = absl::Now();
+      auto rs = session.Attention(a);
+      const absl::Time s1 = absl::Now();
+      if (!rs.ok()) {
+        std::fprintf(stderr, "attention over a session: %s\n", rs.status().ToString().c_str());
+        return 1;
+      }
+      (void)client.FreeBuffer(rs->out_buffer_id);
+      if (i >= kAttnWarmup) session_ms.push_back(absl::ToDoubleMilliseconds(s1 - s0));
+    }
   }
   for (const std::string& id : ids) (void)client.FreeBuffer(id);
-  const double remote = Median(remote_ms), queue = Median(queue_ms), run = Median(run_ms);
+  const double remote = Median(remote_ms), over_session = Median(session_ms), queue = Median(queue_ms),
+               run = Median(run_ms);
   const long long H = static_cast<long long>(s.heads), S = static_cast<long long>(s.seq);
   std::printf("| causal attention B=1 H=%lld S=%lld D=128, inputs and output in server buffers: client "
               "call / server queue_ms / run_ms (median of %d) | %.3f / %.3f / %.3f ms |\n",
               H, S, kAttnReps, remote, queue, run);
+  std::printf("| the same call over a session (ClientOptions::kernel_session; alternated with the unary "
+              "calls, median of %d) | %.3f ms |\n",
+              kAttnReps, over_session);
   if (!in_process) return 0;
   std::printf("| its phases, median of %d (call log; receive/return: client to handler and back) | %s |\n",
               kAttnReps, phases->Row().c_str());
@@ -287,8 +304,10 @@ int RemoteVsBare(Client& client, bool in_process, const std::string& backend, co
     return 1;
   }
   std::printf("| the same on the bare backend (launch + synchronize, median of %d) | %.3f ms |\n", kAttnReps, *bare);
-  std::printf("| remote call over the bare kernel (DESIGN §7: %s) | %+.1f %%, %+.1f µs |\n", s.target,
-              100.0 * (remote / *bare - 1.0), 1e3 * (remote - *bare));
+  std::printf("| remote call over the bare kernel (DESIGN §7: %s): unary / session | %+.1f %%, %+.1f µs / "
+              "%+.1f %%, %+.1f µs |\n",
+              s.target, 100.0 * (remote / *bare - 1.0), 1e3 * (remote - *bare), 100.0 * (over_session / *bare - 1.0),
+              1e3 * (over_session - *bare));
   return 0;
 }
 
@@ -357,6 +376,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
     return 1;
   }
+  ClientOptions session_opts = copts;
+  session_opts.kernel_session = true;
+  auto session = Client::Connect(session_opts);
+  if (!session.ok()) {
+    std::fprintf(stderr, "connect: %s\n", session.status().ToString().c_str());
+    return 1;
+  }
   std::vector<double> us;
   for (int i = 0; i < 2000; ++i) {
     const absl::Time t0 = absl::Now();
@@ -384,24 +410,33 @@ int Main(int argc, char** argv) {
     sa.q = sq;
     sa.k = sq;
     sa.v = sq;
-    std::vector<double> call_us, run_us, queue_us;
+    // Each unary call is followed by the same call as a message on the
+    // session client's stream, so both see the same load.
+    std::vector<double> call_us, run_us, queue_us, session_us;
     for (int i = 0; i < 1200; ++i) {
       const absl::Time t0 = absl::Now();
       auto r = (*client)->Attention(sa);
-      if (!r.ok()) {
-        std::fprintf(stderr, "small attention: %s\n", r.status().ToString().c_str());
+      const absl::Time t1 = absl::Now();
+      auto rs = (*session)->Attention(sa);
+      const absl::Time t2 = absl::Now();
+      if (!r.ok() || !rs.ok()) {
+        std::fprintf(stderr, "small attention: %s\n", (r.ok() ? rs.status() : r.status()).ToString().c_str());
         return 1;
       }
       if (i >= 200) {
-        call_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+        call_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
+        session_us.push_back(absl::ToDoubleMicroseconds(t2 - t1));
         run_us.push_back(1e3 * r->info.run_ms);
         queue_us.push_back(1e3 * r->info.queue_ms);
       }
     }
     std::sort(call_us.begin(), call_us.end());
+    std::sort(session_us.begin(), session_us.end());
     std::printf("| small call (attention 1x1x16x64 inline) round trip p50 / p99; server run p50 | %.1f / %.1f us; "
                 "%.1f us |\n",
                 call_us[call_us.size() / 2], call_us[call_us.size() * 99 / 100], Median(run_us));
+    std::printf("| the same small call over a session (ClientOptions::kernel_session), p50 / p99 | %.1f / %.1f us |\n",
+                session_us[session_us.size() / 2], session_us[session_us.size() * 99 / 100]);
     std::printf("| the same call's server queue p50 (submit to start on the device) | %.1f us |\n", Median(queue_us));
     if (server != nullptr) {
       PhaseCapture phases;
@@ -497,7 +532,7 @@ int Main(int argc, char** argv) {
   const AttentionShape small = {small_heads > 0 ? small_heads : gpu ? 16 : 1,
                                 small_seq > 0 ? small_seq : gpu ? 2048 : 256, "within 20 µs for a ~50 µs kernel"};
   for (const AttentionShape& shape : {big, small}) {
-    if (RemoteVsBare(**client, server != nullptr, device_backend, shape) != 0) return 1;
+    if (RemoteVsBare(**client, **session, server != nullptr, device_backend, shape) != 0) return 1;
   }
   return 0;
 }

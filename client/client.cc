@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/kernel_session.h"
 #include "common/grpc_wire.h"
 #include "common/huge_pages.h"
 #include "common/status_macros.h"
@@ -31,6 +32,7 @@ struct Client::Impl {
   std::unique_ptr<v1::KernelService::Stub> kernels;
   std::unique_ptr<v1::PoolService::Stub> pools;
   std::unique_ptr<grpc::GenericStub> generic;
+  std::unique_ptr<KernelSession> session;  // ClientOptions::kernel_session
 };
 
 namespace {
@@ -166,6 +168,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->kernels = v1::KernelService::NewStub(impl->channel);
   impl->pools = v1::PoolService::NewStub(impl->channel);
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
+  if (options.kernel_session) {
+    impl->session = std::make_unique<KernelSession>(impl->kernels.get(), options.bearer_token);
+  }
   return std::unique_ptr<Client>(new Client(options, std::move(impl)));
 }
 
@@ -209,6 +214,23 @@ absl::Status WithRetry(const CallCtx& c, const std::function<grpc::Status(grpc::
 absl::Status Once(const CallCtx& c, const std::function<grpc::Status(grpc::ClientContext*)>& attempt) {
   auto ctx = c.NewContext();
   return FromGrpc(attempt(ctx.get()));
+}
+
+// A kernel call: its unary RPC, or with ClientOptions::kernel_session a
+// message on the session (`slot` / `result`: the request's and response's
+// fields of the session's oneof). `req` is spent either way.
+template <typename Req, typename Resp>
+absl::Status KernelCall(Client::Impl& impl, const CallCtx& c, Req* req, Resp* resp,
+                        grpc::Status (v1::KernelService::Stub::*unary)(grpc::ClientContext*, const Req&, Resp*),
+                        Req* (v1::SessionRequest::*slot)(), Resp* (v1::SessionResponse::*result)()) {
+  if (impl.session == nullptr) {
+    return Once(c, [&](grpc::ClientContext* ctx) { return (impl.kernels.get()->*unary)(ctx, *req, resp); });
+  }
+  v1::SessionRequest sreq;
+  *(sreq.*slot)() = std::move(*req);
+  KS_ASSIGN_OR_RETURN(v1::SessionResponse sresp, impl.session->Call(&sreq, c.deadline));
+  *resp = std::move(*(sresp.*result)());
+  return absl::OkStatus();
 }
 
 // ---- buffer helpers shared by the public calls and the ops' temporaries.
@@ -604,6 +626,10 @@ absl::StatusOr<std::vector<v1::BufferInfo>> Client::ListBuffers(const CallOption
   return std::vector<v1::BufferInfo>(resp.buffers().begin(), resp.buffers().end());
 }
 
+int64_t Client::kernel_sessions_opened() const {
+  return impl_->session != nullptr ? impl_->session->streams_opened() : 0;
+}
+
 // ------------------------------------------------------------------- ops
 
 absl::StatusOr<OpResult> Client::Attention(const AttentionArgs& a, const CallOptions& call) {
@@ -620,7 +646,8 @@ absl::StatusOr<OpResult> Client::Attention(const AttentionArgs& a, const CallOpt
   // The output is shaped like q (bf16).
   const bool via_temp = SetCommonFields(a, uploaded || HostBytes(a.q) > options_.upload_threshold_bytes, &req);
   v1::AttentionResponse resp;
-  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->Attention(ctx, req, &resp); }));
+  KS_RETURN_IF_ERROR(KernelCall(*impl_, c, &req, &resp, &v1::KernelService::Stub::Attention,
+                                &v1::SessionRequest::mutable_attention, &v1::SessionResponse::mutable_attention));
   return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
                   resp.info(), temps);
 }
@@ -659,7 +686,9 @@ absl::StatusOr<OpResult> Client::Fp8Attention(const Fp8AttentionArgs& a, const C
   req.mutable_output()->set_to_buffer(a.output.to_buffer || via_temp);
   req.mutable_output()->set_label(a.output.label);
   v1::Fp8AttentionResponse resp;
-  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->Fp8Attention(ctx, req, &resp); }));
+  KS_RETURN_IF_ERROR(KernelCall(*impl_, c, &req, &resp, &v1::KernelService::Stub::Fp8Attention,
+                                &v1::SessionRequest::mutable_fp8_attention,
+                                &v1::SessionResponse::mutable_fp8_attention));
   return FinishOp(*impl_, c, a.output, via_temp, resp.out(),
                   resp.has_error() && (a.report_error || a.report_error_split), resp.error(), resp.info(), temps);
 }
@@ -681,7 +710,8 @@ absl::StatusOr<OpResult> Client::MlaDecode(const MlaDecodeArgs& a, const CallOpt
   // o_lat has q_lat's shape and dtype.
   const bool via_temp = SetCommonFields(a, uploaded || HostBytes(a.q_lat) > options_.upload_threshold_bytes, &req);
   v1::MlaDecodeResponse resp;
-  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->MlaDecode(ctx, req, &resp); }));
+  KS_RETURN_IF_ERROR(KernelCall(*impl_, c, &req, &resp, &v1::KernelService::Stub::MlaDecode,
+                                &v1::SessionRequest::mutable_mla_decode, &v1::SessionResponse::mutable_mla_decode));
   return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
                   resp.info(), temps);
 }
@@ -698,8 +728,9 @@ absl::StatusOr<OpResult> Client::DecodeAttention(const DecodeAttentionArgs& a, c
   // The output has q's shape and dtype.
   const bool via_temp = SetCommonFields(a, uploaded || HostBytes(a.q) > options_.upload_threshold_bytes, &req);
   v1::DecodeAttentionResponse resp;
-  KS_RETURN_IF_ERROR(
-      Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->DecodeAttention(ctx, req, &resp); }));
+  KS_RETURN_IF_ERROR(KernelCall(*impl_, c, &req, &resp, &v1::KernelService::Stub::DecodeAttention,
+                                &v1::SessionRequest::mutable_decode_attention,
+                                &v1::SessionResponse::mutable_decode_attention));
   return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
                   resp.info(), temps);
 }
@@ -750,7 +781,8 @@ absl::StatusOr<OpResult> Client::Moe(const MoeArgs& a, const CallOptions& call) 
   req.mutable_output()->set_to_buffer(a.output.to_buffer || via_temp);
   req.mutable_output()->set_label(a.output.label);
   v1::MoeResponse resp;
-  KS_RETURN_IF_ERROR(Once(c, [&](grpc::ClientContext* ctx) { return impl_->kernels->Moe(ctx, req, &resp); }));
+  KS_RETURN_IF_ERROR(KernelCall(*impl_, c, &req, &resp, &v1::KernelService::Stub::Moe,
+                                &v1::SessionRequest::mutable_moe, &v1::SessionResponse::mutable_moe));
   return FinishOp(*impl_, c, a.output, via_temp, resp.out(), resp.has_error() && a.report_error, resp.error(),
                   resp.info(), temps);
 }

@@ -12,8 +12,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/method_handler.h"
 #include "kernels/api/error_report.h"
 #include "kernels/api/ops.h"
 #include "server/call_log.h"
@@ -741,6 +744,129 @@ grpc::Status KernelServiceImpl::DecodeAttention(grpc::ServerContext* ctx,
                                                 pb::DecodeAttentionResponse* resp) {
   return state_->Serve("KernelService.DecodeAttention", ctx, /*stream=*/false,
                        [&](CallLog* log) { return DoDecodeAttention(state_, ctx, *req, resp, log); });
+}
+
+namespace {
+
+// The unary method a session request stands for ("Session" for none).
+absl::string_view SessionCallMethod(const pb::SessionRequest& req) {
+  switch (req.call_case()) {
+    case pb::SessionRequest::kAttention:
+      return "Attention";
+    case pb::SessionRequest::kFp8Attention:
+      return "Fp8Attention";
+    case pb::SessionRequest::kMlaDecode:
+      return "MlaDecode";
+    case pb::SessionRequest::kMoe:
+      return "Moe";
+    case pb::SessionRequest::kDecodeAttention:
+      return "DecodeAttention";
+    case pb::SessionRequest::CALL_NOT_SET:
+      break;
+  }
+  return "Session";
+}
+
+}  // namespace
+
+grpc::Status KernelServiceImpl::ServeSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req,
+                                                 pb::SessionResponse* resp) {
+  const std::string method = absl::StrCat("KernelService.Session/", SessionCallMethod(req));
+  auto serve = [&](auto&& body) { return state_->Serve(method, ctx, /*stream=*/false, body); };
+  switch (req.call_case()) {
+    case pb::SessionRequest::kAttention:
+      return serve([&](CallLog* log) {
+        return DoAttention(state_, ctx, req.attention(), resp->mutable_attention(), log);
+      });
+    case pb::SessionRequest::kFp8Attention:
+      return serve([&](CallLog* log) {
+        return DoFp8Attention(state_, ctx, req.fp8_attention(), resp->mutable_fp8_attention(), log);
+      });
+    case pb::SessionRequest::kMlaDecode:
+      return serve([&](CallLog* log) {
+        return DoMlaDecode(state_, ctx, req.mla_decode(), resp->mutable_mla_decode(), log);
+      });
+    case pb::SessionRequest::kMoe:
+      return serve([&](CallLog* log) { return DoMoe(state_, ctx, req.moe(), resp->mutable_moe(), log); });
+    case pb::SessionRequest::kDecodeAttention:
+      return serve([&](CallLog* log) {
+        return DoDecodeAttention(state_, ctx, req.decode_attention(), resp->mutable_decode_attention(), log);
+      });
+    case pb::SessionRequest::CALL_NOT_SET:
+      break;
+  }
+  return serve([](CallLog*) {
+    return absl::InvalidArgumentError(
+        "session request: call: none set (expected one of attention, fp8_attention, mla_decode, moe, "
+        "decode_attention)");
+  });
+}
+
+KernelServiceImpl::KernelServiceImpl(ServerState* state) : state_(state) {
+  constexpr int kSessionMethod = 5;  // its position in kernel.proto's KernelService
+  MarkMethodStreamed(kSessionMethod,
+                     new grpc::internal::BidiStreamingHandler<KernelServiceImpl, grpc::ByteBuffer, grpc::ByteBuffer>(
+                         [](KernelServiceImpl* service, grpc::ServerContext* ctx,
+                            grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+                           return service->RunSession(ctx, stream);
+                         },
+                         this));
+}
+
+grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
+                                           grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream) {
+  // The session's own log line and admission (token, rate, a streaming slot
+  // held while it is open). It is not counted as a running call: only its
+  // requests are, while they run, so a shutdown's drain waits for them and
+  // not for an idle session.
+  CallLog log("KernelService.Session", ctx, /*counter=*/nullptr);
+  return log.Run([&]() -> absl::Status {
+    auto admission = state_->Admit(ctx, /*stream=*/true);
+    if (!admission.ok()) return admission.status();
+    {
+      absl::MutexLock lock(&sessions_mu_);
+      if (sessions_closed_) return absl::UnavailableError("the server is shutting down");
+      sessions_.push_back(ctx);
+    }
+    absl::Status ended;
+    grpc::ByteBuffer in, out;
+    pb::SessionRequest req;
+    pb::SessionResponse resp;
+    for (int64_t n = 0; stream->Read(&in); ++n) {
+      req.Clear();
+      if (!grpc::SerializationTraits<pb::SessionRequest>::Deserialize(&in, &req).ok()) {
+        ended = absl::InvalidArgumentError(absl::StrCat(
+            "session: request ", n, " of the stream is not a valid protobuf SessionRequest; the session ends"));
+        break;
+      }
+      resp.Clear();
+      resp.set_id(req.id());
+      const absl::Time start = absl::Now();
+      const grpc::Status s = ServeSessionCall(ctx, req, &resp);
+      state_->ObserveCall(SessionCallMethod(req), static_cast<int>(s.error_code()), absl::Now() - start);
+      if (!s.ok()) {
+        resp.clear_result();
+        resp.set_code(static_cast<int32_t>(s.error_code()));
+        resp.set_message(s.error_message());
+      }
+      bool own = false;
+      out.Clear();  // Serialize writes into an empty buffer only
+      if (!grpc::SerializationTraits<pb::SessionResponse>::Serialize(resp, &out, &own).ok()) {
+        ended = absl::InternalError("session: a response could not be serialized");
+        break;
+      }
+      if (!stream->Write(out)) break;
+    }
+    absl::MutexLock lock(&sessions_mu_);
+    sessions_.erase(std::find(sessions_.begin(), sessions_.end(), ctx));
+    return ended;
+  });
+}
+
+void KernelServiceImpl::CancelSessions() {
+  absl::MutexLock lock(&sessions_mu_);
+  sessions_closed_ = true;
+  for (grpc::ServerContext* ctx : sessions_) ctx->TryCancel();
 }
 
 }  // namespace kernelserve

@@ -21,6 +21,7 @@
 #include "server/bench/bench_service.h"
 #include "server/bench/pg_job_store.h"
 #include "server/device_health.h"
+#include "server/metrics/grpc_metrics.h"
 #include "server/node_setup.h"
 #include "server/server_state.h"
 #include "server/services.h"
@@ -163,6 +164,12 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Interceptors (metrics, undecodable requests); ports only where configured.
   server->endpoints_ = std::make_unique<NodeEndpoints>(&builder, !options.metrics_listen.empty());
+  if (!options.metrics_listen.empty()) {
+    metrics::Registry* registry = &server->endpoints_->registry();
+    server->state_->SetCallObserver([registry](absl::string_view method, int code, absl::Duration elapsed) {
+      metrics::RecordCall(registry, "kernelserve.v1.KernelService", method, code, elapsed);
+    });
+  }
   server->endpoints_->WatchJobs(server->bench_.get());
   // A message over the limit gets RESOURCE_EXHAUSTED from gRPC itself.
   builder.SetMaxReceiveMessageSize(options.max_message_mb << 20);
@@ -379,6 +386,7 @@ void KernelServer::Shutdown(absl::Duration grace) {
   if (!state_->calls().WaitQuiet(kShutdownQuiet, deadline)) {
     spdlog::warn("shutdown grace ran out with calls still in flight: cancelling them");
   }
+  if (kernel_service_ != nullptr) kernel_service_->CancelSessions();
   server_->Shutdown(absl::ToChronoTime(deadline));
   state_->StopWorkers();
   spdlog::info("shut down");

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/server_context.h"
 #include "kernels/api/backend.h"
 #include "server/call_log.h"
@@ -69,6 +70,14 @@ class ServerState {
       if (!admission.ok()) return admission.status();
       return body(&log);
     });
+  }
+  // Called after each request of a KernelService.Session with its method
+  // ("Attention", ...), status code and time (the metrics, when on: the
+  // interceptor sees the session as one call). Set before serving.
+  using CallObserver = std::function<void(absl::string_view method, int code, absl::Duration elapsed)>;
+  void SetCallObserver(CallObserver observer) { call_observer_ = std::move(observer); }
+  void ObserveCall(absl::string_view method, int code, absl::Duration elapsed) const {
+    if (call_observer_) call_observer_(method, code, elapsed);
   }
   // Tenant of a call ("" with authentication off); owner of what it creates.
   std::string TenantOf(grpc::ServerContext* ctx) const { return gate_->TenantOf(*ctx); }
@@ -133,6 +142,7 @@ class ServerState {
   MemoryAccountant accountant_;  // outlives the registry's reservations
   Registry registry_;
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
+  CallObserver call_observer_;
   mutable absl::Mutex mu_;
   std::vector<std::string> unhealthy_reason_ ABSL_GUARDED_BY(mu_);  // "" = healthy
   std::vector<std::string> draining_reason_ ABSL_GUARDED_BY(mu_);   // "" = in service

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
@@ -82,7 +83,7 @@ class PoolServiceImpl final : public pb::PoolService::Service {
 
 class KernelServiceImpl final : public pb::KernelService::Service {
  public:
-  explicit KernelServiceImpl(ServerState* state) : state_(state) {}
+  explicit KernelServiceImpl(ServerState* state);
   grpc::Status Attention(grpc::ServerContext* ctx, const pb::AttentionRequest* req,
                          pb::AttentionResponse* resp) override;
   grpc::Status Fp8Attention(grpc::ServerContext* ctx, const pb::Fp8AttentionRequest* req,
@@ -93,9 +94,25 @@ class KernelServiceImpl final : public pb::KernelService::Service {
                    pb::MoeResponse* resp) override;
   grpc::Status DecodeAttention(grpc::ServerContext* ctx, const pb::DecodeAttentionRequest* req,
                                pb::DecodeAttentionResponse* resp) override;
+  // Shutdown, once no call is running: ends every open session (each waits
+  // in Read for its next request, holding a server thread), so the gRPC
+  // server's shutdown does not wait out its grace for them.
+  void CancelSessions();
 
  private:
+  // KernelService.Session over raw messages: each request is decoded here,
+  // so one that does not decode is answered INVALID_ARGUMENT (gRPC's own
+  // reader would end the stream as if the client had closed it).
+  grpc::Status RunSession(grpc::ServerContext* ctx,
+                          grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
+  // One request of a session, served as its unary RPC would be.
+  grpc::Status ServeSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req,
+                                pb::SessionResponse* resp);
+
   ServerState* state_;
+  absl::Mutex sessions_mu_;
+  std::vector<grpc::ServerContext*> sessions_ ABSL_GUARDED_BY(sessions_mu_);
+  bool sessions_closed_ ABSL_GUARDED_BY(sessions_mu_) = false;
 };
 
 // Device `d` of the node as DeviceService.List shows it.

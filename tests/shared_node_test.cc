@@ -33,6 +33,7 @@
 #include "server/security/tokens.h"
 #include "server/server.h"
 #include "server/test_util.h"
+#include "tests/test_util.h"
 
 namespace kernelserve {
 namespace {
@@ -619,7 +620,6 @@ TEST(SharedNodeTls, PlaintextHealthPortForProbes) {
   }
 }
 
-std::string Scrape(int port);
 
 // Benchmark jobs: another tenant's job is NOT_FOUND on every call (as a job
 // that never existed), admins see and cancel everyone's, max_queued_jobs is
@@ -718,7 +718,7 @@ TEST(SharedNodeJobs, TenantsAdminsAndQueueLimit) {
   EXPECT_EQ(list("tok-alice").size(), 2u);
 
   // Metrics: one running and one queued job of alice.
-  const std::string text = Scrape(server->metrics_port());
+  const std::string text = testutil::ScrapeMetrics(server->metrics_port());
   EXPECT_TRUE(absl::StrContains(text, "kernelserve_jobs_running{tenant=\"alice\"} 1\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kernelserve_jobs_queued{tenant=\"alice\"} 1\n")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kernelserve_limit_rejections_total{limit=\"max_queued_jobs\"} 1\n"))
@@ -735,24 +735,6 @@ TEST(SharedNodeJobs, TenantsAdminsAndQueueLimit) {
   EXPECT_EQ(job.state(), pb::JOB_CANCELLED);
 }
 
-std::string Scrape(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-    (void)!write(fd, req.data(), req.size());
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return out;
-}
-
 TEST(SharedNodeMetrics, EndpointShowsCallsMemoryPerTenantAndDevices) {
   ServerOptions options;
   options.security.tokens_file = WriteTokens();
@@ -765,7 +747,7 @@ TEST(SharedNodeMetrics, EndpointShowsCallsMemoryPerTenantAndDevices) {
   ASSERT_TRUE(alice.Upload(testing::RandomBf16({1000}, 1)).ok());
   EXPECT_FALSE(nobody.Devices().ok());
   EXPECT_EQ(As(channel, "tok-alice").Download("buf-nope").error_code(), grpc::StatusCode::NOT_FOUND);
-  const std::string text = Scrape(server->metrics_port());
+  const std::string text = testutil::ScrapeMetrics(server->metrics_port());
   for (const char* want : {
            "kernelserve_grpc_calls_total{service=\"kernelserve.v1.BufferService\",method=\"Upload\",code=\"OK\"} 1\n",
            "kernelserve_grpc_calls_total{service=\"kernelserve.v1.DeviceService\",method=\"List\",code=\"UNAUTHENTICATED\"} 1\n",
@@ -941,7 +923,7 @@ TEST(SharedNodeFleet, RoundRobinSpreadsCallsOverServers) {
   const std::string line =
       "kernelserve_grpc_calls_total{service=\"kernelserve.v1.DeviceService\",method=\"List\",code=\"OK\"} ";
   auto calls_seen = [&](KernelServer* s) {
-    const std::string text = Scrape(s->metrics_port());
+    const std::string text = testutil::ScrapeMetrics(s->metrics_port());
     const size_t at = text.find(line);
     return at == std::string::npos ? 0 : std::atoi(text.c_str() + at + line.size());
   };
@@ -1078,7 +1060,7 @@ TEST(SharedNodeJobs, JobDeviceMemoryCountsAgainstTenantAndDeviceLimits) {
   const std::string held = "kernelserve_tenant_device_memory_bytes{tenant=\"alice\"} 32768\n";
   bool seen = false;
   for (const absl::Time give_up = absl::Now() + absl::Seconds(20); !seen && absl::Now() < give_up;) {
-    seen = absl::StrContains(Scrape(server->metrics_port()), held);
+    seen = absl::StrContains(testutil::ScrapeMetrics(server->metrics_port()), held);
     if (!seen) absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_TRUE(seen) << "the running job's 32 KiB never showed in the metrics";
@@ -1091,7 +1073,7 @@ TEST(SharedNodeJobs, JobDeviceMemoryCountsAgainstTenantAndDeviceLimits) {
   job = alice.WaitFinal(job.id());
   EXPECT_EQ(job.state(), pb::JOB_DONE) << job.error();
   // Released when the job ended: nothing accounted, and the upload fits.
-  const std::string text = Scrape(server->metrics_port());
+  const std::string text = testutil::ScrapeMetrics(server->metrics_port());
   EXPECT_FALSE(absl::StrContains(text, "kernelserve_tenant_device_memory_bytes{")) << text;
   EXPECT_TRUE(absl::StrContains(text, "kernelserve_device_memory_used_bytes{device=\"0\"} 0\n")) << text;
   EXPECT_TRUE(alice_buffers.Upload(testing::RandomBf16({24576}, 1)).ok());

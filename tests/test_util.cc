@@ -4,12 +4,36 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "gtest/gtest.h"
 #include "kernels/numerics/numerics.h"
 
 namespace kernelserve {
 namespace testutil {
+
+std::string ScrapeMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
 
 uint64_t FreshSeed() {
   // KERNELSERVE_TEST_SEED replays a failure: the seed its SCOPED_TRACE printed.

@@ -3,6 +3,7 @@
 #define KERNELSERVE_TESTS_TEST_UTIL_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/api/ops.h"
@@ -31,6 +32,10 @@ void ExpectBf16MatchesOracle(const HostTensor& out, const std::vector<double>& r
 // most 1 row in 20 has an element off by more than one bf16 ulp + 2e-3, and
 // such a row is within 10 % relative RMS.
 void ExpectFp8AttentionMatchesOracle(const HostTensor& out, const std::vector<double>& ref, int64_t row_len);
+
+// The Prometheus text of a server's metrics port on 127.0.0.1 (GET
+// /metrics; the HTTP response, headers included; "" if it cannot connect).
+std::string ScrapeMetrics(int port);
 
 // ||out - ref|| / ||ref|| for a bf16 output.
 double RelRms(const HostTensor& out, const std::vector<double>& ref);

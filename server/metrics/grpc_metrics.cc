@@ -56,6 +56,14 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
 
 }  // namespace
 
+void RecordCall(Registry* registry, absl::string_view service, absl::string_view method, int code,
+                absl::Duration elapsed) {
+  const std::string key = RenderLabels({{"service", std::string(service)}, {"method", std::string(method)}});
+  registry->IncRendered(kCallsTotal, absl::StrCat(absl::string_view(key).substr(0, key.size() - 1), ",code=\"",
+                                                  GrpcCodeName(code), "\"}"));
+  registry->ObserveRendered(kCallSeconds, key, absl::ToDoubleSeconds(elapsed));
+}
+
 const char* GrpcCodeName(int code) {
   static const char* const kNames[] = {
       "OK",           "CANCELLED",        "UNKNOWN",           "INVALID_ARGUMENT",

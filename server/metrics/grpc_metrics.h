@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "server/metrics/metrics.h"
 
@@ -34,6 +36,12 @@ void DeclareServerMetrics(Registry* registry);
 
 // "OK", "NOT_FOUND", ... for a grpc::StatusCode value.
 const char* GrpcCodeName(int code);
+
+// Counts and times one call as the interceptor does: `service` is the full
+// name, `method` the method. For calls the interceptor does not see alone
+// (each request of a KernelService.Session).
+void RecordCall(Registry* registry, absl::string_view service, absl::string_view method, int code,
+                absl::Duration elapsed);
 
 class GrpcMetricsInterceptorFactory
     : public grpc::experimental::ServerInterceptorFactoryInterface {

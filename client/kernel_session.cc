@@ -1,0 +1,141 @@
+#include "client/kernel_session.h"
+
+#include <utility>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace kernelserve {
+
+struct KernelSession::Stream {
+  grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::ClientAsyncReaderWriter<v1::SessionRequest, v1::SessionResponse>> rw;
+};
+
+namespace {
+
+// Tags of the stream's operations; one is pending at a time, except that a
+// cancelled stream's last one comes back before Finish's.
+void* const kStartTag = reinterpret_cast<void*>(1);
+void* const kWriteTag = reinterpret_cast<void*>(2);
+void* const kReadTag = reinterpret_cast<void*>(3);
+void* const kFinishTag = reinterpret_cast<void*>(4);
+
+enum class Event { kOk, kFailed, kTimedOut };
+
+// The pending operation's completion, or kTimedOut at `deadline`. The
+// calling thread polls the queue itself: no thread hand-off per message.
+Event Next(grpc::CompletionQueue* cq, absl::Time deadline) {
+  void* tag = nullptr;
+  bool ok = false;
+  switch (cq->AsyncNext(&tag, &ok, absl::ToChronoTime(deadline))) {
+    case grpc::CompletionQueue::GOT_EVENT:
+      return ok ? Event::kOk : Event::kFailed;
+    case grpc::CompletionQueue::TIMEOUT:
+      return Event::kTimedOut;
+    case grpc::CompletionQueue::SHUTDOWN:
+      break;
+  }
+  return Event::kFailed;
+}
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace
+
+KernelSession::KernelSession(v1::KernelService::Stub* stub, std::string bearer_token)
+    : stub_(stub), bearer_token_(std::move(bearer_token)) {}
+
+KernelSession::~KernelSession() {
+  absl::MutexLock lock(&mu_);
+  if (stream_ != nullptr) Drop(/*cancel=*/true).IgnoreError();
+}
+
+int64_t KernelSession::streams_opened() const {
+  absl::MutexLock lock(&mu_);
+  return opened_;
+}
+
+absl::StatusOr<KernelSession::Stream*> KernelSession::Open(absl::Time deadline) {
+  if (stream_ != nullptr) return stream_.get();
+  stream_ = std::make_unique<Stream>();
+  // No deadline on the stream itself: each call waits until its own.
+  if (!bearer_token_.empty()) stream_->ctx.AddMetadata("authorization", absl::StrCat("Bearer ", bearer_token_));
+  stream_->rw = stub_->AsyncSession(&stream_->ctx, &stream_->cq, kStartTag);
+  ++opened_;
+  const Event e = Next(&stream_->cq, deadline);
+  if (e == Event::kOk) return stream_.get();
+  const absl::Status final_status = Drop(/*cancel=*/e == Event::kTimedOut);
+  if (e == Event::kTimedOut) return absl::DeadlineExceededError("session: deadline exceeded opening the stream");
+  return final_status.ok() ? absl::UnavailableError("session: the stream could not be opened") : final_status;
+}
+
+absl::Status KernelSession::Drop(bool cancel) {
+  std::unique_ptr<Stream> s = std::move(stream_);
+  if (cancel) s->ctx.TryCancel();
+  grpc::Status status;
+  s->rw->Finish(&status, kFinishTag);
+  // A cancelled operation comes back first, then Finish.
+  for (;;) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (!s->cq.Next(&tag, &ok) || tag == kFinishTag) break;
+  }
+  s->cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (s->cq.Next(&tag, &ok)) {
+  }
+  // A stream we cancelled ends CANCELLED; only the server's own ending says more.
+  return status.error_code() == grpc::StatusCode::CANCELLED ? absl::OkStatus() : FromGrpc(status);
+}
+
+absl::StatusOr<v1::SessionResponse> KernelSession::Call(v1::SessionRequest* req, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  req->set_id(next_id_++);
+  for (int attempt = 0;; ++attempt) {
+    const bool reused = stream_ != nullptr;
+    absl::StatusOr<Stream*> s = Open(deadline);
+    if (!s.ok()) return s.status();
+    (*s)->rw->Write(*req, kWriteTag);
+    Event e = Next(&(*s)->cq, deadline);
+    if (e == Event::kTimedOut) {
+      Drop(/*cancel=*/true).IgnoreError();
+      return absl::DeadlineExceededError("session: deadline exceeded sending a kernel call");
+    }
+    if (e == Event::kFailed) {
+      const absl::Status final_status = Drop(/*cancel=*/false);
+      // A stream that died before this call never saw the request: once more, fresh.
+      if (reused && attempt == 0) continue;
+      return final_status.ok() ? absl::UnavailableError("session: the stream closed before the call was sent")
+                               : final_status;
+    }
+    v1::SessionResponse resp;
+    (*s)->rw->Read(&resp, kReadTag);
+    e = Next(&(*s)->cq, deadline);
+    if (e == Event::kTimedOut) {
+      Drop(/*cancel=*/true).IgnoreError();
+      return absl::DeadlineExceededError("session: deadline exceeded waiting for a kernel call's answer");
+    }
+    if (e == Event::kFailed) {
+      const absl::Status final_status = Drop(/*cancel=*/false);
+      return final_status.ok()
+                 ? absl::UnavailableError("session: the server ended the session before answering the call")
+                 : final_status;
+    }
+    if (resp.id() != req->id()) {
+      Drop(/*cancel=*/true).IgnoreError();
+      return absl::DataLossError(
+          absl::StrCat("session: the answer to request ", req->id(), " came with id ", resp.id()));
+    }
+    if (resp.code() != 0) return absl::Status(static_cast<absl::StatusCode>(resp.code()), resp.message());
+    return resp;
+  }
+}
+
+}  // namespace kernelserve
