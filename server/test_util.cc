@@ -1,5 +1,7 @@
 #include "server/test_util.h"
 
+#include <thread>
+
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -184,6 +186,32 @@ grpc::Status RawClientStream(grpc::Channel* channel, const RawCall& call, const 
   grpc::Status s = writer->Finish();
   if (s.ok() && response != nullptr) *response = FromByteBuffer(&resp);
   return s;
+}
+
+grpc::Status RawBidiStream(grpc::Channel* channel, const RawCall& call, const std::vector<std::string>& messages,
+                           int max_messages, std::vector<std::string>* responses) {
+  grpc::ClientContext ctx;
+  Prepare(call, &ctx);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel, grpc::internal::RpcMethod(call.method.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING), &ctx));
+  std::thread writer([&] {
+    for (const std::string& m : messages) {
+      if (!stream->Write(ToByteBuffer(m))) break;
+    }
+    stream->WritesDone();
+  });
+  grpc::ByteBuffer answer;
+  int n = 0;
+  while (stream->Read(&answer)) {
+    if (responses != nullptr) responses->push_back(FromByteBuffer(&answer));
+    if (max_messages > 0 && ++n >= max_messages) {
+      ctx.TryCancel();
+      break;
+    }
+  }
+  writer.join();
+  return stream->Finish();
 }
 
 grpc::Status RawServerStream(grpc::Channel* channel, const RawCall& call, const std::string& request,

@@ -104,6 +104,12 @@ grpc::Status RawUnary(grpc::Channel* channel, const RawCall& call, const std::st
                       std::string* response = nullptr);
 grpc::Status RawClientStream(grpc::Channel* channel, const RawCall& call, const std::vector<std::string>& messages,
                              std::string* response = nullptr);
+// A bidirectional stream: `messages` written (from a second thread, so a
+// server that answers each one is never blocked on a reader), the answers
+// read to the end of the stream, or `max_messages` (> 0) of them and then
+// cancelled.
+grpc::Status RawBidiStream(grpc::Channel* channel, const RawCall& call, const std::vector<std::string>& messages,
+                           int max_messages = 0, std::vector<std::string>* responses = nullptr);
 // Reads the stream to its end, or `max_messages` (> 0) of it and then cancels.
 grpc::Status RawServerStream(grpc::Channel* channel, const RawCall& call, const std::string& request,
                              int max_messages = 0, std::vector<std::string>* messages = nullptr);

@@ -44,7 +44,8 @@ namespace pb = ::kernelserve::v1;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
-enum class Kind { kUnary, kClientStream, kServerStream };
+// kBidiStream inputs are framed like kClientStream ones (Framed).
+enum class Kind { kUnary, kClientStream, kServerStream, kBidiStream };
 
 struct Method {
   const char* path;
@@ -78,6 +79,7 @@ const std::vector<Method>& Methods() {
       {"/kernelserve.v1.DeviceService/Drain", Kind::kUnary, &pb::DrainDeviceRequest::default_instance()},
       {"/kernelserve.v1.KernelService/DecodeAttention", Kind::kUnary,
        &pb::DecodeAttentionRequest::default_instance()},
+      {"/kernelserve.v1.KernelService/Session", Kind::kBidiStream, &pb::SessionRequest::default_instance()},
   };
   return *methods;
 }
@@ -154,6 +156,10 @@ grpc::Status Unary(const char* path, const std::string& request, const std::stri
 grpc::Status ClientStream(const char* path, const std::vector<std::string>& messages,
                           const std::string* auth, std::string* response = nullptr) {
   return testing::RawClientStream(target->channel.get(), Call(path, auth), messages, response);
+}
+
+grpc::Status BidiStream(const char* path, const std::vector<std::string>& messages, const std::string* auth) {
+  return testing::RawBidiStream(target->channel.get(), Call(path, auth), messages);
 }
 
 // Reads at most kMaxStreamMessages (a read of 2^20 pool rows would stream
@@ -453,6 +459,20 @@ std::vector<std::string> SeedInputs() {
     *r.mutable_v()->mutable_tensor() = Tensor(pb::BF16, {1, 1, 6, 128}, Bf16Bytes(768, 3));
     r.mutable_output()->set_to_buffer(true);
     seeds.push_back(Input(Methods()[0].path, r.SerializeAsString()));
+    // The same call on a session, between a request with no call and one
+    // with the inline form.
+    pb::SessionRequest with_buffer, empty, inline_call;
+    *with_buffer.mutable_attention() = r;
+    with_buffer.set_id(1);
+    empty.set_id(2);
+    r.mutable_q()->clear_buffer_id();
+    *r.mutable_q()->mutable_tensor() = Tensor(pb::BF16, {1, 1, 4, 128}, Bf16Bytes(512, 1));
+    r.mutable_output()->set_to_buffer(false);
+    *inline_call.mutable_attention() = r;
+    inline_call.set_id(3);
+    seeds.push_back(Input("/kernelserve.v1.KernelService/Session",
+                          Framed({with_buffer.SerializeAsString(), empty.SerializeAsString(),
+                                  inline_call.SerializeAsString()})));
   }
   {
     pb::Fp8AttentionRequest r;
@@ -763,7 +783,7 @@ std::string MutateStructured(const std::string& input, uint64_t seed) {
   if ((input[1] & 7) == 0) return input;  // custom auth header: leave to byte mutations
   const std::string payload = input.substr(2);
   const std::string head = input.substr(0, 2);
-  if (method.kind == Kind::kClientStream) {
+  if (method.kind == Kind::kClientStream || method.kind == Kind::kBidiStream) {
     std::vector<std::string> messages;
     size_t p = 0;
     while (p + 2 <= payload.size()) {
@@ -935,7 +955,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case Kind::kServerStream:
       status = ServerStream(method.path, Prepared(method, payload), auth_ptr);
       break;
-    case Kind::kClientStream: {
+    case Kind::kClientStream:
+    case Kind::kBidiStream: {
       std::vector<std::string> messages;
       size_t p = 0;
       while (p + 2 <= payload.size() && messages.size() < 64) {
@@ -946,7 +967,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         messages.push_back(Prepared(method, payload.substr(p, take)));
         p += take;
       }
-      status = ClientStream(method.path, messages, auth_ptr);
+      status = method.kind == Kind::kClientStream ? ClientStream(method.path, messages, auth_ptr)
+                                                  : BidiStream(method.path, messages, auth_ptr);
       break;
     }
   }
