@@ -5,12 +5,12 @@
 // counts), every op's Validate(), buffer and pool lookups, and the kernels
 // themselves on whatever passes.
 //
-// Input format: byte 0 picks the method (Methods(), modulo: 22 methods of
+// Input format: byte 0 picks the method (Methods(), modulo: 23 methods of
 // the Kernel, Buffer, Pool, Device and Bench services); byte 1's low 3 bits
 // == 0 means the next byte n (mod 48) and n bytes after it form the
 // "authorization" header, == 7 sends an admin tenant's token (Drain, every
 // tenant's jobs), otherwise a plain tenant's token is sent; the rest is the
-// request. Client-streaming methods take it as messages, each prefixed by a
+// request. Client-streaming and bidirectional methods take it as messages, each prefixed by a
 // 2-byte little-endian length. Request fields buffer_id "B", pool_id "P" and
 // job_id "J" (and map values "B": BenchInputs.buffers) are replaced by a real
 // buffer, pool and finished benchmark job, so lookups succeed.
