@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -828,6 +829,12 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
       if (sessions_closed_) return absl::UnavailableError("the server is shutting down");
       sessions_.push_back(ctx);
     }
+    // Unregistered however the loop ends (an exception included): shutdown
+    // cancels what is registered.
+    absl::Cleanup unregister = [&] {
+      absl::MutexLock lock(&sessions_mu_);
+      sessions_.erase(std::find(sessions_.begin(), sessions_.end(), ctx));
+    };
     absl::Status ended;
     grpc::ByteBuffer in, out;
     pb::SessionRequest req;
@@ -857,8 +864,6 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
       }
       if (!stream->Write(out)) break;
     }
-    absl::MutexLock lock(&sessions_mu_);
-    sessions_.erase(std::find(sessions_.begin(), sessions_.end(), ctx));
     return ended;
   });
 }
