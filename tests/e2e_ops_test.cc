@@ -28,7 +28,10 @@ using testutil::ExpectFp8AttentionMatchesOracle;
 using testutil::FreshSeed;
 using testutil::RelRms;
 
-class E2eOpsTest : public ::testing::Test {
+// Every op test runs twice: unary kernel calls, then the same calls as
+// messages on a KernelService.Session (ClientOptions::kernel_session), which
+// must give the same results and the same errors.
+class E2eOpsTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     ServerOptions so;
@@ -40,6 +43,7 @@ class E2eOpsTest : public ::testing::Test {
     server_ = std::move(*server);
     ClientOptions o;
     o.target = absl::StrCat("127.0.0.1:", server_->port());
+    o.kernel_session = GetParam();
     auto c = Client::Connect(o);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = std::move(*c);
@@ -77,7 +81,7 @@ struct Fp8Case {
   DescaleMode descale;
 };
 
-TEST_F(E2eOpsTest, Fp8AttentionMatchesOracleForEveryMode) {
+TEST_P(E2eOpsTest, Fp8AttentionMatchesOracleForEveryMode) {
   const Fp8Case cases[] = {
       {2, 1, 70, 150, 128, 128, true, PMode::kExact, Fp8Format::kE4M3Fn, false, DescaleMode::kPerTensor},
       {2, 2, 64, 200, 128, 128, false, PMode::kLean, Fp8Format::kE4M3Fn, true, DescaleMode::kPerHead},
@@ -128,7 +132,7 @@ TEST_F(E2eOpsTest, Fp8AttentionMatchesOracleForEveryMode) {
 }
 
 // FP8 codes and descales computed on the client go through as they are.
-TEST_F(E2eOpsTest, Fp8AttentionTakesFp8InputsWithDescales) {
+TEST_P(E2eOpsTest, Fp8AttentionTakesFp8InputsWithDescales) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed=", seed));
   HostTensor q = numerics::GaussianBf16({1, 2, 50, 128}, seed);
@@ -169,7 +173,7 @@ TEST_F(E2eOpsTest, Fp8AttentionTakesFp8InputsWithDescales) {
 
 // -------------------------------------------------------------- MLA decode
 
-TEST_F(E2eOpsTest, MlaDecodeContiguousMatchesOracle) {
+TEST_P(E2eOpsTest, MlaDecodeContiguousMatchesOracle) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed=", seed));
   std::mt19937_64 rng(seed);
@@ -209,7 +213,7 @@ struct PoolCase {
   Fp8Format format;
 };
 
-TEST_F(E2eOpsTest, MlaDecodeThroughAPoolLifecycle) {
+TEST_P(E2eOpsTest, MlaDecodeThroughAPoolLifecycle) {
   for (const PoolCase& pc : {PoolCase{1, Fp8Format::kE4M3Fn}, PoolCase{4, Fp8Format::kE4M3Fnuz}}) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE(absl::StrCat("seed=", seed, " page_size=", pc.page_size));
@@ -335,7 +339,7 @@ struct DecodePoolCase {
 // ragged windows, pages scattered over the pool, against the fp64 oracle on a
 // host copy of the pool (and the server's own error report); bad requests name
 // their field and leave the pool as it was.
-TEST_F(E2eOpsTest, DecodeAttentionOverPerHeadPools) {
+TEST_P(E2eOpsTest, DecodeAttentionOverPerHeadPools) {
   for (const DecodePoolCase& pc : {DecodePoolCase{1, DType::kBf16, 0}, DecodePoolCase{4, DType::kFp8E4M3Fn, 0.125},
                                    DecodePoolCase{16, DType::kFp8E4M3Fnuz, 0.5}}) {
     const uint64_t seed = FreshSeed();
@@ -453,7 +457,7 @@ TEST_F(E2eOpsTest, DecodeAttentionOverPerHeadPools) {
   }
 }
 
-TEST_F(E2eOpsTest, DecodeAttentionRefusesAnMlaPool) {
+TEST_P(E2eOpsTest, DecodeAttentionRefusesAnMlaPool) {
   PoolSpec spec;
   spec.kind = v1::MLA_FUSED;
   spec.num_slots = 8;
@@ -474,7 +478,7 @@ TEST_F(E2eOpsTest, DecodeAttentionRefusesAnMlaPool) {
               HasSubstr("is MLA_FUSED; decode attention needs a PER_HEAD_KV pool"));
 }
 
-TEST_F(E2eOpsTest, PerHeadBf16PoolRoundTrip) {
+TEST_P(E2eOpsTest, PerHeadBf16PoolRoundTrip) {
   PoolSpec spec;
   spec.kind = v1::PER_HEAD_KV;
   spec.num_slots = 40;
@@ -541,7 +545,7 @@ MoeData MakeMoe(uint64_t seed) {
   return d;
 }
 
-TEST_F(E2eOpsTest, MoeStagesMatchOracle) {
+TEST_P(E2eOpsTest, MoeStagesMatchOracle) {
   struct StageCase {
     MoeStage stage;
     bool swiglu, weighted;
@@ -611,7 +615,7 @@ TEST_F(E2eOpsTest, MoeStagesMatchOracle) {
   }
 }
 
-TEST_F(E2eOpsTest, MoeBadRoutingIsInvalidArgumentAndNextCallWorks) {
+TEST_P(E2eOpsTest, MoeBadRoutingIsInvalidArgumentAndNextCallWorks) {
   MoeData d = MakeMoe(FreshSeed());
   d.ids.data<int32_t>()[3] = static_cast<int32_t>(d.E);  // expert out of range
   MoeArgs a;
@@ -628,6 +632,9 @@ TEST_F(E2eOpsTest, MoeBadRoutingIsInvalidArgumentAndNextCallWorks) {
   a.topk_ids = d.ids;
   EXPECT_TRUE(client_->Moe(a).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(UnaryAndSession, E2eOpsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "Session" : "Unary"; });
 
 }  // namespace
 }  // namespace kernelserve
