@@ -713,9 +713,15 @@ void BenchScheduler::StartLocked(Job& j, int device) {
   j.job.set_node(options_.fleet.node_id);
   pb::BenchEvent e;
   e.set_phase(pb::PHASE_STARTED);
-  e.set_message(absl::StrCat("started on ", options_.fleet.node_id.empty() ? "" : "node " + options_.fleet.node_id + ", ",
-                             backend_->Name(), " device ", device, " (", info.name, "), attempt ",
-                             j.job.attempts()));
+  std::string message =
+      absl::StrCat("started on ", options_.fleet.node_id.empty() ? "" : "node " + options_.fleet.node_id + ", ",
+                   backend_->Name(), " device ", device, " (", info.name, "), attempt ", j.job.attempts());
+  // A retry says why the attempt before it ended (the job's last note), so the
+  // events tell it even when the requeue's own event lost the race to this start.
+  if (j.job.attempts() > 1 && j.job.notes_size() > 0) {
+    absl::StrAppend(&message, " (after ", j.job.notes(j.job.notes_size() - 1), ")");
+  }
+  e.set_message(std::move(message));
   EmitLocked(j, std::move(e), true);
 }
 
