@@ -16,16 +16,10 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "server/status_mapping.h"
 
 namespace kernelserve {
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  const int code = static_cast<int>(s.error_code());
-  if (code < 0 || code > 16) return absl::UnknownError(s.error_message());
-  return absl::Status(static_cast<absl::StatusCode>(code), s.error_message());
-}
 
 bool Terminal(pb::BenchJobState s) {
   return s == pb::JOB_DONE || s == pb::JOB_FAILED || s == pb::JOB_CANCELLED || s == pb::JOB_INTERRUPTED;
@@ -102,7 +96,7 @@ absl::StatusOr<pb::BenchJob> BenchClient::Submit(const pb::BenchJobSpec& spec) {
   *req.mutable_spec() = spec;
   pb::BenchJob job;
   grpc::Status s = stub_->Submit(&ctx, req, &job);
-  if (!s.ok()) return FromGrpc(s);
+  if (!s.ok()) return FromGrpcStatus(s);
   return job;
 }
 
@@ -113,7 +107,7 @@ absl::StatusOr<pb::BenchJob> BenchClient::Get(const std::string& job_id) {
   req.set_job_id(job_id);
   pb::BenchJob job;
   grpc::Status s = stub_->Get(&ctx, req, &job);
-  if (!s.ok()) return FromGrpc(s);
+  if (!s.ok()) return FromGrpcStatus(s);
   return job;
 }
 
@@ -122,7 +116,7 @@ absl::StatusOr<std::vector<pb::BenchJob>> BenchClient::List(const pb::ListBenchR
   Prepare(&ctx, options_.default_timeout);
   pb::ListBenchResponse resp;
   grpc::Status s = stub_->List(&ctx, request, &resp);
-  if (!s.ok()) return FromGrpc(s);
+  if (!s.ok()) return FromGrpcStatus(s);
   return std::vector<pb::BenchJob>(resp.jobs().begin(), resp.jobs().end());
 }
 
@@ -134,7 +128,7 @@ absl::StatusOr<pb::BenchJob> BenchClient::Cancel(const std::string& job_id, cons
   req.set_reason(reason);
   pb::BenchJob job;
   grpc::Status s = stub_->Cancel(&ctx, req, &job);
-  if (!s.ok()) return FromGrpc(s);
+  if (!s.ok()) return FromGrpcStatus(s);
   return job;
 }
 
@@ -145,7 +139,7 @@ absl::StatusOr<pb::ListVariantsResponse> BenchClient::ListVariants(pb::BenchOp o
   req.set_op(op);
   pb::ListVariantsResponse resp;
   grpc::Status s = stub_->ListVariants(&ctx, req, &resp);
-  if (!s.ok()) return FromGrpc(s);
+  if (!s.ok()) return FromGrpcStatus(s);
   return resp;
 }
 
@@ -154,7 +148,7 @@ absl::StatusOr<pb::LeaderboardResponse> BenchClient::Leaderboard(const pb::Leade
   Prepare(&ctx, options_.default_timeout);
   pb::LeaderboardResponse resp;
   grpc::Status s = stub_->Leaderboard(&ctx, request, &resp);
-  if (!s.ok()) return FromGrpc(s);
+  if (!s.ok()) return FromGrpcStatus(s);
   return resp;
 }
 
@@ -191,7 +185,7 @@ absl::StatusOr<pb::BenchJob> BenchClient::Watch(const std::string& job_id,
     }
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() + backoff >= until ||
         absl::Now() - last_contact > kMaxUnavailable) {
-      return FromGrpc(s);
+      return FromGrpcStatus(s);
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(2));

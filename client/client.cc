@@ -22,6 +22,7 @@
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
 #include "kernelserve/v1/tensor.grpc.pb.h"
+#include "server/status_mapping.h"
 
 namespace kernelserve {
 
@@ -40,11 +41,6 @@ namespace {
 // Cleanup of temporary buffers gets its own deadline so it still runs after
 // the call itself ran out of time.
 constexpr absl::Duration kCleanupTimeout = absl::Seconds(10);
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 int64_t ResolveChunk(int64_t chunk) { return chunk > 0 ? chunk : (1 << 20); }
 
@@ -204,7 +200,7 @@ absl::Status WithRetry(const CallCtx& c, const std::function<grpc::Status(grpc::
     grpc::Status s = attempt(ctx.get());
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE || i >= c.options->max_retries ||
         absl::Now() + backoff >= c.deadline) {
-      return FromGrpc(s);
+      return FromGrpcStatus(s);
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, c.options->max_backoff);
@@ -213,7 +209,7 @@ absl::Status WithRetry(const CallCtx& c, const std::function<grpc::Status(grpc::
 
 absl::Status Once(const CallCtx& c, const std::function<grpc::Status(grpc::ClientContext*)>& attempt) {
   auto ctx = c.NewContext();
-  return FromGrpc(attempt(ctx.get()));
+  return FromGrpcStatus(attempt(ctx.get()));
 }
 
 // A kernel call: its unary RPC, or with ClientOptions::kernel_session a
@@ -305,7 +301,7 @@ absl::StatusOr<v1::BufferInfo> DoUpload(Client::Impl& impl, const CallCtx& c, co
     s = writer->Finish();
   }
   refs.WaitForNone();
-  if (!s.ok()) return FromGrpc(s);
+  if (!s.ok()) return FromGrpcStatus(s);
   v1::BufferInfo info;
   if (!grpc::SerializationTraits<v1::BufferInfo>::Deserialize(&response, &info).ok()) {
     return absl::DataLossError("upload: the server's response is not a BufferInfo");
@@ -847,7 +843,7 @@ absl::StatusOr<v1::PoolInfo> Client::WritePool(const std::string& pool_id, const
     if (n == 0) break;
   }
   writer->WritesDone();
-  KS_RETURN_IF_ERROR(FromGrpc(writer->Finish()));
+  KS_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
   return resp.pool();
 }
 

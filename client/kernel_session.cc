@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/status_mapping.h"
 
 namespace kernelserve {
 
@@ -39,11 +40,6 @@ Event Next(grpc::CompletionQueue* cq, absl::Time deadline) {
       break;
   }
   return Event::kFailed;
-}
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
 }  // namespace
@@ -92,7 +88,7 @@ absl::Status KernelSession::Drop(bool cancel) {
   while (s->cq.Next(&tag, &ok)) {
   }
   // A stream we cancelled ends CANCELLED; only the server's own ending says more.
-  return status.error_code() == grpc::StatusCode::CANCELLED ? absl::OkStatus() : FromGrpc(status);
+  return status.error_code() == grpc::StatusCode::CANCELLED ? absl::OkStatus() : FromGrpcStatus(status);
 }
 
 absl::StatusOr<v1::SessionResponse> KernelSession::Call(v1::SessionRequest* req, absl::Time deadline) {
@@ -133,7 +129,9 @@ absl::StatusOr<v1::SessionResponse> KernelSession::Call(v1::SessionRequest* req,
       return absl::DataLossError(
           absl::StrCat("session: the answer to request ", req->id(), " came with id ", resp.id()));
     }
-    if (resp.code() != 0) return absl::Status(static_cast<absl::StatusCode>(resp.code()), resp.message());
+    if (resp.code() != 0) {
+      return FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(resp.code()), resp.message()));
+    }
     return resp;
   }
 }
