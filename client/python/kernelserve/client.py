@@ -1,10 +1,12 @@
 """kernelserve.Client: every RPC of the service with NumPy arrays in and out."""
 import time
+import weakref
 
 import grpc
 import numpy as np
 
 from kernelserve import jobs as _jobs
+from kernelserve import session as _session
 from kernelserve import tensors as _t
 from kernelserve.v1 import (bench_pb2, bench_pb2_grpc, device_pb2, device_pb2_grpc, kernel_pb2, kernel_pb2_grpc,
                             pool_pb2, pool_pb2_grpc, tensor_pb2, tensor_pb2_grpc)
@@ -15,6 +17,9 @@ _FP8_FORMAT = {"e4m3fn": kernel_pb2.E4M3FN, "e4m3fnuz": kernel_pb2.E4M3FNUZ}
 _P_MODE = {"exact": kernel_pb2.EXACT, "lean": kernel_pb2.LEAN, "naive": kernel_pb2.NAIVE}
 _DESCALE = {"per_tensor": kernel_pb2.PER_TENSOR, "per_head": kernel_pb2.PER_HEAD}
 _POOL_KIND = {"mla": pool_pb2.MLA_FUSED, "per_head": pool_pb2.PER_HEAD_KV}
+# Each kernel op's unary RPC, by its field in a SessionRequest.
+_KERNEL_RPCS = {"attention": "Attention", "fp8_attention": "Fp8Attention", "mla_decode": "MlaDecode",
+                "moe": "Moe", "decode_attention": "DecodeAttention"}
 # Chunk of an upload or a pool write: well under gRPC's default 4 MiB message limit on any server.
 CHUNK_BYTES = 2 << 20
 
@@ -27,6 +32,11 @@ class Error(RuntimeError):
         self.code = code
         self.message = message
         self.method = method
+
+
+def _method(rpc):
+    """A stub method's full name ("/kernelserve.v1.KernelService/Attention"), as Error.method gives it."""
+    return getattr(rpc, "_method", b"").decode(errors="replace")
 
 
 def _choice(table, value, what):
@@ -149,10 +159,13 @@ class Client:
     Client("127.0.0.1:50051")                                   plain gRPC (loopback)
     Client("node:50051", token="...", tls=True, root_certs="ca.pem")   TLS with a bearer token
     tls=True with client_cert/client_key for mTLS; server_name overrides the name checked in the certificate.
+    session=True: the kernel ops travel as messages on one KernelService.Session stream (a shorter round trip
+    for small calls; calls from several threads take turns on it); session="iterator": the same through
+    grpcio's public streaming API, which is slower (README.md, Sessions). timeout: seconds per call.
     """
 
     def __init__(self, address, token=None, tls=False, root_certs=None, client_cert=None, client_key=None,
-                 server_name=None, timeout=600.0, max_message_mb=1024):
+                 server_name=None, timeout=600.0, max_message_mb=1024, session=False):
         self.address = address
         self.timeout = timeout
         self._metadata = (("authorization", "Bearer " + token),) if token else ()
@@ -171,9 +184,29 @@ class Client:
         self._pools = pool_pb2_grpc.PoolServiceStub(self._channel)
         self._bench = bench_pb2_grpc.BenchServiceStub(self._channel)
         self._devices = device_pb2_grpc.DeviceServiceStub(self._channel)
+        if session not in (False, True, "iterator"):
+            raise ValueError("session must be False, True or \"iterator\", got %r" % (session,))
+        self._session = None
+        if session:
+            self._session = _session.KernelSession(self._channel, self._metadata, iterator=session == "iterator")
+            # A Client dropped without close() must not keep its stream open (it holds one of the tenant's
+            # streaming slots on the server) nor the session's threads.
+            weakref.finalize(self, self._session.close, 0)
 
     # ------------------------------------------------------------ plumbing
+    @property
+    def session_transport(self):
+        """None without session=True; else how the session stream is driven ("direct" or "iterator")."""
+        return self._session.transport if self._session is not None else None
+
+    @property
+    def sessions_opened(self):
+        """Session streams opened so far: 1 while one stream serves; each timeout or broken stream adds one."""
+        return self._session.opened if self._session is not None else 0
+
     def close(self):
+        if self._session is not None:
+            self._session.close()
         self._channel.close()
 
     def __enter__(self):
@@ -186,7 +219,7 @@ class Client:
         try:
             return rpc(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise Error(e.code().name, e.details(), getattr(rpc, "_method", b"").decode(errors="replace")) from None
+            raise Error(e.code().name, e.details(), _method(rpc)) from None
 
     def _stream(self, rpc, request, timeout=None):
         try:
@@ -296,9 +329,10 @@ class Client:
         except TypeError as e:
             raise TypeError("%s: %s" % (name, e)) from None
 
-    def _run(self, rpc, req, torch_out, to_buffer):
+    def _run(self, op, req, torch_out, to_buffer):
+        rpc = getattr(self._kernels, _KERNEL_RPCS[op])
         start = time.perf_counter()
-        r = self._call(rpc, req)
+        r = self._call(rpc, req) if self._session is None else self._session_call(op, rpc, req)
         wall = (time.perf_counter() - start) * 1e3
         if to_buffer:
             out = self._buffer_info(r.out.buffer_id)
@@ -309,6 +343,18 @@ class Client:
         # The rest of the call: (de)serialization and the transfer of inline tensors both ways.
         info["transfer_ms"] = max(0.0, wall - info.get("queue_ms", 0.0) - info.get("run_ms", 0.0))
         return OpResult(out, _jobs.to_dict(r.error) if req.report_error else None, info)
+
+    def _session_call(self, op, rpc, req):
+        """The op over the session: its response, or the unary call's Error (same code, message and method)."""
+        sreq = kernel_pb2.SessionRequest()
+        getattr(sreq, op).CopyFrom(req)
+        try:
+            resp = self._session.call(sreq, self.timeout)
+        except _session.Failure as e:
+            raise Error(e.code, e.message, _session.SESSION_METHOD) from None
+        if resp.code:
+            raise Error(_session.code_name(resp.code), resp.message, _method(rpc))
+        return getattr(resp, op)
 
     def _buffer_info(self, buffer_id):
         for b in self._call(self._buffers.List, tensor_pb2.ListBuffersRequest()).buffers:
@@ -334,7 +380,7 @@ class Client:
         if softmax_scale is not None:
             req.softmax_scale = softmax_scale
         self._common(req, rounding, report_error, to_buffer, label, device)
-        return self._run(self._kernels.Attention, req, _t.is_torch(q), to_buffer)
+        return self._run("attention", req, _t.is_torch(q), to_buffer)
 
     def fp8_attention(self, q, k, v, causal=True, layout="bhsd", softmax_scale=None, format="e4m3fn",
                       p_mode="exact", hadamard=False, descale_mode="per_tensor", q_descale=None, k_descale=None,
@@ -356,7 +402,7 @@ class Client:
         if softmax_scale is not None:
             req.softmax_scale = softmax_scale
         self._common(req, rounding, report_error or report_error_split, to_buffer, label, device)
-        return self._run(self._kernels.Fp8Attention, req, _t.is_torch(q), to_buffer)
+        return self._run("fp8_attention", req, _t.is_torch(q), to_buffer)
 
     def mla_decode(self, q_lat, q_pe, kv=None, pool=None, kv_scale=0.0, seq_lens=None, kv_indices=None,
                    kv_indptr=None, q_lens=None, num_splits=0, kv_format="fp8_e4m3fn", softmax_scale=None,
@@ -375,7 +421,7 @@ class Client:
         if softmax_scale is not None:
             req.softmax_scale = softmax_scale
         self._common(req, rounding, report_error, to_buffer, label, device)
-        return self._run(self._kernels.MlaDecode, req, _t.is_torch(q_lat), to_buffer)
+        return self._run("mla_decode", req, _t.is_torch(q_lat), to_buffer)
 
     def _page_tables(self, req, seq_lens, kv_indices, kv_indptr, q_lens):
         for name, x in (("seq_lens", seq_lens), ("kv_indices", kv_indices), ("kv_indptr", kv_indptr),
@@ -396,7 +442,7 @@ class Client:
         if softmax_scale is not None:
             req.softmax_scale = softmax_scale
         self._common(req, rounding, report_error, to_buffer, label, device)
-        return self._run(self._kernels.DecodeAttention, req, _t.is_torch(q), to_buffer)
+        return self._run("decode_attention", req, _t.is_torch(q), to_buffer)
 
     def _moe(self, stage, x, topk_ids, topk_weights=None, w13=None, w13_scales=None, w2=None, w2_scales=None,
              swiglu=False, weighted_sum=False, rounding="rtne", report_error=False, to_buffer=False, label="",
@@ -410,7 +456,7 @@ class Client:
             if x_ is not None:
                 getattr(req, name).CopyFrom(self._ref(x_, kind, name))
         self._common(req, rounding, report_error, to_buffer, label, device)
-        return self._run(self._kernels.Moe, req, _t.is_torch(x), to_buffer)
+        return self._run("moe", req, _t.is_torch(x), to_buffer)
 
     def moe_gateup(self, x, topk_ids, w13, w13_scales, swiglu=False, **kw):
         """MXFP4 MoE gate/up: x [T,K] -> [T*top_k, 2I] ([T*top_k, I] with swiglu). w13: packed FP4 uint8
