@@ -22,8 +22,17 @@ through the package's API only:
   flat dicts of scalars (pandas.DataFrame(records) when pandas is present),
   plot() to PNG (opened: size and non-blank, coloured pixels) and SVG,
   html_report() (one file, PNG embedded, one table row per variant);
+- sessions (Client(session=True), and session="iterator"): every op gives the
+  unary call's bytes, oracle error and info fields; a malformed request raises
+  the unary call's Error (code, message, method) and the session serves on; a
+  1 ms timeout is DEADLINE_EXCEEDED and the next call opens a new stream; four
+  threads share one session; on a server with one streaming slot per tenant,
+  close() and a Client dropped without it give the slot back (no thread left),
+  and a server restart's stale stream is replaced; the p50 of small calls,
+  unary and session, printed (never asserted);
 - TLS with a bearer token: a second server with a self-signed certificate and
-  a tokens file; the right token works, none or a wrong one is UNAUTHENTICATED;
+  a tokens file; the right token works (unary and session), none or a wrong one
+  is UNAUTHENTICATED;
   mTLS: a client certificate signed by the server's --tls_client_ca connects,
   none is refused;
 - torch tensors in and out (float32 and bfloat16 in, torch.bfloat16 out equal
@@ -45,6 +54,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -511,6 +521,225 @@ def download_stream_check(check):
         server.stop(None)
 
 
+def session_ops_check(check, addr, transport):
+    """Client(session=...) against the unary client on the same inputs: every op gives the same bytes, oracle
+    error and info fields; each malformed request raises the unary call's Error (code, message, method) and
+    the session serves the next call on the same stream; a call whose timeout passes is DEADLINE_EXCEEDED and
+    the next one opens a new stream; four threads share one session client."""
+    u, rng = check.c, check.rng
+    g = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    q, k, v = g(1, 4, 33, 128), g(1, 2, 70, 128), g(1, 2, 70, 128)
+    qs, ks_, vs = g(2, 17, 2, 64), g(2, 17, 1, 64), g(2, 17, 1, 64)
+    fmt = "e4m3fnuz"
+    codes = [ks.Tensor(ks.fp8_encode(rng.standard_normal((2, h, s, 128)) * 40, fmt), "fp8_" + fmt)
+             for h, s in ((2, 30), (1, 100), (1, 100))]
+    ds = [rng.uniform(0.005, 0.05, (2, h)).astype(np.float32) for h in (2, 1, 1)]
+    qlat, qpe = g(3, 4, 16, 512) * 0.3, g(3, 4, 16, 64) * 0.3
+    kv = ks.fp8_encode(rng.standard_normal((3, 90, 576)) * 4)
+    mla_lens = dict(seq_lens=np.int32([90, 31, 4]), q_lens=np.int32([4, 2, 1]))
+    w13, w13s, w2, w2s, ids, weights = ref.random_moe_inputs(rng, 5, 96, 64, 96, 4, 2)
+    x, a = g(4, 96), g(8, 64)
+    bad_ids = ids.copy()
+    bad_ids[1, 1] = 5
+    num_pages, indices, indptr, slots, rows = ref.paged_layout(rng, kv, [90, 31, 4], 16)
+    kv_rows = g(40, 2 * 2 * 64)
+    q_dec = g(1, 2, 8, 64)
+    with ks.Client(addr, session=transport) as s, \
+            u.create_pool("mla", num_slots=num_pages * 16, page_size=16, kv_scale=0.125) as mla_pool, \
+            u.create_pool("per_head", num_slots=64, page_size=16, dtype="bf16", num_heads=2, head_dim=64) as pool:
+        want = "iterator" if transport == "iterator" else "direct"
+        if s.session_transport != want:
+            check.fail("session=%r" % transport, "drives the stream as %r, expected %r (grpcio %s)" % (
+                s.session_transport, want, __import__("grpc").__version__))
+        name = "session (%s)" % s.session_transport
+        mla_pool.write(slots, rows)
+        pool.write(np.arange(40), kv_rows)
+        tables = dict(seq_lens=np.int32([40]), kv_indices=np.int32([0, 1, 2]), kv_indptr=np.int32([0, 3]))
+        ops = [
+            ("attention GQA causal", lambda c: c.attention(q, k, v, causal=True, report_error=True)),
+            ("attention bshd rtz", lambda c: c.attention(qs, ks_, vs, layout="bshd", rounding="rtz")),
+            ("fp8_attention lean", lambda c: c.fp8_attention(q, k, v, p_mode="lean", report_error_split=True)),
+            ("fp8_attention codes", lambda c: c.fp8_attention(*codes, q_descale=ds[0], k_descale=ds[1],
+                                                              v_descale=ds[2], format=fmt, report_error=True)),
+            ("mla_decode contiguous", lambda c: c.mla_decode(qlat, qpe, kv=kv, kv_scale=0.125, report_error=True,
+                                                             **mla_lens)),
+            ("mla_decode pool", lambda c: c.mla_decode(qlat, qpe, pool=mla_pool, kv_indices=np.int32(indices),
+                                                       kv_indptr=np.int32(indptr), **mla_lens)),
+            ("decode_attention", lambda c: c.decode_attention(q_dec, pool, report_error=True, **tables)),
+            ("moe_gateup swiglu", lambda c: c.moe_gateup(x, ids, w13, w13s, swiglu=True, report_error=True)),
+            ("moe_down weighted", lambda c: c.moe_down(a, ids, w2, w2s, topk_weights=weights, weighted_sum=True)),
+            ("moe_layer", lambda c: c.moe_layer(x, ids, weights, w13, w13s, w2, w2s, report_error=True)),
+        ]
+        bad = [
+            ("attention k head dim 64 vs q 128", lambda c: c.attention(q, k[..., :64], v[..., :64])),
+            ("fp8_attention q_descale [2,1]", lambda c: c.fp8_attention(*codes, q_descale=ds[1], k_descale=ds[1],
+                                                                       v_descale=ds[2], format=fmt)),
+            ("mla_decode q_lens[0] = 5", lambda c: c.mla_decode(qlat[:1], qpe[:1], kv=kv[:1], q_lens=np.int32([5]))),
+            ("decode_attention on an unknown pool", lambda c: c.decode_attention(q_dec, "no-such-pool", **tables)),
+            ("moe_gateup topk_ids[1,1] = E", lambda c: c.moe_gateup(x, bad_ids, w13, w13s)),
+        ]
+        same = 0
+        for (label, fn), (bad_label, bad_fn) in zip(ops, bad + [(None, None)] * len(ops)):
+            try:
+                ru, rs = fn(u), fn(s)
+            except ks.Error as e:
+                check.fail("%s %s" % (name, label), str(e))
+                continue
+            if not (np.array_equal(rs.out, ru.out) and rs.out.dtype == ru.out.dtype and rs.error == ru.error and
+                    set(rs.info) == set(ru.info) and rs.info["wall_ms"] > 0 and rs.info["transfer_ms"] >= 0):
+                check.fail("%s %s" % (name, label), "session %r vs unary %r" % (rs, ru))
+            else:
+                same += 1
+            if bad_fn is not None:
+                errors = []
+                for c in (u, s):
+                    try:
+                        bad_fn(c)
+                        errors.append("accepted")
+                    except ks.Error as e:
+                        errors.append((e.code, e.message, e.method))
+                if errors[0] != errors[1] or errors[0] == "accepted":
+                    check.fail("%s %s" % (name, bad_label), "session %r, unary %r" % (errors[1], errors[0]))
+                else:
+                    check.ok("%s %s" % (name, bad_label), "the unary call's %s: %s" % errors[0][:2])
+        if same == len(ops):
+            check.ok("%s: every op" % name, "%d calls give the unary calls' bytes, oracle errors and info fields"
+                     % same)
+        if s.sessions_opened != 1:
+            check.fail(name, "%d streams opened for calls and failed calls, expected 1" % s.sessions_opened)
+
+        with u.upload(q) as bq:
+            ru, rs = u.attention(bq, k, v, to_buffer=True), s.attention(bq, k, v, to_buffer=True)
+            with ru.out as bu, rs.out as bs:
+                if not (isinstance(bs, ks.Buffer) and np.array_equal(bs.download(), bu.download())):
+                    check.fail("%s to_buffer" % name, "%r vs %r" % (bs, bu))
+
+        # The deadline: tens of ms of work (2 MiB inline), a 1 ms timeout.
+        big = g(1, 4, 1024, 64)
+        s.timeout = 0.001
+        try:
+            s.attention(big, big, big)
+            check.fail("%s timeout" % name, "a 1 ms timeout passed unnoticed")
+        except ks.Error as e:
+            if e.code != "DEADLINE_EXCEEDED":
+                check.fail("%s timeout" % name, str(e))
+        finally:
+            s.timeout = 600.0
+        try:
+            after = s.attention(q, k, v, causal=True).out
+            if not np.array_equal(after, u.attention(q, k, v, causal=True).out) or s.sessions_opened != 2:
+                check.fail("%s after a timeout" % name, "%d streams opened" % s.sessions_opened)
+            else:
+                check.ok("%s timeout" % name, "DEADLINE_EXCEEDED, then the next call on a new stream")
+        except ks.Error as e:
+            check.fail("%s after a timeout" % name, str(e))
+
+        inputs = [g(1, 1, 8 + t, 64) for t in range(4)]
+        wants = [u.attention(y, y, y).out for y in inputs]
+        wrong = []
+
+        def caller(t):
+            for _ in range(25):
+                try:
+                    if not np.array_equal(s.attention(inputs[t], inputs[t], inputs[t]).out, wants[t]):
+                        wrong.append("thread %d got another answer" % t)
+                except ks.Error as e:
+                    wrong.append(str(e))
+
+        threads = [threading.Thread(target=caller, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if wrong or s.sessions_opened != 2:
+            check.fail("%s, 4 threads" % name, "%s; %d streams" % (wrong[:3], s.sessions_opened))
+        else:
+            check.ok("%s, 4 threads x 25 calls" % name, "each its own answer, one stream")
+
+
+def session_stream_check(binary, work, check):
+    """What a session's stream holds on the server, seen through --tenant_max_concurrent_streams=1: it holds
+    the tenant's one streaming slot; close() gives it back; so does a Client dropped without close() (whose
+    iterator transport's sending thread would keep it open), leaving no thread behind; a server restart leaves a
+    stale stream that the next call replaces without an error."""
+    d = os.path.join(work, "session")
+    os.makedirs(d)
+    server, port = start_server(binary, d, ["--tenant_max_concurrent_streams=1"])
+    addr = "127.0.0.1:%d" % port
+    q = check.rng.standard_normal((1, 1, 8, 64)).astype(np.float32)
+    name = "session streaming slot"
+    try:
+        with ks.Client(addr).wait_ready() as u:
+            want = u.attention(q, q, q).out
+        watchdogs = lambda: sum(t.name == "kernelserve-session-watchdog" for t in threading.enumerate())  # noqa
+        before = watchdogs()
+        a, b = ks.Client(addr, session=True), ks.Client(addr, session="iterator")
+        a.attention(q, q, q)
+        check.expect_error("%s: a second session" % name, lambda: b.attention(q, q, q), "RESOURCE_EXHAUSTED",
+                           "max_concurrent_streams")
+        a.close()
+        if not np.array_equal(b.attention(q, q, q).out, want):
+            check.fail(name, "after close(), another session's call differs")
+        else:
+            check.ok("%s: close()" % name, "gave the slot back; the other session serves")
+        check.expect_error("session call after close()", lambda: a.attention(q, q, q), None, "closed",
+                           exc=ValueError)
+        b = None  # dropped without close(): its finalizer ends the stream
+        c = ks.Client(addr, session=True)
+        for _ in range(100):
+            try:
+                c.attention(q, q, q)
+                if watchdogs() != before + 1:
+                    time.sleep(0.05)
+                    continue
+                check.ok("%s: a Client dropped without close()" % name, "gave the slot back, no thread left")
+                break
+            except ks.Error as e:
+                if e.code != "RESOURCE_EXHAUSTED":
+                    raise
+                time.sleep(0.05)
+        else:
+            check.fail(name, "a Client dropped without close() still holds its stream or threads after 5 s (%d "
+                       "watchdog threads, %d before)" % (watchdogs(), before))
+        opened = c.sessions_opened
+        stop_server(server)
+        server, _ = start_server(binary, d, ["--listen=127.0.0.1:%d" % port, "--tenant_max_concurrent_streams=1"])
+        c.wait_ready()
+        got = c.attention(q, q, q).out
+        if not np.array_equal(got, want) or c.sessions_opened != opened + 1:
+            check.fail("session across a server restart", "%d streams opened, %d before" % (c.sessions_opened,
+                                                                                         opened))
+        else:
+            check.ok("session across a server restart", "the stale stream replaced, the call answered")
+        c.close()
+    except ks.Error as e:
+        check.fail(name, str(e))
+    finally:
+        stop_server(server)
+
+
+def session_timing(addr, calls=200):
+    """p50 / p90 of small attention calls, unary and over each session transport, interleaved in rounds so
+    that load on this machine falls on all of them alike. Printed only: never a timed assertion."""
+    q = np.ones((1, 1, 16, 64), np.float32)
+    clients = {"unary": ks.Client(addr), "session": ks.Client(addr, session=True),
+               "session iterator": ks.Client(addr, session="iterator")}
+    times = {label: [] for label in clients}
+    for c in clients.values():
+        for _ in range(10):
+            c.attention(q, q, q)
+    for _ in range(calls // 20):
+        for label, c in clients.items():
+            for _ in range(20):
+                start = time.perf_counter()
+                c.attention(q, q, q)
+                times[label].append((time.perf_counter() - start) * 1e6)
+    for c in clients.values():
+        c.close()
+    print("timing, %d small attention calls each ([1,1,16,64]; p50 / p90 us): %s" % (calls, ", ".join(
+        "%s %.0f / %.0f" % (label, np.percentile(t, 50), np.percentile(t, 90)) for label, t in times.items())))
+
+
 def readme_check(check, port, readme, root, work):
     """Every ```python block of the package's README, in order, in one namespace, as a notebook user
     would paste them, against this server: the address made this server's, the shared-node TLS line left
@@ -752,9 +981,16 @@ def tls_check(binary, work, check):
             c.wait_ready()
             out = c.attention(q, q, q).out
             check.ok("TLS + bearer token", "attention %s; buffers listed %d" % (out.shape, len(c.buffers())))
-        for label, tok in (("no token", None), ("wrong token", "x" * 32)):
-            with ks.Client(addr, token=tok, tls=True, root_certs=ca) as c:
-                check.expect_error("TLS, %s" % label, lambda: c.attention(q, q, q), "UNAUTHENTICATED", "")
+        with ks.Client(addr, token=token, tls=True, root_certs=ca, session=True) as c:
+            if not np.array_equal(c.attention(q, q, q).out, out):
+                check.fail("TLS + bearer token, session", "differs from the unary call")
+            else:
+                check.ok("TLS + bearer token, session", "the unary call's output")
+        for session in (False, True):
+            for label, tok in (("no token", None), ("wrong token", "x" * 32)):
+                with ks.Client(addr, token=tok, tls=True, root_certs=ca, session=session) as c:
+                    check.expect_error("TLS, %s%s" % (label, ", session" if session else ""),
+                                       lambda: c.attention(q, q, q), "UNAUTHENTICATED", "")
     except ks.Error as e:
         check.fail("TLS + bearer token", str(e))
     finally:
@@ -816,6 +1052,9 @@ def main():
             download_stream_check(check)
             check.torch_tensors()
             check.timing_info()
+            for transport in (True, "iterator"):
+                session_ops_check(check, "127.0.0.1:%d" % port, transport)
+            session_timing("127.0.0.1:%d" % port)
             job_id = check.jobs(work)
             if job_id:
                 clock_series_check(check, client.job(job_id), work)
@@ -828,6 +1067,7 @@ def main():
                 readme_check(check, port, args.readme, os.path.abspath(args.source_root), work)
     finally:
         stop_server(server)
+    session_stream_check(args.kernelserve, work, check)
     tls_check(args.kernelserve, work, check)
     finish(start, seed, check.failures)
 
