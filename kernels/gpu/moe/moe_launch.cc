@@ -31,6 +31,10 @@ cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan,
     return swiglu ? LaunchStreamGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
                   : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
+  if (plan.wgmma_rs) {
+    return swiglu ? LaunchWgmmaRsGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
+                  : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
+  }
   if (plan.wgmma_rows != 0) {
     return swiglu ? LaunchWgmma<kEpiSwiglu>(plan.wgmma_rows, g, rp.max_tiles, stream)
                   : LaunchWgmma<kEpiBf16>(plan.wgmma_rows, g, rp.max_tiles, stream);
@@ -46,6 +50,9 @@ cudaError_t Down(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, c
   const GemmParams g = DownGemm(p, in, rp, a, out);
   if (plan.stream) {
     return f32 ? LaunchStreamGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
+  }
+  if (plan.wgmma_rs) {
+    return f32 ? LaunchWgmmaRsGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
   const int64_t col_tiles = (p.out_dim + kMmaSyncCols - 1) / kMmaSyncCols;
   return f32 ? LaunchMmaSync<kEpiF32>(plan.mma_rows, g, col_tiles, rp.max_tiles, stream)

@@ -50,7 +50,10 @@ std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
   if (plan.wgmma_rows != 0 && plan.wgmma_rows != 128 && plan.wgmma_rows != 192) {
     return absl::StrCat("moe: the wgmma gate/up kernel has 128- and 192-row tiles, not ", plan.wgmma_rows);
   }
-  if (plan.stream && plan.wgmma_rows != 0) return "moe: a plan streams the weights or runs wgmma, not both";
+  if (plan.stream + plan.wgmma_rs + (plan.wgmma_rows != 0) > 1) {
+    return "moe: a plan runs one GEMM kernel: the weight stream, wgmma with the weights in registers, or the "
+           "wgmma gate/up kernel";
+  }
   if (!plan.stream && plan.mma_rows != 64 && plan.mma_rows != 128) {
     return absl::StrCat("moe: the mma.sync kernel has 64- and 128-row tiles, not ", plan.mma_rows);
   }

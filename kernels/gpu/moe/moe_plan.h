@@ -20,6 +20,9 @@ struct MoePlan {
   // Every GEMM of the call runs on the weight-streaming decode kernel, over
   // expert tiles of kStreamRows rows (the fields below are then unused).
   bool stream = false;
+  // Every GEMM of the call runs on the sm_90a wgmma kernel with the weights
+  // in registers (any stage), over expert tiles of kRsRows rows.
+  bool wgmma_rs = false;
   // Rows of an expert tile of the sm_90a wgmma gate/up kernel: 128 (tiles of
   // 128 rows x 256 weight rows) or 192 (192 x 192); 0: gate/up runs on the
   // mma.sync kernel. Serves the gate/up projection alone.
@@ -30,9 +33,11 @@ struct MoePlan {
   int mma_rows = 64;
 
   // Rows of the routing's expert tiles: the tile of the kernel that reads them.
-  int TileRows() const { return stream ? kStreamRows : wgmma_rows != 0 ? wgmma_rows : mma_rows; }
+  int TileRows() const {
+    return stream ? kStreamRows : wgmma_rs ? kRsRows : wgmma_rows != 0 ? wgmma_rows : mma_rows;
+  }
   bool operator==(const MoePlan& o) const {
-    return stream == o.stream && wgmma_rows == o.wgmma_rows && mma_rows == o.mma_rows;
+    return stream == o.stream && wgmma_rs == o.wgmma_rs && wgmma_rows == o.wgmma_rows && mma_rows == o.mma_rows;
   }
 };
 

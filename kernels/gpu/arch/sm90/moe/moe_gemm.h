@@ -1,6 +1,6 @@
 // The sm_90a grouped GEMMs of the MXFP4 MoE, as the launcher
 // (kernels/gpu/moe/moe_launch.cc) calls them; their explicit instantiations
-// are the .cu files beside this header. Both walk the expert tiles of the
+// are the .cu files beside this header. All walk the expert tiles of the
 // routing (kernels/gpu/moe/moe_routing.h): grid (column tiles, max_tiles),
 // CTAs past num_tiles return at once.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_MOE_GEMM_H_
@@ -36,6 +36,11 @@ cudaError_t LaunchStreamGemm(const GemmParams& p, int64_t max_tiles, cudaStream_
 // kEpi kEpiBf16 or kEpiSwiglu.
 template <int kRows, int kEpi>
 cudaError_t LaunchWgmmaGateUp(const GemmParams& p, int64_t max_tiles, cudaStream_t stream);
+
+// wgmma GEMM with the dequantized weights as the register operand (M) and
+// the tile's rows as N, any stage; kEpi an Epilogue; tiles of kRsRows rows.
+template <int kEpi>
+cudaError_t LaunchWgmmaRsGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream);
 
 }  // namespace moe
 }  // namespace gpu
