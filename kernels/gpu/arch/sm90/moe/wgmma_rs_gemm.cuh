@@ -41,7 +41,7 @@ namespace gpu {
 namespace moe {
 namespace wgmma_rs {
 
-using sm80::CpAsync16;
+using sm80::CpAsync16Prefetch256;
 using sm80::CpAsync4;
 using sm80::SmemAddr;
 
@@ -115,14 +115,14 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
     for (int c = pt; c < b_chunks; c += 128) {
       const int r = c >> 3, ch = c & 7;
       const int ar = sm.a_row[r];
-      CpAsync16(st + SwizzledOffset(r, ch), ar >= 0 ? p.a + static_cast<int64_t>(ar) * p.k + k0 + ch * 8 : p.a,
+      CpAsync16Prefetch256(st + SwizzledOffset(r, ch), ar >= 0 ? p.a + static_cast<int64_t>(ar) * p.k + k0 + ch * 8 : p.a,
                 ar >= 0 ? 16 : 0);
     }
 #pragma unroll
     for (int i = 0; i < kBW * 2 / 128; ++i) {
       const int c = pt + 128 * i, j = c >> 1, h = c & 1;
       const int wr = sm.w_row[j];
-      CpAsync16(st + kStageB + j * kRawStr + h * 16, wr >= 0 ? w_e + static_cast<int64_t>(wr) * (p.k / 2) + k0 / 2 + h * 16 : w_e,
+      CpAsync16Prefetch256(st + kStageB + j * kRawStr + h * 16, wr >= 0 ? w_e + static_cast<int64_t>(wr) * (p.k / 2) + k0 / 2 + h * 16 : w_e,
                 wr >= 0 ? 16 : 0);
     }
     CpAsync4(st + kStageB + kStageRaw + pt * 4,
