@@ -405,8 +405,8 @@ TEST_P(MoeForcedGemmTest, ExpertsWithZeroOneAndAllRows) {
 }
 
 // One expert holding 1 to 257 rows: every N of the wgmma kernel with the
-// weights in registers (the rows rounded up to 32, a switch over 8
-// instantiations), at and around each multiple of 32, and a second tile.
+// weights in registers (a tile's rows rounded up to 32, a switch over 6
+// instantiations), at and around each multiple of 32, and second tiles.
 TEST(MoeWgmmaRsTest, EveryTileWidth) {
   KS_SKIP_WITHOUT_CUDA();
   int i = 0;

@@ -71,6 +71,12 @@ std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
   if (p.stage != MoeStage::kGateUp && p.out_dim % 2 != 0) return "moe: the cuda backend needs an even N";
   if (p.inter % 2 != 0) return "moe: the cuda backend needs an even I";
   if (p.tokens * p.top_k >= (int64_t{1} << 31) / 128) return "moe: too many (token, expert) pairs";
+  // The wgmma_rs producer keeps 32-bit 16-byte-chunk offsets into A.
+  const int64_t a_rows = p.stage == MoeStage::kDown ? p.tokens * p.top_k : p.tokens;
+  const int64_t a_k = p.stage == MoeStage::kDown ? p.inter : p.hidden;
+  if (plan.wgmma_rs && a_rows * (a_k / 8) >= (int64_t{1} << 32)) {
+    return "moe: the wgmma_rs kernel addresses at most 2^32 16-byte chunks of activations";
+  }
   return "";
 }
 

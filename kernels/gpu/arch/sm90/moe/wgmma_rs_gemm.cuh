@@ -46,14 +46,14 @@ using sm80::CpAsync4;
 using sm80::SmemAddr;
 
 constexpr int kBK = 64;  // K per stage
-constexpr int kStages = 4;
+constexpr int kStages = 5;
 constexpr int kConsumers = 2;           // consumer warpgroups
 constexpr int kBW = 64 * kConsumers;    // weight rows per CTA
 constexpr int kBN = kRsRows;            // rows of a routing tile
 constexpr int kNStep = 32;              // N is the tile's rows rounded up to this
 constexpr int kMaxSteps = kBN / kNStep;
 constexpr int kThreads = 128 * (kConsumers + 1);
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 64 K
+constexpr int kProducerRegs = 64, kConsumerRegs = 216;  // 128 x 64 + 256 x 216 <= 64 K
 constexpr int kRawStr = 48;  // bytes per weight row per stage: 32 of E2M1 + 16 so 16-byte reads of 8 rows miss no bank twice
 constexpr int kStageB = kBN * kBK * 2;
 constexpr int kStageRaw = kBW * kRawStr;
@@ -63,6 +63,7 @@ constexpr int kTablesOff = kStages * kStageBytes;
 constexpr int kBarOff = kTablesOff + (kBN + kBW) * 4;
 constexpr int kSmemBytes = kBarOff + 2 * kStages * 8 + 1024;  // + slack to align the base to 1024
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+static_assert(kMaxSteps == 6, "the switch in WgmmaRsGemmKernel covers 1..6 steps");
 static_assert(kBW == 128, "the producer copies one scale window per thread");
 
 // Byte offset of (row r, 16-byte K chunk c) in a 128-byte-swizzled [rows x 64] bf16 tile.
@@ -97,37 +98,52 @@ struct Smem {
   __device__ uint32_t Empty(int s) const { return bars + 8 * (kStages + s); }
 };
 
-// Warpgroup kConsumers: the copies of every k-tile, rows of the B tile that
-// the wgmmas read (steps x 32; rows past the tile's own zero-filled).
-__device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int expert, int steps, int k_tiles) {
+// Warpgroup kConsumers: the copies of every k-tile. Thread pt copies
+// 16-byte chunk pt % 8 of tile rows pt / 8 + 16 i (their sources fixed for
+// the tile, kept in registers as chunk offsets into A), both 16-byte halves'
+// worth of two weight rows, and one weight row's E8M0 window, so a k-tile
+// costs a few instructions per copy. Rows past the tile's own are not
+// copied: their N columns are computed from stale bytes and never stored.
+constexpr int kRowsPerProducer = kBN / 16;
+__device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int expert, int rows, int k_tiles) {
   const int pt = threadIdx.x - kConsumers * 128;
+  const int ch = pt & 7, r0 = pt >> 3;
+  const uint4* a16 = reinterpret_cast<const uint4*>(p.a);
+  const uint32_t row_chunks = static_cast<uint32_t>(p.k / 8);
+  uint32_t a_src[kRowsPerProducer];  // 16-byte chunk offset of this thread's chunk of each row at k = 0
+#pragma unroll
+  for (int i = 0; i < kRowsPerProducer; ++i) {
+    const int r = r0 + 16 * i;
+    a_src[i] = r < rows ? static_cast<uint32_t>(sm.a_row[r]) * row_chunks + ch : 0u;
+  }
   const uint8_t* w_e = p.w + static_cast<int64_t>(expert) * p.nw * (p.k / 2);
   const uint8_t* s_e = p.ws + static_cast<int64_t>(expert) * p.nw * (p.k / 32);
-  const int b_chunks = steps * kNStep * 8;
-  const uint32_t base = SmemAddr(sm.base);
+  const uint8_t* w_src[2];  // this thread's raw half-rows at k = 0 (nullptr: past the weights, zero-filled)
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int c = pt + 128 * i, wr = sm.w_row[c >> 1];
+    w_src[i] = wr >= 0 ? w_e + static_cast<int64_t>(wr) * (p.k / 2) + (c & 1) * 16 : nullptr;
+  }
   const int scale_row = sm.w_row[pt];
+  const uint8_t* s_src = scale_row >= 0 ? s_e + static_cast<int64_t>(scale_row) * (p.k / 32) : nullptr;
+  const uint32_t b_dst = SwizzledOffset(r0, ch);  // row r0 + 16 i is 2048 i further
+  const uint32_t base = SmemAddr(sm.base);
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int s = kt % kStages;
     sm90::MbarWait(sm.Empty(s), ((kt / kStages) & 1) ^ 1);
     const uint32_t st = base + s * kStageBytes;
-    const int64_t k0 = static_cast<int64_t>(kt) * kBK;
-    // Chunk c: row c / 8, K chunk c % 8 (8 threads read one row's 128 bytes).
-    for (int c = pt; c < b_chunks; c += 128) {
-      const int r = c >> 3, ch = c & 7;
-      const int ar = sm.a_row[r];
-      CpAsync16Prefetch256(st + SwizzledOffset(r, ch), ar >= 0 ? p.a + static_cast<int64_t>(ar) * p.k + k0 + ch * 8 : p.a,
-                ar >= 0 ? 16 : 0);
+#pragma unroll
+    for (int i = 0; i < kRowsPerProducer; ++i) {
+      if (r0 + 16 * i < rows) CpAsync16Prefetch256(st + b_dst + 2048 * i, a16 + a_src[i] + kt * (kBK / 8), 16);
     }
 #pragma unroll
-    for (int i = 0; i < kBW * 2 / 128; ++i) {
-      const int c = pt + 128 * i, j = c >> 1, h = c & 1;
-      const int wr = sm.w_row[j];
-      CpAsync16Prefetch256(st + kStageB + j * kRawStr + h * 16, wr >= 0 ? w_e + static_cast<int64_t>(wr) * (p.k / 2) + k0 / 2 + h * 16 : w_e,
-                wr >= 0 ? 16 : 0);
+    for (int i = 0; i < 2; ++i) {
+      const int c = pt + 128 * i;
+      CpAsync16Prefetch256(st + kStageB + (c >> 1) * kRawStr + (c & 1) * 16,
+                           w_src[i] != nullptr ? w_src[i] + kt * (kBK / 2) : w_e, w_src[i] != nullptr ? 16 : 0);
     }
-    CpAsync4(st + kStageB + kStageRaw + pt * 4,
-             scale_row >= 0 ? s_e + static_cast<int64_t>(scale_row) * (p.k / 32) + (k0 / 128) * 4 : s_e,
-             scale_row >= 0 ? 4 : 0);
+    CpAsync4(st + kStageB + kStageRaw + pt * 4, s_src != nullptr ? s_src + (kt >> 1) * 4 : s_e,
+             s_src != nullptr ? 4 : 0);
     sm90::CpAsyncMbarArrive(sm.Full(s));
   }
   sm80::CpAsyncWait<0>();
@@ -265,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaRsGemmKernel(const GemmParam
   const int k_tiles = static_cast<int>(p.k / kBK);
   if (sm90::WarpUniform(tid >> 7) == kConsumers) {
     sm90::SetMaxNRegDec<kProducerRegs>();
-    Produce(p, sm, expert, steps, k_tiles);
+    Produce(p, sm, expert, rows, k_tiles);
     return;
   }
   sm90::SetMaxNRegInc<kConsumerRegs>();
@@ -275,8 +291,6 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaRsGemmKernel(const GemmParam
     case 3: Consume<kEpi, 3>(p, sm, tile, rows, col_tile, k_tiles); break;
     case 4: Consume<kEpi, 4>(p, sm, tile, rows, col_tile, k_tiles); break;
     case 5: Consume<kEpi, 5>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 6: Consume<kEpi, 6>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 7: Consume<kEpi, 7>(p, sm, tile, rows, col_tile, k_tiles); break;
     default: Consume<kEpi, kMaxSteps>(p, sm, tile, rows, col_tile, k_tiles); break;
   }
 }
