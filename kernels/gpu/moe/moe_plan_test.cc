@@ -133,7 +133,10 @@ TEST(MoePlanTest, UnsupportedShapesAndPlans) {
   EXPECT_NE(MoeUnsupported(gu, Plan(0, 16)).find("64- and 128-row"), std::string::npos);
   MoePlan both = Stream();
   both.wgmma_rows = 128;
-  EXPECT_NE(MoeUnsupported(gu, both).find("not both"), std::string::npos);
+  EXPECT_NE(MoeUnsupported(gu, both).find("one GEMM kernel"), std::string::npos);
+  MoePlan rs_and_stream = Stream();
+  rs_and_stream.wgmma_rs = true;
+  EXPECT_NE(MoeUnsupported(gu, rs_and_stream).find("one GEMM kernel"), std::string::npos);
   // A layer's down half reads the routing tiles on mma.sync; down has no wgmma kernel.
   for (MoeStage stage : {MoeStage::kDown, MoeStage::kLayer}) {
     for (int w : {128, 192}) {
