@@ -259,18 +259,19 @@ int CheckTable(const Case& c, double tol = 4e-3) {
 }
 
 // Every GEMM of the call on one kernel, forced: 0 the weight-streaming
-// kernel, kRsRows the wgmma kernel with the weights in registers, else the
-// mma.sync kernel with that row tile (each on small shapes).
-constexpr int kForceRs = gpu::moe::kRsRows;
+// kernel, -64 / -128 the wgmma kernel with the weights in registers and
+// that many weight rows per CTA, else the mma.sync kernel with that row tile
+// (each on small shapes).
+constexpr int kForceRs128 = -128, kForceRs64 = -64;
 void CheckForcedGemm(int tile_rows, const Case& c, double tol = 4e-3) {
   MoeCheck check(c);
   gpu::moe::MoePlan plan;
   plan.stream = tile_rows == 0;
-  plan.wgmma_rs = tile_rows == kForceRs;
-  if (tile_rows != 0 && !plan.wgmma_rs) plan.mma_rows = tile_rows;
-  check.Expect(tile_rows == 0           ? std::string("stream")
-               : tile_rows == kForceRs ? std::string("wgmma_rs")
-                                       : "mma_sync/tile " + std::to_string(tile_rows),
+  plan.wgmma_rs = tile_rows < 0 ? -tile_rows : 0;
+  if (tile_rows > 0) plan.mma_rows = tile_rows;
+  check.Expect(tile_rows == 0  ? std::string("stream")
+               : tile_rows < 0 ? "wgmma_rs_" + std::to_string(-tile_rows)
+                               : "mma_sync/tile " + std::to_string(tile_rows),
                [&](TensorView& out) {
     return gpu::RunMoeWithPlan(plan, check.params(), check.call().moe_in, out, nullptr);
   }, tol);
@@ -339,11 +340,11 @@ class MoeForcedGemmTest : public ::testing::TestWithParam<int> {
   void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Gemms, MoeForcedGemmTest, ::testing::Values(0, 64, 128, kForceRs),
+INSTANTIATE_TEST_SUITE_P(Gemms, MoeForcedGemmTest, ::testing::Values(0, 64, 128, kForceRs128, kForceRs64),
                          [](const ::testing::TestParamInfo<int>& i) {
-                           return i.param == 0          ? std::string("Stream")
-                                  : i.param == kForceRs ? std::string("WgmmaRs")
-                                                        : "MmaSyncRows" + std::to_string(i.param);
+                           return i.param == 0  ? std::string("Stream")
+                                  : i.param < 0 ? "WgmmaRs" + std::to_string(-i.param)
+                                                : "MmaSyncRows" + std::to_string(i.param);
                          });
 
 // 20 rows per expert: full and partial 16-row tiles, both of the streaming
@@ -420,7 +421,7 @@ TEST(MoeWgmmaRsTest, EveryTileWidth) {
     c.inter = 128;
     c.out_dim = 192;
     SCOPED_TRACE("rows " + std::to_string(rows));
-    CheckForcedGemm(kForceRs, c, c.stage == MoeStage::kDown ? 6e-3 : 4e-3);
+    for (int force : {kForceRs128, kForceRs64}) CheckForcedGemm(force, c, c.stage == MoeStage::kDown ? 6e-3 : 4e-3);
     ++i;
   }
 }
@@ -438,7 +439,7 @@ INSTANTIATE_TEST_SUITE_P(Epilogue, MoeVariantsTest, ::testing::Bool(),
 TEST_P(MoeVariantsTest, FewRowsPerExpert) {
   Case c;
   c.swiglu = GetParam();
-  EXPECT_EQ(CheckTable(c), 5);  // gate/up alone: every entry serves it
+  EXPECT_EQ(CheckTable(c), 6);  // gate/up alone: every entry serves it
 }
 
 TEST_P(MoeVariantsTest, PartialColumnTileAndOddKTiles) {
@@ -469,19 +470,19 @@ TEST_P(MoeVariantsTest, RoutingPastOneBlock) {
   Case c;
   c.swiglu = GetParam();
   c.tokens = 2100;  // 8400 pairs
-  EXPECT_EQ(CheckTable(c), 5);
+  EXPECT_EQ(CheckTable(c), 6);
 }
 
 TEST_P(MoeVariantsTest, Down) {
   Case c = DownStage();
   c.weighted = GetParam();
   if (c.weighted) c.rounding = Rounding::kRtz;
-  EXPECT_EQ(CheckTable(c, 6e-3), 3);  // stream, wgmma_rs and mma_sync
+  EXPECT_EQ(CheckTable(c, 6e-3), 4);  // stream, both wgmma_rs and mma_sync
 }
 
 TEST(MoeVariantsLayerTest, LayerRunsOnStreamWgmmaRsAndMmaSync) {
   KS_SKIP_WITHOUT_CUDA();
-  EXPECT_EQ(CheckTable(LayerManyExpertsFewTokens(), 6e-3), 3);
+  EXPECT_EQ(CheckTable(LayerManyExpertsFewTokens(), 6e-3), 4);
   Case c;
   c.stage = MoeStage::kLayer;
   c.tokens = 100;
@@ -490,7 +491,7 @@ TEST(MoeVariantsLayerTest, LayerRunsOnStreamWgmmaRsAndMmaSync) {
   c.hidden = 256;
   c.inter = 128;
   c.out_dim = 256;
-  EXPECT_EQ(CheckTable(c, 6e-3), 3);
+  EXPECT_EQ(CheckTable(c, 6e-3), 4);
 
   // The wgmma gate/up entries serve gate/up alone: by name, and as a plan.
   MoeCheck check(c);
@@ -607,7 +608,7 @@ TEST(MoeCudaNanTest, NanBlockPoisonsOnlyItsReaders) {
     const numerics::ErrorMetrics m = numerics::CompareToReference(kept_out.data(), kept_ref.data(), kept_ref.size());
     EXPECT_LT(m.rel_rms, 4e-3) << v.name;
   }
-  EXPECT_EQ(served, 5);
+  EXPECT_EQ(served, 6);
 }
 
 TEST(MoeCudaAutoTest, UnsupportedShapeIsUnimplemented) {

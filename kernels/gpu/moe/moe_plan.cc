@@ -50,7 +50,10 @@ std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
   if (plan.wgmma_rows != 0 && plan.wgmma_rows != 128 && plan.wgmma_rows != 192) {
     return absl::StrCat("moe: the wgmma gate/up kernel has 128- and 192-row tiles, not ", plan.wgmma_rows);
   }
-  if (plan.stream + plan.wgmma_rs + (plan.wgmma_rows != 0) > 1) {
+  if (plan.wgmma_rs != 0 && plan.wgmma_rs != 64 && plan.wgmma_rs != 128) {
+    return absl::StrCat("moe: the wgmma_rs kernel has 64- and 128-weight-row CTAs, not ", plan.wgmma_rs);
+  }
+  if (plan.stream + (plan.wgmma_rs != 0) + (plan.wgmma_rows != 0) > 1) {
     return "moe: a plan runs one GEMM kernel: the weight stream, wgmma with the weights in registers, or the "
            "wgmma gate/up kernel";
   }
@@ -74,7 +77,7 @@ std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
   // The wgmma_rs producer keeps 32-bit 16-byte-chunk offsets into A.
   const int64_t a_rows = p.stage == MoeStage::kDown ? p.tokens * p.top_k : p.tokens;
   const int64_t a_k = p.stage == MoeStage::kDown ? p.inter : p.hidden;
-  if (plan.wgmma_rs && a_rows * (a_k / 8) >= (int64_t{1} << 32)) {
+  if (plan.wgmma_rs != 0 && a_rows * (a_k / 8) >= (int64_t{1} << 32)) {
     return "moe: the wgmma_rs kernel addresses at most 2^32 16-byte chunks of activations";
   }
   return "";

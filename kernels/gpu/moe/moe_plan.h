@@ -20,9 +20,10 @@ struct MoePlan {
   // Every GEMM of the call runs on the weight-streaming decode kernel, over
   // expert tiles of kStreamRows rows (the fields below are then unused).
   bool stream = false;
-  // Every GEMM of the call runs on the sm_90a wgmma kernel with the weights
-  // in registers (any stage), over expert tiles of kRsRows rows.
-  bool wgmma_rs = false;
+  // Weight rows per CTA of the sm_90a wgmma kernel with the weights in
+  // registers, 64 or 128; when set, every GEMM of the call runs on it (any
+  // stage), over expert tiles of kRsRows rows. 0: off.
+  int wgmma_rs = 0;
   // Rows of an expert tile of the sm_90a wgmma gate/up kernel: 128 (tiles of
   // 128 rows x 256 weight rows) or 192 (192 x 192); 0: gate/up runs on the
   // mma.sync kernel. Serves the gate/up projection alone.
@@ -34,7 +35,7 @@ struct MoePlan {
 
   // Rows of the routing's expert tiles: the tile of the kernel that reads them.
   int TileRows() const {
-    return stream ? kStreamRows : wgmma_rs ? kRsRows : wgmma_rows != 0 ? wgmma_rows : mma_rows;
+    return stream ? kStreamRows : wgmma_rs != 0 ? kRsRows : wgmma_rows != 0 ? wgmma_rows : mma_rows;
   }
   bool operator==(const MoePlan& o) const {
     return stream == o.stream && wgmma_rs == o.wgmma_rs && wgmma_rows == o.wgmma_rows && mma_rows == o.mma_rows;

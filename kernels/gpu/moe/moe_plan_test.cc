@@ -135,7 +135,7 @@ TEST(MoePlanTest, UnsupportedShapesAndPlans) {
   both.wgmma_rows = 128;
   EXPECT_NE(MoeUnsupported(gu, both).find("one GEMM kernel"), std::string::npos);
   MoePlan rs_and_stream = Stream();
-  rs_and_stream.wgmma_rs = true;
+  rs_and_stream.wgmma_rs = 128;
   EXPECT_NE(MoeUnsupported(gu, rs_and_stream).find("one GEMM kernel"), std::string::npos);
   // A layer's down half reads the routing tiles on mma.sync; down has no wgmma kernel.
   for (MoeStage stage : {MoeStage::kDown, MoeStage::kLayer}) {

@@ -38,8 +38,9 @@ template <int kRows, int kEpi>
 cudaError_t LaunchWgmmaGateUp(const GemmParams& p, int64_t max_tiles, cudaStream_t stream);
 
 // wgmma GEMM with the dequantized weights as the register operand (M) and
-// the tile's rows as N, any stage; kEpi an Epilogue; tiles of kRsRows rows.
-template <int kEpi>
+// the tile's rows as N, any stage; kEpi an Epilogue; tiles of kRsRows rows;
+// kCols = 128 (weight rows per CTA, one CTA per SM) or 64 (two per SM).
+template <int kEpi, int kCols>
 cudaError_t LaunchWgmmaRsGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream);
 
 }  // namespace moe

@@ -11,13 +11,13 @@
 // the previous k-tile's wgmmas run, with no bf16 copy of the weights in
 // shared memory and no barrier between dequantization and MMA.
 //
-// One CTA = one routing tile (up to kRsRows rows of one expert) x kBW = 128
-// weight rows. Warpgroups 0 and 1 consume: 64 weight rows each, the tile's
-// rows as N (N = the tile's rows rounded up to 32; a switch picks the
-// instantiation, since wgmma's N is an immediate). Warpgroup 2 produces: per
-// k-tile of 64 it cp.asyncs the tile's gathered activation rows (wgmma's B,
-// 128-byte-swizzled K-major), the 128 weight rows' raw E2M1 bytes and their
-// E8M0 window into stage kt % kStages and arrives on the stage's `full`
+// One CTA = one routing tile (up to kRsRows rows of one expert) x kBW = 64
+// or 128 weight rows (Cfg). Warpgroups 0..kCons-1 consume: 64 weight rows
+// each, the tile's rows as N (N = the tile's rows rounded up to 32; a switch
+// picks the instantiation, since wgmma's N is an immediate). Warpgroup kCons
+// produces: per k-tile of 64 it cp.asyncs the tile's gathered activation rows
+// (wgmma's B, 128-byte-swizzled K-major), the weight rows' raw E2M1 bytes and
+// their E8M0 window into stage kt % kStages and arrives on the stage's `full`
 // mbarrier once they land; each consumer warp releases a stage on `empty`
 // when the wgmmas that read it are done.
 // SwiGLU: each 16-row group of weight rows is 8 gate rows and the 8 up rows
@@ -45,26 +45,36 @@ using sm80::CpAsync16Prefetch256;
 using sm80::CpAsync4;
 using sm80::SmemAddr;
 
-constexpr int kBK = 64;  // K per stage
-constexpr int kStages = 5;
-constexpr int kConsumers = 2;           // consumer warpgroups
-constexpr int kBW = 64 * kConsumers;    // weight rows per CTA
-constexpr int kBN = kRsRows;            // rows of a routing tile
-constexpr int kNStep = 32;              // N is the tile's rows rounded up to this
+constexpr int kBK = 64;       // K per stage
+constexpr int kBN = kRsRows;  // rows of a routing tile
+constexpr int kNStep = 32;    // N is the tile's rows rounded up to this
 constexpr int kMaxSteps = kBN / kNStep;
-constexpr int kThreads = 128 * (kConsumers + 1);
-constexpr int kProducerRegs = 64, kConsumerRegs = 216;  // 128 x 64 + 256 x 216 <= 64 K
 constexpr int kRawStr = 48;  // bytes per weight row per stage: 32 of E2M1 + 16 so 16-byte reads of 8 rows miss no bank twice
-constexpr int kStageB = kBN * kBK * 2;
-constexpr int kStageRaw = kBW * kRawStr;
-constexpr int kStageScale = kBW * 4;  // each row's four E8M0 bytes of the 128-wide K window holding the k-tile
-constexpr int kStageBytes = (kStageB + kStageRaw + kStageScale + 1023) / 1024 * 1024;  // B tiles 1024-aligned
-constexpr int kTablesOff = kStages * kStageBytes;
-constexpr int kBarOff = kTablesOff + (kBN + kBW) * 4;
-constexpr int kSmemBytes = kBarOff + 2 * kStages * 8 + 1024;  // + slack to align the base to 1024
-static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+constexpr int kRowsPerProducer = kBN / 16;
 static_assert(kMaxSteps == 6, "the switch in WgmmaRsGemmKernel covers 1..6 steps");
-static_assert(kBW == 128, "the producer copies one scale window per thread");
+
+// kCons consumer warpgroups of 64 weight rows each, and one producer.
+// 2: one CTA per SM, 5 stages. 1: two CTAs per SM with 3 stages each, so
+// one CTA's pipeline fill and epilogue run under the other's MMAs (the down
+// projection's K = 384 is 6 k-tiles a tile).
+template <int kCons>
+struct Cfg {
+  static constexpr int kBW = 64 * kCons;  // weight rows per CTA
+  static constexpr int kThreads = 128 * (kCons + 1);
+  static constexpr int kCtasPerSm = kCons == 2 ? 1 : 2;
+  static constexpr int kStages = kCons == 2 ? 5 : 3;
+  static constexpr int kProducerRegs = kCons == 2 ? 64 : 48;
+  static constexpr int kConsumerRegs = kCons == 2 ? 216 : 208;
+  static constexpr int kStageB = kBN * kBK * 2;
+  static constexpr int kStageRaw = kBW * kRawStr;
+  static constexpr int kStageScale = kBW * 4;  // each row's four E8M0 bytes of the 128-wide K window holding the k-tile
+  static constexpr int kStageBytes = (kStageB + kStageRaw + kStageScale + 1023) / 1024 * 1024;  // B tiles 1024-aligned
+  static constexpr int kTablesOff = kStages * kStageBytes;
+  static constexpr int kBarOff = kTablesOff + (kBN + kBW) * 4;
+  static constexpr int kSmemBytes = kBarOff + 2 * kStages * 8 + 1024;  // + slack to align the base to 1024
+  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "shared memory (1 KB a CTA for the runtime)");
+  static_assert(kCtasPerSm * 128 * (kProducerRegs + kCons * kConsumerRegs) <= 64 * 1024, "registers");
+};
 
 // Byte offset of (row r, 16-byte K chunk c) in a 128-byte-swizzled [rows x 64] bf16 tile.
 __device__ __forceinline__ uint32_t SwizzledOffset(int r, int c) {
@@ -72,7 +82,7 @@ __device__ __forceinline__ uint32_t SwizzledOffset(int r, int c) {
 }
 
 // The expert's weight row held in CTA row j (0..kBW), -1 past the weights.
-template <int kEpi>
+template <int kEpi, int kBW>
 __device__ __forceinline__ int WeightRow(const GemmParams& p, int col_tile, int j) {
   if (kEpi == kEpiSwiglu) {
     const int col = col_tile * (kBW / 2) + (j >> 4) * 8 + (j & 7);
@@ -93,20 +103,22 @@ struct Smem {
   uint8_t* base;
   const int* a_row;  // [kBN] activation row of each tile row, -1 padding
   const int* w_row;  // [kBW] weight row of each CTA row, -1 past the weights
-  uint32_t bars;     // full[s] at bars + 8 s, empty[s] at bars + 8 (kStages + s)
-  __device__ uint32_t Full(int s) const { return bars + 8 * s; }
-  __device__ uint32_t Empty(int s) const { return bars + 8 * (kStages + s); }
+  uint32_t full, empty;  // the stages' mbarriers, 8 bytes apart
+  __device__ uint32_t Full(int s) const { return full + 8 * s; }
+  __device__ uint32_t Empty(int s) const { return empty + 8 * s; }
 };
 
-// Warpgroup kConsumers: the copies of every k-tile. Thread pt copies
+// Warpgroup kCons: the copies of every k-tile. Thread pt copies
 // 16-byte chunk pt % 8 of tile rows pt / 8 + 16 i (their sources fixed for
 // the tile, kept in registers as chunk offsets into A), both 16-byte halves'
 // worth of two weight rows, and one weight row's E8M0 window, so a k-tile
 // costs a few instructions per copy. Rows past the tile's own are not
 // copied: their N columns are computed from stale bytes and never stored.
-constexpr int kRowsPerProducer = kBN / 16;
+template <int kCons>
 __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int expert, int rows, int k_tiles) {
-  const int pt = threadIdx.x - kConsumers * 128;
+  using C = Cfg<kCons>;
+  constexpr int kRawPer = C::kBW * 2 / 128;  // 16-byte raw copies per thread and k-tile
+  const int pt = threadIdx.x - kCons * 128;
   const int ch = pt & 7, r0 = pt >> 3;
   const uint4* a16 = reinterpret_cast<const uint4*>(p.a);
   const uint32_t row_chunks = static_cast<uint32_t>(p.k / 8);
@@ -118,42 +130,46 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
   }
   const uint8_t* w_e = p.w + static_cast<int64_t>(expert) * p.nw * (p.k / 2);
   const uint8_t* s_e = p.ws + static_cast<int64_t>(expert) * p.nw * (p.k / 32);
-  const uint8_t* w_src[2];  // this thread's raw half-rows at k = 0 (nullptr: past the weights, zero-filled)
+  const uint8_t* w_src[kRawPer];  // this thread's raw half-rows at k = 0 (nullptr: past the weights, zero-filled)
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kRawPer; ++i) {
     const int c = pt + 128 * i, wr = sm.w_row[c >> 1];
     w_src[i] = wr >= 0 ? w_e + static_cast<int64_t>(wr) * (p.k / 2) + (c & 1) * 16 : nullptr;
   }
-  const int scale_row = sm.w_row[pt];
+  const int scale_row = pt < C::kBW ? sm.w_row[pt] : -1;
   const uint8_t* s_src = scale_row >= 0 ? s_e + static_cast<int64_t>(scale_row) * (p.k / 32) : nullptr;
   const uint32_t b_dst = SwizzledOffset(r0, ch);  // row r0 + 16 i is 2048 i further
   const uint32_t base = SmemAddr(sm.base);
   for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % kStages;
-    sm90::MbarWait(sm.Empty(s), ((kt / kStages) & 1) ^ 1);
-    const uint32_t st = base + s * kStageBytes;
+    const int s = kt % C::kStages;
+    sm90::MbarWait(sm.Empty(s), ((kt / C::kStages) & 1) ^ 1);
+    const uint32_t st = base + s * C::kStageBytes;
 #pragma unroll
     for (int i = 0; i < kRowsPerProducer; ++i) {
       if (r0 + 16 * i < rows) CpAsync16Prefetch256(st + b_dst + 2048 * i, a16 + a_src[i] + kt * (kBK / 8), 16);
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kRawPer; ++i) {
       const int c = pt + 128 * i;
-      CpAsync16Prefetch256(st + kStageB + (c >> 1) * kRawStr + (c & 1) * 16,
+      CpAsync16Prefetch256(st + C::kStageB + (c >> 1) * kRawStr + (c & 1) * 16,
                            w_src[i] != nullptr ? w_src[i] + kt * (kBK / 2) : w_e, w_src[i] != nullptr ? 16 : 0);
     }
-    CpAsync4(st + kStageB + kStageRaw + pt * 4, s_src != nullptr ? s_src + (kt >> 1) * 4 : s_e,
-             s_src != nullptr ? 4 : 0);
+    if (pt < C::kBW) {
+      CpAsync4(st + C::kStageB + C::kStageRaw + pt * 4, s_src != nullptr ? s_src + (kt >> 1) * 4 : s_e,
+               s_src != nullptr ? 4 : 0);
+    }
     sm90::CpAsyncMbarArrive(sm.Full(s));
   }
   sm80::CpAsyncWait<0>();
 }
 
-// Warpgroups 0..kConsumers-1 on a tile of up to kSteps x 32 rows.
-template <int kEpi, int kSteps>
+// Warpgroups 0..kCons-1 on a tile of up to kSteps x 32 rows.
+template <int kEpi, int kCons, int kSteps>
 __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int tile, int rows, int col_tile,
                                         int k_tiles) {
-  constexpr int kN = kSteps * kNStep;
+  using C = Cfg<kCons>;
+  constexpr int kN = kSteps * kNStep, kStages = C::kStages, kStageBytes = C::kStageBytes;
+  constexpr int kStageB = C::kStageB, kStageRaw = C::kStageRaw, kBW = C::kBW;
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, q = lane & 3;
   const int r0 = wg * 64 + warp * 16 + g;  // this thread's weight rows: r0 and r0 + 8 of the CTA
@@ -248,8 +264,9 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
   }
 }
 
-template <int kEpi>
-__global__ void __launch_bounds__(kThreads, 1) WgmmaRsGemmKernel(const GemmParams p) {
+template <int kEpi, int kCons>
+__global__ void __launch_bounds__(Cfg<kCons>::kThreads, Cfg<kCons>::kCtasPerSm) WgmmaRsGemmKernel(const GemmParams p) {
+  using C = Cfg<kCons>;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u);
   const int tile = blockIdx.y;
@@ -261,47 +278,49 @@ __global__ void __launch_bounds__(kThreads, 1) WgmmaRsGemmKernel(const GemmParam
   const int col_tile = blockIdx.x;
   const int tid = threadIdx.x;
 
-  int* a_row = reinterpret_cast<int*>(smem + kTablesOff);
+  int* a_row = reinterpret_cast<int*>(smem + C::kTablesOff);
   int* w_row = a_row + kBN;
-  for (int r = tid; r < kBN; r += kThreads) {
+  for (int r = tid; r < kBN; r += C::kThreads) {
     const int pair = r < rows ? p.sorted[static_cast<int64_t>(tile) * kBN + r] : -1;
     a_row[r] = pair < 0 ? -1 : pair / p.a_row_div;
   }
-  for (int j = tid; j < kBW; j += kThreads) w_row[j] = WeightRow<kEpi>(p, col_tile, j);
-  const Smem sm{smem, a_row, w_row, SmemAddr(smem + kBarOff)};
+  for (int j = tid; j < C::kBW; j += C::kThreads) w_row[j] = WeightRow<kEpi, C::kBW>(p, col_tile, j);
+  const uint32_t bars = SmemAddr(smem + C::kBarOff);
+  const Smem sm{smem, a_row, w_row, bars, bars + 8 * C::kStages};
   if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      sm90::MbarInit(sm.Full(s), 128);             // the producer's threads
-      sm90::MbarInit(sm.Empty(s), kConsumers * 4);  // one lane of each consumer warp
+    for (int s = 0; s < C::kStages; ++s) {
+      sm90::MbarInit(sm.Full(s), 128);         // the producer's threads
+      sm90::MbarInit(sm.Empty(s), kCons * 4);  // one lane of each consumer warp
     }
     sm90::FenceMbarInit();
   }
   __syncthreads();
 
   const int k_tiles = static_cast<int>(p.k / kBK);
-  if (sm90::WarpUniform(tid >> 7) == kConsumers) {
-    sm90::SetMaxNRegDec<kProducerRegs>();
-    Produce(p, sm, expert, rows, k_tiles);
+  if (sm90::WarpUniform(tid >> 7) == kCons) {
+    sm90::SetMaxNRegDec<C::kProducerRegs>();
+    Produce<kCons>(p, sm, expert, rows, k_tiles);
     return;
   }
-  sm90::SetMaxNRegInc<kConsumerRegs>();
+  sm90::SetMaxNRegInc<C::kConsumerRegs>();
   switch (steps) {
-    case 1: Consume<kEpi, 1>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 2: Consume<kEpi, 2>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 3: Consume<kEpi, 3>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 4: Consume<kEpi, 4>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 5: Consume<kEpi, 5>(p, sm, tile, rows, col_tile, k_tiles); break;
-    default: Consume<kEpi, kMaxSteps>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 1: Consume<kEpi, kCons, 1>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 2: Consume<kEpi, kCons, 2>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 3: Consume<kEpi, kCons, 3>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 4: Consume<kEpi, kCons, 4>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 5: Consume<kEpi, kCons, 5>(p, sm, tile, rows, col_tile, k_tiles); break;
+    default: Consume<kEpi, kCons, kMaxSteps>(p, sm, tile, rows, col_tile, k_tiles); break;
   }
 }
 
 }  // namespace wgmma_rs
 
-template <int kEpi>
+template <int kEpi, int kCols>
 cudaError_t LaunchWgmmaRsGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
-  using namespace wgmma_rs;  // NOLINT: the kernel's constants
-  const int64_t col_tiles = kEpi == kEpiSwiglu ? (p.inter + kBW / 2 - 1) / (kBW / 2) : (p.nw + kBW - 1) / kBW;
-  return LaunchOverTiles<kThreads, kSmemBytes>(WgmmaRsGemmKernel<kEpi>, p, col_tiles, max_tiles, stream);
+  using C = wgmma_rs::Cfg<kCols / 64>;
+  const int64_t col_tiles = kEpi == kEpiSwiglu ? (p.inter + C::kBW / 2 - 1) / (C::kBW / 2) : (p.nw + C::kBW - 1) / C::kBW;
+  return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi, kCols / 64>, p, col_tiles,
+                                                     max_tiles, stream);
 }
 
 }  // namespace moe
