@@ -5,8 +5,7 @@ namespace kernelserve {
 namespace gpu {
 namespace moe {
 
-template cudaError_t LaunchWgmmaRsGemm<kEpiBf16, 128>(const GemmParams&, int64_t, cudaStream_t);
-template cudaError_t LaunchWgmmaRsGemm<kEpiBf16, 64>(const GemmParams&, int64_t, cudaStream_t);
+template cudaError_t LaunchWgmmaRsGemm<kEpiBf16>(const GemmParams&, int64_t, cudaStream_t);
 
 }  // namespace moe
 }  // namespace gpu

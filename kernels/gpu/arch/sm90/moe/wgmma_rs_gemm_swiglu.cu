@@ -5,8 +5,7 @@ namespace kernelserve {
 namespace gpu {
 namespace moe {
 
-template cudaError_t LaunchWgmmaRsGemm<kEpiSwiglu, 128>(const GemmParams&, int64_t, cudaStream_t);
-template cudaError_t LaunchWgmmaRsGemm<kEpiSwiglu, 64>(const GemmParams&, int64_t, cudaStream_t);
+template cudaError_t LaunchWgmmaRsGemm<kEpiSwiglu>(const GemmParams&, int64_t, cudaStream_t);
 
 }  // namespace moe
 }  // namespace gpu
