@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (after bench/run_gpu.sh unpacked .bundle/): Nsight Compute
 # on one launch of each wgmma kernel whose speed is in question (MoE gate/up
-# 128x256, MLA decode v8 (the default), v7 and v4 QK+PV; MoE and v4 each in
-# its core-matrix and its 128-byte-swizzled operand layout), and the HGMMA count of their SASS. Clocks are left as they
+# on wgmma_rs, MLA decode's two sm_90a kernels), and the HGMMA count of their SASS. Clocks are left as they
 # are (--clock-control none). Full reports are packed as $OUT/ncu.tgz; the
 # lines printed are durations, pipe utilizations and stall reasons.
 set -uo pipefail
@@ -49,8 +48,8 @@ print("\n".join(out[:60]))
 EOF
 }
 B=.bundle/bin
-profile moe_wgmma_128x256_sw 'GateUpWgmmaKernelILi2ELi256ELi0E' \
-  $B/moe_cuda_bench --tokens=8192 --projections=gate/up --variants=wgmma_sw_128x256
+profile moe_wgmma_rs 'WgmmaRsGemmKernelILi0E' \
+  $B/moe_cuda_bench --tokens=8192 --projections=gate/up --variants=wgmma_rs
 profile mla_rega 'MlaDecodeRegAKernel' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_rega
 profile mla_roles 'MlaDecodeRolesKernelILi6E' $B/mla_cuda_bench --shapes=8:65536 --only=wgmma_roles
 if command -v cuobjdump >/dev/null; then

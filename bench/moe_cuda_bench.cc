@@ -11,7 +11,7 @@
 // for "default" (the dispatcher's pick) and one per entry of the variant
 // table (MoeVariants) that serves it, all in the same run.
 // --projections=NAME,... and --variants=NAME,... (names as printed, e.g.
-// "default" or "wgmma_sw_128x256") keep only those rows, e.g. to profile one
+// "default" or "wgmma_rs") keep only those rows, e.g. to profile one
 // kernel under ncu.
 #include <cuda_runtime.h>
 

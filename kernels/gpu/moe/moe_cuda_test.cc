@@ -258,14 +258,20 @@ int CheckTable(const Case& c, double tol = 4e-3) {
   return served;
 }
 
-// Every GEMM of the call on one kernel, forced: 0 the weight-streaming
-// kernel, else the mma.sync kernel with that row tile (each on small shapes).
+// Every GEMM of the call on one kernel, forced by its tile rows: 0 the
+// weight-streaming kernel, kRsRows the wgmma kernel with the weights in
+// registers, else the mma.sync kernel with that row tile (each on small
+// shapes).
+constexpr int kForceRs = gpu::moe::kRsRows;
 void CheckForcedGemm(int tile_rows, const Case& c, double tol = 4e-3) {
   MoeCheck check(c);
   gpu::moe::MoePlan plan;
   plan.stream = tile_rows == 0;
-  if (tile_rows != 0) plan.mma_rows = tile_rows;
-  check.Expect(tile_rows == 0 ? std::string("stream") : "mma_sync/tile " + std::to_string(tile_rows),
+  plan.wgmma_rs = tile_rows == kForceRs;
+  if (tile_rows != 0 && !plan.wgmma_rs) plan.mma_rows = tile_rows;
+  check.Expect(tile_rows == 0           ? std::string("stream")
+               : tile_rows == kForceRs ? std::string("wgmma_rs")
+                                       : "mma_sync/tile " + std::to_string(tile_rows),
                [&](TensorView& out) {
     return gpu::RunMoeWithPlan(plan, check.params(), check.call().moe_in, out, nullptr);
   }, tol);
@@ -334,9 +340,11 @@ class MoeForcedGemmTest : public ::testing::TestWithParam<int> {
   void SetUp() override { KS_SKIP_WITHOUT_CUDA(); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Gemms, MoeForcedGemmTest, ::testing::Values(0, 64, 128),
+INSTANTIATE_TEST_SUITE_P(Gemms, MoeForcedGemmTest, ::testing::Values(0, 64, kForceRs),
                          [](const ::testing::TestParamInfo<int>& i) {
-                           return i.param == 0 ? std::string("Stream") : "MmaSyncRows" + std::to_string(i.param);
+                           return i.param == 0          ? std::string("Stream")
+                                  : i.param == kForceRs ? std::string("WgmmaRs")
+                                                        : "MmaSyncRows" + std::to_string(i.param);
                          });
 
 // 20 rows per expert: full and partial 16-row tiles, both of the streaming
@@ -397,6 +405,27 @@ TEST_P(MoeForcedGemmTest, ExpertsWithZeroOneAndAllRows) {
   CheckForcedGemm(GetParam(), c, 6e-3);
 }
 
+// One expert holding 1 to 257 rows: every N of the wgmma kernel with the
+// weights in registers (a tile's rows rounded up to 32, a switch over 6
+// instantiations), at and around each multiple of 32, and second tiles.
+TEST(MoeWgmmaRsTest, EveryTileWidth) {
+  KS_SKIP_WITHOUT_CUDA();
+  int i = 0;
+  for (int64_t rows : {1, 31, 32, 33, 64, 95, 97, 128, 150, 161, 192, 200, 224, 230, 255, 256, 257}) {
+    Case c;
+    c.tokens = rows;
+    c.top_k = 1;
+    c.experts = 1;
+    c.stage = i % 3 == 2 ? MoeStage::kDown : MoeStage::kGateUp;
+    c.swiglu = c.stage == MoeStage::kGateUp && i % 2 == 1;
+    c.inter = 128;
+    c.out_dim = 192;
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    CheckForcedGemm(kForceRs, c, c.stage == MoeStage::kDown ? 6e-3 : 4e-3);
+    ++i;
+  }
+}
+
 // Every table entry on the shapes it serves; the bool is SwiGLU (gate/up)
 // or the weighted sum (down).
 class MoeVariantsTest : public ::testing::TestWithParam<bool> {
@@ -410,7 +439,7 @@ INSTANTIATE_TEST_SUITE_P(Epilogue, MoeVariantsTest, ::testing::Bool(),
 TEST_P(MoeVariantsTest, FewRowsPerExpert) {
   Case c;
   c.swiglu = GetParam();
-  EXPECT_EQ(CheckTable(c), 4);  // gate/up alone: every entry serves it
+  EXPECT_EQ(CheckTable(c), 3);  // every entry serves it
 }
 
 TEST_P(MoeVariantsTest, PartialColumnTileAndOddKTiles) {
@@ -441,19 +470,19 @@ TEST_P(MoeVariantsTest, RoutingPastOneBlock) {
   Case c;
   c.swiglu = GetParam();
   c.tokens = 2100;  // 8400 pairs
-  EXPECT_EQ(CheckTable(c), 4);
+  EXPECT_EQ(CheckTable(c), 3);
 }
 
 TEST_P(MoeVariantsTest, Down) {
   Case c = DownStage();
   c.weighted = GetParam();
   if (c.weighted) c.rounding = Rounding::kRtz;
-  EXPECT_EQ(CheckTable(c, 6e-3), 2);  // stream and mma_sync
+  EXPECT_EQ(CheckTable(c, 6e-3), 3);  // stream, wgmma_rs and mma_sync
 }
 
-TEST(MoeVariantsLayerTest, LayerRunsOnStreamAndMmaSync) {
+TEST(MoeVariantsLayerTest, LayerRunsOnEveryEntry) {
   KS_SKIP_WITHOUT_CUDA();
-  EXPECT_EQ(CheckTable(LayerManyExpertsFewTokens(), 6e-3), 2);
+  EXPECT_EQ(CheckTable(LayerManyExpertsFewTokens(), 6e-3), 3);
   Case c;
   c.stage = MoeStage::kLayer;
   c.tokens = 100;
@@ -462,23 +491,7 @@ TEST(MoeVariantsLayerTest, LayerRunsOnStreamAndMmaSync) {
   c.hidden = 256;
   c.inter = 128;
   c.out_dim = 256;
-  EXPECT_EQ(CheckTable(c, 6e-3), 2);
-
-  // The wgmma entries serve gate/up alone: by name, and as a plan.
-  MoeCheck check(c);
-  const OpCall call = check.call();
-  for (const char* name : {"wgmma_sw_128x256", "wgmma_sw_192x192"}) {
-    const auto v = gpu::FindVariant(gpu::MoeVariants(), "moe_layer", name, Caps(), call);
-    EXPECT_EQ(v.status().code(), absl::StatusCode::kUnimplemented) << v.status();
-  }
-  for (int rows : {128, 192}) {
-    gpu::moe::MoePlan plan;
-    plan.wgmma_rows = rows;
-    DeviceTensor out(check.params().OutputDesc());
-    TensorView ov = out.view();
-    const absl::Status st = gpu::RunMoeWithPlan(plan, check.params(), call.moe_in, ov, nullptr);
-    EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
-  }
+  EXPECT_EQ(CheckTable(c, 6e-3), 3);
 }
 
 // The dispatcher takes the entry of PlanMoe's GEMM (a host-side check: no device).
@@ -493,10 +506,9 @@ TEST(MoeVariantsDispatchTest, FollowsThePlan) {
   };
   for (const Want& w : {Want{MoeStage::kGateUp, 8, "stream"}, Want{MoeStage::kGateUp, 32, "stream"},
                         Want{MoeStage::kDown, 8, "stream"}, Want{MoeStage::kLayer, 32, "stream"},
-                        Want{MoeStage::kGateUp, 2048, "mma_sync"}, Want{MoeStage::kGateUp, 4096, "wgmma_sw_128x256"},
-                        Want{MoeStage::kGateUp, 8192, "wgmma_sw_192x192"},
-                        Want{MoeStage::kGateUp, 16384, "wgmma_sw_192x192"}, Want{MoeStage::kDown, 8192, "mma_sync"},
-                        Want{MoeStage::kLayer, 16384, "mma_sync"}}) {
+                        Want{MoeStage::kGateUp, 1024, "wgmma_rs"}, Want{MoeStage::kLayer, 1024, "wgmma_rs"},
+                        Want{MoeStage::kDown, 2048, "mma_sync"}, Want{MoeStage::kDown, 4096, "wgmma_rs"},
+                        Want{MoeStage::kGateUp, 8192, "wgmma_rs"}, Want{MoeStage::kLayer, 16384, "wgmma_rs"}}) {
     const auto v = gpu::SelectVariant(gpu::MoeVariants(), "moe", caps, MoeCall(KimiMoeParams(w.stage, w.tokens), {}));
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_STREQ((*v)->name, w.entry) << "T=" << w.tokens;
@@ -579,7 +591,7 @@ TEST(MoeCudaNanTest, NanBlockPoisonsOnlyItsReaders) {
     const numerics::ErrorMetrics m = numerics::CompareToReference(kept_out.data(), kept_ref.data(), kept_ref.size());
     EXPECT_LT(m.rel_rms, 4e-3) << v.name;
   }
-  EXPECT_EQ(served, 4);
+  EXPECT_EQ(served, 3);
 }
 
 TEST(MoeCudaAutoTest, UnsupportedShapeIsUnimplemented) {

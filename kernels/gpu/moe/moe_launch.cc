@@ -13,17 +13,6 @@ namespace gpu {
 namespace moe {
 namespace {
 
-template <int kEpi>
-cudaError_t LaunchMmaSync(int rows, const GemmParams& g, int64_t col_tiles, int64_t max_tiles, cudaStream_t s) {
-  return rows == 64 ? LaunchMmaSyncGemm<64, kEpi>(g, col_tiles, max_tiles, s)
-                    : LaunchMmaSyncGemm<128, kEpi>(g, col_tiles, max_tiles, s);
-}
-
-template <int kEpi>
-cudaError_t LaunchWgmma(int rows, const GemmParams& g, int64_t max_tiles, cudaStream_t s) {
-  return rows == 192 ? LaunchWgmmaGateUp<192, kEpi>(g, max_tiles, s) : LaunchWgmmaGateUp<128, kEpi>(g, max_tiles, s);
-}
-
 cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, const RoutingParams& rp,
                    bool swiglu, int rounding, void* out, cudaStream_t stream) {
   const GemmParams g = GateUpGemm(p, in, rp, swiglu, rounding, out);
@@ -31,14 +20,14 @@ cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan,
     return swiglu ? LaunchStreamGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
                   : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
-  if (plan.wgmma_rows != 0) {
-    return swiglu ? LaunchWgmma<kEpiSwiglu>(plan.wgmma_rows, g, rp.max_tiles, stream)
-                  : LaunchWgmma<kEpiBf16>(plan.wgmma_rows, g, rp.max_tiles, stream);
+  if (plan.wgmma_rs) {
+    return swiglu ? LaunchWgmmaRsGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
+                  : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
-  return swiglu ? LaunchMmaSync<kEpiSwiglu>(plan.mma_rows, g, (p.inter + kMmaSyncCols / 2 - 1) / (kMmaSyncCols / 2),
-                                            rp.max_tiles, stream)
-                : LaunchMmaSync<kEpiBf16>(plan.mma_rows, g, (2 * p.inter + kMmaSyncCols - 1) / kMmaSyncCols,
-                                          rp.max_tiles, stream);
+  return swiglu ? LaunchMmaSyncGemm<64, kEpiSwiglu>(g, (p.inter + kMmaSyncCols / 2 - 1) / (kMmaSyncCols / 2),
+                                                    rp.max_tiles, stream)
+                : LaunchMmaSyncGemm<64, kEpiBf16>(g, (2 * p.inter + kMmaSyncCols - 1) / kMmaSyncCols, rp.max_tiles,
+                                                  stream);
 }
 
 cudaError_t Down(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, const RoutingParams& rp,
@@ -47,9 +36,12 @@ cudaError_t Down(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, c
   if (plan.stream) {
     return f32 ? LaunchStreamGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
+  if (plan.wgmma_rs) {
+    return f32 ? LaunchWgmmaRsGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
+  }
   const int64_t col_tiles = (p.out_dim + kMmaSyncCols - 1) / kMmaSyncCols;
-  return f32 ? LaunchMmaSync<kEpiF32>(plan.mma_rows, g, col_tiles, rp.max_tiles, stream)
-             : LaunchMmaSync<kEpiBf16>(plan.mma_rows, g, col_tiles, rp.max_tiles, stream);
+  return f32 ? LaunchMmaSyncGemm<64, kEpiF32>(g, col_tiles, rp.max_tiles, stream)
+             : LaunchMmaSyncGemm<64, kEpiBf16>(g, col_tiles, rp.max_tiles, stream);
 }
 
 cudaError_t Run(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, const MoeWorkspace& w, uint8_t* ws,

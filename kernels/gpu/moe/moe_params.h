@@ -19,6 +19,10 @@ constexpr int kKMultiple = 128;
 // tiles of mma.sync.
 constexpr int kStreamRows = 16;
 
+// Rows of the expert tiles of the wgmma GEMM with the weights in registers
+// (its N is a tile's rows rounded up to 32, at most 192).
+constexpr int kRsRows = 192;
+
 // The routing scan runs in one block of kScanThreads threads, kScanItems
 // experts each.
 constexpr int kScanThreads = 1024;

@@ -13,9 +13,8 @@ namespace {
 
 // Below this many rows per expert the weights stream (PlanMoe).
 constexpr double kStreamRowsBelow = 12;
-
-// wgmma tilings of gate/up: rows per tile x weight rows per tile.
-constexpr int kWgmmaTilings[][2] = {{128, 256}, {192, 192}};
+// From this many rows per expert down runs on wgmma_rs.
+constexpr double kRsDownRowsFrom = 64;
 
 }  // namespace
 
@@ -30,33 +29,16 @@ MoePlan PlanMoe(const MoeParams& p) {
   MoePlan plan;
   if (rows < kStreamRowsBelow) {
     plan.stream = true;
-    return plan;
-  }
-  plan.mma_rows = rows < 256 ? 64 : 128;
-  if (p.stage != MoeStage::kGateUp || rows < 72) return plan;
-  const int64_t nw = 2 * p.inter;  // weight rows; SwiGLU pairs them, same count
-  double fewest = 0;
-  for (const auto& t : kWgmmaTilings) {
-    const double ctas = std::ceil(rows / t[0]) * static_cast<double>((nw + t[1] - 1) / t[1]);
-    if (plan.wgmma_rows == 0 || ctas < fewest) {
-      plan.wgmma_rows = t[0];
-      fewest = ctas;
-    }
+  } else if (p.stage != MoeStage::kDown || rows >= kRsDownRowsFrom) {
+    plan.wgmma_rs = true;
   }
   return plan;
 }
 
 std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
-  if (plan.wgmma_rows != 0 && plan.wgmma_rows != 128 && plan.wgmma_rows != 192) {
-    return absl::StrCat("moe: the wgmma gate/up kernel has 128- and 192-row tiles, not ", plan.wgmma_rows);
-  }
-  if (plan.stream && plan.wgmma_rows != 0) return "moe: a plan streams the weights or runs wgmma, not both";
-  if (!plan.stream && plan.mma_rows != 64 && plan.mma_rows != 128) {
-    return absl::StrCat("moe: the mma.sync kernel has 64- and 128-row tiles, not ", plan.mma_rows);
-  }
-  // A layer's down half runs on mma.sync over the same routing tiles.
-  if (plan.wgmma_rows != 0 && p.stage != MoeStage::kGateUp) {
-    return "moe: the wgmma kernel serves the gate/up projection alone";
+  if (plan.stream && plan.wgmma_rs) return "moe: a plan streams the weights or runs wgmma_rs, not both";
+  if (!plan.stream && !plan.wgmma_rs && plan.mma_rows != 64) {
+    return absl::StrCat("moe: the mma.sync kernel has 64-row tiles, not ", plan.mma_rows);
   }
   if (p.experts > kMaxExperts) return "moe: the cuda backend serves at most 4096 experts";
   if (p.stage != MoeStage::kDown && p.hidden % kKMultiple != 0) {
@@ -68,6 +50,12 @@ std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
   if (p.stage != MoeStage::kGateUp && p.out_dim % 2 != 0) return "moe: the cuda backend needs an even N";
   if (p.inter % 2 != 0) return "moe: the cuda backend needs an even I";
   if (p.tokens * p.top_k >= (int64_t{1} << 31) / 128) return "moe: too many (token, expert) pairs";
+  // The wgmma_rs producer keeps 32-bit 16-byte-chunk offsets into A.
+  const int64_t a_rows = p.stage == MoeStage::kDown ? p.tokens * p.top_k : p.tokens;
+  const int64_t a_k = p.stage == MoeStage::kDown ? p.inter : p.hidden;
+  if (plan.wgmma_rs && a_rows * (a_k / 8) >= (int64_t{1} << 32)) {
+    return "moe: the wgmma_rs kernel addresses at most 2^32 16-byte chunks of activations";
+  }
   return "";
 }
 

@@ -20,19 +20,17 @@ struct MoePlan {
   // Every GEMM of the call runs on the weight-streaming decode kernel, over
   // expert tiles of kStreamRows rows (the fields below are then unused).
   bool stream = false;
-  // Rows of an expert tile of the sm_90a wgmma gate/up kernel: 128 (tiles of
-  // 128 rows x 256 weight rows) or 192 (192 x 192); 0: gate/up runs on the
-  // mma.sync kernel. Serves the gate/up projection alone.
-  int wgmma_rows = 0;
-  // Rows of an expert tile of the mma.sync kernel: 64 or 128, for every
-  // mma.sync GEMM of the call. PlanMoe picks it by rows per expert; the
-  // CUDA tests force each value on small shapes (the only other writer).
+  // Every GEMM of the call runs on the sm_90a wgmma kernel with the weights
+  // in registers, over expert tiles of kRsRows rows (mma_rows unused).
+  bool wgmma_rs = false;
+  // Rows of an expert tile of the mma.sync kernel: 64 on CUDA (the gfx942
+  // backend's plan puts its own tile rows here).
   int mma_rows = 64;
 
   // Rows of the routing's expert tiles: the tile of the kernel that reads them.
-  int TileRows() const { return stream ? kStreamRows : wgmma_rows != 0 ? wgmma_rows : mma_rows; }
+  int TileRows() const { return stream ? kStreamRows : wgmma_rs ? kRsRows : mma_rows; }
   bool operator==(const MoePlan& o) const {
-    return stream == o.stream && wgmma_rows == o.wgmma_rows && mma_rows == o.mma_rows;
+    return stream == o.stream && wgmma_rs == o.wgmma_rs && mma_rows == o.mma_rows;
   }
 };
 
@@ -41,16 +39,15 @@ struct MoePlan {
 double RowsPerExpert(const MoeParams& p);
 
 // The dispatcher's plan for validated params. Rows per expert r = pairs /
-// min(pairs, E) (the mean over the experts a batch can touch):
+// min(pairs, E) (the mean over the experts a batch can touch); measured on
+// the Kimi shard (bench/NOTES.md, session 36):
 // - below 12 rows every GEMM streams the weights (decode: the bytes of the
 //   touched experts bound it, the MMA work is a few rows per weight);
-// - mma.sync row tile: 64 below 256 rows, else 128 (a larger tile
-//   dequantizes each weight tile once for more rows; a smaller one fits
-//   more CTAs on an SM when the experts hold few rows);
-// - gate/up alone at r >= 72 runs on wgmma (below, mma.sync is faster), in
-//   whichever tiling launches fewer CTAs (ties: 128 x 256): a CTA of either
-//   tiling costs about the same, so the count decides.
-// A layer stays on mma.sync: its down half reads the same routing tiles.
+// - gate/up and the layer run on wgmma_rs from there (gate/up 1.2-1.3x the
+//   mma.sync kernel at 18-55 rows, the layer 1.04-1.09x);
+// - down runs on wgmma_rs from 64 rows (1.17x at 73 rows; mma.sync 64-row
+//   tiles below: K = I is only 6 k-tiles, so a 192-row tile's fill costs
+//   more than its MMAs save at 18-55 rows).
 MoePlan PlanMoe(const MoeParams& p);
 
 // Empty when `plan` serves `p` (validated) on this backend, else why not

@@ -1,5 +1,5 @@
-// The MoE launch plan on the CPU: the dispatcher's choice of GEMM and row
-// tile at the reference shapes, the shapes the backend serves, and the
+// The MoE launch plan on the CPU: the dispatcher's choice of GEMM at the
+// reference shapes, the shapes the backend serves, and the
 // workspace layout.
 #include "kernels/gpu/moe/moe_plan.h"
 
@@ -39,10 +39,11 @@ MoeParams Kimi(MoeStage stage, int64_t tokens) { return Shape(stage, tokens, 16,
 // rounded up to the backend's K multiple).
 MoeParams GptOssLike(MoeStage stage, int64_t tokens) { return Shape(stage, tokens, 4, 128, 3072, 3072, 3072); }
 
-MoePlan Plan(int wgmma_rows, int mma_rows) {
+MoePlan MmaSync() { return MoePlan{}; }
+
+MoePlan WgmmaRs() {
   MoePlan plan;
-  plan.wgmma_rows = wgmma_rows;
-  plan.mma_rows = mma_rows;
+  plan.wgmma_rs = true;
   return plan;
 }
 
@@ -52,50 +53,38 @@ MoePlan Stream() {
   return plan;
 }
 
-// Decode: every GEMM of the call streams the weights.
-void ExpectStream(const MoeParams& p) {
-  EXPECT_EQ(PlanMoe(p), Stream()) << "T=" << p.tokens << " stage " << static_cast<int>(p.stage);
-  EXPECT_EQ(MoeUnsupported(p, Stream()), "") << "T=" << p.tokens;
-}
-
-void ExpectPlan(const MoeParams& p, int wgmma_rows, int mma_rows) {
+void ExpectPlan(const MoeParams& p, const MoePlan& want) {
   const MoePlan got = PlanMoe(p);
-  EXPECT_FALSE(got.stream) << "T=" << p.tokens;
-  EXPECT_EQ(got.wgmma_rows, wgmma_rows) << "T=" << p.tokens << " stage " << static_cast<int>(p.stage);
-  EXPECT_EQ(got.mma_rows, mma_rows) << "T=" << p.tokens << " stage " << static_cast<int>(p.stage);
+  EXPECT_EQ(got, want) << "T=" << p.tokens << " stage " << static_cast<int>(p.stage) << ": stream " << got.stream
+                       << " wgmma_rs " << got.wgmma_rs << " mma_rows " << got.mma_rows;
   EXPECT_EQ(MoeUnsupported(p, got), "") << "T=" << p.tokens;
 }
 
-TEST(MoePlanTest, KimiShardGateUp) {
-  // ~1 row per expert: the weights stream.
-  ExpectStream(Kimi(MoeStage::kGateUp, 8));
-  ExpectStream(Kimi(MoeStage::kGateUp, 32));
-  // 73 rows per expert: 128 x 256 launches 1 x 3 CTAs per expert, 192 x 192 1 x 4.
-  ExpectPlan(Kimi(MoeStage::kGateUp, 4096), 128, 64);
-  // 146 rows: 2 x 3 against 1 x 4; 292 rows: 3 x 3 against 2 x 4.
-  ExpectPlan(Kimi(MoeStage::kGateUp, 8192), 192, 64);
-  ExpectPlan(Kimi(MoeStage::kGateUp, 16384), 192, 128);
-  // SwiGLU pairs the same weight rows: the same plan.
+// Rows per expert on the Kimi shard: T x 16 / 896.
+TEST(MoePlanTest, KimiShard) {
+  for (MoeStage stage : {MoeStage::kGateUp, MoeStage::kDown, MoeStage::kLayer}) {
+    ExpectPlan(Kimi(stage, 8), Stream());   // ~1 row per expert: the weights stream
+    ExpectPlan(Kimi(stage, 32), Stream());  // 0.6
+    for (int64_t t : {4096, 8192, 16384}) ExpectPlan(Kimi(stage, t), WgmmaRs());  // 73, 146, 292
+  }
+  // 18 and 37 rows: gate/up and the layer on wgmma_rs, down on mma.sync.
+  for (int64_t t : {1024, 2048}) {
+    ExpectPlan(Kimi(MoeStage::kGateUp, t), WgmmaRs());
+    ExpectPlan(Kimi(MoeStage::kLayer, t), WgmmaRs());
+    ExpectPlan(Kimi(MoeStage::kDown, t), MmaSync());
+  }
+  // SwiGLU and the weighted sum change no plan.
   MoeParams swiglu = Kimi(MoeStage::kGateUp, 8192);
   swiglu.swiglu = true;
   EXPECT_EQ(PlanMoe(swiglu), PlanMoe(Kimi(MoeStage::kGateUp, 8192)));
 }
 
-TEST(MoePlanTest, KimiShardDownAndLayerStreamOrRunMmaSync) {
-  for (MoeStage stage : {MoeStage::kDown, MoeStage::kLayer}) {
-    ExpectStream(Kimi(stage, 8));
-    ExpectStream(Kimi(stage, 32));
-    ExpectPlan(Kimi(stage, 8192), 0, 64);
-    ExpectPlan(Kimi(stage, 16384), 0, 128);
-  }
-}
-
 TEST(MoePlanTest, GptOssLike) {
-  ExpectStream(GptOssLike(MoeStage::kGateUp, 8));
-  ExpectPlan(GptOssLike(MoeStage::kGateUp, 2048), 0, 64);   // 64 rows per expert: below 72
-  ExpectPlan(GptOssLike(MoeStage::kGateUp, 4096), 128, 64);  // 128 rows: 1 x 24 CTAs against 1 x 32
-  ExpectPlan(GptOssLike(MoeStage::kGateUp, 8192), 128, 128); // 256 rows: 2 x 24 against 2 x 32
-  ExpectPlan(GptOssLike(MoeStage::kLayer, 8192), 0, 128);
+  ExpectPlan(GptOssLike(MoeStage::kGateUp, 8), Stream());
+  ExpectPlan(GptOssLike(MoeStage::kGateUp, 2048), WgmmaRs());  // 64 rows per expert
+  ExpectPlan(GptOssLike(MoeStage::kDown, 1024), MmaSync());    // 32
+  ExpectPlan(GptOssLike(MoeStage::kDown, 2048), WgmmaRs());    // 64
+  ExpectPlan(GptOssLike(MoeStage::kLayer, 8192), WgmmaRs());
   // gpt-oss-120b itself: K = I = 2880 is no multiple of 128.
   const MoeParams real = Shape(MoeStage::kGateUp, 8192, 4, 128, 2880, 2880, 2880);
   EXPECT_NE(MoeUnsupported(real, PlanMoe(real)).find("% 128"), std::string::npos);
@@ -103,42 +92,32 @@ TEST(MoePlanTest, GptOssLike) {
 
 TEST(MoePlanTest, Thresholds) {
   // Rows per expert = tokens * top_k / min(pairs, E); E = 8, top-1.
-  auto rows = [](int64_t tokens) { return PlanMoe(Shape(MoeStage::kGateUp, tokens, 1, 8, 256, 384, 256)); };
-  EXPECT_EQ(rows(8 * 11), Stream());    // 11.9 rows
-  EXPECT_EQ(rows(8 * 12 - 1), Stream());
-  EXPECT_EQ(rows(8 * 12), Plan(0, 64));  // 12 rows
-  EXPECT_EQ(rows(8 * 255).mma_rows, 64);
-  EXPECT_EQ(rows(8 * 256).mma_rows, 128);
-  EXPECT_EQ(rows(8 * 71 + 7).wgmma_rows, 0);  // 71.9 rows
-  EXPECT_EQ(rows(8 * 72).wgmma_rows, 128);    // 72 rows
+  auto plan = [](MoeStage stage, int64_t tokens) { return PlanMoe(Shape(stage, tokens, 1, 8, 256, 384, 256)); };
+  for (MoeStage stage : {MoeStage::kGateUp, MoeStage::kDown, MoeStage::kLayer}) {
+    EXPECT_EQ(plan(stage, 8 * 11), Stream());  // 11.9 rows
+    EXPECT_EQ(plan(stage, 8 * 12 - 1), Stream());
+  }
+  EXPECT_EQ(plan(MoeStage::kGateUp, 8 * 12), WgmmaRs());  // 12 rows
+  EXPECT_EQ(plan(MoeStage::kLayer, 8 * 12), WgmmaRs());
+  EXPECT_EQ(plan(MoeStage::kDown, 8 * 12), MmaSync());
+  EXPECT_EQ(plan(MoeStage::kDown, 8 * 64 - 1), MmaSync());  // 63.9 rows
+  EXPECT_EQ(plan(MoeStage::kDown, 8 * 64), WgmmaRs());      // 64 rows
   // Fewer pairs than experts: the mean over the experts the pairs can reach.
   EXPECT_EQ(PlanMoe(Shape(MoeStage::kGateUp, 3, 2, 8, 256, 384, 256)), Stream());
   // No pairs at all.
   EXPECT_EQ(PlanMoe(Shape(MoeStage::kGateUp, 0, 4, 8, 256, 384, 256)), Stream());
 }
 
-TEST(MoePlanTest, TiedCtaCountsTake128x256) {
-  // I = 192: 384 weight rows are 2 column tiles in both tilings; 100 rows
-  // per expert are one row tile in both.
-  ExpectPlan(Shape(MoeStage::kGateUp, 200, 4, 8, 256, 192, 256), 128, 64);
-}
-
 TEST(MoePlanTest, UnsupportedShapesAndPlans) {
-  const MoeParams gu = Kimi(MoeStage::kGateUp, 8192);
-  EXPECT_EQ(MoeUnsupported(gu, Plan(128, 64)), "");
-  EXPECT_EQ(MoeUnsupported(gu, Plan(192, 64)), "");
-  for (int mma : {64, 128}) EXPECT_EQ(MoeUnsupported(gu, Plan(0, mma)), "") << mma;
-  EXPECT_EQ(MoeUnsupported(gu, Stream()), "");
-  EXPECT_NE(MoeUnsupported(gu, Plan(256, 64)), "");
-  EXPECT_NE(MoeUnsupported(gu, Plan(0, 16)).find("64- and 128-row"), std::string::npos);
-  MoePlan both = Stream();
-  both.wgmma_rows = 128;
-  EXPECT_NE(MoeUnsupported(gu, both).find("not both"), std::string::npos);
-  // A layer's down half reads the routing tiles on mma.sync; down has no wgmma kernel.
-  for (MoeStage stage : {MoeStage::kDown, MoeStage::kLayer}) {
-    for (int w : {128, 192}) {
-      EXPECT_NE(MoeUnsupported(Kimi(stage, 8192), Plan(w, 64)).find("gate/up projection alone"), std::string::npos);
-    }
+  for (MoeStage stage : {MoeStage::kGateUp, MoeStage::kDown, MoeStage::kLayer}) {
+    const MoeParams p = Kimi(stage, 8192);
+    for (const MoePlan& plan : {Stream(), WgmmaRs(), MmaSync()}) EXPECT_EQ(MoeUnsupported(p, plan), "");
+    MoePlan both = Stream();
+    both.wgmma_rs = true;
+    EXPECT_NE(MoeUnsupported(p, both).find("not both"), std::string::npos);
+    MoePlan m128 = MmaSync();
+    m128.mma_rows = 128;
+    EXPECT_NE(MoeUnsupported(p, m128).find("64-row tiles"), std::string::npos);
   }
   MoeParams p = Kimi(MoeStage::kGateUp, 8);
   p.hidden = 96;
@@ -159,6 +138,10 @@ TEST(MoePlanTest, UnsupportedShapesAndPlans) {
   EXPECT_EQ(MoeUnsupported(p, PlanMoe(p)), "");
   p = Kimi(MoeStage::kGateUp, (int64_t{1} << 31) / 128 / 16);
   EXPECT_NE(MoeUnsupported(p, PlanMoe(p)).find("too many"), std::string::npos);
+  // wgmma_rs keeps 32-bit 16-byte-chunk offsets into the activations.
+  p = Shape(MoeStage::kGateUp, 1 << 20, 1, 8, 1 << 15, 128, 256);  // 2^20 rows x 2^12 chunks
+  EXPECT_NE(MoeUnsupported(p, WgmmaRs()).find("2^32"), std::string::npos);
+  EXPECT_EQ(MoeUnsupported(p, MmaSync()), "");
 }
 
 // The tiles the scan makes for per-expert row counts.
@@ -174,7 +157,7 @@ TEST(MoePlanTest, WorkspaceHoldsEveryRouting) {
       MoeParams p = Shape(stage, tokens, 4, 8, 256, 128, 256);
       p.weighted_sum = stage != MoeStage::kGateUp;
       const int64_t pairs = tokens * 4;
-      for (const MoePlan& plan : {Stream(), Plan(0, 64), Plan(0, 128), Plan(128, 64), Plan(192, 64)}) {
+      for (const MoePlan& plan : {Stream(), MmaSync(), WgmmaRs()}) {
         const MoeWorkspace w = MoeWorkspaceLayout(p, plan);
         const int rows = plan.TileRows();
         // Experts with 0, 1 and all rows; an even spread; as many ones as fit.
@@ -206,11 +189,10 @@ TEST(MoePlanTest, WorkspaceHoldsEveryRouting) {
   }
 }
 
-TEST(MoePlanTest, TileRowsFollowTheGateUpKernel) {
+TEST(MoePlanTest, TileRowsFollowTheKernel) {
   EXPECT_EQ(Stream().TileRows(), kStreamRows);
-  EXPECT_EQ(Plan(0, 64).TileRows(), 64);
-  EXPECT_EQ(Plan(0, 128).TileRows(), 128);
-  EXPECT_EQ(Plan(192, 64).TileRows(), 192);
+  EXPECT_EQ(MmaSync().TileRows(), 64);
+  EXPECT_EQ(WgmmaRs().TileRows(), kRsRows);
 }
 
 }  // namespace

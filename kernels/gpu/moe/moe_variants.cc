@@ -9,15 +9,14 @@ namespace gpu {
 namespace {
 
 // The GEMM an entry runs.
-enum class Gemm { kStream, kWgmma128, kWgmma192, kMmaSync };
+enum class Gemm { kStream, kWgmmaRs, kMmaSync };
 
-// An entry's plan: PlanMoe's, on the entry's GEMM (mma.sync keeps PlanMoe's
-// row tile, 64 where PlanMoe streams).
+// An entry's plan: its GEMM for every projection of the call.
 template <Gemm kGemm>
-moe::MoePlan EntryPlan(const OpCall& c) {
-  moe::MoePlan plan = moe::PlanMoe(c.moe);
+moe::MoePlan EntryPlan(const OpCall&) {
+  moe::MoePlan plan;
   plan.stream = kGemm == Gemm::kStream;
-  plan.wgmma_rows = kGemm == Gemm::kWgmma128 ? 128 : kGemm == Gemm::kWgmma192 ? 192 : 0;
+  plan.wgmma_rs = kGemm == Gemm::kWgmmaRs;
   return plan;
 }
 
@@ -35,9 +34,7 @@ std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
   if (kGemm == Gemm::kStream) {
     return plan.stream ? "" : "the dispatcher takes it below 12 rows per expert (decode)";
   }
-  if (plan.wgmma_rows == EntryPlan<kGemm>(c).wgmma_rows) return "";
-  return "the dispatcher takes it for gate/up alone at >= 72 rows per expert when its tiling launches the fewest "
-         "CTAs";
+  return plan.wgmma_rs ? "" : "the dispatcher takes it from 12 rows per expert (down: from 64)";
 }
 
 template <Gemm kGemm>
@@ -51,13 +48,10 @@ const VariantTable& MoeVariants() {
   static const VariantTable table = {
       {"stream", "weight-streaming mma.sync GEMM, weights dequantized in registers, 16-row expert tiles",
        "sm_90a, every stage", Unsupported<Gemm::kStream>, UnlessPlanned<Gemm::kStream>, Run<Gemm::kStream>},
-      {"wgmma_sw_128x256", "wgmma, 128-row x 256-weight-row tiles, 128-byte-swizzled operands",
-       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<Gemm::kWgmma128>, UnlessPlanned<Gemm::kWgmma128>,
-       Run<Gemm::kWgmma128>},
-      {"wgmma_sw_192x192", "wgmma, 192 x 192 tiles (3 warpgroups), 128-byte-swizzled operands",
-       "sm_90a, gate/up (+SwiGLU) alone", Unsupported<Gemm::kWgmma192>, UnlessPlanned<Gemm::kWgmma192>,
-       Run<Gemm::kWgmma192>},
-      {"mma_sync", "mma.sync grouped GEMM, 64/128-row expert tiles by rows per expert", "sm_90a, every stage",
+      {"wgmma_rs", "warp-specialized wgmma with the dequantized weights as the register operand and an expert's "
+       "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per CTA", "sm_90a, every stage",
+       Unsupported<Gemm::kWgmmaRs>, UnlessPlanned<Gemm::kWgmmaRs>, Run<Gemm::kWgmmaRs>},
+      {"mma_sync", "mma.sync grouped GEMM, 64-row expert tiles (down below 64 rows per expert)", "sm_90a, every stage",
        Unsupported<Gemm::kMmaSync>, nullptr, Run<Gemm::kMmaSync>},
   };
   return table;

@@ -1,6 +1,6 @@
 // The variant table of the MXFP4 MoE stages (kernels/gpu/common/kernel_variant.h),
-// in dispatch order: wgmma_sw_128x256, wgmma_sw_192x192 (gate/up alone, when
-// moe::PlanMoe picks their tiling), mma_sync (every stage; the rest).
+// in dispatch order: stream (decode), wgmma_rs (prefill: every stage from 12
+// rows per expert, down from 64; moe::PlanMoe), mma_sync (the rest).
 #ifndef KERNELSERVE_KERNELS_GPU_MOE_MOE_VARIANTS_H_
 #define KERNELSERVE_KERNELS_GPU_MOE_MOE_VARIANTS_H_
 

@@ -20,6 +20,12 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// The same with a 256-byte L2 prefetch: for a row read 16 or 32 bytes per
+// k-tile, the next k-tiles' bytes arrive in L2 with this one (DRAM sees
+// 256-byte bursts instead of 32-byte sectors).
+__device__ __forceinline__ void CpAsync16Prefetch256(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
 // 4-byte async copy (.ca: cp.async.cg takes 16 bytes only); src_bytes 0 zero-fills.
 __device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));

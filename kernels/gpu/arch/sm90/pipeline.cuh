@@ -112,6 +112,14 @@ __device__ __forceinline__ void NamedBarrierArriveIf(uint32_t id, uint32_t threa
       : "memory");
 }
 
+// An arrival on `bar` once every cp.async this thread issued before it has
+// landed (without raising the pending count: the barrier's init count
+// includes these arrivals), so consumers wait on the mbarrier instead of a
+// CTA barrier.
+__device__ __forceinline__ void CpAsyncMbarArrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Per-thread register limits of a whole warpgroup (sm_90a); they take effect
 // only under a launch-bounds register cap, one role per branch.
 template <int kRegs>

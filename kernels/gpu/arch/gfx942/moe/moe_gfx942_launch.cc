@@ -18,7 +18,6 @@ int SelectTileRows(double rows_per_expert, int64_t k, int64_t weight_rows) {
 MoePlan Plan(const MoeParams& p) {
   const bool down = p.stage == MoeStage::kDown;
   MoePlan plan;
-  plan.wgmma_rows = 0;
   plan.mma_rows = SelectTileRows(RowsPerExpert(p), down ? p.inter : p.hidden, down ? p.hidden : 2 * p.inter);
   return plan;
 }

@@ -184,7 +184,7 @@ TEST(Gfx942MoeLaunch, PlanRoutesEachStageByItsFirstGemm) {
   // Decode: 16-row tiles for every stage.
   for (MoeStage s : {MoeStage::kGateUp, MoeStage::kDown, MoeStage::kLayer}) {
     const MoePlan plan = Plan(KimiMoeParams(s, 8));
-    EXPECT_EQ(plan.wgmma_rows, 0);
+    EXPECT_FALSE(plan.wgmma_rs);
     EXPECT_FALSE(plan.stream);
     EXPECT_EQ(plan.TileRows(), kTileRows);
   }

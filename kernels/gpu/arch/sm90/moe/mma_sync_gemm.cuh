@@ -42,16 +42,14 @@ constexpr int kBK = kKMultiple;        // K per pipeline stage
 constexpr int kAStr = kBK + 8;         // bf16 stride of sA / sB rows (272 B)
 constexpr int kRawStr = kBK / 2 + 16;  // bytes per raw fp4 row (80: conflict-free)
 
-// Warps along M and N and pipeline depth of each row tile.
+// Warps along M and N and pipeline depth of each row tile (64 rows, the
+// one the dispatcher uses: from 64 rows per expert on, wgmma_rs serves every
+// stage; a 128-row tiling left with that, git keeps it).
 template <int BM>
 struct Tiling;
 template <>
 struct Tiling<64> {  // 2 CTAs per SM
   static constexpr int kWM = 2, kWN = 4, kStages = 2;
-};
-template <>
-struct Tiling<128> {
-  static constexpr int kWM = 4, kWN = 2, kStages = 3;
 };
 
 template <int BM>

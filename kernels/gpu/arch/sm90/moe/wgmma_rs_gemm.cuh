@@ -1,0 +1,328 @@
+// The wgmma grouped GEMM of the MXFP4 MoE with the weights as the register
+// operand (sm_90a), any stage, for many rows per expert; included by its
+// instantiation files wgmma_rs_gemm_<epilogue>.cu.
+//
+// Why the weights go in registers: wgmma's M is 64 rows per warpgroup, but
+// its N is any multiple of 8. With the weights as M and the expert's rows
+// as N, a tile computes its rows rounded up to 32 instead of to a 64-, 128-
+// or 192-row tile (at 146 rows per expert, the 192-row tile's wgmmas are 24 %
+// padding; N = 160 is 9 %). And the weights dequantize straight into the A
+// fragments: each thread converts the 16 elements it feeds per k-tile while
+// the previous k-tile's wgmmas run, with no bf16 copy of the weights in
+// shared memory and no barrier between dequantization and MMA.
+//
+// One CTA = one routing tile (up to kRsRows rows of one expert) x kBW = 128
+// weight rows. Warpgroups 0 and 1 consume: 64 weight rows each, the tile's
+// rows as N (N = the tile's rows rounded up to 32; a switch picks the
+// instantiation, since wgmma's N is an immediate). Warpgroup 2 produces: per k-tile of 64 it cp.asyncs the tile's gathered activation rows
+// (wgmma's B, 128-byte-swizzled K-major), the weight rows' raw E2M1 bytes and
+// their E8M0 window into stage kt % kStages and arrives on the stage's `full`
+// mbarrier once they land; each consumer warp releases a stage on `empty`
+// when the wgmmas that read it are done.
+// SwiGLU: each 16-row group of weight rows is 8 gate rows and the 8 up rows
+// of the same intermediate columns, so silu(gate) * up meets in one thread.
+#ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_WGMMA_RS_GEMM_CUH_
+#define KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_WGMMA_RS_GEMM_CUH_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/gpu/arch/sm80/mma.cuh"
+#include "kernels/gpu/arch/sm90/moe/moe_gemm.h"
+#include "kernels/gpu/arch/sm90/moe/moe_gemm_common.cuh"
+#include "kernels/gpu/arch/sm90/pipeline.cuh"
+#include "kernels/gpu/arch/sm90/wgmma.cuh"
+#include "kernels/gpu/common/bf16.cuh"
+#include "kernels/gpu/moe/moe_params.h"
+
+namespace kernelserve {
+namespace gpu {
+namespace moe {
+namespace wgmma_rs {
+
+using sm80::CpAsync16Prefetch256;
+using sm80::CpAsync4;
+using sm80::SmemAddr;
+
+constexpr int kBK = 64;       // K per stage
+constexpr int kBN = kRsRows;  // rows of a routing tile
+constexpr int kNStep = 32;    // N is the tile's rows rounded up to this
+constexpr int kMaxSteps = kBN / kNStep;
+constexpr int kRawStr = 48;  // bytes per weight row per stage: 32 of E2M1 + 16 so 16-byte reads of 8 rows miss no bank twice
+constexpr int kRowsPerProducer = kBN / 16;
+static_assert(kMaxSteps == 6, "the switch in WgmmaRsGemmKernel covers 1..6 steps");
+
+// Two consumer warpgroups of 64 weight rows each and one producer, one CTA
+// per SM. (A 64-weight-row CTA, two per SM with 3 stages each, measured
+// within 1 % on down and 6-20 % slower on gate/up: bench/NOTES.md.)
+struct Cfg {
+  static constexpr int kCons = 2;
+  static constexpr int kBW = 64 * kCons;  // weight rows per CTA
+  static constexpr int kThreads = 128 * (kCons + 1);
+  static constexpr int kCtasPerSm = 1;
+  static constexpr int kStages = 5;
+  static constexpr int kProducerRegs = 64;
+  static constexpr int kConsumerRegs = 216;
+  static constexpr int kStageB = kBN * kBK * 2;
+  static constexpr int kStageRaw = kBW * kRawStr;
+  static constexpr int kStageScale = kBW * 4;  // each row's four E8M0 bytes of the 128-wide K window holding the k-tile
+  static constexpr int kStageBytes = (kStageB + kStageRaw + kStageScale + 1023) / 1024 * 1024;  // B tiles 1024-aligned
+  static constexpr int kTablesOff = kStages * kStageBytes;
+  static constexpr int kBarOff = kTablesOff + (kBN + kBW) * 4;
+  static constexpr int kSmemBytes = kBarOff + 2 * kStages * 8 + 1024;  // + slack to align the base to 1024
+  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "shared memory (1 KB a CTA for the runtime)");
+  static_assert(kCtasPerSm * 128 * (kProducerRegs + kCons * kConsumerRegs) <= 64 * 1024, "registers");
+};
+
+// Byte offset of (row r, 16-byte K chunk c) in a 128-byte-swizzled [rows x 64] bf16 tile.
+__device__ __forceinline__ uint32_t SwizzledOffset(int r, int c) {
+  return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
+}
+
+// The expert's weight row held in CTA row j (0..kBW), -1 past the weights.
+template <int kEpi, int kBW>
+__device__ __forceinline__ int WeightRow(const GemmParams& p, int col_tile, int j) {
+  if (kEpi == kEpiSwiglu) {
+    const int col = col_tile * (kBW / 2) + (j >> 4) * 8 + (j & 7);
+    return col >= p.inter ? -1 : ((j & 8) != 0 ? p.inter + col : col);
+  }
+  const int64_t row = static_cast<int64_t>(col_tile) * kBW + j;
+  return row >= p.nw ? -1 : static_cast<int>(row);
+}
+
+// One byte of E2M1 (the low byte of u: elements 2b, 2b + 1) as bf16x2 with
+// its block scale, exactly (moe_gemm_common.cuh).
+__device__ __forceinline__ uint32_t DequantPair(uint32_t u, const BlockScale& s) {
+  const uint32_t v = MulBf16x2(Fp4PairBits(u), s.f1);
+  return s.one ? v : MulBf16x2(v, s.f2);
+}
+
+struct Smem {
+  uint8_t* base;
+  const int* a_row;  // [kBN] activation row of each tile row, -1 padding
+  const int* w_row;  // [kBW] weight row of each CTA row, -1 past the weights
+  uint32_t full, empty;  // the stages' mbarriers, 8 bytes apart
+  __device__ uint32_t Full(int s) const { return full + 8 * s; }
+  __device__ uint32_t Empty(int s) const { return empty + 8 * s; }
+};
+
+// Warpgroup Cfg::kCons: the copies of every k-tile. Thread pt copies
+// 16-byte chunk pt % 8 of tile rows pt / 8 + 16 i (their sources fixed for
+// the tile, kept in registers as chunk offsets into A), both 16-byte halves'
+// worth of two weight rows, and one weight row's E8M0 window, so a k-tile
+// costs a few instructions per copy. Rows past the tile's own are not
+// copied: their N columns are computed from stale bytes and never stored.
+__device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int expert, int rows, int k_tiles) {
+  using C = Cfg;
+  constexpr int kRawPer = C::kBW * 2 / 128;  // 16-byte raw copies per thread and k-tile
+  const int pt = threadIdx.x - C::kCons * 128;
+  const int ch = pt & 7, r0 = pt >> 3;
+  const uint4* a16 = reinterpret_cast<const uint4*>(p.a);
+  const uint32_t row_chunks = static_cast<uint32_t>(p.k / 8);
+  uint32_t a_src[kRowsPerProducer];  // 16-byte chunk offset of this thread's chunk of each row at k = 0
+#pragma unroll
+  for (int i = 0; i < kRowsPerProducer; ++i) {
+    const int r = r0 + 16 * i;
+    a_src[i] = r < rows ? static_cast<uint32_t>(sm.a_row[r]) * row_chunks + ch : 0u;
+  }
+  const uint8_t* w_e = p.w + static_cast<int64_t>(expert) * p.nw * (p.k / 2);
+  const uint8_t* s_e = p.ws + static_cast<int64_t>(expert) * p.nw * (p.k / 32);
+  const uint8_t* w_src[kRawPer];  // this thread's raw half-rows at k = 0 (nullptr: past the weights, zero-filled)
+#pragma unroll
+  for (int i = 0; i < kRawPer; ++i) {
+    const int c = pt + 128 * i, wr = sm.w_row[c >> 1];
+    w_src[i] = wr >= 0 ? w_e + static_cast<int64_t>(wr) * (p.k / 2) + (c & 1) * 16 : nullptr;
+  }
+  const int scale_row = pt < C::kBW ? sm.w_row[pt] : -1;
+  const uint8_t* s_src = scale_row >= 0 ? s_e + static_cast<int64_t>(scale_row) * (p.k / 32) : nullptr;
+  const uint32_t b_dst = SwizzledOffset(r0, ch);  // row r0 + 16 i is 2048 i further
+  const uint32_t base = SmemAddr(sm.base);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % C::kStages;
+    sm90::MbarWait(sm.Empty(s), ((kt / C::kStages) & 1) ^ 1);
+    const uint32_t st = base + s * C::kStageBytes;
+#pragma unroll
+    for (int i = 0; i < kRowsPerProducer; ++i) {
+      if (r0 + 16 * i < rows) CpAsync16Prefetch256(st + b_dst + 2048 * i, a16 + a_src[i] + kt * (kBK / 8), 16);
+    }
+#pragma unroll
+    for (int i = 0; i < kRawPer; ++i) {
+      const int c = pt + 128 * i;
+      CpAsync16Prefetch256(st + C::kStageB + (c >> 1) * kRawStr + (c & 1) * 16,
+                           w_src[i] != nullptr ? w_src[i] + kt * (kBK / 2) : w_e, w_src[i] != nullptr ? 16 : 0);
+    }
+    if (pt < C::kBW) {
+      CpAsync4(st + C::kStageB + C::kStageRaw + pt * 4, s_src != nullptr ? s_src + (kt >> 1) * 4 : s_e,
+               s_src != nullptr ? 4 : 0);
+    }
+    sm90::CpAsyncMbarArrive(sm.Full(s));
+  }
+  sm80::CpAsyncWait<0>();
+}
+
+// Warpgroups 0..Cfg::kCons-1 on a tile of up to kSteps x 32 rows.
+template <int kEpi, int kSteps>
+__device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int tile, int rows, int col_tile,
+                                        int k_tiles) {
+  using C = Cfg;
+  constexpr int kN = kSteps * kNStep, kStages = C::kStages, kStageBytes = C::kStageBytes;
+  constexpr int kStageB = C::kStageB, kStageRaw = C::kStageRaw, kBW = C::kBW;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int r0 = wg * 64 + warp * 16 + g;  // this thread's weight rows: r0 and r0 + 8 of the CTA
+  const uint32_t base = SmemAddr(sm.base);
+
+  float acc[kN / 2];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) acc[i] = 0.f;
+  uint32_t frag[2][4][4];  // by k-tile parity: k16 step, A register
+
+  // The A fragments of k-tile kt: step s, register a0..a3 = (row r0, K
+  // 16s + 2q..+1), (r0 + 8, same), (r0, 16s + 8 + 2q..+1), (r0 + 8, same),
+  // i.e. byte q of raw words 2s and 2s + 1 of each row.
+  auto dequant = [&](int kt, uint32_t(&f)[4][4]) {
+    const uint8_t* st = sm.base + (kt % kStages) * kStageBytes;
+    const uint8_t* rx = st + kStageB + r0 * kRawStr;
+    const uint8_t* ry = rx + 8 * kRawStr;
+    const uint4 x0 = *reinterpret_cast<const uint4*>(rx), x1 = *reinterpret_cast<const uint4*>(rx + 16);
+    const uint4 y0 = *reinterpret_cast<const uint4*>(ry), y1 = *reinterpret_cast<const uint4*>(ry + 16);
+    const uint32_t sx = *reinterpret_cast<const uint32_t*>(st + kStageB + kStageRaw + r0 * 4);
+    const uint32_t sy = *reinterpret_cast<const uint32_t*>(st + kStageB + kStageRaw + (r0 + 8) * 4);
+    const int sh = (kt & 1) * 16;  // the k-tile's two 32-element blocks: bytes 2 (kt & 1) and + 1
+    const BlockScale bx[2] = {MakeBlockScale((sx >> sh) & 0xFFu), MakeBlockScale((sx >> (sh + 8)) & 0xFFu)};
+    const BlockScale by[2] = {MakeBlockScale((sy >> sh) & 0xFFu), MakeBlockScale((sy >> (sh + 8)) & 0xFFu)};
+    const uint32_t wx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const uint32_t wy[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+    const int qs = 8 * q;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      f[s][0] = DequantPair(wx[2 * s] >> qs, bx[s >> 1]);
+      f[s][1] = DequantPair(wy[2 * s] >> qs, by[s >> 1]);
+      f[s][2] = DequantPair(wx[2 * s + 1] >> qs, bx[s >> 1]);
+      f[s][3] = DequantPair(wy[2 * s + 1] >> qs, by[s >> 1]);
+    }
+  };
+
+  auto step = [&](int kt, uint32_t(&f)[4][4]) {
+    const int s = kt % kStages;
+    sm90::MbarWait(sm.Full(s), (kt / kStages) & 1);
+    dequant(kt, f);  // overlaps the wgmmas of k-tile kt - 1
+    const uint64_t db = sm90::MakeSmemDesc(base + s * kStageBytes, 16, 1024);
+    constexpr uint64_t kStep = 32 >> 4;  // a k-step of 16 is 32 bytes along the swizzled row
+    sm90::FenceOperand(acc);
+    sm90::FenceOperand(f);
+    sm90::WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) sm90::WgmmaRS<kN, sm90::Bf16>(acc, f[ks], db + ks * kStep, 1);
+    sm90::WgmmaCommit();
+    sm90::FenceOperand(acc);
+    sm90::WgmmaWait<1>();  // k-tile kt - 1 is done: its stage and fragment buffer are free
+    if (kt > 0 && lane == 0) sm90::MbarArrive(sm.Empty((kt - 1) % kStages));
+  };
+  // k_tiles is even (K % 128 == 0): the fragment buffers alternate with static indices.
+  for (int kt = 0; kt < k_tiles; kt += 2) {
+    step(kt, frag[0]);
+    step(kt + 1, frag[1]);
+  }
+  sm90::WgmmaWait<0>();
+  sm90::FenceOperand(acc);
+
+  // Accumulator layout of m64nN: weight row 16 warp + g + 8 h of the
+  // warpgroup, tile row 8 j + 2 q + c, in acc[4 j + 2 h + c].
+  const int* sorted = p.sorted + static_cast<int64_t>(tile) * kBN;
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int t = 8 * j + 2 * q + c;
+      if (t >= rows) continue;
+      const int64_t pair = sorted[t];
+      if (kEpi == kEpiSwiglu) {
+        const int col = col_tile * (kBW / 2) + (r0 >> 4) * 8 + g;
+        if (col >= p.inter) continue;
+        const float gate = acc[4 * j + c], up = acc[4 * j + 2 + c];
+        static_cast<uint16_t*>(p.out)[pair * p.out_cols + col] =
+            static_cast<uint16_t>(FloatToBf16Bits(gate / (1.f + expf(-gate)) * up, p.rounding));
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t col = static_cast<int64_t>(col_tile) * kBW + r0 + 8 * h;
+          if (col >= p.nw) continue;
+          const float v = acc[4 * j + 2 * h + c];
+          if (kEpi == kEpiF32) {
+            static_cast<float*>(p.out)[pair * p.out_cols + col] = v;
+          } else {
+            static_cast<uint16_t*>(p.out)[pair * p.out_cols + col] =
+                static_cast<uint16_t>(FloatToBf16Bits(v, p.rounding));
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int kEpi>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) WgmmaRsGemmKernel(const GemmParams p) {
+  using C = Cfg;
+  constexpr int kCons = C::kCons;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u);
+  const int tile = blockIdx.y;
+  if (tile >= *p.num_tiles) return;
+  const int expert = p.tile_expert[tile];
+  const int rows = p.tile_rows[tile];
+  if (rows <= 0) return;
+  const int steps = (rows + kNStep - 1) / kNStep;
+  const int col_tile = blockIdx.x;
+  const int tid = threadIdx.x;
+
+  int* a_row = reinterpret_cast<int*>(smem + C::kTablesOff);
+  int* w_row = a_row + kBN;
+  for (int r = tid; r < kBN; r += C::kThreads) {
+    const int pair = r < rows ? p.sorted[static_cast<int64_t>(tile) * kBN + r] : -1;
+    a_row[r] = pair < 0 ? -1 : pair / p.a_row_div;
+  }
+  for (int j = tid; j < C::kBW; j += C::kThreads) w_row[j] = WeightRow<kEpi, C::kBW>(p, col_tile, j);
+  const uint32_t bars = SmemAddr(smem + C::kBarOff);
+  const Smem sm{smem, a_row, w_row, bars, bars + 8 * C::kStages};
+  if (tid == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      sm90::MbarInit(sm.Full(s), 128);         // the producer's threads
+      sm90::MbarInit(sm.Empty(s), kCons * 4);  // one lane of each consumer warp
+    }
+    sm90::FenceMbarInit();
+  }
+  __syncthreads();
+
+  const int k_tiles = static_cast<int>(p.k / kBK);
+  if (sm90::WarpUniform(tid >> 7) == kCons) {
+    sm90::SetMaxNRegDec<C::kProducerRegs>();
+    Produce(p, sm, expert, rows, k_tiles);
+    return;
+  }
+  sm90::SetMaxNRegInc<C::kConsumerRegs>();
+  switch (steps) {
+    case 1: Consume<kEpi, 1>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 2: Consume<kEpi, 2>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 3: Consume<kEpi, 3>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 4: Consume<kEpi, 4>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 5: Consume<kEpi, 5>(p, sm, tile, rows, col_tile, k_tiles); break;
+    default: Consume<kEpi, kMaxSteps>(p, sm, tile, rows, col_tile, k_tiles); break;
+  }
+}
+
+}  // namespace wgmma_rs
+
+template <int kEpi>
+cudaError_t LaunchWgmmaRsGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
+  using C = wgmma_rs::Cfg;
+  const int64_t col_tiles = kEpi == kEpiSwiglu ? (p.inter + C::kBW / 2 - 1) / (C::kBW / 2) : (p.nw + C::kBW - 1) / C::kBW;
+  return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi>, p, col_tiles, max_tiles,
+                                                     stream);
+}
+
+}  // namespace moe
+}  // namespace gpu
+}  // namespace kernelserve
+
+#endif  // KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_WGMMA_RS_GEMM_CUH_
