@@ -37,7 +37,8 @@ cudaError_t Down(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, c
     return f32 ? LaunchStreamGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
   if (plan.wgmma_rs) {
-    return f32 ? LaunchWgmmaRsGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
+    return f32 ? LaunchWgmmaRsGemm<kEpiF32>(g, rp.max_tiles, stream)
+               : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
   const int64_t col_tiles = (p.out_dim + kMmaSyncCols - 1) / kMmaSyncCols;
   return f32 ? LaunchMmaSyncGemm<64, kEpiF32>(g, col_tiles, rp.max_tiles, stream)

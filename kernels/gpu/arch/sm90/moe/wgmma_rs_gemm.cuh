@@ -14,11 +14,12 @@
 // One CTA = one routing tile (up to kRsRows rows of one expert) x kBW = 128
 // weight rows. Warpgroups 0 and 1 consume: 64 weight rows each, the tile's
 // rows as N (N = the tile's rows rounded up to 32; a switch picks the
-// instantiation, since wgmma's N is an immediate). Warpgroup 2 produces: per k-tile of 64 it cp.asyncs the tile's gathered activation rows
-// (wgmma's B, 128-byte-swizzled K-major), the weight rows' raw E2M1 bytes and
-// their E8M0 window into stage kt % kStages and arrives on the stage's `full`
-// mbarrier once they land; each consumer warp releases a stage on `empty`
-// when the wgmmas that read it are done.
+// instantiation, since wgmma's N is an immediate). Warpgroup 2 produces: per
+// k-tile of 64 it cp.asyncs the tile's gathered activation rows (wgmma's B,
+// 128-byte-swizzled K-major), the weight rows' raw E2M1 bytes and their E8M0
+// window into stage kt % kStages and arrives on the stage's `full` mbarrier
+// once they land; each consumer warp releases a stage on `empty` when the
+// wgmmas that read it are done.
 // SwiGLU: each 16-row group of weight rows is 8 gate rows and the 8 up rows
 // of the same intermediate columns, so silu(gate) * up meets in one thread.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_WGMMA_RS_GEMM_CUH_
@@ -48,13 +49,15 @@ constexpr int kBK = 64;       // K per stage
 constexpr int kBN = kRsRows;  // rows of a routing tile
 constexpr int kNStep = 32;    // N is the tile's rows rounded up to this
 constexpr int kMaxSteps = kBN / kNStep;
-constexpr int kRawStr = 48;  // bytes per weight row per stage: 32 of E2M1 + 16 so 16-byte reads of 8 rows miss no bank twice
+// Bytes per weight row per stage: 32 of E2M1 and 16 of padding, so that the
+// 16-byte reads of 8 rows by a warp's quads hit 8 distinct bank groups.
+constexpr int kRawStr = 48;
 constexpr int kRowsPerProducer = kBN / 16;
 static_assert(kMaxSteps == 6, "the switch in WgmmaRsGemmKernel covers 1..6 steps");
 
 // Two consumer warpgroups of 64 weight rows each and one producer, one CTA
-// per SM. (A 64-weight-row CTA, two per SM with 3 stages each, measured
-// within 1 % on down and 6-20 % slower on gate/up: bench/NOTES.md.)
+// per SM: the 96 accumulators of a 192-row tile and the double-buffered A
+// fragments need 216 registers per consumer thread.
 struct Cfg {
   static constexpr int kCons = 2;
   static constexpr int kBW = 64 * kCons;  // weight rows per CTA
@@ -65,8 +68,10 @@ struct Cfg {
   static constexpr int kConsumerRegs = 216;
   static constexpr int kStageB = kBN * kBK * 2;
   static constexpr int kStageRaw = kBW * kRawStr;
-  static constexpr int kStageScale = kBW * 4;  // each row's four E8M0 bytes of the 128-wide K window holding the k-tile
-  static constexpr int kStageBytes = (kStageB + kStageRaw + kStageScale + 1023) / 1024 * 1024;  // B tiles 1024-aligned
+  // Each row's four E8M0 bytes of the 128-wide K window holding the k-tile.
+  static constexpr int kStageScale = kBW * 4;
+  // B tiles 1024-aligned (the 128-byte swizzle's period).
+  static constexpr int kStageBytes = (kStageB + kStageRaw + kStageScale + 1023) / 1024 * 1024;
   static constexpr int kTablesOff = kStages * kStageBytes;
   static constexpr int kBarOff = kTablesOff + (kBN + kBW) * 4;
   static constexpr int kSmemBytes = kBarOff + 2 * kStages * 8 + 1024;  // + slack to align the base to 1024
@@ -316,7 +321,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) WgmmaRsGemmKer
 template <int kEpi>
 cudaError_t LaunchWgmmaRsGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
   using C = wgmma_rs::Cfg;
-  const int64_t col_tiles = kEpi == kEpiSwiglu ? (p.inter + C::kBW / 2 - 1) / (C::kBW / 2) : (p.nw + C::kBW - 1) / C::kBW;
+  const int64_t col_tiles =
+      kEpi == kEpiSwiglu ? (p.inter + C::kBW / 2 - 1) / (C::kBW / 2) : (p.nw + C::kBW - 1) / C::kBW;
   return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi>, p, col_tiles, max_tiles,
                                                      stream);
 }
