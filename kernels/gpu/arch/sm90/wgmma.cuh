@@ -119,7 +119,6 @@ __device__ __forceinline__ void FenceOperand(uint32_t (&a)[N][4]) {
 #define KS_WGMMA_REGS_68 KS_WGMMA_REGS_64 ", %64, %65, %66, %67"
 #define KS_WGMMA_REGS_80 KS_WGMMA_REGS_64 ", " KS_WGMMA_R64
 #define KS_WGMMA_REGS_96 KS_WGMMA_REGS_64 ", " KS_WGMMA_R64 ", " KS_WGMMA_R80
-#define KS_WGMMA_REGS_112 KS_WGMMA_REGS_96 ", " KS_WGMMA_R96
 #define KS_WGMMA_REGS_128 KS_WGMMA_REGS_96 ", " KS_WGMMA_R96 ", " KS_WGMMA_R112
 
 #define KS_WGMMA_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
@@ -134,7 +133,6 @@ __device__ __forceinline__ void FenceOperand(uint32_t (&a)[N][4]) {
 #define KS_WGMMA_OUT_68 KS_WGMMA_D64(0), KS_WGMMA_D4(64)
 #define KS_WGMMA_OUT_80 KS_WGMMA_D64(0), KS_WGMMA_D16(64)
 #define KS_WGMMA_OUT_96 KS_WGMMA_D64(0), KS_WGMMA_D32(64)
-#define KS_WGMMA_OUT_112 KS_WGMMA_D64(0), KS_WGMMA_D32(64), KS_WGMMA_D16(96)
 #define KS_WGMMA_OUT_128 KS_WGMMA_D64(0), KS_WGMMA_D64(64)
 
 // One instruction. NREG accumulators are operands 0..NREG-1; the numbers
@@ -212,10 +210,6 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 2], const uint32_t (&a)[
     KS_WGMMA_RS("m64n160k16.f32.bf16.bf16", 80, 80, 81, 82, 83, 84, 85, ", 0");
   } else if constexpr (std::is_same_v<T, Bf16> && !kTransB && kN == 192) {
     KS_WGMMA_RS("m64n192k16.f32.bf16.bf16", 96, 96, 97, 98, 99, 100, 101, ", 0");
-  } else if constexpr (std::is_same_v<T, Bf16> && !kTransB && kN == 224) {
-    KS_WGMMA_RS("m64n224k16.f32.bf16.bf16", 112, 112, 113, 114, 115, 116, 117, ", 0");
-  } else if constexpr (std::is_same_v<T, Bf16> && !kTransB && kN == 256) {
-    KS_WGMMA_RS("m64n256k16.f32.bf16.bf16", 128, 128, 129, 130, 131, 132, 133, ", 0");
   } else if constexpr (std::is_same_v<T, Bf16> && kN == 64 && kTransB) {
     KS_WGMMA_RS("m64n64k16.f32.bf16.bf16", 32, 32, 33, 34, 35, 36, 37, ", 1");
   } else if constexpr (std::is_same_v<T, Bf16> && kN == 128 && kTransB) {
@@ -243,7 +237,6 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 8][4], const uint32_t (&
 #undef KS_WGMMA_SS
 #undef KS_WGMMA_RS
 #undef KS_WGMMA_OUT_128
-#undef KS_WGMMA_OUT_112
 #undef KS_WGMMA_OUT_96
 #undef KS_WGMMA_OUT_80
 #undef KS_WGMMA_OUT_68
@@ -256,7 +249,6 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 8][4], const uint32_t (&
 #undef KS_WGMMA_D16
 #undef KS_WGMMA_D4
 #undef KS_WGMMA_REGS_128
-#undef KS_WGMMA_REGS_112
 #undef KS_WGMMA_REGS_96
 #undef KS_WGMMA_REGS_80
 #undef KS_WGMMA_REGS_68
