@@ -13,7 +13,7 @@ enum class Gemm { kStream, kWgmmaRs, kMmaSync };
 
 // An entry's plan: its GEMM for every projection of the call.
 template <Gemm kGemm>
-moe::MoePlan EntryPlan(const OpCall&) {
+moe::MoePlan EntryPlan() {
   moe::MoePlan plan;
   plan.stream = kGemm == Gemm::kStream;
   plan.wgmma_rs = kGemm == Gemm::kWgmmaRs;
@@ -23,7 +23,7 @@ moe::MoePlan EntryPlan(const OpCall&) {
 template <Gemm kGemm>
 std::string Unsupported(const DeviceCaps& caps, const OpCall& c) {
   std::string no = NeedsSm90a(caps);
-  if (no.empty()) no = moe::MoeUnsupported(c.moe, EntryPlan<kGemm>(c));
+  if (no.empty()) no = moe::MoeUnsupported(c.moe, EntryPlan<kGemm>());
   return no;
 }
 
@@ -39,7 +39,7 @@ std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
 
 template <Gemm kGemm>
 absl::Status Run(const OpCall& c, TensorView& out, cudaStream_t s) {
-  return RunMoeWithPlan(EntryPlan<kGemm>(c), c.moe, c.moe_in, out, s);
+  return RunMoeWithPlan(EntryPlan<kGemm>(), c.moe, c.moe_in, out, s);
 }
 
 }  // namespace

@@ -162,9 +162,7 @@ __global__ void __launch_bounds__(Cfg<BM>::kThreads) MmaSyncGemmKernel(const Gem
         for (int q = 0; q < 4; ++q) {
 #pragma unroll
           for (int b = 0; b < 4; ++b) {
-            uint32_t v = MulBf16x2(Fp4PairBits(w4[q] >> (8 * b)), bs.f1);
-            if (!bs.one) v = MulBf16x2(v, bs.f2);
-            o[q * 4 + b] = v;
+            o[q * 4 + b] = DequantPair(w4[q] >> (8 * b), bs);
           }
         }
         uint4* dst = reinterpret_cast<uint4*>(sB + j * kAStr + blk * 32);

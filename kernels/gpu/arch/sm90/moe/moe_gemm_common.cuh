@@ -1,4 +1,4 @@
-// What both sm_90a MoE GEMMs share: the two steps of the exact MXFP4 -> bf16
+// What the sm_90a MoE GEMMs share: the two steps of the exact MXFP4 -> bf16
 // dequantization (the E2M1 bits placed into bf16 bit fields with integer
 // ops, and the exact bf16x2 multiply by a power of two that applies the E8M0
 // block scale; mul.rn.bf16x2 is sm_90 PTX), and the launch over the
@@ -44,6 +44,13 @@ __device__ __forceinline__ BlockScale MakeBlockScale(uint32_t sc) {
   s.f1 = s.one ? ((sc + 126u) << 7) * 0x10001u : 0x7E807E80u;
   s.f2 = sc == 255 ? 0x7FC07FC0u : (sc == 0 ? 0x00400040u : (sc << 7) * 0x10001u);
   return s;
+}
+
+// One byte of E2M1 (the low byte of u: elements 2b, 2b + 1) as bf16x2 with
+// its block scale applied, exactly.
+__device__ __forceinline__ uint32_t DequantPair(uint32_t u, const BlockScale& s) {
+  const uint32_t v = MulBf16x2(Fp4PairBits(u), s.f1);
+  return s.one ? v : MulBf16x2(v, s.f2);
 }
 
 // Grid (col_tiles, max_tiles) of `kernel` with `smem` bytes of dynamic

@@ -136,7 +136,7 @@ __device__ __forceinline__ uint4 PermuteX(const uint4& x) {
 // L2 prefetch: the row's next chunks are the next bytes, so DRAM sees long
 // bursts and more of the stream is in flight than the stages hold.
 __device__ __forceinline__ void CopyWeights(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+  sm80::CpAsync16Prefetch256(dst, src, 16);
 }
 
 // A row's kBytes (4 or 8) of E8M0 scales of one chunk.

@@ -95,13 +95,6 @@ __device__ __forceinline__ int WeightRow(const GemmParams& p, int col_tile, int 
   return row >= p.nw ? -1 : static_cast<int>(row);
 }
 
-// One byte of E2M1 (the low byte of u: elements 2b, 2b + 1) as bf16x2 with
-// its block scale, exactly (moe_gemm_common.cuh).
-__device__ __forceinline__ uint32_t DequantPair(uint32_t u, const BlockScale& s) {
-  const uint32_t v = MulBf16x2(Fp4PairBits(u), s.f1);
-  return s.one ? v : MulBf16x2(v, s.f2);
-}
-
 struct Smem {
   uint8_t* base;
   const int* a_row;  // [kBN] activation row of each tile row, -1 padding
