@@ -48,6 +48,7 @@ through the package's API only:
   one namespace, as a notebook user pastes them (readme_check).
 """
 import argparse
+import gc
 import hashlib
 import io
 import os
@@ -56,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -684,9 +686,15 @@ def session_stream_check(binary, work, check):
             check.ok("%s: close()" % name, "gave the slot back; the other session serves")
         check.expect_error("session call after close()", lambda: a.attention(q, q, q), None, "closed",
                            exc=ValueError)
-        b = None  # dropped without close(): its finalizer ends the stream
+        # Dropped without close(), after a failed call: freed at once, by reference counting (no cycle through
+        # the failed call's traceback waits for the cycle collector), and its finalizer ends the stream.
+        dropped = weakref.ref(b)
+        b = None
+        if dropped() is not None:
+            check.fail("%s: a Client dropped without close()" % name, "still referenced (a reference cycle?): %s"
+                       % [type(r).__name__ for r in gc.get_referrers(dropped())])
         c = ks.Client(addr, session=True)
-        for _ in range(100):
+        for _ in range(200):
             try:
                 c.attention(q, q, q)
                 if watchdogs() != before + 1:
@@ -699,7 +707,7 @@ def session_stream_check(binary, work, check):
                     raise
                 time.sleep(0.05)
         else:
-            check.fail(name, "a Client dropped without close() still holds its stream or threads after 5 s (%d "
+            check.fail(name, "a Client dropped without close() still holds its stream or threads after 10 s (%d "
                        "watchdog threads, %d before)" % (watchdogs(), before))
         opened = c.sessions_opened
         stop_server(server)

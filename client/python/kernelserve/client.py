@@ -216,17 +216,23 @@ class Client:
         self.close()
 
     def _call(self, rpc, request, timeout=None):
+        # Every error is raised after its except clause, from plain values: raised inside it, the frame's `e`
+        # and e's traceback (which holds the frame, and so `self`) form a cycle that keeps this Client alive
+        # until Python's cycle collector runs, and with it the session stream its finalizer should end.
         try:
             return rpc(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise Error(e.code().name, e.details(), _method(rpc)) from None
+            code, details = e.code().name, e.details()
+        raise Error(code, details, _method(rpc))
 
     def _stream(self, rpc, request, timeout=None):
         try:
             for m in rpc(request, timeout=timeout or self.timeout, metadata=self._metadata):
                 yield m
+            return
         except grpc.RpcError as e:
-            raise Error(e.code().name, e.details()) from None
+            code, details = e.code().name, e.details()
+        raise Error(code, details)
 
     def wait_ready(self, timeout=30.0):
         """Blocks until the channel connects; raises Error("UNAVAILABLE") after timeout seconds."""
@@ -327,7 +333,8 @@ class Client:
         try:
             return tensor_pb2.TensorRef(tensor=_t.to_tensor(x, default).proto())
         except TypeError as e:
-            raise TypeError("%s: %s" % (name, e)) from None
+            message = "%s: %s" % (name, e)
+        raise TypeError(message)
 
     def _run(self, op, req, torch_out, to_buffer):
         rpc = getattr(self._kernels, _KERNEL_RPCS[op])
@@ -351,7 +358,11 @@ class Client:
         try:
             resp = self._session.call(sreq, self.timeout)
         except _session.Failure as e:
-            raise Error(e.code, e.message, _session.SESSION_METHOD) from None
+            code, message = e.code, e.message
+        else:
+            code = None
+        if code is not None:
+            raise Error(code, message, _session.SESSION_METHOD)
         if resp.code:
             raise Error(_session.code_name(resp.code), resp.message, _method(rpc))
         return getattr(resp, op)

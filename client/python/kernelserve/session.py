@@ -131,6 +131,13 @@ class _Request:
         self.data, self.handed = data, False
 
 
+def _forget_frames(error):
+    """grpcio's streaming call raises itself as its RpcError, so its traceback holds our frames, which hold the
+    call: a cycle that, through the frames' callers, keeps the Client alive until Python's cycle collector runs,
+    and with it the stream that a dropped Client's finalizer should end."""
+    error.__traceback__ = None
+
+
 class _IteratorStream:
     """The stream through grpcio's public API: requests through a queue to grpcio's sending thread."""
     _END = None
@@ -161,7 +168,8 @@ class _IteratorStream:
         self._queue.put(request)
         try:
             return next(self._call), True
-        except (StopIteration, grpc.RpcError):
+        except (StopIteration, grpc.RpcError) as e:
+            _forget_frames(e)
             return None, request.handed
 
     def cancel(self):
@@ -174,8 +182,8 @@ class _IteratorStream:
         try:
             for _ in self._call:
                 pass
-        except grpc.RpcError:
-            pass
+        except grpc.RpcError as e:
+            _forget_frames(e)
         return self.status
 
 
