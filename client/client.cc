@@ -165,7 +165,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->pools = v1::PoolService::NewStub(impl->channel);
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   if (options.kernel_session) {
-    impl->session = std::make_unique<KernelSession>(impl->kernels.get(), options.bearer_token);
+    impl->session = std::make_unique<KernelSession>(impl->kernels.get(), options.bearer_token,
+                                                    options.kernel_session_ring_bytes);
   }
   return std::unique_ptr<Client>(new Client(options, std::move(impl)));
 }

@@ -71,6 +71,10 @@ struct ClientOptions {
   // calls in parallel); a call whose deadline passes ends the stream, and the
   // next call opens another. Errors are the unary calls' (code and message).
   bool kernel_session = false;
+  // PROTOTYPE (branch s37-shm-ring), with kernel_session, for a server on
+  // this host: the session's calls go through a shared-memory ring
+  // (common/shm_ring.h) of this many bytes each way; 0: over the stream.
+  uint32_t kernel_session_ring_bytes = 0;
 };
 
 // Per-call overrides.

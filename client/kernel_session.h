@@ -29,7 +29,8 @@ namespace kernelserve {
 class KernelSession {
  public:
   // `stub` outlives the session; `bearer_token` as ClientOptions's.
-  KernelSession(v1::KernelService::Stub* stub, std::string bearer_token);
+  // ring_bytes > 0: the calls through a shared-memory ring (PROTOTYPE).
+  KernelSession(v1::KernelService::Stub* stub, std::string bearer_token, uint32_t ring_bytes = 0);
   ~KernelSession();
   KernelSession(const KernelSession&) = delete;
   KernelSession& operator=(const KernelSession&) = delete;
@@ -52,8 +53,13 @@ class KernelSession {
   // only our cancellation ended it.
   absl::Status Drop(bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // One call through the stream's ring.
+  absl::StatusOr<v1::SessionResponse> RingCall(Stream* s, const v1::SessionRequest& req, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   v1::KernelService::Stub* stub_;
   const std::string bearer_token_;
+  const uint32_t ring_bytes_;
   mutable absl::Mutex mu_;  // one call at a time
   std::unique_ptr<Stream> stream_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/shm_ring.h"
 #include "common/status_macros.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/method_handler.h"
@@ -24,6 +25,7 @@
 #include "server/ids.h"
 #include "server/input_checks.h"
 #include "server/services.h"
+#include "server/status_mapping.h"
 #include "server/tensor_proto.h"
 
 namespace kernelserve {
@@ -762,6 +764,8 @@ absl::string_view SessionCallMethod(const pb::SessionRequest& req) {
       return "Moe";
     case pb::SessionRequest::kDecodeAttention:
       return "DecodeAttention";
+    case pb::SessionRequest::kAttachRing:
+      return "AttachRing";
     case pb::SessionRequest::CALL_NOT_SET:
       break;
   }
@@ -793,6 +797,7 @@ grpc::Status KernelServiceImpl::ServeSessionCall(grpc::ServerContext* ctx, const
       return serve([&](CallLog* log) {
         return DoDecodeAttention(state_, ctx, req.decode_attention(), resp->mutable_decode_attention(), log);
       });
+    case pb::SessionRequest::kAttachRing:  // RunSession's, never a call
     case pb::SessionRequest::CALL_NOT_SET:
       break;
   }
@@ -848,6 +853,26 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
       }
       resp.Clear();
       resp.set_id(req.id());
+      if (req.has_attach_ring()) {
+        absl::StatusOr<ShmRing> ring = ShmRing::Attach(req.attach_ring().shm_name());
+        if (!ring.ok()) {
+          resp.set_code(static_cast<int32_t>(ToGrpcCode(ring.status().code())));
+          resp.set_message(std::string(ring.status().message()));
+        } else {
+          resp.mutable_attach_ring();
+        }
+        out.Clear();
+        bool own_ack = false;
+        if (!grpc::SerializationTraits<pb::SessionResponse>::Serialize(resp, &out, &own_ack).ok() ||
+            !stream->Write(out)) {
+          break;
+        }
+        if (ring.ok()) {
+          ServeRing(ctx, &*ring);
+          break;  // the ring was the rest of the session
+        }
+        continue;
+      }
       const absl::Time start = absl::Now();
       const grpc::Status s = ServeSessionCall(ctx, req, &resp);
       state_->ObserveCall(SessionCallMethod(req), static_cast<int>(s.error_code()), absl::Now() - start);
@@ -866,6 +891,55 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
     }
     return ended;
   });
+}
+
+void KernelServiceImpl::ServeRing(grpc::ServerContext* ctx, ShmRing* ring) {
+  ShmRingHeader* h = ring->header();
+  uint32_t served = h->req_seq.load(std::memory_order_acquire);
+  pb::SessionRequest req;
+  pb::SessionResponse resp;
+  std::string bytes;
+  for (;;) {
+    // A bounded wait, so that a client gone without a word (the stream
+    // cancelled) or a shutdown ends the session.
+    if (!ShmRing::WaitChange(&h->req_seq, served, absl::Now() + absl::Milliseconds(50))) {
+      if (ctx->IsCancelled() || h->closed.load() != 0) return;
+      continue;
+    }
+    if (h->closed.load() != 0) return;
+    served = h->req_seq.load(std::memory_order_acquire);
+    resp.Clear();
+    const uint32_t len = h->req_len;
+    if (len > h->capacity || !req.ParseFromArray(ring->request(), static_cast<int>(len)) ||
+        req.has_attach_ring()) {
+      resp.set_code(static_cast<int32_t>(grpc::StatusCode::INVALID_ARGUMENT));
+      resp.set_message("session ring: the request is not a valid protobuf SessionRequest with a call");
+    } else {
+      resp.set_id(req.id());
+      const absl::Time start = absl::Now();
+      const grpc::Status s = ServeSessionCall(ctx, req, &resp);
+      state_->ObserveCall(SessionCallMethod(req), static_cast<int>(s.error_code()), absl::Now() - start);
+      if (!s.ok()) {
+        resp.clear_result();
+        resp.set_code(static_cast<int32_t>(s.error_code()));
+        resp.set_message(s.error_message());
+      }
+    }
+    bytes.clear();
+    resp.SerializeToString(&bytes);
+    if (bytes.size() > h->capacity) {
+      resp.clear_result();
+      resp.set_code(static_cast<int32_t>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+      resp.set_message(absl::StrCat("session ring: a response of ", bytes.size(), " bytes is over the ring's ",
+                                    h->capacity, " (ask for output.to_buffer)"));
+      bytes.clear();
+      resp.SerializeToString(&bytes);
+    }
+    std::memcpy(ring->response(), bytes.data(), bytes.size());
+    h->resp_len = static_cast<uint32_t>(bytes.size());
+    h->resp_seq.store(served, std::memory_order_release);
+    ShmRing::Wake(&h->resp_seq);
+  }
 }
 
 void KernelServiceImpl::CancelSessions() {

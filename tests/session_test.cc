@@ -122,6 +122,48 @@ TEST_F(SessionTest, CallsGiveTheUnaryCallsBytesAndMeetTheOracle) {
   EXPECT_TRUE(unary->FreeBuffer(sb->out_buffer_id).ok());
 }
 
+// PROTOTYPE (branch s37-shm-ring): the calls through a shared-memory ring
+// give the unary calls' bytes, a failed call its own status, a response over
+// the ring's capacity RESOURCE_EXHAUSTED naming the way out, and dropping the
+// client ends the server's side.
+TEST_F(SessionTest, RingCallsGiveTheUnaryCallsBytes) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  auto unary = Connect(false);
+  ClientOptions o;
+  o.target = Target();
+  o.kernel_session = true;
+  o.kernel_session_ring_bytes = 64 << 10;
+  auto ring = Client::Connect(o);
+  ASSERT_TRUE(unary && ring.ok()) << ring.status();
+  const HostTensor q = numerics::GaussianBf16({1, 2, 37, 64}, seed);
+  const HostTensor k = numerics::GaussianBf16({1, 2, 37, 64}, seed + 1);
+  const AttentionArgs a = SmallAttention(q, k, k);
+  auto u = unary->Attention(a);
+  ASSERT_TRUE(u.ok()) << u.status();
+  for (int i = 0; i < 3; ++i) {
+    auto r = (*ring)->Attention(a);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->out.num_bytes(), u->out.num_bytes());
+    EXPECT_EQ(std::memcmp(r->out.bytes(), u->out.bytes(), u->out.num_bytes()), 0) << "call " << i;
+  }
+  const HostTensor k32 = numerics::GaussianBf16({1, 2, 37, 32}, seed);
+  auto bad = (*ring)->Attention(SmallAttention(q, k32, k32));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("k.shape[3]"), std::string::npos) << bad.status();
+  // 2 x 2 x 2048 x 64 bf16 out = 1 MiB: over the 64 KiB ring.
+  const HostTensor big = numerics::GaussianBf16({1, 2, 2048, 64}, seed + 3);
+  AttentionArgs large = SmallAttention(big, big, big);
+  auto over = (*ring)->Attention(large);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  auto after = (*ring)->Attention(a);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ((*ring)->kernel_sessions_opened(), 1);
+  ring->reset();  // the server's loop ends with the client
+}
+
 TEST_F(SessionTest, AFailedCallGetsItsOwnStatusAndTheSessionGoesOn) {
   auto unary = Connect(false);
   auto session = Connect(true);
