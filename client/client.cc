@@ -623,6 +623,10 @@ absl::StatusOr<std::vector<v1::BufferInfo>> Client::ListBuffers(const CallOption
   return std::vector<v1::BufferInfo>(resp.buffers().begin(), resp.buffers().end());
 }
 
+bool Client::kernel_session_ring_attached() const {
+  return impl_->session != nullptr && impl_->session->ring_attached();
+}
+
 int64_t Client::kernel_sessions_opened() const {
   return impl_->session != nullptr ? impl_->session->streams_opened() : 0;
 }

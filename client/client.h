@@ -280,6 +280,8 @@ class Client {
   // KernelService.Session streams this client has opened (kernel_session);
   // a failed call leaves its stream open, a broken stream is replaced.
   int64_t kernel_sessions_opened() const;
+  // PROTOTYPE: whether the open session's calls go through a shared-memory ring.
+  bool kernel_session_ring_attached() const;
 
   struct Impl;
 

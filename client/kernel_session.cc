@@ -54,6 +54,16 @@ KernelSession::~KernelSession() {
   if (stream_ != nullptr) Drop(/*cancel=*/true).IgnoreError();
 }
 
+bool KernelSession::ring_attached() const {
+  absl::MutexLock lock(&mu_);
+  return stream_ != nullptr && stream_->ring != nullptr;
+}
+
+absl::Status KernelSession::ring_refused() const {
+  absl::MutexLock lock(&mu_);
+  return ring_refused_;
+}
+
 int64_t KernelSession::streams_opened() const {
   absl::MutexLock lock(&mu_);
   return opened_;
@@ -67,7 +77,7 @@ absl::StatusOr<KernelSession::Stream*> KernelSession::Open(absl::Time deadline) 
   stream_->rw = stub_->AsyncSession(&stream_->ctx, &stream_->cq, kStartTag);
   ++opened_;
   Event e = Next(&stream_->cq, deadline);
-  if (e == Event::kOk && ring_bytes_ > 0) {
+  if (e == Event::kOk && ring_bytes_ > 0 && ring_refused_.ok()) {
     absl::StatusOr<ShmRing> ring = ShmRing::Create(ring_bytes_);
     if (!ring.ok()) {
       Drop(/*cancel=*/true).IgnoreError();
@@ -84,10 +94,10 @@ absl::StatusOr<KernelSession::Stream*> KernelSession::Open(absl::Time deadline) 
       e = Next(&stream_->cq, deadline);
     }
     if (e == Event::kOk && ack.code() != 0) {
-      Drop(/*cancel=*/true).IgnoreError();
-      return FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(ack.code()), ack.message()));
-    }
-    if (e == Event::kOk) {
+      // Refused (another host, another user, no shared memory): the calls
+      // stay on the stream, which is still open, and later streams do not ask.
+      ring_refused_ = FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(ack.code()), ack.message()));
+    } else if (e == Event::kOk) {
       ring->Unlink();  // mapped on both sides: the name is no longer needed
       stream_->ring = std::make_unique<ShmRing>(std::move(*ring));
     }

@@ -42,6 +42,10 @@ class KernelSession {
 
   // Streams opened so far (tests: a failed call must not reopen one).
   int64_t streams_opened() const;
+  // PROTOTYPE: whether the open stream's calls go through a ring, and why
+  // the server refused one (OK: not refused).
+  bool ring_attached() const;
+  absl::Status ring_refused() const;
 
  private:
   struct Stream;
@@ -64,6 +68,7 @@ class KernelSession {
   std::unique_ptr<Stream> stream_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status ring_refused_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kernelserve

@@ -44,7 +44,7 @@ absl::StatusOr<ShmRing> ShmRing::Create(uint32_t capacity) {
   auto* h = new (p) ShmRingHeader{};
   h->magic = ShmRingHeader::kMagic;
   h->capacity = capacity;
-  return ShmRing(name, h, bytes, /*owner=*/true);
+  return ShmRing(name, h, bytes, /*owner=*/true, getuid());
 }
 
 absl::StatusOr<ShmRing> ShmRing::Attach(const std::string& name) {
@@ -68,10 +68,11 @@ absl::StatusOr<ShmRing> ShmRing::Attach(const std::string& name) {
     munmap(p, bytes);
     return absl::InvalidArgumentError(absl::StrCat("attach_ring.shm_name: ", name, " is not a ring"));
   }
-  return ShmRing(name, h, bytes, /*owner=*/false);
+  return ShmRing(name, h, bytes, /*owner=*/false, st.st_uid);
 }
 
-ShmRing::ShmRing(ShmRing&& o) noexcept : name_(std::move(o.name_)), h_(o.h_), bytes_(o.bytes_), owner_(o.owner_) {
+ShmRing::ShmRing(ShmRing&& o) noexcept
+    : name_(std::move(o.name_)), h_(o.h_), bytes_(o.bytes_), owner_(o.owner_), owner_uid_(o.owner_uid_) {
   o.h_ = nullptr;
   o.owner_ = false;
 }
@@ -86,7 +87,7 @@ ShmRing::~ShmRing() {
 }
 
 void ShmRing::Unlink() {
-  if (owner_) shm_unlink(name_.c_str());
+  shm_unlink(name_.c_str());
   owner_ = false;
 }
 

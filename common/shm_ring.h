@@ -41,6 +41,7 @@ class ShmRing {
   ~ShmRing();
 
   const std::string& name() const { return name_; }
+  uint32_t owner_uid() const { return owner_uid_; }  // the file's owner when attached
   ShmRingHeader* header() const { return h_; }
   uint8_t* request() const { return reinterpret_cast<uint8_t*>(h_ + 1); }
   uint8_t* response() const { return request() + h_->capacity; }
@@ -52,12 +53,13 @@ class ShmRing {
   static void Wake(std::atomic<uint32_t>* word);
 
  private:
-  ShmRing(std::string name, ShmRingHeader* h, size_t bytes, bool owner)
-      : name_(std::move(name)), h_(h), bytes_(bytes), owner_(owner) {}
+  ShmRing(std::string name, ShmRingHeader* h, size_t bytes, bool owner, uint32_t owner_uid)
+      : name_(std::move(name)), h_(h), bytes_(bytes), owner_(owner), owner_uid_(owner_uid) {}
   std::string name_;
   ShmRingHeader* h_;
   size_t bytes_;
   bool owner_;
+  uint32_t owner_uid_;
 };
 
 }  // namespace kernelserve

@@ -4,15 +4,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/shm_ring.h"
@@ -752,6 +756,42 @@ grpc::Status KernelServiceImpl::DecodeAttention(grpc::ServerContext* ctx,
 namespace {
 
 // The unary method a session request stands for ("Session" for none).
+// The uid of the local process at the other end of a loopback TCP call
+// (ctx->peer() "ipv4:127.0.0.1:PORT" or "ipv6:[::1]:PORT"): the established
+// socket bound to that port in /proc/net/tcp{,6} names its owner. NOT_FOUND
+// for a peer that is not such a socket (another host, a Unix socket).
+absl::StatusOr<uint32_t> LoopbackPeerUid(const std::string& peer) {
+  const bool v4 = absl::StartsWith(peer, "ipv4:127."), v6 = absl::StartsWith(peer, "ipv6:[::1]:");
+  const size_t colon = peer.rfind(':');
+  int port = 0;
+  if ((!v4 && !v6) || colon == std::string::npos || !absl::SimpleAtoi(peer.substr(colon + 1), &port)) {
+    return absl::NotFoundError(absl::StrCat("the caller (", peer, ") is not a process on this host over loopback TCP"));
+  }
+  // An IPv4 peer may sit on a dual-stack socket (listed in tcp6 as ::ffff:127.x).
+  std::optional<uint32_t> uid;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    if (v6 && absl::string_view(table) == "/proc/net/tcp") continue;
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (f.size() < 8 || f[3] != "01") continue;  // ESTABLISHED only
+      const size_t c = f[1].rfind(':');
+      int local_port = 0;
+      if (c == std::string::npos || !absl::SimpleHexAtoi(f[1].substr(c + 1), &local_port) || local_port != port) {
+        continue;
+      }
+      uint32_t u = 0;
+      if (!absl::SimpleAtoi(f[7], &u)) continue;
+      if (uid.has_value() && *uid != u) return absl::NotFoundError("two sockets on the caller's port: ambiguous");
+      uid = u;
+    }
+  }
+  if (!uid.has_value()) return absl::NotFoundError(absl::StrCat("no local socket of the caller (", peer, ")"));
+  return *uid;
+}
+
 absl::string_view SessionCallMethod(const pb::SessionRequest& req) {
   switch (req.call_case()) {
     case pb::SessionRequest::kAttention:
@@ -854,7 +894,20 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
       resp.Clear();
       resp.set_id(req.id());
       if (req.has_attach_ring()) {
+        // The ring must be the caller's own: a name alone would let one
+        // tenant's session serve (and answer into) another's ring.
         absl::StatusOr<ShmRing> ring = ShmRing::Attach(req.attach_ring().shm_name());
+        if (ring.ok()) {
+          const absl::StatusOr<uint32_t> peer = LoopbackPeerUid(ctx->peer());
+          if (!peer.ok()) {
+            ring = absl::FailedPreconditionError(absl::StrCat("attach_ring: ", peer.status().message()));
+          } else if (*peer != ring->owner_uid()) {
+            ring = absl::PermissionDeniedError(absl::StrCat("attach_ring.shm_name: the ring belongs to uid ",
+                                                            ring->owner_uid(), ", the caller is uid ", *peer));
+          } else {
+            ring->Unlink();  // attached once: the name is gone for anyone else
+          }
+        }
         if (!ring.ok()) {
           resp.set_code(static_cast<int32_t>(ToGrpcCode(ring.status().code())));
           resp.set_message(std::string(ring.status().message()));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "common/shm_ring.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
@@ -161,6 +162,7 @@ TEST_F(SessionTest, RingCallsGiveTheUnaryCallsBytes) {
   auto after = (*ring)->Attention(a);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ((*ring)->kernel_sessions_opened(), 1);
+  EXPECT_TRUE((*ring)->kernel_session_ring_attached());
   ring->reset();  // the server's loop ends with the client
 }
 
@@ -224,6 +226,51 @@ TEST_F(SessionTest, RawStreamAnswersInOrderWithTheirIds) {
       EXPECT_EQ(resp.attention().out().tensor().data().size(), static_cast<size_t>(q.num_bytes()));
     }
   }
+  ASSERT_TRUE(rw->WritesDone());
+  EXPECT_TRUE(rw->Finish().ok());
+}
+
+// PROTOTYPE: the server attaches only the caller's own ring (its owner the
+// uid of the process at the other end of the loopback socket) and a missing
+// one is refused; either way the session goes on over the stream.
+TEST_F(SessionTest, RingsOfOthersOrNoneAreRefusedAndTheStreamGoesOn) {
+  auto channel = grpc::CreateChannel(Target(), grpc::InsecureChannelCredentials());
+  auto stub = v1::KernelService::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto rw = stub->Session(&ctx);
+  auto attach = [&](const std::string& name, uint64_t id) {
+    v1::SessionRequest r;
+    r.set_id(id);
+    r.mutable_attach_ring()->set_shm_name(name);
+    EXPECT_TRUE(rw->Write(r));
+    v1::SessionResponse resp;
+    EXPECT_TRUE(rw->Read(&resp));
+    EXPECT_EQ(resp.id(), id);
+    return resp;
+  };
+  v1::SessionResponse missing = attach("/kernelserve-ring-none", 1);
+  EXPECT_EQ(missing.code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION)) << missing.message();
+  EXPECT_THAT(missing.message(), HasSubstr("attach_ring.shm_name: shm_open /kernelserve-ring-none"));
+  if (getuid() == 0) {
+    absl::StatusOr<ShmRing> other = ShmRing::Create(4096);
+    ASSERT_TRUE(other.ok()) << other.status();
+    ASSERT_EQ(chown(("/dev/shm" + other->name()).c_str(), 12345, 12345), 0);
+    v1::SessionResponse denied = attach(other->name(), 2);
+    EXPECT_EQ(denied.code(), static_cast<int>(grpc::StatusCode::PERMISSION_DENIED)) << denied.message();
+    EXPECT_THAT(denied.message(), HasSubstr("belongs to uid 12345, the caller is uid 0"));
+  }
+  const HostTensor q = numerics::GaussianBf16({1, 1, 8, 64}, FreshSeed());
+  v1::SessionRequest call;
+  call.set_id(3);
+  for (v1::TensorRef* r : {call.mutable_attention()->mutable_q(), call.mutable_attention()->mutable_k(),
+                           call.mutable_attention()->mutable_v()}) {
+    *r->mutable_tensor() = ToProtoTensor(q);
+  }
+  ASSERT_TRUE(rw->Write(call));
+  v1::SessionResponse resp;
+  ASSERT_TRUE(rw->Read(&resp));
+  EXPECT_EQ(resp.code(), 0) << resp.message();
+  EXPECT_TRUE(resp.has_attention());
   ASSERT_TRUE(rw->WritesDone());
   EXPECT_TRUE(rw->Finish().ok());
 }
