@@ -471,7 +471,7 @@ int Main(int argc, char** argv) {
     std::sort(call_us.begin(), call_us.end());
     std::sort(session_us.begin(), session_us.end());
     std::sort(ring_us.begin(), ring_us.end());
-    std::printf("| the same small call through a shared-memory ring (PROTOTYPE%s), p50 / p99 | %.1f / %.1f us |\n",
+    std::printf("| the same small call through a shared-memory ring (ClientOptions::kernel_session_ring_bytes%s), p50 / p99 | %.1f / %.1f us |\n",
                 (*ring)->kernel_session_ring_attached() ? "" : "; NOT attached: these went over the stream",
                 ring_us[ring_us.size() / 2], ring_us[ring_us.size() * 99 / 100]);
     std::printf("| small call (attention 1x1x16x64 inline) round trip p50 / p99; server run p50 | %.1f / %.1f us; "

@@ -136,7 +136,17 @@ absl::StatusOr<v1::SessionResponse> KernelSession::Call(v1::SessionRequest* req,
     const bool reused = stream_ != nullptr;
     absl::StatusOr<Stream*> s = Open(deadline);
     if (!s.ok()) return s.status();
-    if ((*s)->ring != nullptr) return RingCall(*s, *req, deadline);
+    if ((*s)->ring != nullptr) {
+      if ((*s)->ring->header()->closed.load() != 0) {
+        // The server left the ring while it was idle (a restart, a shutdown):
+        // this call never reached it, so once more on a fresh stream.
+        const absl::Status final_status = Drop(/*cancel=*/false);
+        if (reused && attempt == 0) continue;
+        return final_status.ok() ? absl::UnavailableError("session ring: the server ended the session")
+                                 : final_status;
+      }
+      return RingCall(*s, *req, deadline);
+    }
     (*s)->rw->Write(*req, kWriteTag);
     Event e = Next(&(*s)->cq, deadline);
     if (e == Event::kTimedOut) {
@@ -190,6 +200,12 @@ absl::StatusOr<v1::SessionResponse> KernelSession::RingCall(Stream* s, const v1:
   h->req_seq.store(seq, std::memory_order_release);
   ShmRing::Wake(&h->req_seq);
   while (h->resp_seq.load(std::memory_order_acquire) != seq) {
+    if (h->closed.load() != 0) {
+      const absl::Status final_status = Drop(/*cancel=*/false);
+      return final_status.ok()
+                 ? absl::UnavailableError("session ring: the server ended the session before answering the call")
+                 : final_status;
+    }
     if (!ShmRing::WaitChange(&h->resp_seq, seen, deadline) && h->resp_seq.load() != seq) {
       Drop(/*cancel=*/true).IgnoreError();
       return absl::DeadlineExceededError("session ring: deadline exceeded waiting for a kernel call's answer");

@@ -29,7 +29,8 @@ namespace kernelserve {
 class KernelSession {
  public:
   // `stub` outlives the session; `bearer_token` as ClientOptions's.
-  // ring_bytes > 0: the calls through a shared-memory ring (PROTOTYPE).
+  // ring_bytes > 0: the calls through a shared-memory ring of that many bytes
+  // each way where the server attaches it (common/shm_ring.h).
   KernelSession(v1::KernelService::Stub* stub, std::string bearer_token, uint32_t ring_bytes = 0);
   ~KernelSession();
   KernelSession(const KernelSession&) = delete;
@@ -42,7 +43,7 @@ class KernelSession {
 
   // Streams opened so far (tests: a failed call must not reopen one).
   int64_t streams_opened() const;
-  // PROTOTYPE: whether the open stream's calls go through a ring, and why
+  // Whether the open stream's calls go through a ring, and why
   // the server refused one (OK: not refused).
   bool ring_attached() const;
   absl::Status ring_refused() const;

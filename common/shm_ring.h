@@ -1,11 +1,13 @@
 // A request/response ring in shared memory for one KernelService.Session of a
-// client on the same host (PROTOTYPE, branch s37-shm-ring): the client
-// creates it (shm_open, 0600), names it in the session's AttachRing request,
-// and from the acknowledgement on, each call's SessionRequest bytes go into
-// the request area and its SessionResponse bytes come back in the response
-// area, handed over with a futex word per direction instead of a gRPC
-// message each way. The stream stays open as the control channel: the
-// tenant's admission and slot, and the server's view of the client's life.
+// client on the server's host: the client creates it (shm_open, 0600), names
+// it in the session's AttachRing request, and from the acknowledgement on,
+// each call's SessionRequest bytes go into the request area and its
+// SessionResponse bytes come back in the response area, handed over with a
+// futex word per direction instead of a gRPC message each way (a small
+// call's round trip is a few futex wake-ups, not gRPC's threads and work).
+// The stream stays open as the control channel: the tenant's admission and
+// slot, and the server's view of the client's life. The server attaches only
+// a ring owned by the calling process's user, and unlinks its name.
 #ifndef KERNELSERVE_COMMON_SHM_RING_H_
 #define KERNELSERVE_COMMON_SHM_RING_H_
 

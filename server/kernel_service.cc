@@ -901,6 +901,10 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
           const absl::StatusOr<uint32_t> peer = LoopbackPeerUid(ctx->peer());
           if (!peer.ok()) {
             ring = absl::FailedPreconditionError(absl::StrCat("attach_ring: ", peer.status().message()));
+          } else if (static_cast<int64_t>(ring->header()->capacity) > state_->max_message_bytes()) {
+            ring = absl::InvalidArgumentError(absl::StrCat("attach_ring: a ring of ", ring->header()->capacity,
+                                                           " bytes each way is over --max_message_mb (",
+                                                           state_->max_message_bytes(), " bytes)"));
           } else if (*peer != ring->owner_uid()) {
             ring = absl::PermissionDeniedError(absl::StrCat("attach_ring.shm_name: the ring belongs to uid ",
                                                             ring->owner_uid(), ", the caller is uid ", *peer));
@@ -908,6 +912,10 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
             ring->Unlink();  // attached once: the name is gone for anyone else
           }
         }
+        // The requests already counted before the acknowledgement (none, from
+        // an honest client): the client may write the first call as soon as it
+        // reads the acknowledgement, before this thread looks again.
+        const uint32_t first = ring.ok() ? ring->header()->req_seq.load(std::memory_order_acquire) : 0;
         if (!ring.ok()) {
           resp.set_code(static_cast<int32_t>(ToGrpcCode(ring.status().code())));
           resp.set_message(std::string(ring.status().message()));
@@ -921,7 +929,7 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
           break;
         }
         if (ring.ok()) {
-          ServeRing(ctx, &*ring);
+          ServeRing(ctx, &*ring, first);
           break;  // the ring was the rest of the session
         }
         continue;
@@ -946,9 +954,8 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
   });
 }
 
-void KernelServiceImpl::ServeRing(grpc::ServerContext* ctx, ShmRing* ring) {
+void KernelServiceImpl::ServeRing(grpc::ServerContext* ctx, ShmRing* ring, uint32_t served) {
   ShmRingHeader* h = ring->header();
-  uint32_t served = h->req_seq.load(std::memory_order_acquire);
   pb::SessionRequest req;
   pb::SessionResponse resp;
   std::string bytes;

@@ -123,8 +123,7 @@ TEST_F(SessionTest, CallsGiveTheUnaryCallsBytesAndMeetTheOracle) {
   EXPECT_TRUE(unary->FreeBuffer(sb->out_buffer_id).ok());
 }
 
-// PROTOTYPE (branch s37-shm-ring): the calls through a shared-memory ring
-// give the unary calls' bytes, a failed call its own status, a response over
+// The calls through a shared-memory ring give the unary calls' bytes, a failed call its own status, a response over
 // the ring's capacity RESOURCE_EXHAUSTED naming the way out, and dropping the
 // client ends the server's side.
 TEST_F(SessionTest, RingCallsGiveTheUnaryCallsBytes) {
@@ -230,7 +229,7 @@ TEST_F(SessionTest, RawStreamAnswersInOrderWithTheirIds) {
   EXPECT_TRUE(rw->Finish().ok());
 }
 
-// PROTOTYPE: the server attaches only the caller's own ring (its owner the
+// The server attaches only the caller's own ring (its owner the
 // uid of the process at the other end of the loopback socket) and a missing
 // one is refused; either way the session goes on over the stream.
 TEST_F(SessionTest, RingsOfOthersOrNoneAreRefusedAndTheStreamGoesOn) {
@@ -362,6 +361,29 @@ TEST_F(SessionTest, ShutdownEndsIdleSessionsPromptly) {
   CallOptions c;
   c.timeout = absl::Seconds(5);
   auto after = session->Attention(SmallAttention(q, q, q), c);
+  EXPECT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
+  server_.reset();
+}
+
+// A session on a ring ends with the server's shutdown as promptly, and its
+// next call says the server is gone.
+TEST_F(SessionTest, ShutdownEndsIdleRingSessionsPromptly) {
+  ClientOptions o;
+  o.target = Target();
+  o.kernel_session = true;
+  o.kernel_session_ring_bytes = 64 << 10;
+  auto ring = Client::Connect(o);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  const HostTensor q = numerics::GaussianBf16({1, 1, 8, 64}, FreshSeed());
+  ASSERT_TRUE((*ring)->Attention(SmallAttention(q, q, q)).ok());
+  ASSERT_TRUE((*ring)->kernel_session_ring_attached());
+  const absl::Time t0 = absl::Now();
+  server_->Shutdown(absl::Seconds(20));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5)) << "the shutdown waited for an idle ring session";
+  CallOptions c;
+  c.timeout = absl::Seconds(5);
+  auto after = (*ring)->Attention(SmallAttention(q, q, q), c);
   EXPECT_FALSE(after.ok());
   EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
   server_.reset();
