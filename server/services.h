@@ -18,6 +18,8 @@
 
 namespace kernelserve {
 
+class ShmRing;
+
 namespace pb = ::kernelserve::v1;
 
 class DeviceHealthMonitor;
@@ -105,6 +107,10 @@ class KernelServiceImpl final : public pb::KernelService::Service {
   // reader would end the stream as if the client had closed it).
   grpc::Status RunSession(grpc::ServerContext* ctx,
                           grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
+  // The rest of a session through a shared-memory ring
+  // (common/shm_ring.h), until the client closes it or the stream ends.
+  // `served`: the request count when the ring was acknowledged.
+  void ServeRing(grpc::ServerContext* ctx, ShmRing* ring, uint32_t served);
   // One request of a session, served as its unary RPC would be.
   grpc::Status ServeSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req,
                                 pb::SessionResponse* resp);
