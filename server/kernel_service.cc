@@ -814,6 +814,18 @@ absl::string_view SessionCallMethod(const pb::SessionRequest& req) {
 
 }  // namespace
 
+void KernelServiceImpl::AnswerSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req,
+                                          pb::SessionResponse* resp) {
+  const absl::Time start = absl::Now();
+  const grpc::Status s = ServeSessionCall(ctx, req, resp);
+  state_->ObserveCall(SessionCallMethod(req), static_cast<int>(s.error_code()), absl::Now() - start);
+  if (!s.ok()) {
+    resp->clear_result();
+    resp->set_code(static_cast<int32_t>(s.error_code()));
+    resp->set_message(s.error_message());
+  }
+}
+
 grpc::Status KernelServiceImpl::ServeSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req,
                                                  pb::SessionResponse* resp) {
   const std::string method = absl::StrCat("KernelService.Session/", SessionCallMethod(req));
@@ -934,14 +946,7 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
         }
         continue;
       }
-      const absl::Time start = absl::Now();
-      const grpc::Status s = ServeSessionCall(ctx, req, &resp);
-      state_->ObserveCall(SessionCallMethod(req), static_cast<int>(s.error_code()), absl::Now() - start);
-      if (!s.ok()) {
-        resp.clear_result();
-        resp.set_code(static_cast<int32_t>(s.error_code()));
-        resp.set_message(s.error_message());
-      }
+      AnswerSessionCall(ctx, req, &resp);
       bool own = false;
       out.Clear();  // Serialize writes into an empty buffer only
       if (!grpc::SerializationTraits<pb::SessionResponse>::Serialize(resp, &out, &own).ok()) {
@@ -976,14 +981,7 @@ void KernelServiceImpl::ServeRing(grpc::ServerContext* ctx, ShmRing* ring, uint3
       resp.set_message("session ring: the request is not a valid protobuf SessionRequest with a call");
     } else {
       resp.set_id(req.id());
-      const absl::Time start = absl::Now();
-      const grpc::Status s = ServeSessionCall(ctx, req, &resp);
-      state_->ObserveCall(SessionCallMethod(req), static_cast<int>(s.error_code()), absl::Now() - start);
-      if (!s.ok()) {
-        resp.clear_result();
-        resp.set_code(static_cast<int32_t>(s.error_code()));
-        resp.set_message(s.error_message());
-      }
+      AnswerSessionCall(ctx, req, &resp);
     }
     bytes.clear();
     resp.SerializeToString(&bytes);

@@ -111,6 +111,9 @@ class KernelServiceImpl final : public pb::KernelService::Service {
   // (common/shm_ring.h), until the client closes it or the stream ends.
   // `served`: the request count when the ring was acknowledged.
   void ServeRing(grpc::ServerContext* ctx, ShmRing* ring, uint32_t served);
+  // One request of a session into `resp` (its result, or the call's status),
+  // counted in the metrics under its method.
+  void AnswerSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req, pb::SessionResponse* resp);
   // One request of a session, served as its unary RPC would be.
   grpc::Status ServeSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req,
                                 pb::SessionResponse* resp);
