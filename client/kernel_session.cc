@@ -28,6 +28,11 @@ void* const kFinishTag = reinterpret_cast<void*>(4);
 
 enum class Event { kOk, kFailed, kTimedOut };
 
+// The status a session answer carries (its call's, as the unary RPC's).
+absl::Status AnswerStatus(const v1::SessionResponse& resp) {
+  return FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(resp.code()), resp.message()));
+}
+
 // The pending operation's completion, or kTimedOut at `deadline`. The
 // calling thread polls the queue itself: no thread hand-off per message.
 Event Next(grpc::CompletionQueue* cq, absl::Time deadline) {
@@ -57,11 +62,6 @@ KernelSession::~KernelSession() {
 bool KernelSession::ring_attached() const {
   absl::MutexLock lock(&mu_);
   return stream_ != nullptr && stream_->ring != nullptr;
-}
-
-absl::Status KernelSession::ring_refused() const {
-  absl::MutexLock lock(&mu_);
-  return ring_refused_;
 }
 
 int64_t KernelSession::streams_opened() const {
@@ -96,7 +96,7 @@ absl::StatusOr<KernelSession::Stream*> KernelSession::Open(absl::Time deadline) 
     if (e == Event::kOk && ack.code() != 0) {
       // Refused (another host, another user, no shared memory): the calls
       // stay on the stream, which is still open, and later streams do not ask.
-      ring_refused_ = FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(ack.code()), ack.message()));
+      ring_refused_ = AnswerStatus(ack);
     } else if (e == Event::kOk) {
       ring->Unlink();  // mapped on both sides: the name is no longer needed
       stream_->ring = std::make_unique<ShmRing>(std::move(*ring));
@@ -179,7 +179,7 @@ absl::StatusOr<v1::SessionResponse> KernelSession::Call(v1::SessionRequest* req,
           absl::StrCat("session: the answer to request ", req->id(), " came with id ", resp.id()));
     }
     if (resp.code() != 0) {
-      return FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(resp.code()), resp.message()));
+      return AnswerStatus(resp);
     }
     return resp;
   }
@@ -217,7 +217,7 @@ absl::StatusOr<v1::SessionResponse> KernelSession::RingCall(Stream* s, const v1:
     return absl::DataLossError("session ring: an unreadable answer or one to another request");
   }
   if (resp.code() != 0) {
-    return FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(resp.code()), resp.message()));
+    return AnswerStatus(resp);
   }
   return resp;
 }

@@ -43,10 +43,8 @@ class KernelSession {
 
   // Streams opened so far (tests: a failed call must not reopen one).
   int64_t streams_opened() const;
-  // Whether the open stream's calls go through a ring, and why
-  // the server refused one (OK: not refused).
+  // Whether the open stream's calls go through a ring.
   bool ring_attached() const;
-  absl::Status ring_refused() const;
 
  private:
   struct Stream;
@@ -69,7 +67,7 @@ class KernelSession {
   std::unique_ptr<Stream> stream_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status ring_refused_ ABSL_GUARDED_BY(mu_);
+  absl::Status ring_refused_ ABSL_GUARDED_BY(mu_);  // why the server refused a ring: later streams do not ask
 };
 
 }  // namespace kernelserve

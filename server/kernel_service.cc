@@ -755,7 +755,6 @@ grpc::Status KernelServiceImpl::DecodeAttention(grpc::ServerContext* ctx,
 
 namespace {
 
-// The unary method a session request stands for ("Session" for none).
 // The uid of the local process at the other end of a loopback TCP call
 // (ctx->peer() "ipv4:127.0.0.1:PORT" or "ipv6:[::1]:PORT"): the established
 // socket bound to that port in /proc/net/tcp{,6} names its owner. NOT_FOUND
@@ -792,6 +791,7 @@ absl::StatusOr<uint32_t> LoopbackPeerUid(const std::string& peer) {
   return *uid;
 }
 
+// The unary method a session request stands for ("Session" for none).
 absl::string_view SessionCallMethod(const pb::SessionRequest& req) {
   switch (req.call_case()) {
     case pb::SessionRequest::kAttention:
@@ -905,48 +905,24 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
       }
       resp.Clear();
       resp.set_id(req.id());
+      std::optional<ShmRing> ring;
+      uint32_t first = 0;
       if (req.has_attach_ring()) {
-        // The ring must be the caller's own: a name alone would let one
-        // tenant's session serve (and answer into) another's ring.
-        absl::StatusOr<ShmRing> ring = ShmRing::Attach(req.attach_ring().shm_name());
-        if (ring.ok()) {
-          const absl::StatusOr<uint32_t> peer = LoopbackPeerUid(ctx->peer());
-          if (!peer.ok()) {
-            ring = absl::FailedPreconditionError(absl::StrCat("attach_ring: ", peer.status().message()));
-          } else if (static_cast<int64_t>(ring->header()->capacity) > state_->max_message_bytes()) {
-            ring = absl::InvalidArgumentError(absl::StrCat("attach_ring: a ring of ", ring->header()->capacity,
-                                                           " bytes each way is over --max_message_mb (",
-                                                           state_->max_message_bytes(), " bytes)"));
-          } else if (*peer != ring->owner_uid()) {
-            ring = absl::PermissionDeniedError(absl::StrCat("attach_ring.shm_name: the ring belongs to uid ",
-                                                            ring->owner_uid(), ", the caller is uid ", *peer));
-          } else {
-            ring->Unlink();  // attached once: the name is gone for anyone else
-          }
-        }
-        // The requests already counted before the acknowledgement (none, from
-        // an honest client): the client may write the first call as soon as it
-        // reads the acknowledgement, before this thread looks again.
-        const uint32_t first = ring.ok() ? ring->header()->req_seq.load(std::memory_order_acquire) : 0;
-        if (!ring.ok()) {
-          resp.set_code(static_cast<int32_t>(ToGrpcCode(ring.status().code())));
-          resp.set_message(std::string(ring.status().message()));
-        } else {
+        absl::StatusOr<ShmRing> attached = AttachRing(ctx, req.attach_ring());
+        if (attached.ok()) {
+          // The requests counted before the acknowledgement (none, from an
+          // honest client): it may write its first call as soon as it reads
+          // the acknowledgement, before ServeRing looks.
+          first = attached->header()->req_seq.load(std::memory_order_acquire);
+          ring.emplace(std::move(*attached));
           resp.mutable_attach_ring();
+        } else {
+          resp.set_code(static_cast<int32_t>(ToGrpcCode(attached.status().code())));
+          resp.set_message(std::string(attached.status().message()));
         }
-        out.Clear();
-        bool own_ack = false;
-        if (!grpc::SerializationTraits<pb::SessionResponse>::Serialize(resp, &out, &own_ack).ok() ||
-            !stream->Write(out)) {
-          break;
-        }
-        if (ring.ok()) {
-          ServeRing(ctx, &*ring, first);
-          break;  // the ring was the rest of the session
-        }
-        continue;
+      } else {
+        AnswerSessionCall(ctx, req, &resp);
       }
-      AnswerSessionCall(ctx, req, &resp);
       bool own = false;
       out.Clear();  // Serialize writes into an empty buffer only
       if (!grpc::SerializationTraits<pb::SessionResponse>::Serialize(resp, &out, &own).ok()) {
@@ -954,9 +930,33 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
         break;
       }
       if (!stream->Write(out)) break;
+      if (ring.has_value()) {
+        ServeRing(ctx, &*ring, first);
+        break;  // the ring was the rest of the session
+      }
     }
     return ended;
   });
+}
+
+absl::StatusOr<ShmRing> KernelServiceImpl::AttachRing(grpc::ServerContext* ctx, const pb::AttachRing& req) {
+  // The ring must be the caller's own: a name alone would let one tenant's
+  // session serve (and answer into) another's ring.
+  absl::StatusOr<ShmRing> ring = ShmRing::Attach(req.shm_name());
+  if (!ring.ok()) return ring.status();
+  const absl::StatusOr<uint32_t> peer = LoopbackPeerUid(ctx->peer());
+  if (!peer.ok()) return absl::FailedPreconditionError(absl::StrCat("attach_ring: ", peer.status().message()));
+  if (static_cast<int64_t>(ring->header()->capacity) > state_->max_message_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("attach_ring: a ring of ", ring->header()->capacity,
+                                                   " bytes each way is over --max_message_mb (",
+                                                   state_->max_message_bytes(), " bytes)"));
+  }
+  if (*peer != ring->owner_uid()) {
+    return absl::PermissionDeniedError(absl::StrCat("attach_ring.shm_name: the ring belongs to uid ",
+                                                    ring->owner_uid(), ", the caller is uid ", *peer));
+  }
+  ring->Unlink();  // attached once: the name is gone for anyone else
+  return ring;
 }
 
 void KernelServiceImpl::ServeRing(grpc::ServerContext* ctx, ShmRing* ring, uint32_t served) {

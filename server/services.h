@@ -8,7 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/shm_ring.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
@@ -17,8 +19,6 @@
 #include "server/server_state.h"
 
 namespace kernelserve {
-
-class ShmRing;
 
 namespace pb = ::kernelserve::v1;
 
@@ -107,6 +107,8 @@ class KernelServiceImpl final : public pb::KernelService::Service {
   // reader would end the stream as if the client had closed it).
   grpc::Status RunSession(grpc::ServerContext* ctx,
                           grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
+  // The caller's own ring named in an attach_ring request, or why not.
+  absl::StatusOr<ShmRing> AttachRing(grpc::ServerContext* ctx, const pb::AttachRing& req);
   // The rest of a session through a shared-memory ring
   // (common/shm_ring.h), until the client closes it or the stream ends.
   // `served`: the request count when the ring was acknowledged.
