@@ -663,6 +663,22 @@ def session_ops_check(check, addr, transport):
             check.ok("%s, 4 threads x 25 calls" % name, "each its own answer, one stream")
 
 
+def retry_while_slot_taken(attempt, seconds):
+    """attempt() again while the tenant's one streaming slot is still taken (RESOURCE_EXHAUSTED) or it returns
+    a falsy value: its first other result, or None after `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            r = attempt()
+            if r is not None and r is not False:
+                return r
+        except ks.Error as e:
+            if e.code != "RESOURCE_EXHAUSTED":
+                raise
+        time.sleep(0.05)
+    return None
+
+
 def session_stream_check(binary, work, check):
     """What a session's stream holds on the server, seen through --tenant_max_concurrent_streams=1: it holds
     the tenant's one streaming slot; close() gives it back; so does a Client dropped without close() (whose
@@ -698,18 +714,8 @@ def session_stream_check(binary, work, check):
             check.fail("%s: a Client dropped without close()" % name, "still referenced (a reference cycle?): %s"
                        % [type(r).__name__ for r in gc.get_referrers(dropped())])
         c = ks.Client(addr, session=True)
-        for _ in range(200):
-            try:
-                c.attention(q, q, q)
-                if watchdogs() != before + 1:
-                    time.sleep(0.05)
-                    continue
-                check.ok("%s: a Client dropped without close()" % name, "gave the slot back, no thread left")
-                break
-            except ks.Error as e:
-                if e.code != "RESOURCE_EXHAUSTED":
-                    raise
-                time.sleep(0.05)
+        if retry_while_slot_taken(lambda: c.attention(q, q, q) is not None and watchdogs() == before + 1, 10):
+            check.ok("%s: a Client dropped without close()" % name, "gave the slot back, no thread left")
         else:
             check.fail(name, "a Client dropped without close() still holds its stream or threads after 10 s (%d "
                        "watchdog threads, %d before)" % (watchdogs(), before))
@@ -779,19 +785,14 @@ def ring_check(binary, work, check):
             child.wait()
             killed = time.monotonic()
             with ks.Client(addr, session=True, ring_bytes=64 << 10) as c:
-                for _ in range(600):
-                    try:
-                        ok = np.array_equal(c.attention(q, q, q, causal=True).out, want) and c.ring_attached
-                        check.ok("ring: a client killed mid-call", "its slot free %.1f s later; a new ring serves"
-                                 % (time.monotonic() - killed)) if ok else check.fail(
-                            "ring: a client killed mid-call", "the next ring's answer differs")
-                        break
-                    except ks.Error as e:
-                        if e.code != "RESOURCE_EXHAUSTED":
-                            raise
-                        time.sleep(0.05)
-                else:
+                got = retry_while_slot_taken(lambda: c.attention(q, q, q, causal=True).out, 30)
+                if got is None:
                     check.fail("ring: a client killed mid-call", "its streaming slot still held after 30 s")
+                elif not (np.array_equal(got, want) and c.ring_attached):
+                    check.fail("ring: a client killed mid-call", "the next ring's answer differs or no ring")
+                else:
+                    check.ok("ring: a client killed mid-call", "its slot free %.1f s later; a new ring serves"
+                             % (time.monotonic() - killed))
     except ks.Error as e:
         check.fail("ring", str(e))
     finally:
