@@ -161,9 +161,10 @@ absl::StatusOr<v1::SessionResponse> KernelSession::Call(v1::SessionRequest* req,
     absl::StatusOr<Stream*> s = Open(deadline);
     if (!s.ok()) return s.status();
     if ((*s)->ring != nullptr) {
-      if ((*s)->ring->header()->closed.load() != 0 || (*s)->RingStreamEnded()) {
+      if ((*s)->ring->header()->closed.load() != 0 || (*s)->ended) {
         // The server left the ring while it was idle (a restart, a shutdown,
-        // a crash): this call never reached it, so once more on a fresh stream.
+        // or a crash an earlier call saw): this call never reached it, so
+        // once more on a fresh stream.
         const absl::Status final_status = Drop(/*cancel=*/false);
         if (reused && attempt == 0) continue;
         return final_status.ok() ? absl::UnavailableError("session ring: the server ended the session")
@@ -223,8 +224,9 @@ absl::StatusOr<v1::SessionResponse> KernelSession::RingCall(Stream* s, const v1:
   const uint32_t seen = h->resp_seq.load(std::memory_order_acquire);
   h->req_seq.store(seq, std::memory_order_release);
   ShmRing::Wake(&h->req_seq);
+  bool ended = false;
   while (h->resp_seq.load(std::memory_order_acquire) != seq) {
-    if (h->closed.load() != 0 || s->RingStreamEnded()) {
+    if (h->closed.load() != 0 || ended) {
       const absl::Status final_status = Drop(/*cancel=*/false);
       return final_status.ok()
                  ? absl::UnavailableError("session ring: the server ended the session before answering the call")
@@ -234,9 +236,12 @@ absl::StatusOr<v1::SessionResponse> KernelSession::RingCall(Stream* s, const v1:
       Drop(/*cancel=*/true).IgnoreError();
       return absl::DeadlineExceededError("session ring: deadline exceeded waiting for a kernel call's answer");
     }
-    // In slices, to look at the stream between them: a server that died
-    // mid-call never sets `closed`.
-    ShmRing::WaitChange(&h->resp_seq, seen, std::min(deadline, absl::Now() + kRingStreamCheck));
+    // In slices, looking at the stream only after one passed unanswered (a
+    // server that died mid-call never sets `closed`; polling the stream's
+    // queue on every call cost ~70 µs of a ~90 µs round trip).
+    if (!ShmRing::WaitChange(&h->resp_seq, seen, std::min(deadline, absl::Now() + kRingStreamCheck))) {
+      ended = s->RingStreamEnded();
+    }
   }
   v1::SessionResponse resp;
   if (!resp.ParseFromArray(s->ring->response(), static_cast<int>(h->resp_len)) || resp.id() != req.id()) {
