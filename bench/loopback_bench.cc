@@ -36,6 +36,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -272,27 +273,21 @@ int RemoteVsBare(Client& client, Client& session, Client& ring, bool in_process,
       queue_ms.push_back(r->info.queue_ms);
       run_ms.push_back(r->info.run_ms);
     }
-    // The same call as a message on the session client's stream, after each unary one.
+    // The same call as a message on the session client's stream, and
+    // through the ring client's shared memory, after each unary one.
     if (i < kAttnWarmup + kAttnReps) {
-      const absl::Time s0 = absl::Now();
-      auto rs = session.Attention(a);
-      const absl::Time s1 = absl::Now();
-      if (!rs.ok()) {
-        std::fprintf(stderr, "attention over a session: %s\n", rs.status().ToString().c_str());
-        return 1;
+      for (auto [other, how, ms] : {std::make_tuple(&session, "over a session", &session_ms),
+                                    std::make_tuple(&ring, "through the ring", &ring_ms)}) {
+        const absl::Time s0 = absl::Now();
+        auto rs = other->Attention(a);
+        const absl::Time s1 = absl::Now();
+        if (!rs.ok()) {
+          std::fprintf(stderr, "attention %s: %s\n", how, rs.status().ToString().c_str());
+          return 1;
+        }
+        (void)client.FreeBuffer(rs->out_buffer_id);
+        if (i >= kAttnWarmup) ms->push_back(absl::ToDoubleMilliseconds(s1 - s0));
       }
-      (void)client.FreeBuffer(rs->out_buffer_id);
-      if (i >= kAttnWarmup) session_ms.push_back(absl::ToDoubleMilliseconds(s1 - s0));
-      // And through the ring client's shared memory.
-      const absl::Time g0 = absl::Now();
-      auto rg = ring.Attention(a);
-      const absl::Time g1 = absl::Now();
-      if (!rg.ok()) {
-        std::fprintf(stderr, "attention through the ring: %s\n", rg.status().ToString().c_str());
-        return 1;
-      }
-      (void)client.FreeBuffer(rg->out_buffer_id);
-      if (i >= kAttnWarmup) ring_ms.push_back(absl::ToDoubleMilliseconds(g1 - g0));
     }
   }
   for (const std::string& id : ids) (void)client.FreeBuffer(id);
