@@ -29,7 +29,6 @@ import os
 import platform
 import queue
 import secrets
-import struct
 import threading
 import time
 
