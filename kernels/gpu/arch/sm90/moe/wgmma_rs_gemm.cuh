@@ -177,7 +177,12 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
 
   // The A fragments of k-tile kt: step s, register a0..a3 = (row r0, K
   // 16s + 2q..+1), (r0 + 8, same), (r0, 16s + 8 + 2q..+1), (r0 + 8, same),
-  // i.e. byte q of raw words 2s and 2s + 1 of each row.
+  // i.e. byte q of raw words 2s and 2s + 1 of each row. When a warp vote
+  // finds every scale of the k-tile's blocks in its lanes needing one
+  // multiply (real weights' scales always do), the common path: the bits
+  // of each byte in five instructions and one multiply by a scale made with
+  // one IMAD; else each pair goes through DequantPair's general scale.
+  const uint32_t byte_sel = 0x4440u + static_cast<uint32_t>(q);
   auto dequant = [&](int kt, uint32_t(&f)[4][4]) {
     const uint8_t* st = sm.base + (kt % kStages) * kStageBytes;
     const uint8_t* rx = st + kStageB + r0 * kRawStr;
@@ -187,10 +192,26 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
     const uint32_t sx = *reinterpret_cast<const uint32_t*>(st + kStageB + kStageRaw + r0 * 4);
     const uint32_t sy = *reinterpret_cast<const uint32_t*>(st + kStageB + kStageRaw + (r0 + 8) * 4);
     const int sh = (kt & 1) * 16;  // the k-tile's two 32-element blocks: bytes 2 (kt & 1) and + 1
-    const BlockScale bx[2] = {MakeBlockScale((sx >> sh) & 0xFFu), MakeBlockScale((sx >> (sh + 8)) & 0xFFu)};
-    const BlockScale by[2] = {MakeBlockScale((sy >> sh) & 0xFFu), MakeBlockScale((sy >> (sh + 8)) & 0xFFu)};
+    const uint32_t scx[2] = {(sx >> sh) & 0xFFu, (sx >> (sh + 8)) & 0xFFu};
+    const uint32_t scy[2] = {(sy >> sh) & 0xFFu, (sy >> (sh + 8)) & 0xFFu};
     const uint32_t wx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
     const uint32_t wy[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+    // sc in 1..128 <=> sc - 1 < 128 (unsigned).
+    const bool one = ((scx[0] - 1u) | (scx[1] - 1u) | (scy[0] - 1u) | (scy[1] - 1u)) < 128u;
+    if (__all_sync(0xFFFFFFFFu, one)) {
+      const uint32_t fx[2] = {OneMultiplyScale(scx[0]).f1, OneMultiplyScale(scx[1]).f1};
+      const uint32_t fy[2] = {OneMultiplyScale(scy[0]).f1, OneMultiplyScale(scy[1]).f1};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        f[s][0] = MulBf16x2(Fp4PairBitsOfByte(wx[2 * s], byte_sel), fx[s >> 1]);
+        f[s][1] = MulBf16x2(Fp4PairBitsOfByte(wy[2 * s], byte_sel), fy[s >> 1]);
+        f[s][2] = MulBf16x2(Fp4PairBitsOfByte(wx[2 * s + 1], byte_sel), fx[s >> 1]);
+        f[s][3] = MulBf16x2(Fp4PairBitsOfByte(wy[2 * s + 1], byte_sel), fy[s >> 1]);
+      }
+      return;
+    }
+    const BlockScale bx[2] = {MakeBlockScale(scx[0]), MakeBlockScale(scx[1])};
+    const BlockScale by[2] = {MakeBlockScale(scy[0]), MakeBlockScale(scy[1])};
     const int qs = 8 * q;
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
