@@ -271,21 +271,30 @@ int CheckTable(const Case& c, double tol = 4e-3) {
 
 // Every GEMM of the call on one kernel, forced by its tile rows: 0 the
 // weight-streaming kernel, kRsRows the wgmma kernel with the weights in
-// registers, else the mma.sync kernel with that row tile (each on small
-// shapes).
+// registers (with B resident over several column tiles where K allows, as
+// the dispatcher runs it, and without), else the mma.sync kernel with that
+// row tile (each on small shapes).
 constexpr int kForceRs = gpu::moe::kRsRows;
 void CheckForcedGemm(int tile_rows, const Case& c, double tol = 4e-3) {
   MoeCheck check(c);
   gpu::moe::MoePlan plan;
   plan.stream = tile_rows == 0;
   plan.wgmma_rs = tile_rows == kForceRs;
+  plan.rs_b_resident = plan.wgmma_rs;
   if (tile_rows != 0 && !plan.wgmma_rs) plan.mma_rows = tile_rows;
+  auto run = [&](const gpu::moe::MoePlan& pl) {
+    return [&check, pl](TensorView& out) {
+      return gpu::RunMoeWithPlan(pl, check.params(), check.call().moe_in, out, nullptr);
+    };
+  };
   check.Expect(tile_rows == 0           ? std::string("stream")
                : tile_rows == kForceRs ? std::string("wgmma_rs")
                                        : "mma_sync/tile " + std::to_string(tile_rows),
-               [&](TensorView& out) {
-    return gpu::RunMoeWithPlan(plan, check.params(), check.call().moe_in, out, nullptr);
-  }, tol);
+               run(plan), tol);
+  if (plan.wgmma_rs) {
+    plan.rs_b_resident = false;
+    check.Expect("wgmma_rs, B streamed", run(plan), tol);
+  }
 }
 
 // Gate/up at K = hidden: skewed routing (expert 0 on every token: 16-row

@@ -9,14 +9,15 @@ namespace gpu {
 namespace {
 
 // The GEMM an entry runs.
-enum class Gemm { kStream, kWgmmaRs, kMmaSync };
+enum class Gemm { kStream, kWgmmaRs, kWgmmaRsBStreamed, kMmaSync };
 
 // An entry's plan: its GEMM for every projection of the call.
 template <Gemm kGemm>
 moe::MoePlan EntryPlan() {
   moe::MoePlan plan;
   plan.stream = kGemm == Gemm::kStream;
-  plan.wgmma_rs = kGemm == Gemm::kWgmmaRs;
+  plan.wgmma_rs = kGemm == Gemm::kWgmmaRs || kGemm == Gemm::kWgmmaRsBStreamed;
+  plan.rs_b_resident = kGemm == Gemm::kWgmmaRs;
   return plan;
 }
 
@@ -51,6 +52,9 @@ const VariantTable& MoeVariants() {
       {"wgmma_rs", "warp-specialized wgmma with the dequantized weights as the register operand and an expert's "
        "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per CTA", "sm_90a, every stage",
        Unsupported<Gemm::kWgmmaRs>, UnlessPlanned<Gemm::kWgmmaRs>, Run<Gemm::kWgmmaRs>},
+      // Branch s37-rs-dequant only, for the A/B of the resident B tile; leaves before a merge.
+      {"wgmma_rs_b_streamed", "wgmma_rs with B copied per column tile (no resident B)", "sm_90a, every stage",
+       Unsupported<Gemm::kWgmmaRsBStreamed>, nullptr, Run<Gemm::kWgmmaRsBStreamed>},
       {"mma_sync", "mma.sync grouped GEMM, 64-row expert tiles (down below 64 rows per expert)", "sm_90a, every stage",
        Unsupported<Gemm::kMmaSync>, nullptr, Run<Gemm::kMmaSync>},
   };
