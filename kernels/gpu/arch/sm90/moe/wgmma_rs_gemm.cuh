@@ -133,8 +133,8 @@ struct Smem {
 // worth of two weight rows, and one weight row's E8M0 window, so a k-tile
 // costs a few instructions per copy. Rows past the tile's own are not
 // copied: their N columns are computed from stale bytes and never stored.
-// Stage g of the walk (column tile g / k_tiles, k-tile g % k_tiles) is
-// stage g % kStages; kResident copies B's k-tiles during the first column
+// Step n of the walk (column tile n / k_tiles, k-tile n % k_tiles) uses
+// stage n % kStages; kResident copies B's k-tiles during the first column
 // tile only, each into its own region, arriving on its own barrier.
 template <int kEpi, bool kResident>
 __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int expert, int rows, int col_tile0,
@@ -155,7 +155,7 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
   const uint8_t* s_e = p.ws + static_cast<int64_t>(expert) * p.nw * (p.k / 32);
   const uint32_t b_dst = SwizzledOffset(r0, ch);  // row r0 + 16 i is 2048 i further
   const uint32_t base = SmemAddr(sm.base);
-  int g = 0;
+  int n = 0;
   for (int c = 0; c < cols; ++c) {
     const uint8_t* w_src[kRawPer];  // this thread's raw half-rows at k = 0 (nullptr: past the weights, zero-filled)
 #pragma unroll
@@ -167,9 +167,9 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
     const int scale_row =
         pt >= C::kBW ? -1 : c == 0 ? sm.w_row[pt] : WeightRow<kEpi>(p, col_tile0 + c, pt);
     const uint8_t* s_src = scale_row >= 0 ? s_e + static_cast<int64_t>(scale_row) * (p.k / 32) : nullptr;
-    for (int kt = 0; kt < k_tiles; ++kt, ++g) {
-      const int s = g % C::kStages;
-      sm90::MbarWait(sm.Empty(s), ((g / C::kStages) & 1) ^ 1);
+    for (int kt = 0; kt < k_tiles; ++kt, ++n) {
+      const int s = n % C::kStages;
+      sm90::MbarWait(sm.Empty(s), ((n / C::kStages) & 1) ^ 1);
       const uint32_t st = base + C::kBRegion + s * C::kStageBytes;
       if (c == 0) {
         const uint32_t bt = kResident ? base + kt * C::kStageB : st;
@@ -257,8 +257,8 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
   // of each byte in five instructions and one multiply by a scale made with
   // one IMAD; else each pair goes through DequantPair's general scale.
   const uint32_t byte_sel = 0x4440u + static_cast<uint32_t>(q);
-  auto dequant = [&](int s, int kt, uint32_t(&f)[4][4]) {
-    const uint8_t* st = sm.base + C::kBRegion + s * kStageBytes + C::kRawOff;
+  auto dequant = [&](int stage, int kt, uint32_t(&f)[4][4]) {
+    const uint8_t* st = sm.base + C::kBRegion + stage * kStageBytes + C::kRawOff;
     const uint8_t* rx = st + r0 * kRawStr;
     const uint8_t* ry = rx + 8 * kRawStr;
     const uint4 x0 = *reinterpret_cast<const uint4*>(rx), x1 = *reinterpret_cast<const uint4*>(rx + 16);
@@ -296,10 +296,10 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
     }
   };
 
-  // Stage g of the walk holds k-tile kt of the current column tile.
-  auto step = [&](int g, int kt, bool first_col, uint32_t(&f)[4][4]) {
-    const int s = g % kStages;
-    sm90::MbarWait(sm.Full(s), (g / kStages) & 1);
+  // Step n of the walk (stage n % kStages) holds k-tile kt of the current column tile.
+  auto step = [&](int n, int kt, bool first_col, uint32_t(&f)[4][4]) {
+    const int s = n % kStages;
+    sm90::MbarWait(sm.Full(s), (n / kStages) & 1);
     if (kResident && first_col) sm90::MbarWait(sm.BFull(kt), 0);
     dequant(s, kt, f);  // overlaps the wgmmas of the previous k-tile
     const uint32_t b_tile = kResident ? base + kt * kStageB : base + s * kStageBytes;
@@ -313,21 +313,21 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
     sm90::WgmmaCommit();
     sm90::FenceOperand(acc);
     sm90::WgmmaWait<1>();  // the previous k-tile is done: its stage and fragment buffer are free
-    if (kt > 0 && lane == 0) sm90::MbarArrive(sm.Empty((g - 1) % kStages));
+    if (kt > 0 && lane == 0) sm90::MbarArrive(sm.Empty((n - 1) % kStages));
   };
-  int g0 = 0;  // the walk's stage at k-tile 0 of this column tile
-  for (int c = 0; c < cols; ++c, g0 += k_tiles) {
+  int n0 = 0;  // the walk's step at k-tile 0 of this column tile
+  for (int c = 0; c < cols; ++c, n0 += k_tiles) {
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc[i] = 0.f;
     // k_tiles is even (K % 128 == 0): the fragment buffers alternate with static indices.
     for (int kt = 0; kt < k_tiles; kt += 2) {
-      step(g0 + kt, kt, c == 0, frag[0]);
-      step(g0 + kt + 1, kt + 1, c == 0, frag[1]);
+      step(n0 + kt, kt, c == 0, frag[0]);
+      step(n0 + kt + 1, kt + 1, c == 0, frag[1]);
     }
     sm90::WgmmaWait<0>();
     sm90::FenceOperand(acc);
     // The column tile's last stage: the producer may refill it while this one's outputs are stored.
-    if (lane == 0) sm90::MbarArrive(sm.Empty((g0 + k_tiles - 1) % kStages));
+    if (lane == 0) sm90::MbarArrive(sm.Empty((n0 + k_tiles - 1) % kStages));
     Store<kEpi, kN>(p, acc, tile, rows, col_tile0 + c, r0, g, q);
   }
 }
