@@ -52,6 +52,7 @@ double RowsPerExpert(const MoeParams& p);
 // - down runs on wgmma_rs from 64 rows (1.17x at 73 rows; mma.sync 64-row
 //   tiles below: K = I is only 6 k-tiles, so a 192-row tile's fill costs
 //   more than its MMAs save at 18-55 rows).
+// wgmma_rs plans keep B resident (rs_b_resident) in the GEMMs whose K allows.
 MoePlan PlanMoe(const MoeParams& p);
 
 // Empty when `plan` serves `p` (validated) on this backend, else why not

@@ -50,7 +50,8 @@ const VariantTable& MoeVariants() {
       {"stream", "weight-streaming mma.sync GEMM, weights dequantized in registers, 16-row expert tiles",
        "sm_90a, every stage", Unsupported<Gemm::kStream>, UnlessPlanned<Gemm::kStream>, Run<Gemm::kStream>},
       {"wgmma_rs", "warp-specialized wgmma with the dequantized weights as the register operand and an expert's "
-       "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per CTA", "sm_90a, every stage",
+       "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per column tile; with K <= 384 a CTA "
+       "keeps its tile's rows resident over 4 column tiles", "sm_90a, every stage",
        Unsupported<Gemm::kWgmmaRs>, UnlessPlanned<Gemm::kWgmmaRs>, Run<Gemm::kWgmmaRs>},
       // Branch s37-rs-dequant only, for the A/B of the resident B tile; leaves before a merge.
       {"wgmma_rs_b_streamed", "wgmma_rs with B copied per column tile (no resident B)", "sm_90a, every stage",
