@@ -16,6 +16,9 @@
 // small kernel call's round trip (p50 / p99) next to DeviceService.List's and
 // next to a bare TCP ping-pong between two threads of this process (the host's
 // floor for any cross-thread round trip over loopback).
+// --cpu_dma_latency_us=N holds the host's CPU wake-up latency request for the
+// run, as kernelserve --cpu_dma_latency_us does (server/cpu_latency.h): run
+// with and without it to see what idle states cost a call.
 // Prints a short markdown table.
 //
 //   bazel run //bench:loopback_bench -- [--backend=cpu|cuda|auto] [--server=HOST:PORT] [--mib=512]
@@ -46,6 +49,7 @@
 #include "kernels/api/backend.h"
 #include "kernels/backends.h"
 #include "kernels/numerics/test_inputs.h"
+#include "server/cpu_latency.h"
 #include "server/server.h"
 #include "spdlog/sinks/ringbuffer_sink.h"
 #include "spdlog/spdlog.h"
@@ -315,6 +319,7 @@ int Main(int argc, char** argv) {
   std::string target;
   std::string backend = "cpu";
   int64_t mib = 512, attn_seq = 0, attn_heads = 0, small_seq = 0, small_heads = 0;
+  int cpu_latency_us = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];  // FlagValue points into it
     if (const char* v = FlagValue(arg, "--server=")) {
@@ -341,6 +346,11 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "--small_attn_heads: expected a positive integer, got %s\n", v);
         return 2;
       }
+    } else if (const char* v = FlagValue(arg, "--cpu_dma_latency_us=")) {
+      if (!absl::SimpleAtoi(v, &cpu_latency_us) || cpu_latency_us < -1) {
+        std::fprintf(stderr, "--cpu_dma_latency_us: expected -1 (off) or a latency of 0 µs or more, got %s\n", v);
+        return 2;
+      }
     } else if (const char* v = FlagValue(arg, "--mib=")) {
       if (!absl::SimpleAtoi(v, &mib) || mib < 1) {
         std::fprintf(stderr, "--mib: expected a positive integer, got %s\n", v);
@@ -348,12 +358,24 @@ int Main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: loopback_bench [--backend=cpu|cuda|auto] [--server=HOST:PORT] [--mib=N] [--attn_seq=N] "
-                   "[--attn_heads=N] [--small_attn_seq=N] [--small_attn_heads=N]\n");
+                   "[--attn_heads=N] [--small_attn_seq=N] [--small_attn_heads=N] [--cpu_dma_latency_us=N]\n");
       return 2;
     }
   }
   TuneHostAllocator();  // as kernelserve's main does
   spdlog::set_level(spdlog::level::warn);
+  // For this whole process (client and in-process server) and the host, as
+  // kernelserve --cpu_dma_latency_us holds it for a server and its host.
+  std::unique_ptr<CpuLatencyRequest> cpu_latency;
+  if (cpu_latency_us >= 0) {
+    auto held = CpuLatencyRequest::Hold(cpu_latency_us);
+    if (!held.ok()) {
+      std::fprintf(stderr, "--cpu_dma_latency_us: %s\n", held.status().ToString().c_str());
+      return 1;
+    }
+    cpu_latency = std::make_unique<CpuLatencyRequest>(std::move(*held));
+    std::printf("(holding a CPU wake-up latency request of %d µs)\n", cpu_latency_us);
+  }
   std::unique_ptr<KernelServer> server;
   if (target.empty()) {
     ServerOptions options;

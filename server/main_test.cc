@@ -30,6 +30,7 @@
 #include "local_config_hip/config.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "server/cpu_latency.h"
 #include "server/security/test_certs.h"
 #include "server/security/tls.h"
 #include "server/test_util.h"
@@ -289,6 +290,43 @@ TEST(MainTest, ABadCpuDeviceCountFailsToStartNamingTheFlag) {
   const std::string listen = "--listen=127.0.0.1:" + std::to_string(FreePort());
   EXPECT_EQ(WaitExit(Spawn({kBinary, listen, "--backend=cpu", "--cpu_devices=65"}, err)), 1);
   EXPECT_THAT(ReadFile(err), ::testing::HasSubstr("--cpu_devices: expected 1..64 simulated cpu devices, got 65"));
+}
+
+// --cpu_dma_latency_us holds the host's CPU latency request while serving and
+// gives it back on exit; a bad value or a file it cannot open fails the
+// start naming the flag.
+TEST(MainTest, CpuDmaLatencyHeldWhileServing) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string err = std::string(dir ? dir : "/tmp") + "/cpu_dma_latency_stderr.txt";
+  const std::string listen = "--listen=127.0.0.1:" + std::to_string(FreePort());
+  EXPECT_EQ(WaitExit(Spawn({kBinary, listen, "--backend=cpu", "--cpu_dma_latency_us=-2"}, err)), 1);
+  EXPECT_THAT(ReadFile(err), ::testing::HasSubstr("--cpu_dma_latency_us: expected -1 (off) or a latency of 0 µs "
+                                                  "or more, got -2"));
+  if (access(kCpuDmaLatencyPath, W_OK) != 0) {
+    EXPECT_EQ(WaitExit(Spawn({kBinary, listen, "--backend=cpu", "--cpu_dma_latency_us=0"}, err)), 1);
+    EXPECT_THAT(ReadFile(err), ::testing::HasSubstr("--cpu_dma_latency_us=0: cannot open /dev/cpu_dma_latency"));
+    GTEST_SKIP() << "the rest needs " << kCpuDmaLatencyPath << " writable (root and the device node)";
+  }
+  const absl::StatusOr<int32_t> before = CurrentCpuLatency();
+  ASSERT_TRUE(before.ok()) << before.status();
+  if (*before == 0) GTEST_SKIP() << "another process holds a request of 0 µs";
+  const int port = FreePort();
+  const pid_t pid = Spawn({kBinary, "--listen=127.0.0.1:" + std::to_string(port), "--backend=cpu",
+                           "--cpu_dma_latency_us=0"});
+  ASSERT_GT(pid, 0);
+  auto devices = pb::DeviceService::NewStub(Connect(port));
+  pb::ListDevicesResponse list;
+  ASSERT_TRUE(WaitReady(devices.get(), &list));
+  EXPECT_EQ(CurrentCpuLatency().value_or(-1), 0);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(pid), 0);
+  // Gone with the process (cpu_latency_test may hold a request of its own meanwhile).
+  int32_t after = 0;
+  for (int i = 0; i < 100 && after == 0; ++i) {
+    after = CurrentCpuLatency().value_or(-1);
+    if (after == 0) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_NE(after, 0) << "the server's request outlived it";
 }
 
 TEST(MainTest, AGpuBackendTheBinaryLacksFailsToStartSayingWhy) {

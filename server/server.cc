@@ -109,10 +109,27 @@ absl::StatusOr<std::unique_ptr<KernelServer>> KernelServer::Start(const ServerOp
     return absl::UnavailableError(absl::StrCat("backend ", backend->Name(), " has no devices"));
   }
 
+  if (options.cpu_dma_latency_us < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cpu_dma_latency_us: expected -1 (off) or a latency of 0 µs or more, got ", options.cpu_dma_latency_us));
+  }
+  std::unique_ptr<CpuLatencyRequest> cpu_latency;
+  if (options.cpu_dma_latency_us >= 0) {
+    auto held = CpuLatencyRequest::Hold(options.cpu_dma_latency_us);
+    if (!held.ok()) {
+      return absl::Status(held.status().code(), absl::StrCat("--cpu_dma_latency_us=", options.cpu_dma_latency_us,
+                                                             ": ", held.status().message()));
+    }
+    cpu_latency = std::make_unique<CpuLatencyRequest>(std::move(*held));
+    spdlog::info("holding a CPU wake-up latency request of {} µs (--cpu_dma_latency_us)",
+                 options.cpu_dma_latency_us);
+  }
+
   auto node = SetUpNodeSecurity(options);
   if (!node.ok()) return node.status();
 
   std::unique_ptr<KernelServer> server(new KernelServer());
+  server->cpu_latency_ = std::move(cpu_latency);
   server->backend_ = std::move(backend);
   StateOptions state_options;
   state_options.queue_capacity = options.queue_capacity;

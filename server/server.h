@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/api/backend.h"
+#include "server/cpu_latency.h"
 #include "server/bench/scheduler.h"
 #include "server/device_worker.h"
 #include "server/security/call_gate.h"
@@ -50,6 +51,9 @@ struct ServerOptions {
   security::NodeSecurityOptions security;
   std::string metrics_listen;  // HOST:PORT of the Prometheus /metrics endpoint; empty: off
   std::string health_listen;   // HOST:PORT of a plaintext grpc.health.v1-only port (k8s probes)
+  // >= 0: hold a CPU wake-up latency request of this many µs while serving
+  // (server/cpu_latency.h); -1: leave the host's idle states alone.
+  int cpu_dma_latency_us = -1;
 };
 
 // Process-wide malloc settings for a process that serves (kernelserve's main
@@ -108,6 +112,7 @@ class KernelServer {
   int port_ = 0;
   bool shut_down_ = false;
   std::unique_ptr<NodeEndpoints> endpoints_;  // interceptors + ports; see ~KernelServer for order
+  std::unique_ptr<CpuLatencyRequest> cpu_latency_;  // --cpu_dma_latency_us, while the server lives
 };
 
 }  // namespace kernelserve
