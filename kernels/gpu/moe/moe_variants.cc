@@ -38,6 +38,9 @@ std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
   return plan.wgmma_rs ? "" : "the dispatcher takes it from 12 rows per expert (down: from 64)";
 }
 
+// The A/B entry of the branch: served by name only.
+std::string NeverPlanned(const DeviceCaps&, const OpCall&) { return "an A/B entry: the dispatcher never takes it"; }
+
 template <Gemm kGemm>
 absl::Status Run(const OpCall& c, TensorView& out, cudaStream_t s) {
   return RunMoeWithPlan(EntryPlan<kGemm>(), c.moe, c.moe_in, out, s);
@@ -55,7 +58,7 @@ const VariantTable& MoeVariants() {
        Unsupported<Gemm::kWgmmaRs>, UnlessPlanned<Gemm::kWgmmaRs>, Run<Gemm::kWgmmaRs>},
       // Branch s37-rs-dequant only, for the A/B of the resident B tile; leaves before a merge.
       {"wgmma_rs_b_streamed", "wgmma_rs with B copied per column tile (no resident B)", "sm_90a, every stage",
-       Unsupported<Gemm::kWgmmaRsBStreamed>, nullptr, Run<Gemm::kWgmmaRsBStreamed>},
+       Unsupported<Gemm::kWgmmaRsBStreamed>, NeverPlanned, Run<Gemm::kWgmmaRsBStreamed>},
       {"mma_sync", "mma.sync grouped GEMM, 64-row expert tiles (down below 64 rows per expert)", "sm_90a, every stage",
        Unsupported<Gemm::kMmaSync>, nullptr, Run<Gemm::kMmaSync>},
   };
