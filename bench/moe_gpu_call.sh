@@ -3,8 +3,9 @@
 # the service's CPU latency request (issue 20), from the root of the checkout
 # the device tool sends, with one carried folder holding this script,
 # bundle.tgz (the branch's bench/bundle.sh .bundle_pack/bundle.tgz),
-# main_moe_cuda_bench (main's build of //bench:moe_cuda_bench, the A/B's
-# baseline; it loads the bundle's libraries) and bench/peers_moe_mla.py:
+# and main_moe_cuda_bench (main's build of //bench:moe_cuda_bench, stripped:
+# the A/B's baseline; it loads the bundle's libraries); the peers come from
+# the checkout's bench/peers_moe_mla.py:
 #   bash <folder>/moe_gpu_call.sh
 # The new kernels' tests run first in their own process under a timeout (new
 # mbarrier code: a hang must not cost the rest); then the whole MoE test, the
@@ -46,7 +47,7 @@ for round in 1 2; do
   fi
 done
 echo "bench done at +$(( $(date +%s) - t0 )) s"
-PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 120 python3 "$D/peers_moe_mla.py" --tokens 4096 8192 16384 \
+PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 120 python3 bench/peers_moe_mla.py --tokens 4096 8192 16384 \
   >"$OUT/peers.txt" 2>&1
 echo "peers done at +$(( $(date +%s) - t0 )) s"
 
