@@ -165,7 +165,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->pools = v1::PoolService::NewStub(impl->channel);
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   if (options.kernel_session) {
-    impl->session = std::make_unique<KernelSession>(impl->kernels.get(), options.bearer_token);
+    impl->session = std::make_unique<KernelSession>(impl->kernels.get(), options.bearer_token,
+                                                    options.kernel_session_ring_bytes);
   }
   return std::unique_ptr<Client>(new Client(options, std::move(impl)));
 }
@@ -620,6 +621,10 @@ absl::StatusOr<std::vector<v1::BufferInfo>> Client::ListBuffers(const CallOption
     return impl_->buffers->List(ctx, v1::ListBuffersRequest(), &resp);
   }));
   return std::vector<v1::BufferInfo>(resp.buffers().begin(), resp.buffers().end());
+}
+
+bool Client::kernel_session_ring_attached() const {
+  return impl_->session != nullptr && impl_->session->ring_attached();
 }
 
 int64_t Client::kernel_sessions_opened() const {

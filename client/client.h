@@ -71,6 +71,15 @@ struct ClientOptions {
   // calls in parallel); a call whose deadline passes ends the stream, and the
   // next call opens another. Errors are the unary calls' (code and message).
   bool kernel_session = false;
+  // With kernel_session and a server on this host (loopback TCP, this
+  // process's user or root serving): the session's calls go through a
+  // shared-memory ring of this many bytes each way (common/shm_ring.h), a
+  // small call's round trip a few futex wake-ups instead of gRPC messages.
+  // Where the server refuses the ring (another host or user, a ring over
+  // --max_message_mb) the calls stay on the stream. A call whose request or
+  // response does not fit is RESOURCE_EXHAUSTED: pass large tensors as
+  // buffers. 0: over the stream.
+  uint32_t kernel_session_ring_bytes = 0;
 };
 
 // Per-call overrides.
@@ -276,6 +285,8 @@ class Client {
   // KernelService.Session streams this client has opened (kernel_session);
   // a failed call leaves its stream open, a broken stream is replaced.
   int64_t kernel_sessions_opened() const;
+  // Whether the open session's calls go through a shared-memory ring.
+  bool kernel_session_ring_attached() const;
 
   struct Impl;
 

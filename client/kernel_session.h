@@ -29,7 +29,9 @@ namespace kernelserve {
 class KernelSession {
  public:
   // `stub` outlives the session; `bearer_token` as ClientOptions's.
-  KernelSession(v1::KernelService::Stub* stub, std::string bearer_token);
+  // ring_bytes > 0: the calls through a shared-memory ring of that many bytes
+  // each way where the server attaches it (common/shm_ring.h).
+  KernelSession(v1::KernelService::Stub* stub, std::string bearer_token, uint32_t ring_bytes = 0);
   ~KernelSession();
   KernelSession(const KernelSession&) = delete;
   KernelSession& operator=(const KernelSession&) = delete;
@@ -41,6 +43,8 @@ class KernelSession {
 
   // Streams opened so far (tests: a failed call must not reopen one).
   int64_t streams_opened() const;
+  // Whether the open stream's calls go through a ring.
+  bool ring_attached() const;
 
  private:
   struct Stream;
@@ -52,12 +56,18 @@ class KernelSession {
   // only our cancellation ended it.
   absl::Status Drop(bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // One call through the stream's ring.
+  absl::StatusOr<v1::SessionResponse> RingCall(Stream* s, const v1::SessionRequest& req, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   v1::KernelService::Stub* stub_;
   const std::string bearer_token_;
+  const uint32_t ring_bytes_;
   mutable absl::Mutex mu_;  // one call at a time
   std::unique_ptr<Stream> stream_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status ring_refused_ ABSL_GUARDED_BY(mu_);  // why the server refused a ring: later streams do not ask
 };
 
 }  // namespace kernelserve

@@ -4,17 +4,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/shm_ring.h"
 #include "common/status_macros.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/method_handler.h"
@@ -24,6 +29,7 @@
 #include "server/ids.h"
 #include "server/input_checks.h"
 #include "server/services.h"
+#include "server/status_mapping.h"
 #include "server/tensor_proto.h"
 
 namespace kernelserve {
@@ -749,6 +755,42 @@ grpc::Status KernelServiceImpl::DecodeAttention(grpc::ServerContext* ctx,
 
 namespace {
 
+// The uid of the local process at the other end of a loopback TCP call
+// (ctx->peer() "ipv4:127.0.0.1:PORT" or "ipv6:[::1]:PORT"): the established
+// socket bound to that port in /proc/net/tcp{,6} names its owner. NOT_FOUND
+// for a peer that is not such a socket (another host, a Unix socket).
+absl::StatusOr<uint32_t> LoopbackPeerUid(const std::string& peer) {
+  const bool v4 = absl::StartsWith(peer, "ipv4:127."), v6 = absl::StartsWith(peer, "ipv6:[::1]:");
+  const size_t colon = peer.rfind(':');
+  int port = 0;
+  if ((!v4 && !v6) || colon == std::string::npos || !absl::SimpleAtoi(peer.substr(colon + 1), &port)) {
+    return absl::NotFoundError(absl::StrCat("the caller (", peer, ") is not a process on this host over loopback TCP"));
+  }
+  // An IPv4 peer may sit on a dual-stack socket (listed in tcp6 as ::ffff:127.x).
+  std::optional<uint32_t> uid;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    if (v6 && absl::string_view(table) == "/proc/net/tcp") continue;
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (f.size() < 8 || f[3] != "01") continue;  // ESTABLISHED only
+      const size_t c = f[1].rfind(':');
+      int local_port = 0;
+      if (c == std::string::npos || !absl::SimpleHexAtoi(f[1].substr(c + 1), &local_port) || local_port != port) {
+        continue;
+      }
+      uint32_t u = 0;
+      if (!absl::SimpleAtoi(f[7], &u)) continue;
+      if (uid.has_value() && *uid != u) return absl::NotFoundError("two sockets on the caller's port: ambiguous");
+      uid = u;
+    }
+  }
+  if (!uid.has_value()) return absl::NotFoundError(absl::StrCat("no local socket of the caller (", peer, ")"));
+  return *uid;
+}
+
 // The unary method a session request stands for ("Session" for none).
 absl::string_view SessionCallMethod(const pb::SessionRequest& req) {
   switch (req.call_case()) {
@@ -762,6 +804,8 @@ absl::string_view SessionCallMethod(const pb::SessionRequest& req) {
       return "Moe";
     case pb::SessionRequest::kDecodeAttention:
       return "DecodeAttention";
+    case pb::SessionRequest::kAttachRing:
+      return "AttachRing";
     case pb::SessionRequest::CALL_NOT_SET:
       break;
   }
@@ -769,6 +813,18 @@ absl::string_view SessionCallMethod(const pb::SessionRequest& req) {
 }
 
 }  // namespace
+
+void KernelServiceImpl::AnswerSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req,
+                                          pb::SessionResponse* resp) {
+  const absl::Time start = absl::Now();
+  const grpc::Status s = ServeSessionCall(ctx, req, resp);
+  state_->ObserveCall(SessionCallMethod(req), static_cast<int>(s.error_code()), absl::Now() - start);
+  if (!s.ok()) {
+    resp->clear_result();
+    resp->set_code(static_cast<int32_t>(s.error_code()));
+    resp->set_message(s.error_message());
+  }
+}
 
 grpc::Status KernelServiceImpl::ServeSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req,
                                                  pb::SessionResponse* resp) {
@@ -793,6 +849,7 @@ grpc::Status KernelServiceImpl::ServeSessionCall(grpc::ServerContext* ctx, const
       return serve([&](CallLog* log) {
         return DoDecodeAttention(state_, ctx, req.decode_attention(), resp->mutable_decode_attention(), log);
       });
+    case pb::SessionRequest::kAttachRing:  // RunSession's, never a call
     case pb::SessionRequest::CALL_NOT_SET:
       break;
   }
@@ -848,13 +905,23 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
       }
       resp.Clear();
       resp.set_id(req.id());
-      const absl::Time start = absl::Now();
-      const grpc::Status s = ServeSessionCall(ctx, req, &resp);
-      state_->ObserveCall(SessionCallMethod(req), static_cast<int>(s.error_code()), absl::Now() - start);
-      if (!s.ok()) {
-        resp.clear_result();
-        resp.set_code(static_cast<int32_t>(s.error_code()));
-        resp.set_message(s.error_message());
+      std::optional<ShmRing> ring;
+      uint32_t first = 0;
+      if (req.has_attach_ring()) {
+        absl::StatusOr<ShmRing> attached = AttachRing(ctx, req.attach_ring());
+        if (attached.ok()) {
+          // The requests counted before the acknowledgement (none, from an
+          // honest client): it may write its first call as soon as it reads
+          // the acknowledgement, before ServeRing looks.
+          first = attached->header()->req_seq.load(std::memory_order_acquire);
+          ring.emplace(std::move(*attached));
+          resp.mutable_attach_ring();
+        } else {
+          resp.set_code(static_cast<int32_t>(ToGrpcCode(attached.status().code())));
+          resp.set_message(std::string(attached.status().message()));
+        }
+      } else {
+        AnswerSessionCall(ctx, req, &resp);
       }
       bool own = false;
       out.Clear();  // Serialize writes into an empty buffer only
@@ -863,9 +930,74 @@ grpc::Status KernelServiceImpl::RunSession(grpc::ServerContext* ctx,
         break;
       }
       if (!stream->Write(out)) break;
+      if (ring.has_value()) {
+        ServeRing(ctx, &*ring, first);
+        break;  // the ring was the rest of the session
+      }
     }
     return ended;
   });
+}
+
+absl::StatusOr<ShmRing> KernelServiceImpl::AttachRing(grpc::ServerContext* ctx, const pb::AttachRing& req) {
+  // The ring must be the caller's own: a name alone would let one tenant's
+  // session serve (and answer into) another's ring.
+  absl::StatusOr<ShmRing> ring = ShmRing::Attach(req.shm_name());
+  if (!ring.ok()) return ring.status();
+  const absl::StatusOr<uint32_t> peer = LoopbackPeerUid(ctx->peer());
+  if (!peer.ok()) return absl::FailedPreconditionError(absl::StrCat("attach_ring: ", peer.status().message()));
+  if (static_cast<int64_t>(ring->header()->capacity) > state_->max_message_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("attach_ring: a ring of ", ring->header()->capacity,
+                                                   " bytes each way is over --max_message_mb (",
+                                                   state_->max_message_bytes(), " bytes)"));
+  }
+  if (*peer != ring->owner_uid()) {
+    return absl::PermissionDeniedError(absl::StrCat("attach_ring.shm_name: the ring belongs to uid ",
+                                                    ring->owner_uid(), ", the caller is uid ", *peer));
+  }
+  ring->Unlink();  // attached once: the name is gone for anyone else
+  return ring;
+}
+
+void KernelServiceImpl::ServeRing(grpc::ServerContext* ctx, ShmRing* ring, uint32_t served) {
+  ShmRingHeader* h = ring->header();
+  pb::SessionRequest req;
+  pb::SessionResponse resp;
+  std::string bytes;
+  for (;;) {
+    // A bounded wait, so that a client gone without a word (the stream
+    // cancelled) or a shutdown ends the session.
+    if (!ShmRing::WaitChange(&h->req_seq, served, absl::Now() + absl::Milliseconds(50))) {
+      if (ctx->IsCancelled() || h->closed.load() != 0) return;
+      continue;
+    }
+    if (h->closed.load() != 0) return;
+    served = h->req_seq.load(std::memory_order_acquire);
+    resp.Clear();
+    const uint32_t len = h->req_len;
+    if (len > h->capacity || !req.ParseFromArray(ring->request(), static_cast<int>(len)) ||
+        req.has_attach_ring()) {
+      resp.set_code(static_cast<int32_t>(grpc::StatusCode::INVALID_ARGUMENT));
+      resp.set_message("session ring: the request is not a valid protobuf SessionRequest with a call");
+    } else {
+      resp.set_id(req.id());
+      AnswerSessionCall(ctx, req, &resp);
+    }
+    bytes.clear();
+    resp.SerializeToString(&bytes);
+    if (bytes.size() > h->capacity) {
+      resp.clear_result();
+      resp.set_code(static_cast<int32_t>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+      resp.set_message(absl::StrCat("session ring: a response of ", bytes.size(), " bytes is over the ring's ",
+                                    h->capacity, " (ask for output.to_buffer)"));
+      bytes.clear();
+      resp.SerializeToString(&bytes);
+    }
+    std::memcpy(ring->response(), bytes.data(), bytes.size());
+    h->resp_len = static_cast<uint32_t>(bytes.size());
+    h->resp_seq.store(served, std::memory_order_release);
+    ShmRing::Wake(&h->resp_seq);
+  }
 }
 
 void KernelServiceImpl::CancelSessions() {

@@ -8,7 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/shm_ring.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
 #include "kernelserve/v1/pool.grpc.pb.h"
@@ -105,6 +107,15 @@ class KernelServiceImpl final : public pb::KernelService::Service {
   // reader would end the stream as if the client had closed it).
   grpc::Status RunSession(grpc::ServerContext* ctx,
                           grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
+  // The caller's own ring named in an attach_ring request, or why not.
+  absl::StatusOr<ShmRing> AttachRing(grpc::ServerContext* ctx, const pb::AttachRing& req);
+  // The rest of a session through a shared-memory ring
+  // (common/shm_ring.h), until the client closes it or the stream ends.
+  // `served`: the request count when the ring was acknowledged.
+  void ServeRing(grpc::ServerContext* ctx, ShmRing* ring, uint32_t served);
+  // One request of a session into `resp` (its result, or the call's status),
+  // counted in the metrics under its method.
+  void AnswerSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req, pb::SessionResponse* resp);
   // One request of a session, served as its unary RPC would be.
   grpc::Status ServeSessionCall(grpc::ServerContext* ctx, const pb::SessionRequest& req,
                                 pb::SessionResponse* resp);

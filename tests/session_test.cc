@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "common/shm_ring.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
@@ -122,6 +123,48 @@ TEST_F(SessionTest, CallsGiveTheUnaryCallsBytesAndMeetTheOracle) {
   EXPECT_TRUE(unary->FreeBuffer(sb->out_buffer_id).ok());
 }
 
+// The calls through a shared-memory ring give the unary calls' bytes, a failed call its own status, a response over
+// the ring's capacity RESOURCE_EXHAUSTED naming the way out, and dropping the
+// client ends the server's side.
+TEST_F(SessionTest, RingCallsGiveTheUnaryCallsBytes) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed=", seed));
+  auto unary = Connect(false);
+  ClientOptions o;
+  o.target = Target();
+  o.kernel_session = true;
+  o.kernel_session_ring_bytes = 64 << 10;
+  auto ring = Client::Connect(o);
+  ASSERT_TRUE(unary && ring.ok()) << ring.status();
+  const HostTensor q = numerics::GaussianBf16({1, 2, 37, 64}, seed);
+  const HostTensor k = numerics::GaussianBf16({1, 2, 37, 64}, seed + 1);
+  const AttentionArgs a = SmallAttention(q, k, k);
+  auto u = unary->Attention(a);
+  ASSERT_TRUE(u.ok()) << u.status();
+  for (int i = 0; i < 3; ++i) {
+    auto r = (*ring)->Attention(a);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->out.num_bytes(), u->out.num_bytes());
+    EXPECT_EQ(std::memcmp(r->out.bytes(), u->out.bytes(), u->out.num_bytes()), 0) << "call " << i;
+  }
+  const HostTensor k32 = numerics::GaussianBf16({1, 2, 37, 32}, seed);
+  auto bad = (*ring)->Attention(SmallAttention(q, k32, k32));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("k.shape[3]"), std::string::npos) << bad.status();
+  // 2 x 2 x 2048 x 64 bf16 out = 1 MiB: over the 64 KiB ring.
+  const HostTensor big = numerics::GaussianBf16({1, 2, 2048, 64}, seed + 3);
+  AttentionArgs large = SmallAttention(big, big, big);
+  auto over = (*ring)->Attention(large);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  auto after = (*ring)->Attention(a);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ((*ring)->kernel_sessions_opened(), 1);
+  EXPECT_TRUE((*ring)->kernel_session_ring_attached());
+  ring->reset();  // the server's loop ends with the client
+}
+
 TEST_F(SessionTest, AFailedCallGetsItsOwnStatusAndTheSessionGoesOn) {
   auto unary = Connect(false);
   auto session = Connect(true);
@@ -182,6 +225,51 @@ TEST_F(SessionTest, RawStreamAnswersInOrderWithTheirIds) {
       EXPECT_EQ(resp.attention().out().tensor().data().size(), static_cast<size_t>(q.num_bytes()));
     }
   }
+  ASSERT_TRUE(rw->WritesDone());
+  EXPECT_TRUE(rw->Finish().ok());
+}
+
+// The server attaches only the caller's own ring (its owner the
+// uid of the process at the other end of the loopback socket) and a missing
+// one is refused; either way the session goes on over the stream.
+TEST_F(SessionTest, RingsOfOthersOrNoneAreRefusedAndTheStreamGoesOn) {
+  auto channel = grpc::CreateChannel(Target(), grpc::InsecureChannelCredentials());
+  auto stub = v1::KernelService::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto rw = stub->Session(&ctx);
+  auto attach = [&](const std::string& name, uint64_t id) {
+    v1::SessionRequest r;
+    r.set_id(id);
+    r.mutable_attach_ring()->set_shm_name(name);
+    EXPECT_TRUE(rw->Write(r));
+    v1::SessionResponse resp;
+    EXPECT_TRUE(rw->Read(&resp));
+    EXPECT_EQ(resp.id(), id);
+    return resp;
+  };
+  v1::SessionResponse missing = attach("/kernelserve-ring-none", 1);
+  EXPECT_EQ(missing.code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION)) << missing.message();
+  EXPECT_THAT(missing.message(), HasSubstr("attach_ring.shm_name: shm_open /kernelserve-ring-none"));
+  if (getuid() == 0) {
+    absl::StatusOr<ShmRing> other = ShmRing::Create(4096);
+    ASSERT_TRUE(other.ok()) << other.status();
+    ASSERT_EQ(chown(("/dev/shm" + other->name()).c_str(), 12345, 12345), 0);
+    v1::SessionResponse denied = attach(other->name(), 2);
+    EXPECT_EQ(denied.code(), static_cast<int>(grpc::StatusCode::PERMISSION_DENIED)) << denied.message();
+    EXPECT_THAT(denied.message(), HasSubstr("belongs to uid 12345, the caller is uid 0"));
+  }
+  const HostTensor q = numerics::GaussianBf16({1, 1, 8, 64}, FreshSeed());
+  v1::SessionRequest call;
+  call.set_id(3);
+  for (v1::TensorRef* r : {call.mutable_attention()->mutable_q(), call.mutable_attention()->mutable_k(),
+                           call.mutable_attention()->mutable_v()}) {
+    *r->mutable_tensor() = ToProtoTensor(q);
+  }
+  ASSERT_TRUE(rw->Write(call));
+  v1::SessionResponse resp;
+  ASSERT_TRUE(rw->Read(&resp));
+  EXPECT_EQ(resp.code(), 0) << resp.message();
+  EXPECT_TRUE(resp.has_attention());
   ASSERT_TRUE(rw->WritesDone());
   EXPECT_TRUE(rw->Finish().ok());
 }
@@ -273,6 +361,29 @@ TEST_F(SessionTest, ShutdownEndsIdleSessionsPromptly) {
   CallOptions c;
   c.timeout = absl::Seconds(5);
   auto after = session->Attention(SmallAttention(q, q, q), c);
+  EXPECT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
+  server_.reset();
+}
+
+// A session on a ring ends with the server's shutdown as promptly, and its
+// next call says the server is gone.
+TEST_F(SessionTest, ShutdownEndsIdleRingSessionsPromptly) {
+  ClientOptions o;
+  o.target = Target();
+  o.kernel_session = true;
+  o.kernel_session_ring_bytes = 64 << 10;
+  auto ring = Client::Connect(o);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  const HostTensor q = numerics::GaussianBf16({1, 1, 8, 64}, FreshSeed());
+  ASSERT_TRUE((*ring)->Attention(SmallAttention(q, q, q)).ok());
+  ASSERT_TRUE((*ring)->kernel_session_ring_attached());
+  const absl::Time t0 = absl::Now();
+  server_->Shutdown(absl::Seconds(20));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5)) << "the shutdown waited for an idle ring session";
+  CallOptions c;
+  c.timeout = absl::Seconds(5);
+  auto after = (*ring)->Attention(SmallAttention(q, q, q), c);
   EXPECT_FALSE(after.ok());
   EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
   server_.reset();
