@@ -66,9 +66,11 @@ echo "ncu done at +$(( $(date +%s) - t0 )) s"
 
 : >"$OUT/loopback.txt"
 for round in 1 2; do
+  # The device call's limit is 600 s: a second round only if there is time.
+  if [ $round -eq 2 ] && [ $(( $(date +%s) - t0 )) -gt 420 ]; then break; fi
   for lat in -1 0; do
     echo "== --cpu_dma_latency_us=$lat, round $round" >>"$OUT/loopback.txt"
-    timeout 120 "$B/loopback_bench" --backend=cuda --mib=64 --cpu_dma_latency_us=$lat >>"$OUT/loopback.txt" 2>&1
+    timeout 80 "$B/loopback_bench" --backend=cuda --mib=64 --cpu_dma_latency_us=$lat >>"$OUT/loopback.txt" 2>&1
   done
 done
 echo "loopback done at +$(( $(date +%s) - t0 )) s"
