@@ -233,7 +233,7 @@ std::pair<double, double> TcpPingPongUs() {
   return {us[us.size() / 2], us[us.size() * 99 / 100]};
 }
 
-int RemoteVsBare(Client& client, Client& session, bool in_process, const std::string& backend,
+int RemoteVsBare(Client& client, Client& session, Client& ring, bool in_process, const std::string& backend,
                  const AttentionShape& s) {
   const Shape shape = {1, s.heads, s.seq, 128};
   const HostTensor q = numerics::GaussianBf16(shape, 11), k = numerics::GaussianBf16(shape, 12),
@@ -253,7 +253,7 @@ int RemoteVsBare(Client& client, Client& session, bool in_process, const std::st
   a.v = TensorArg::Buffer(ids[2]);
   a.causal = true;
   a.output.to_buffer = true;
-  std::vector<double> remote_ms, session_ms, queue_ms, run_ms;
+  std::vector<double> remote_ms, session_ms, ring_ms, queue_ms, run_ms;
   std::unique_ptr<PhaseCapture> phases;
   for (int i = 0; i < kAttnWarmup + 2 * kAttnReps; ++i) {
     // The second round of kAttnReps calls logs their phases (not timed: debug logging costs a little).
@@ -283,11 +283,21 @@ int RemoteVsBare(Client& client, Client& session, bool in_process, const std::st
       }
       (void)client.FreeBuffer(rs->out_buffer_id);
       if (i >= kAttnWarmup) session_ms.push_back(absl::ToDoubleMilliseconds(s1 - s0));
+      // And through the ring client's shared memory.
+      const absl::Time g0 = absl::Now();
+      auto rg = ring.Attention(a);
+      const absl::Time g1 = absl::Now();
+      if (!rg.ok()) {
+        std::fprintf(stderr, "attention through the ring: %s\n", rg.status().ToString().c_str());
+        return 1;
+      }
+      (void)client.FreeBuffer(rg->out_buffer_id);
+      if (i >= kAttnWarmup) ring_ms.push_back(absl::ToDoubleMilliseconds(g1 - g0));
     }
   }
   for (const std::string& id : ids) (void)client.FreeBuffer(id);
-  const double remote = Median(remote_ms), over_session = Median(session_ms), queue = Median(queue_ms),
-               run = Median(run_ms);
+  const double remote = Median(remote_ms), over_session = Median(session_ms), over_ring = Median(ring_ms),
+               queue = Median(queue_ms), run = Median(run_ms);
   const long long H = static_cast<long long>(s.heads), S = static_cast<long long>(s.seq);
   std::printf("| causal attention B=1 H=%lld S=%lld D=128, inputs and output in server buffers: client "
               "call / server queue_ms / run_ms (median of %d) | %.3f / %.3f / %.3f ms |\n",
@@ -295,6 +305,9 @@ int RemoteVsBare(Client& client, Client& session, bool in_process, const std::st
   std::printf("| the same call over a session (ClientOptions::kernel_session; alternated with the unary "
               "calls, median of %d) | %.3f ms |\n",
               kAttnReps, over_session);
+  std::printf("| the same call through a shared-memory ring (kernel_session_ring_bytes%s; alternated, median of "
+              "%d) | %.3f ms |\n",
+              ring.kernel_session_ring_attached() ? "" : "; NOT attached: over the stream", kAttnReps, over_ring);
   if (!in_process) return 0;
   std::printf("| its phases, median of %d (call log; receive/return: client to handler and back) | %s |\n",
               kAttnReps, phases->Row().c_str());
@@ -308,10 +321,10 @@ int RemoteVsBare(Client& client, Client& session, bool in_process, const std::st
     return 1;
   }
   std::printf("| the same on the bare backend (launch + synchronize, median of %d) | %.3f ms |\n", kAttnReps, *bare);
-  std::printf("| remote call over the bare kernel (DESIGN §7: %s): unary / session | %+.1f %%, %+.1f µs / "
-              "%+.1f %%, %+.1f µs |\n",
+  std::printf("| remote call over the bare kernel (DESIGN §7: %s): unary / session / ring | %+.1f %%, %+.1f µs / "
+              "%+.1f %%, %+.1f µs / %+.1f %%, %+.1f µs |\n",
               s.target, 100.0 * (remote / *bare - 1.0), 1e3 * (remote - *bare), 100.0 * (over_session / *bare - 1.0),
-              1e3 * (over_session - *bare));
+              1e3 * (over_session - *bare), 100.0 * (over_ring / *bare - 1.0), 1e3 * (over_ring - *bare));
   return 0;
 }
 
@@ -575,7 +588,7 @@ int Main(int argc, char** argv) {
   const AttentionShape small = {small_heads > 0 ? small_heads : gpu ? 16 : 1,
                                 small_seq > 0 ? small_seq : gpu ? 2048 : 256, "within 20 µs for a ~50 µs kernel"};
   for (const AttentionShape& shape : {big, small}) {
-    if (RemoteVsBare(**client, **session, server != nullptr, device_backend, shape) != 0) return 1;
+    if (RemoteVsBare(**client, **session, **ring, server != nullptr, device_backend, shape) != 0) return 1;
   }
   return 0;
 }

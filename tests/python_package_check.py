@@ -546,10 +546,11 @@ def session_ops_check(check, addr, transport):
     num_pages, indices, indptr, slots, rows = ref.paged_layout(rng, kv, [90, 31, 4], 16)
     kv_rows = g(40, 2 * 2 * 64)
     q_dec = g(1, 2, 8, 64)
-    with ks.Client(addr, session=transport) as s, \
+    ring = transport == "ring"
+    with ks.Client(addr, session=True if ring else transport, ring_bytes=8 << 20 if ring else 0) as s, \
             u.create_pool("mla", num_slots=num_pages * 16, page_size=16, kv_scale=0.125) as mla_pool, \
             u.create_pool("per_head", num_slots=64, page_size=16, dtype="bf16", num_heads=2, head_dim=64) as pool:
-        want = "iterator" if transport == "iterator" else "direct"
+        want = transport if transport in ("iterator", "ring") else "direct"
         if s.session_transport != want:
             check.fail("session=%r" % transport, "drives the stream as %r, expected %r (grpcio %s)" % (
                 s.session_transport, want, __import__("grpc").__version__))
@@ -609,6 +610,8 @@ def session_ops_check(check, addr, transport):
                      % same)
         if s.sessions_opened != 1:
             check.fail(name, "%d streams opened for calls and failed calls, expected 1" % s.sessions_opened)
+        if ring and not s.ring_attached:
+            check.fail(name, "the ring was not attached: %s" % s.ring_refused)
 
         with u.upload(q) as bq:
             ru, rs = u.attention(bq, k, v, to_buffer=True), s.attention(bq, k, v, to_buffer=True)
@@ -629,7 +632,8 @@ def session_ops_check(check, addr, transport):
             s.timeout = 600.0
         try:
             after = s.attention(q, k, v, causal=True).out
-            if not np.array_equal(after, u.attention(q, k, v, causal=True).out) or s.sessions_opened != 2:
+            if (not np.array_equal(after, u.attention(q, k, v, causal=True).out) or s.sessions_opened != 2 or
+                    s.ring_attached != ring):
                 check.fail("%s after a timeout" % name, "%d streams opened" % s.sessions_opened)
             else:
                 check.ok("%s timeout" % name, "DEADLINE_EXCEEDED, then the next call on a new stream")
@@ -657,6 +661,22 @@ def session_ops_check(check, addr, transport):
             check.fail("%s, 4 threads" % name, "%s; %d streams" % (wrong[:3], s.sessions_opened))
         else:
             check.ok("%s, 4 threads x 25 calls" % name, "each its own answer, one stream")
+
+
+def retry_while_slot_taken(attempt, seconds):
+    """attempt() again while the tenant's one streaming slot is still taken (RESOURCE_EXHAUSTED) or it returns
+    a falsy value: its first other result, or None after `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            r = attempt()
+            if r is not None and r is not False:
+                return r
+        except ks.Error as e:
+            if e.code != "RESOURCE_EXHAUSTED":
+                raise
+        time.sleep(0.05)
+    return None
 
 
 def session_stream_check(binary, work, check):
@@ -694,18 +714,8 @@ def session_stream_check(binary, work, check):
             check.fail("%s: a Client dropped without close()" % name, "still referenced (a reference cycle?): %s"
                        % [type(r).__name__ for r in gc.get_referrers(dropped())])
         c = ks.Client(addr, session=True)
-        for _ in range(200):
-            try:
-                c.attention(q, q, q)
-                if watchdogs() != before + 1:
-                    time.sleep(0.05)
-                    continue
-                check.ok("%s: a Client dropped without close()" % name, "gave the slot back, no thread left")
-                break
-            except ks.Error as e:
-                if e.code != "RESOURCE_EXHAUSTED":
-                    raise
-                time.sleep(0.05)
+        if retry_while_slot_taken(lambda: c.attention(q, q, q) is not None and watchdogs() == before + 1, 10):
+            check.ok("%s: a Client dropped without close()" % name, "gave the slot back, no thread left")
         else:
             check.fail(name, "a Client dropped without close() still holds its stream or threads after 10 s (%d "
                        "watchdog threads, %d before)" % (watchdogs(), before))
@@ -726,12 +736,116 @@ def session_stream_check(binary, work, check):
         stop_server(server)
 
 
+def ring_check(binary, work, check):
+    """Client(session=True, ring_bytes=N) on the server's host: a ring over the server's --max_message_mb is
+    refused with a reason and the calls go over the stream; a request over the ring is RESOURCE_EXHAUSTED and
+    the ring serves the next call; a client killed mid-call gives the tenant's one streaming slot back; a server
+    killed mid-call (no word on the ring) fails the call at once with UNAVAILABLE, not at its deadline."""
+    d = os.path.join(work, "ring")
+    os.makedirs(d)
+    server, port = start_server(binary, d, ["--max_message_mb=4", "--tenant_max_concurrent_streams=1"])
+    addr = "127.0.0.1:%d" % port
+    rng = check.rng
+    q = rng.standard_normal((1, 2, 24, 64)).astype(np.float32)
+    try:
+        with ks.Client(addr).wait_ready() as u:
+            want = u.attention(q, q, q, causal=True).out
+        with ks.Client(addr, session=True, ring_bytes=8 << 20) as c:
+            got = c.attention(q, q, q, causal=True).out
+            if (c.ring_attached or not c.ring_refused or "max_message_mb" not in c.ring_refused or
+                    c.session_transport != "direct" or not np.array_equal(got, want)):
+                check.fail("ring over --max_message_mb", "attached %s, refused %r, transport %s" % (
+                    c.ring_attached, c.ring_refused, c.session_transport))
+            else:
+                check.ok("ring over --max_message_mb", "refused (%s); the call went over the stream" % c.ring_refused)
+        with ks.Client(addr, session=True, ring_bytes=64 << 10) as c:
+            got = c.attention(q, q, q, causal=True).out
+            big = rng.standard_normal((1, 2, 256, 64)).astype(np.float32)  # 3 x 64 KiB of bf16: over the ring
+            check.expect_error("ring: a request over the ring", lambda: c.attention(big, big, big),
+                               "RESOURCE_EXHAUSTED", "buffers")
+            again = c.attention(q, q, q, causal=True).out
+            if not (c.ring_attached and np.array_equal(got, want) and np.array_equal(again, want) and
+                    c.sessions_opened == 1):
+                check.fail("ring calls", "attached %s, %d streams, answers equal %s %s" % (
+                    c.ring_attached, c.sessions_opened, np.array_equal(got, want), np.array_equal(again, want)))
+            else:
+                check.ok("ring calls", "the unary call's bytes before and after a refused request, one stream")
+
+        # A client killed mid-call, in its own process: the server's loop ends with the stream, the slot frees.
+        child = subprocess.Popen([sys.executable, "-c", _RING_CHILD, addr], stdout=subprocess.PIPE, text=True,
+                                 env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        line = child.stdout.readline()
+        if not line.startswith("calling"):
+            child.kill()
+            child.wait()
+            check.fail("ring: a client killed mid-call", "the child said %r" % line)
+        else:
+            time.sleep(0.3)
+            child.kill()
+            child.wait()
+            killed = time.monotonic()
+            with ks.Client(addr, session=True, ring_bytes=64 << 10) as c:
+                got = retry_while_slot_taken(lambda: c.attention(q, q, q, causal=True).out, 30)
+                if got is None:
+                    check.fail("ring: a client killed mid-call", "its streaming slot still held after 30 s")
+                elif not (np.array_equal(got, want) and c.ring_attached):
+                    check.fail("ring: a client killed mid-call", "the next ring's answer differs or no ring")
+                else:
+                    check.ok("ring: a client killed mid-call", "its slot free %.1f s later; a new ring serves"
+                             % (time.monotonic() - killed))
+    except ks.Error as e:
+        check.fail("ring", str(e))
+    finally:
+        stop_server(server)
+
+    # A server killed mid-call: no word on the ring; the stream's end must end the wait.
+    server, port = start_server(binary, d, ["--cpu_threads=1"])
+    try:
+        with ks.Client("127.0.0.1:%d" % port, session=True, ring_bytes=64 << 10, timeout=120).wait_ready() as c:
+            c.attention(q, q, q)
+            x = rng.standard_normal((1, 8, 4096, 128)).astype(np.float32)
+            with c.upload(x) as b:
+                threading.Timer(0.3, server.kill).start()
+                start = time.monotonic()
+                try:
+                    c.attention(b, b, b, to_buffer=True)
+                    check.fail("ring: a server killed mid-call", "the call ended before the kill: make it longer")
+                except ks.Error as e:
+                    took = time.monotonic() - start
+                    if e.code != "UNAVAILABLE" or took > 5.3:
+                        check.fail("ring: a server killed mid-call", "%s after %.1f s" % (e, took))
+                    else:
+                        check.ok("ring: a server killed mid-call", "UNAVAILABLE %.2f s after the call began" % took)
+                b.freed = True  # its server is gone
+    except ks.Error as e:
+        check.fail("ring: a server killed mid-call", str(e))
+    finally:
+        server.kill()
+        server.wait()
+
+
+# The child of ring_check's killed client: attaches a ring, starts a call of seconds and is killed in it.
+_RING_CHILD = """
+import sys
+import numpy as np
+import kernelserve as ks
+c = ks.Client(sys.argv[1], session=True, ring_bytes=64 << 10)
+x = np.ones((1, 8, 4096, 128), np.float32)
+b = c.upload(x)  # first: an upload's stream would need a second streaming slot once the session holds one
+c.attention(x[:, :1, :8], x[:, :1, :8], x[:, :1, :8])
+print("calling" if c.ring_attached else "no ring: %s" % c.ring_refused, flush=True)
+c.attention(b, b, b, to_buffer=True)
+print("done", flush=True)
+"""
+
+
 def session_timing(addr, calls=200):
     """p50 / p90 of small attention calls, unary and over each session transport, interleaved in rounds so
     that load on this machine falls on all of them alike. Printed only: never a timed assertion."""
     q = np.ones((1, 1, 16, 64), np.float32)
     clients = {"unary": ks.Client(addr), "session": ks.Client(addr, session=True),
-               "session iterator": ks.Client(addr, session="iterator")}
+               "session iterator": ks.Client(addr, session="iterator"),
+               "session ring": ks.Client(addr, session=True, ring_bytes=1 << 20)}
     times = {label: [] for label in clients}
     for c in clients.values():
         for _ in range(10):
@@ -1060,7 +1174,7 @@ def main():
             download_stream_check(check)
             check.torch_tensors()
             check.timing_info()
-            for transport in (True, "iterator"):
+            for transport in (True, "iterator", "ring"):
                 session_ops_check(check, "127.0.0.1:%d" % port, transport)
             session_timing("127.0.0.1:%d" % port)
             job_id = check.jobs(work)
@@ -1076,6 +1190,7 @@ def main():
     finally:
         stop_server(server)
     session_stream_check(args.kernelserve, work, check)
+    ring_check(args.kernelserve, work, check)
     tls_check(args.kernelserve, work, check)
     finish(start, seed, check.failures)
 

@@ -4,9 +4,16 @@
 // that do not decode). A session's calls must give what the unary calls give
 // (same bytes, same errors), a failed call must leave the session serving,
 // and a session must not hold up a shutdown.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -387,6 +394,75 @@ TEST_F(SessionTest, ShutdownEndsIdleRingSessionsPromptly) {
   EXPECT_FALSE(after.ok());
   EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
   server_.reset();
+}
+
+// A server that dies mid-call (SIGKILL: no word on the ring) must not leave
+// the ring's caller waiting out its deadline: the stream's end says so.
+TEST(SessionRingCrashTest, ACallWhoseServerDiesIsUnavailableAtOnce) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string log = absl::StrCat(tmp ? tmp : "/tmp", "/ring_crash_server.log");
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const std::string bin = absl::StrCat(srcdir ? srcdir : ".", "/kernelserve/server/kernelserve");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    // One CPU thread: the call below then takes seconds on any machine.
+    execl(bin.c_str(), bin.c_str(), "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=1",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int port = 0;
+  const std::regex re("listening on port ([0-9]+)");
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::smatch m;
+    if (std::regex_search(text, m, re)) port = std::stoi(m[1]);
+    if (port == 0) absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (port == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    FAIL() << "kernelserve did not start";
+  }
+  ClientOptions o;
+  o.target = absl::StrCat("127.0.0.1:", port);
+  o.kernel_session = true;
+  o.kernel_session_ring_bytes = 64 << 10;
+  o.default_timeout = absl::Seconds(120);
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const uint64_t seed = FreshSeed();
+  const HostTensor small = numerics::GaussianBf16({1, 1, 8, 64}, seed);
+  ASSERT_TRUE((*client)->Attention(SmallAttention(small, small, small)).ok());
+  ASSERT_TRUE((*client)->kernel_session_ring_attached());
+  // 16 heads x 4096 x 4096 x 128, not causal: ~137 GFLOP on one CPU thread.
+  const HostTensor big = numerics::GaussianBf16({1, 16, 4096, 128}, seed + 1);
+  auto id = (*client)->UploadBuffer(big);
+  ASSERT_TRUE(id.ok()) << id.status();
+  AttentionArgs a;
+  a.q = TensorArg::Buffer(id->id());
+  a.k = TensorArg::Buffer(id->id());
+  a.v = TensorArg::Buffer(id->id());
+  a.output.to_buffer = true;
+  absl::Time killed_at = absl::InfiniteFuture();
+  std::thread killer([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    killed_at = absl::Now();
+    kill(pid, SIGKILL);
+  });
+  auto r = (*client)->Attention(a);
+  const absl::Time done = absl::Now();
+  killer.join();
+  waitpid(pid, nullptr, 0);
+  ASSERT_FALSE(r.ok()) << "the call ended before the server was killed: make it longer";
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_LT(done - killed_at, absl::Seconds(5)) << "the caller waited " << (done - killed_at) << " on a dead server";
 }
 
 // With metrics on, each request of a session counts under its own method,

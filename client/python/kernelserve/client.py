@@ -161,11 +161,14 @@ class Client:
     tls=True with client_cert/client_key for mTLS; server_name overrides the name checked in the certificate.
     session=True: the kernel ops travel as messages on one KernelService.Session stream (a shorter round trip
     for small calls; calls from several threads take turns on it); session="iterator": the same through
-    grpcio's public streaming API, which is slower (README.md, Sessions). timeout: seconds per call.
+    grpcio's public streaming API, which is slower (README.md, Sessions). ring_bytes=N with session=True, for a
+    server on this host: the session's calls through a shared-memory ring of N bytes each way instead of gRPC
+    messages (README.md, Rings); a refused ring leaves them on the stream (ring_refused says why).
+    timeout: seconds per call.
     """
 
     def __init__(self, address, token=None, tls=False, root_certs=None, client_cert=None, client_key=None,
-                 server_name=None, timeout=600.0, max_message_mb=1024, session=False):
+                 server_name=None, timeout=600.0, max_message_mb=1024, session=False, ring_bytes=0):
         self.address = address
         self.timeout = timeout
         self._metadata = (("authorization", "Bearer " + token),) if token else ()
@@ -186,9 +189,13 @@ class Client:
         self._devices = device_pb2_grpc.DeviceServiceStub(self._channel)
         if session not in (False, True, "iterator"):
             raise ValueError("session must be False, True or \"iterator\", got %r" % (session,))
+        if ring_bytes and (session is not True or not 0 < ring_bytes < 1 << 32):
+            raise ValueError("ring_bytes needs session=True and 0 < ring_bytes < 2**32, got ring_bytes=%r with "
+                             "session=%r" % (ring_bytes, session))
         self._session = None
         if session:
-            self._session = _session.KernelSession(self._channel, self._metadata, iterator=session == "iterator")
+            self._session = _session.KernelSession(self._channel, self._metadata, iterator=session == "iterator",
+                                                   ring_bytes=int(ring_bytes))
             # A Client dropped without close() must not keep its stream open (it holds one of the tenant's
             # streaming slots on the server) nor the session's threads.
             weakref.finalize(self, self._session.close, 0)
@@ -196,8 +203,21 @@ class Client:
     # ------------------------------------------------------------ plumbing
     @property
     def session_transport(self):
-        """None without session=True; else how the session stream is driven ("direct" or "iterator")."""
+        """None without session=True; else how the session's calls travel: "direct" or "iterator" (the stream
+        driven by grpcio's internals or its public API), or "ring" (asked for with ring_bytes, not refused)."""
         return self._session.transport if self._session is not None else None
+
+    @property
+    def ring_attached(self):
+        """Whether the open session stream's calls go through a shared-memory ring (ring_bytes)."""
+        return self._session is not None and self._session.ring_attached
+
+    @property
+    def ring_refused(self):
+        """Why the ring asked for was not attached, as "CODE: message" (another host or user, a ring over the
+        server's --max_message_mb, a Python that cannot drive one); None otherwise."""
+        r = self._session.ring_refused if self._session is not None else None
+        return "%s: %s" % r if r else None
 
     @property
     def sessions_opened(self):
@@ -345,7 +365,8 @@ class Client:
             out = self._buffer_info(r.out.buffer_id)
         else:
             out = _t.from_proto(r.out.tensor, as_torch=torch_out)
-        info = _jobs.to_dict(r.info)
+        # CallInfo's fields are scalars: read directly (json_format's walk costs tens of us a call).
+        info = {f.name: getattr(r.info, f.name) for f in r.info.DESCRIPTOR.fields}
         info["wall_ms"] = wall
         # The rest of the call: (de)serialization and the transfer of inline tensors both ways.
         info["transfer_ms"] = max(0.0, wall - info.get("queue_ms", 0.0) - info.get("run_ms", 0.0))

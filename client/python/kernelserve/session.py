@@ -18,8 +18,18 @@ Two ways to drive the stream, one interface (exchange, cancel, finish):
 - _IteratorStream: that public API (a request iterator fed by a queue), for a
   grpcio whose internals differ (session=True falls back to it) or when
   asked for (session="iterator").
+- _RingStream (ring_bytes > 0, a server on this host): the calls through a
+  shared-memory ring, as the C++ client's kernel_session_ring_bytes
+  (common/shm_ring.h has the layout); the stream, driven as _IteratorStream,
+  stays open as the control channel and says when the server is gone.
 """
+import ctypes
+import mmap
+import os
+import platform
 import queue
+import secrets
+import struct
 import threading
 import time
 
@@ -187,6 +197,195 @@ class _IteratorStream:
         return self.status
 
 
+# common/shm_ring.h's ShmRingHeader: magic, capacity, req_seq, resp_seq, closed, req_len, resp_len (uint32 each),
+# then the request area and the response area, `capacity` bytes each.
+_RING_MAGIC = 0x4B53524E
+_MAGIC, _CAPACITY, _REQ_SEQ, _RESP_SEQ, _CLOSED, _REQ_LEN, _RESP_LEN = range(7)
+_RING_HEADER = 7 * 4
+# How often a call waiting on the ring looks whether its stream ended (a server that died mid-call never sets
+# `closed`) or it was cancelled.
+_RING_CHECK_S = 0.02
+
+
+def _ring_support():
+    """(shm_open/shm_unlink module, futex(2) function), or the reason this Python cannot drive a ring. x86-64
+    Linux only: the header's words are plain 4-byte loads and stores here, which x86's memory order makes the
+    release and acquire that the C++ side uses."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return "the Python client drives rings on x86-64 Linux only (this is %s %s)" % (
+            platform.system(), platform.machine())
+    try:
+        import _posixshmem
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+    except (ImportError, OSError, AttributeError) as e:
+        return "no shm_open or syscall() in this Python: %s" % e
+    syscall.restype = ctypes.c_long
+    syscall.argtypes = (ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
+                        ctypes.c_void_p, ctypes.c_uint32)
+    sys_futex, futex_wait, futex_wake = 202, 0, 1
+
+    class Timespec(ctypes.Structure):
+        _fields_ = (("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long))
+
+    def futex(address, wait, value=0, timeout=None):
+        if not wait:
+            syscall(sys_futex, address, futex_wake, 1, None, None, 0)
+            return
+        ts = Timespec(int(timeout), int((timeout % 1) * 1e9))
+        # ctypes releases the GIL for the call: other threads run while this one sleeps.
+        syscall(sys_futex, address, futex_wait, value, ctypes.byref(ts), None, 0)
+
+    return _posixshmem, futex
+
+
+_RING_SUPPORT = None
+
+
+def ring_support():
+    global _RING_SUPPORT
+    if _RING_SUPPORT is None:
+        _RING_SUPPORT = _ring_support()
+    return _RING_SUPPORT
+
+
+class _Ring:
+    """One mapping of a ring this client created (shm_open, mode 0600, a random name), as ShmRing::Create."""
+
+    def __init__(self, capacity):
+        shm, self._futex = ring_support()
+        self.capacity = capacity
+        self.name = "/kernelserve-ring-%d-%d" % (secrets.randbits(32), secrets.randbits(32))
+        self._shm = shm
+        fd = shm.shm_open(self.name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, _RING_HEADER + 2 * capacity)
+            self._map = mmap.mmap(fd, _RING_HEADER + 2 * capacity)
+        except BaseException:
+            self.unlink()
+            raise
+        finally:
+            os.close(fd)
+        self._h = (ctypes.c_uint32 * 7).from_buffer(self._map)
+        self._base = ctypes.addressof(self._h)
+        self._h[_MAGIC], self._h[_CAPACITY] = _RING_MAGIC, capacity
+
+    def unlink(self):
+        """Removes the name (the mappings stay): once the server attached it, or refused it."""
+        if self.name is not None:
+            try:
+                self._shm.shm_unlink(self.name)
+            except FileNotFoundError:
+                pass  # the server removed it on attach
+            self.name = None
+
+    def closed(self):
+        return self._h[_CLOSED] != 0
+
+    def wake(self, word):
+        self._futex(self._base + 4 * word, wait=False)
+
+    def exchange(self, data, gone):
+        """Writes one request and waits for its answer: the answer's bytes, or None once the server left the
+        ring or `gone()` says the stream ended or the call was cancelled."""
+        h, n = self._h, len(data)
+        self._map[_RING_HEADER:_RING_HEADER + n] = data
+        h[_REQ_LEN] = n
+        seq = (h[_REQ_SEQ] + 1) & 0xFFFFFFFF
+        seen = h[_RESP_SEQ]
+        h[_REQ_SEQ] = seq
+        self.wake(_REQ_SEQ)
+        while h[_RESP_SEQ] != seq:
+            if h[_CLOSED] or gone():
+                return None
+            self._futex(self._base + 4 * _RESP_SEQ, wait=True, value=seen, timeout=_RING_CHECK_S)
+        start = _RING_HEADER + self.capacity
+        return self._map[start:start + h[_RESP_LEN]]
+
+    def close(self):
+        """Marks the ring closed (the server's loop then ends the session) and unmaps it."""
+        if self._map is None:
+            return
+        self._h[_CLOSED] = 1
+        self.wake(_REQ_SEQ)
+        self.wake(_RESP_SEQ)
+        self.unlink()
+        self._h = None  # its export of the mapping must go before the mapping can be closed
+        self._map.close()
+        self._map = None
+
+
+class _TooLarge(Failure):
+    """A request over the ring's capacity: refused here, the session left as it was."""
+
+
+class _RingStream:
+    """The calls through a ring (ring_bytes > 0), the stream as its control channel: the first exchange asks the
+    server to attach the ring; a refusal (another host or user, a ring over --max_message_mb) leaves this
+    stream's calls on the stream and is reported through `refused` so that later streams do not ask."""
+
+    def __init__(self, channel, metadata, capacity):
+        self._control = _IteratorStream(channel, metadata)
+        self._capacity = capacity
+        self.refused = None  # (code, message) when the server (or this host) refused the ring
+        self._ring = None
+        self._cancelled = False
+        self.attached = False
+
+    @property
+    def status(self):
+        return self._control.status
+
+    def _attach(self):
+        """Whether the stream is still open (attached or refused)."""
+        try:
+            ring = _Ring(self._capacity)
+        except OSError as e:
+            self.refused = ("FAILED_PRECONDITION", "session ring: %s" % e)
+            return True
+        request = kernel_pb2.SessionRequest(id=0)
+        request.attach_ring.shm_name = ring.name
+        answer, _ = self._control.exchange(request.SerializeToString())
+        if answer is None:
+            ring.close()
+            return False
+        ack = kernel_pb2.SessionResponse.FromString(answer)
+        ring.unlink()
+        if ack.code != 0:
+            ring.close()
+            self.refused = (code_name(ack.code), ack.message)
+            return True
+        self._ring, self.attached = ring, True
+        return True
+
+    def exchange(self, data):
+        if self._ring is None and not self.attached and self._capacity:
+            self._capacity, opened = 0, self._attach()
+            if not opened:
+                return None, False
+        if self._ring is None:
+            return self._control.exchange(data)
+        if self._ring.closed() or self._control.status is not None or self._cancelled:
+            return None, False  # the server left while idle: never sent
+        if len(data) > self._ring.capacity:
+            raise _TooLarge("RESOURCE_EXHAUSTED", "session ring: a request of %d bytes is over the ring's %d (pass "
+                          "large tensors as buffers)" % (len(data), self._ring.capacity))
+        answer = self._ring.exchange(data, lambda: self._cancelled or self._control.status is not None)
+        return answer, True
+
+    def cancel(self):
+        """Thread-safe: the watchdog's way to end a call whose timeout passed."""
+        self._cancelled = True
+        if self._ring is not None:
+            self._ring.wake(_RESP_SEQ)
+        self._control.cancel()
+
+    def finish(self, cancel):
+        if self._ring is not None:
+            self._ring.close()
+        return self._control.finish(cancel)
+
+
 class _Watchdog:
     """Cancels the stream of a call whose timeout passed (grpcio's blocking waits take none). One thread per
     session, started by its first call; it wakes for the nearest deadline only, so arming it with the usual
@@ -236,19 +435,40 @@ class _Watchdog:
 class KernelSession:
     """One Session stream of a channel, opened by the first call and again after one ended."""
 
-    def __init__(self, channel, metadata, iterator=False):
+    def __init__(self, channel, metadata, iterator=False, ring_bytes=0):
         cygrpc = None if iterator else _direct_api(channel)
-        self.transport = "direct" if cygrpc is not None else "iterator"
+        self._transport = "direct" if cygrpc is not None else "iterator"
         if cygrpc is not None:
-            self._new_stream = lambda: _DirectStream(channel, metadata, cygrpc)
+            self._plain_stream = lambda: _DirectStream(channel, metadata, cygrpc)
         else:
-            self._new_stream = lambda: _IteratorStream(channel, metadata)
+            self._plain_stream = lambda: _IteratorStream(channel, metadata)
+        self._ring_stream = (lambda: _RingStream(channel, metadata, ring_bytes)) if ring_bytes else None
+        self.ring_refused = None  # why the ring was not attached: (code, message)
+        if ring_bytes:
+            support = ring_support()
+            if isinstance(support, str):
+                self.ring_refused = ("UNIMPLEMENTED", "session ring: " + support)
         self._lock = threading.Lock()  # one call at a time
         self._stream = None
         self._next_id = 1
         self._watchdog = _Watchdog()
         self._closed = False
         self.opened = 0
+
+    def _new_stream(self):
+        if self._ring_stream is not None and self.ring_refused is None:
+            return self._ring_stream()
+        return self._plain_stream()
+
+    @property
+    def transport(self):
+        """"ring" when asked for and not refused (ring_attached says whether the open stream's calls go through
+        one); else how the stream is driven, "direct" or "iterator"."""
+        return "ring" if self._ring_stream is not None and self.ring_refused is None else self._transport
+
+    @property
+    def ring_attached(self):
+        return bool(getattr(self._stream, "attached", False))
 
     def call(self, request, timeout):
         """Sends `request` (a SessionRequest; its id is set here) and returns its SessionResponse, whose code
@@ -267,13 +487,19 @@ class KernelSession:
                     self._stream = self._new_stream()
                     self.opened += 1
                 self._watchdog.arm(self._stream, deadline)
+                stream = self._stream
                 try:
-                    answer, sent = self._stream.exchange(data)
+                    answer, sent = stream.exchange(data)
+                except _TooLarge:
+                    self._watchdog.disarm()
+                    raise
                 except BaseException:
                     self._watchdog.disarm()
                     self._drop(cancel=True)
                     raise
                 timed_out = self._watchdog.disarm()
+                if getattr(stream, "refused", None) is not None:
+                    self.ring_refused = stream.refused
                 if answer is not None:
                     if timed_out:
                         self._drop(cancel=True)

@@ -57,6 +57,14 @@ def bf16_bits(x):
     """float values -> bf16 bit patterns (uint16), rounded once to nearest even; NaN stays NaN."""
     x = np.asarray(x)
     f = np.ascontiguousarray(x, dtype=np.float32)
+    if x.dtype != np.float64:
+        # In 32 bits: b + 0x8000 wraps only for negative NaNs, which are set below.
+        b = f.view(np.uint32)
+        bits = ((b + (0x7FFF + ((b >> 16) & 1))) >> 16).astype(np.uint16)
+        nan = np.isnan(f)
+        if nan.any():
+            bits[nan] = 0x7FC0 | ((b[nan] >> 16) & 0x8000).astype(np.uint16)
+        return bits
     b = f.view(np.uint32).astype(np.uint64)
     if x.dtype == np.float64:
         # float64 goes through float32 first; where that rounding landed exactly on a bf16 tie the tie
