@@ -10,8 +10,9 @@
 # The new kernels' tests run first in their own process under a timeout (new
 # mbarrier code: a hang must not cost the rest); then the whole MoE test, the
 # branch's kernels against main's alternated twice, torch._grouped_mm in the
-# same call, ncu on gate/up and down at T = 8192, and loopback_bench with and
-# without --cpu_dma_latency_us=0 alternated twice. Logs under $OUT; a short
+# same call, loopback_bench with and without --cpu_dma_latency_us=0
+# alternated (twice when there is time), and ncu on gate/up and down at
+# T = 8192 last (what a short device call can lose). Logs under $OUT; a short
 # table last.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
@@ -29,7 +30,7 @@ timeout 120 "$B/moe_cuda_test" --gtest_filter="$new" >"$OUT/tests_new.log" 2>&1
 rc_new=$?
 rc_all=skipped
 if [ $rc_new -ne 124 ] && [ $rc_new -ne 137 ]; then
-  timeout 240 "$B/moe_cuda_test" --gtest_filter="-$new" >"$OUT/tests_rest.log" 2>&1
+  timeout 150 "$B/moe_cuda_test" --gtest_filter="-$new" >"$OUT/tests_rest.log" 2>&1
   rc_all=$?
 fi
 echo "tests done at +$(( $(date +%s) - t0 )) s: new rc=$rc_new, rest rc=$rc_all"
@@ -51,6 +52,17 @@ PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 120 python3 bench/peers_moe_mla.py -
   >"$OUT/peers.txt" 2>&1
 echo "peers done at +$(( $(date +%s) - t0 )) s"
 
+: >"$OUT/loopback.txt"
+for round in 1 2; do
+  # The device call's limit is 600 s: a second round only if there is time.
+  if [ $round -eq 2 ] && [ $(( $(date +%s) - t0 )) -gt 300 ]; then break; fi
+  for lat in -1 0; do
+    echo "== --cpu_dma_latency_us=$lat, round $round" >>"$OUT/loopback.txt"
+    timeout 80 "$B/loopback_bench" --backend=cuda --mib=64 --cpu_dma_latency_us=$lat >>"$OUT/loopback.txt" 2>&1
+  done
+done
+echo "loopback done at +$(( $(date +%s) - t0 )) s"
+
 metrics=gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
 metrics+=,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active
 metrics+=,smsp__issue_active.avg.pct_of_peak_sustained_active
@@ -63,17 +75,6 @@ if [ $rc_new -eq 0 ]; then
   done
 fi
 echo "ncu done at +$(( $(date +%s) - t0 )) s"
-
-: >"$OUT/loopback.txt"
-for round in 1 2; do
-  # The device call's limit is 600 s: a second round only if there is time.
-  if [ $round -eq 2 ] && [ $(( $(date +%s) - t0 )) -gt 420 ]; then break; fi
-  for lat in -1 0; do
-    echo "== --cpu_dma_latency_us=$lat, round $round" >>"$OUT/loopback.txt"
-    timeout 80 "$B/loopback_bench" --backend=cuda --mib=64 --cpu_dma_latency_us=$lat >>"$OUT/loopback.txt" 2>&1
-  done
-done
-echo "loopback done at +$(( $(date +%s) - t0 )) s"
 
 echo "==== summary ===="
 echo "new kernels' tests: rc=$rc_new; the rest of moe_cuda_test: rc=$rc_all"
