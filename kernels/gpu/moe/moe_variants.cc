@@ -9,14 +9,14 @@ namespace gpu {
 namespace {
 
 // The GEMM an entry runs.
-enum class Gemm { kStream, kWgmmaRs, kWgmmaRsBStreamed, kMmaSync };
+enum class Gemm { kStream, kWgmmaRs, kMmaSync };
 
 // An entry's plan: its GEMM for every projection of the call.
 template <Gemm kGemm>
 moe::MoePlan EntryPlan() {
   moe::MoePlan plan;
   plan.stream = kGemm == Gemm::kStream;
-  plan.wgmma_rs = kGemm == Gemm::kWgmmaRs || kGemm == Gemm::kWgmmaRsBStreamed;
+  plan.wgmma_rs = kGemm == Gemm::kWgmmaRs;
   plan.rs_b_resident = kGemm == Gemm::kWgmmaRs;
   return plan;
 }
@@ -38,9 +38,6 @@ std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
   return plan.wgmma_rs ? "" : "the dispatcher takes it from 12 rows per expert (down: from 64)";
 }
 
-// The A/B entry of the branch: served by name only.
-std::string NeverPlanned(const DeviceCaps&, const OpCall&) { return "an A/B entry: the dispatcher never takes it"; }
-
 template <Gemm kGemm>
 absl::Status Run(const OpCall& c, TensorView& out, cudaStream_t s) {
   return RunMoeWithPlan(EntryPlan<kGemm>(), c.moe, c.moe_in, out, s);
@@ -56,9 +53,6 @@ const VariantTable& MoeVariants() {
        "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per column tile; with K <= 384 a CTA "
        "keeps its tile's rows resident over 4 column tiles", "sm_90a, every stage",
        Unsupported<Gemm::kWgmmaRs>, UnlessPlanned<Gemm::kWgmmaRs>, Run<Gemm::kWgmmaRs>},
-      // Branch s37-rs-dequant only, for the A/B of the resident B tile; leaves before a merge.
-      {"wgmma_rs_b_streamed", "wgmma_rs with B copied per column tile (no resident B)", "sm_90a, every stage",
-       Unsupported<Gemm::kWgmmaRsBStreamed>, NeverPlanned, Run<Gemm::kWgmmaRsBStreamed>},
       {"mma_sync", "mma.sync grouped GEMM, 64-row expert tiles (down below 64 rows per expert)", "sm_90a, every stage",
        Unsupported<Gemm::kMmaSync>, nullptr, Run<Gemm::kMmaSync>},
   };
