@@ -43,28 +43,39 @@ enum class Routing {
   kSkewed,    // every token on expert 0, expert 1 on one pair, the upper half of the experts on none
 };
 
+// The E8M0 scales, which decide the dequantization's path: a scale in
+// 1..128 (2^-126 .. 2^1) needs one multiply, a larger one two; the kernels
+// take the one-multiply path where a warp vote finds only such scales.
+enum class Scales {
+  kBoth,         // 2^-9 .. 2^3: a warp's chunk almost always holds a two-multiply block
+  kOneMultiply,  // 2^-27 .. 2^1: the one-multiply path only
+  // 2^-27 .. 2^1, but 2^2 .. 2^3 in every third band of 16 weight rows by
+  // 64 K: warps of one launch, and one warp's k-tiles, take both paths.
+  kBandsOfTwo,
+};
+
 struct Case {
   MoeStage stage = MoeStage::kGateUp;
   bool swiglu = false, weighted = false;
   int64_t tokens = 40, top_k = 4, experts = 8, hidden = 256, inter = 128, out_dim = 256;
   Routing routing = Routing::kDistinct;
   Rounding rounding = Rounding::kRtne;
-  // Every E8M0 scale in 1..128 (2^-126 .. 2^1): the dequantization takes
-  // only its one-multiply path. Else 2^-9 .. 2^3: a chunk of the streaming
-  // kernel almost always holds a block that needs the second multiply.
-  bool one_multiply_scales = false;
+  Scales scales = Scales::kBoth;
 };
 
 struct Inputs {
   HostTensor x, ids, weights, w13, w13s, w2, w2s;
 };
 
-void RandomFp4(HostTensor* w, HostTensor* s, bool one_multiply_scales, std::mt19937_64& rng) {
+void RandomFp4(HostTensor* w, HostTensor* s, Scales scales, std::mt19937_64& rng) {
   for (int64_t i = 0; i < w->num_bytes(); ++i) w->bytes()[i] = static_cast<uint8_t>(rng());
-  // 2^-9 .. 2^3: both dequantization paths (one or two multiplies); or
-  // 2^-27 .. 2^1, all of the one-multiply path.
+  const int64_t blocks = s->desc().shape.back();  // per weight row
   for (int64_t i = 0; i < s->num_bytes(); ++i) {
-    s->bytes()[i] = static_cast<uint8_t>(one_multiply_scales ? 100 + rng() % 29 : 118 + rng() % 13);
+    const int64_t row = i / blocks, block = i % blocks;
+    const bool two = scales == Scales::kBoth ||
+                     (scales == Scales::kBandsOfTwo && (row / 16 + block / 2) % 3 == 0);
+    s->bytes()[i] = static_cast<uint8_t>(two ? (scales == Scales::kBoth ? 118 + rng() % 13 : 129 + rng() % 2)
+                                             : 100 + rng() % 29);
   }
 }
 
@@ -107,12 +118,12 @@ Inputs MakeInputs(const Case& c, std::mt19937_64& rng) {
   if (c.stage != MoeStage::kDown) {
     in.w13 = HostTensor(DType::kFp4E2M1, {c.experts, 2 * c.inter, c.hidden});
     in.w13s = HostTensor(DType::kE8M0, {c.experts, 2 * c.inter, c.hidden / 32});
-    RandomFp4(&in.w13, &in.w13s, c.one_multiply_scales, rng);
+    RandomFp4(&in.w13, &in.w13s, c.scales, rng);
   }
   if (c.stage != MoeStage::kGateUp) {
     in.w2 = HostTensor(DType::kFp4E2M1, {c.experts, c.out_dim, c.inter});
     in.w2s = HostTensor(DType::kE8M0, {c.experts, c.out_dim, c.inter / 32});
-    RandomFp4(&in.w2, &in.w2s, c.one_multiply_scales, rng);
+    RandomFp4(&in.w2, &in.w2s, c.scales, rng);
   }
   return in;
 }
@@ -260,29 +271,38 @@ int CheckTable(const Case& c, double tol = 4e-3) {
 
 // Every GEMM of the call on one kernel, forced by its tile rows: 0 the
 // weight-streaming kernel, kRsRows the wgmma kernel with the weights in
-// registers, else the mma.sync kernel with that row tile (each on small
-// shapes).
+// registers (with B resident over several column tiles where K allows, as
+// the dispatcher runs it, and without), else the mma.sync kernel with that
+// row tile (each on small shapes).
 constexpr int kForceRs = gpu::moe::kRsRows;
 void CheckForcedGemm(int tile_rows, const Case& c, double tol = 4e-3) {
   MoeCheck check(c);
   gpu::moe::MoePlan plan;
   plan.stream = tile_rows == 0;
   plan.wgmma_rs = tile_rows == kForceRs;
+  plan.rs_b_resident = plan.wgmma_rs;
   if (tile_rows != 0 && !plan.wgmma_rs) plan.mma_rows = tile_rows;
+  auto run = [&](const gpu::moe::MoePlan& pl) {
+    return [&check, pl](TensorView& out) {
+      return gpu::RunMoeWithPlan(pl, check.params(), check.call().moe_in, out, nullptr);
+    };
+  };
   check.Expect(tile_rows == 0           ? std::string("stream")
                : tile_rows == kForceRs ? std::string("wgmma_rs")
                                        : "mma_sync/tile " + std::to_string(tile_rows),
-               [&](TensorView& out) {
-    return gpu::RunMoeWithPlan(plan, check.params(), check.call().moe_in, out, nullptr);
-  }, tol);
+               run(plan), tol);
+  if (plan.wgmma_rs) {
+    plan.rs_b_resident = false;
+    check.Expect("wgmma_rs, B streamed", run(plan), tol);
+  }
 }
 
 // Gate/up at K = hidden: skewed routing (expert 0 on every token: 16-row
 // tiles; expert 1 on one row), then the decode case with SwiGLU (one or two
 // rows per expert).
-void CheckSkewedThenDecode(int tile_rows, int64_t hidden, bool one_multiply_scales) {
+void CheckSkewedThenDecode(int tile_rows, int64_t hidden, Scales scales) {
   Case c;
-  c.one_multiply_scales = one_multiply_scales;
+  c.scales = scales;
   c.routing = Routing::kSkewed;
   c.tokens = 150;
   c.experts = 16;
@@ -378,7 +398,7 @@ TEST_P(MoeForcedGemmTest, LayerManyExpertsFewTokens) {
 // chunks, up to 6): tiles of 1 to 16 rows take both x paths, with one
 // and two n8 tiles.
 TEST_P(MoeForcedGemmTest, LongKXInSharedMemoryOrNot) {
-  for (int64_t hidden : {2048, 1152}) CheckSkewedThenDecode(GetParam(), hidden, /*one_multiply_scales=*/false);
+  for (int64_t hidden : {2048, 1152}) CheckSkewedThenDecode(GetParam(), hidden, Scales::kBoth);
 }
 
 // Scales that need one multiply only, so that the streaming kernel's warps
@@ -388,10 +408,19 @@ TEST_P(MoeForcedGemmTest, LongKXInSharedMemoryOrNot) {
 // two n8 tiles, gate/up with and without SwiGLU, and down.
 TEST_P(MoeForcedGemmTest, ScalesOfOneMultiplyOnly) {
   for (int64_t hidden : {256, 384, 2048, 1152}) {
-    CheckSkewedThenDecode(GetParam(), hidden, /*one_multiply_scales=*/true);
+    CheckSkewedThenDecode(GetParam(), hidden, Scales::kOneMultiply);
   }
   Case d = DownStage();
-  d.one_multiply_scales = true;
+  d.scales = Scales::kOneMultiply;
+  CheckForcedGemm(GetParam(), d);
+}
+
+// Both paths in one launch and in one warp's K loop (Scales::kBandsOfTwo):
+// a warp's vote is its own and per chunk or k-tile.
+TEST_P(MoeForcedGemmTest, WarpsOnBothScalePaths) {
+  for (int64_t hidden : {384, 2048}) CheckSkewedThenDecode(GetParam(), hidden, Scales::kBandsOfTwo);
+  Case d = DownStage();
+  d.scales = Scales::kBandsOfTwo;
   CheckForcedGemm(GetParam(), d);
 }
 

@@ -13,14 +13,21 @@ namespace gpu {
 namespace moe {
 namespace {
 
+// The column tiles a wgmma_rs CTA walks: several with B resident where K
+// allows and the plan asks for it.
+int RsColsPerCta(const MoePlan& plan, const GemmParams& g) {
+  return plan.rs_b_resident && g.k <= kRsResidentMaxK ? kRsResidentCols : 1;
+}
+
 cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, const RoutingParams& rp,
                    bool swiglu, int rounding, void* out, cudaStream_t stream) {
-  const GemmParams g = GateUpGemm(p, in, rp, swiglu, rounding, out);
+  GemmParams g = GateUpGemm(p, in, rp, swiglu, rounding, out);
   if (plan.stream) {
     return swiglu ? LaunchStreamGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
                   : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
   if (plan.wgmma_rs) {
+    g.cols_per_cta = RsColsPerCta(plan, g);
     return swiglu ? LaunchWgmmaRsGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
                   : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
@@ -32,11 +39,12 @@ cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan,
 
 cudaError_t Down(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, const RoutingParams& rp,
                  const uint16_t* a, bool f32, void* out, cudaStream_t stream) {
-  const GemmParams g = DownGemm(p, in, rp, a, out);
+  GemmParams g = DownGemm(p, in, rp, a, out);
   if (plan.stream) {
     return f32 ? LaunchStreamGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
   if (plan.wgmma_rs) {
+    g.cols_per_cta = RsColsPerCta(plan, g);
     return f32 ? LaunchWgmmaRsGemm<kEpiF32>(g, rp.max_tiles, stream)
                : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }

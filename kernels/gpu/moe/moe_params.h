@@ -22,6 +22,11 @@ constexpr int kStreamRows = 16;
 // Rows of the expert tiles of the wgmma GEMM with the weights in registers
 // (its N is a tile's rows rounded up to 32, at most 192).
 constexpr int kRsRows = 192;
+// wgmma_rs keeps a routing tile's whole activation tile (B) in shared memory
+// and walks kRsResidentCols column tiles per CTA when K is at most this
+// (down's K = I on TP-sharded models, e.g. the Kimi shard's 384).
+constexpr int kRsResidentMaxK = 384;
+constexpr int kRsResidentCols = 4;
 
 // The routing scan runs in one block of kScanThreads threads, kScanItems
 // experts each.
@@ -66,6 +71,7 @@ struct GemmParams {
   void* out;
   int64_t out_cols;
   int rounding;
+  int cols_per_cta = 1;  // wgmma_rs: > 1 walks that many column tiles with B resident (K <= kRsResidentMaxK)
 };
 
 // out[t, n] = sum_r w[t, r] * y[t * top_k + r, n] over r in order, rounded once.

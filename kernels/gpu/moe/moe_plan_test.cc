@@ -44,6 +44,7 @@ MoePlan MmaSync() { return MoePlan{}; }
 MoePlan WgmmaRs() {
   MoePlan plan;
   plan.wgmma_rs = true;
+  plan.rs_b_resident = true;
   return plan;
 }
 
@@ -118,6 +119,9 @@ TEST(MoePlanTest, UnsupportedShapesAndPlans) {
     MoePlan m128 = MmaSync();
     m128.mma_rows = 128;
     EXPECT_NE(MoeUnsupported(p, m128).find("64-row tiles"), std::string::npos);
+    MoePlan resident_mma = MmaSync();
+    resident_mma.rs_b_resident = true;
+    EXPECT_NE(MoeUnsupported(p, resident_mma).find("wgmma_rs's"), std::string::npos);
   }
   MoeParams p = Kimi(MoeStage::kGateUp, 8);
   p.hidden = 96;

@@ -17,6 +17,7 @@ moe::MoePlan EntryPlan() {
   moe::MoePlan plan;
   plan.stream = kGemm == Gemm::kStream;
   plan.wgmma_rs = kGemm == Gemm::kWgmmaRs;
+  plan.rs_b_resident = kGemm == Gemm::kWgmmaRs;
   return plan;
 }
 
@@ -49,7 +50,8 @@ const VariantTable& MoeVariants() {
       {"stream", "weight-streaming mma.sync GEMM, weights dequantized in registers, 16-row expert tiles",
        "sm_90a, every stage", Unsupported<Gemm::kStream>, UnlessPlanned<Gemm::kStream>, Run<Gemm::kStream>},
       {"wgmma_rs", "warp-specialized wgmma with the dequantized weights as the register operand and an expert's "
-       "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per CTA", "sm_90a, every stage",
+       "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per column tile; with K <= 384 a CTA "
+       "keeps its tile's rows resident over 4 column tiles", "sm_90a, every stage",
        Unsupported<Gemm::kWgmmaRs>, UnlessPlanned<Gemm::kWgmmaRs>, Run<Gemm::kWgmmaRs>},
       {"mma_sync", "mma.sync grouped GEMM, 64-row expert tiles (down below 64 rows per expert)", "sm_90a, every stage",
        Unsupported<Gemm::kMmaSync>, nullptr, Run<Gemm::kMmaSync>},

@@ -75,31 +75,6 @@ struct Chunk {
   static constexpr int kSmemBytes = kWarps * kStages * kStageBytes;  // the stages of all warps
 };
 
-// Nibble kJ (0 or 1) of each 16-bit half of v -> bf16x2 of value *
-// 2^-126: magnitude bits to bf16 bits 6..8, the sign to bit 15 (the bits of
-// Fp4PairBits, for a nibble pair four apart). With only the two nibbles
-// left, one integer multiply makes both copies (magnitude 6 - 4kJ bits up,
-// sign 12 - 4kJ): they share no bit, so the product is their OR, and one
-// mask keeps the fields. Three instructions per bf16x2 where a shift and a
-// mask per field took four (the same bits for every input word).
-template <int kJ>
-__device__ __forceinline__ uint32_t PairBits(uint32_t v) {
-  static_assert(kJ == 0 || kJ == 1, "nibble 0 or 1 of a byte");
-  constexpr uint32_t kNibbles = 0x000F000Fu << (4 * kJ);
-  constexpr uint32_t kCopies = (64u + 4096u) >> (4 * kJ);
-  return ((v & kNibbles) * kCopies) & 0x81C081C0u;
-}
-
-// The one-multiply scale of a block known to need no second (MakeBlockScale's
-// f1 when its `one` holds: sc in 1..128, so sc + 126 fits the exponent).
-__device__ __forceinline__ BlockScale OneMultiplyScale(uint32_t sc) {
-  BlockScale s;
-  s.one = true;
-  s.f1 = sc * 0x00800080u + 0x3F003F00u;  // ((sc + 126) << 7) in both halves
-  s.f2 = 0x3F803F80u;
-  return s;
-}
-
 // kTwo: some thread's scale needs the second multiply (its f2 is 1.0 where
 // it does not: f1 alone is then exact, and 0x3F80 * 1 changes nothing).
 template <bool kTwo>
@@ -116,12 +91,6 @@ __device__ __forceinline__ void DequantWord(uint32_t w, const BlockScale& s, uin
   o[1] = Scale<kTwo>(PairBits<1>(w), s);
   o[2] = Scale<kTwo>(PairBits<0>(h), s);
   o[3] = Scale<kTwo>(PairBits<1>(h), s);
-}
-
-__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
 }
 
 // Eight bf16 x elements e0..e7 (as loaded) -> the four B words of their two

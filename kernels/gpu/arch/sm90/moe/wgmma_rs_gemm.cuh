@@ -22,6 +22,14 @@
 // wgmmas that read it are done.
 // SwiGLU: each 16-row group of weight rows is 8 gate rows and the 8 up rows
 // of the same intermediate columns, so silu(gate) * up meets in one thread.
+//
+// With a short K (down: K = I, e.g. 384 = 6 k-tiles) a CTA's work is mostly
+// its fill, its prologue and its epilogue, and every column tile of a
+// routing tile copies the same activation rows again. There (kResident) a
+// CTA walks p.cols_per_cta column tiles: the tile's whole B is copied once
+// into shared memory and stays there, only the weights stream through the
+// stages, and the producer fills the next column tile's stages while the
+// consumers store the last one's outputs.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_WGMMA_RS_GEMM_CUH_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_WGMMA_RS_GEMM_CUH_
 
@@ -54,29 +62,42 @@ constexpr int kMaxSteps = kBN / kNStep;
 constexpr int kRawStr = 48;
 constexpr int kRowsPerProducer = kBN / 16;
 static_assert(kMaxSteps == 6, "the switch in WgmmaRsGemmKernel covers 1..6 steps");
+constexpr int kCons = 2;         // consumer warpgroups
+constexpr int kBW = 64 * kCons;  // weight rows per column tile
+static_assert(kRsResidentMaxK % kBK == 0, "whole k-tiles of B stay resident");
 
 // Two consumer warpgroups of 64 weight rows each and one producer, one CTA
 // per SM: the 96 accumulators of a 192-row tile and the double-buffered A
-// fragments need 216 registers per consumer thread.
+// fragments need 216 registers per consumer thread. kResident: B's k-tiles
+// (at most kRsResidentMaxK / kBK) each in a region of their own, the stages
+// hold the weights only (so more of them fit).
+template <bool kResident>
 struct Cfg {
-  static constexpr int kCons = 2;
-  static constexpr int kBW = 64 * kCons;  // weight rows per CTA
+  static constexpr int kCons = wgmma_rs::kCons;
+  static constexpr int kBW = wgmma_rs::kBW;
   static constexpr int kThreads = 128 * (kCons + 1);
   static constexpr int kCtasPerSm = 1;
-  static constexpr int kStages = 5;
+  static constexpr int kStages = kResident ? 8 : 5;
   static constexpr int kProducerRegs = 64;
   static constexpr int kConsumerRegs = 216;
   static constexpr int kStageB = kBN * kBK * 2;
   static constexpr int kStageRaw = kBW * kRawStr;
   // Each row's four E8M0 bytes of the 128-wide K window holding the k-tile.
   static constexpr int kStageScale = kBW * 4;
-  // B tiles 1024-aligned (the 128-byte swizzle's period).
-  static constexpr int kStageBytes = (kStageB + kStageRaw + kStageScale + 1023) / 1024 * 1024;
-  static constexpr int kTablesOff = kStages * kStageBytes;
+  static constexpr int kBTiles = kResident ? kRsResidentMaxK / kBK : 0;
+  // B tiles 1024-aligned (the 128-byte swizzle's period): the resident
+  // regions first, or one per stage.
+  static constexpr int kBRegion = kBTiles * kStageB;
+  static constexpr int kStageBytes =
+      kResident ? kStageRaw + kStageScale : (kStageB + kStageRaw + kStageScale + 1023) / 1024 * 1024;
+  static constexpr int kRawOff = kResident ? 0 : kStageB;  // in a stage
+  static constexpr int kTablesOff = kBRegion + kStages * kStageBytes;
   static constexpr int kBarOff = kTablesOff + (kBN + kBW) * 4;
-  static constexpr int kSmemBytes = kBarOff + 2 * kStages * 8 + 1024;  // + slack to align the base to 1024
+  static constexpr int kBars = 2 * kStages + kBTiles;  // full, empty, then B's
+  static constexpr int kSmemBytes = kBarOff + kBars * 8 + 1024;  // + slack to align the base to 1024
   static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "shared memory (1 KB a CTA for the runtime)");
   static_assert(kCtasPerSm * 128 * (kProducerRegs + kCons * kConsumerRegs) <= 64 * 1024, "registers");
+  static_assert(kStageRaw % 16 == 0 && kStageBytes % 16 == 0, "16-byte copies");
 };
 
 // Byte offset of (row r, 16-byte K chunk c) in a 128-byte-swizzled [rows x 64] bf16 tile.
@@ -84,8 +105,9 @@ __device__ __forceinline__ uint32_t SwizzledOffset(int r, int c) {
   return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
 }
 
-// The expert's weight row held in CTA row j (0..kBW), -1 past the weights.
-template <int kEpi, int kBW>
+// The expert's weight row held in row j (0..kBW) of column tile col_tile, -1
+// past the weights.
+template <int kEpi>
 __device__ __forceinline__ int WeightRow(const GemmParams& p, int col_tile, int j) {
   if (kEpi == kEpiSwiglu) {
     const int col = col_tile * (kBW / 2) + (j >> 4) * 8 + (j & 7);
@@ -98,10 +120,11 @@ __device__ __forceinline__ int WeightRow(const GemmParams& p, int col_tile, int 
 struct Smem {
   uint8_t* base;
   const int* a_row;  // [kBN] activation row of each tile row, -1 padding
-  const int* w_row;  // [kBW] weight row of each CTA row, -1 past the weights
-  uint32_t full, empty;  // the stages' mbarriers, 8 bytes apart
+  const int* w_row;  // [kBW] weight row of each CTA row in the first column tile, -1 past the weights
+  uint32_t full, empty, b_full;  // the stages' mbarriers and the resident B tiles', 8 bytes apart
   __device__ uint32_t Full(int s) const { return full + 8 * s; }
   __device__ uint32_t Empty(int s) const { return empty + 8 * s; }
+  __device__ uint32_t BFull(int kt) const { return b_full + 8 * kt; }
 };
 
 // Warpgroup Cfg::kCons: the copies of every k-tile. Thread pt copies
@@ -110,8 +133,13 @@ struct Smem {
 // worth of two weight rows, and one weight row's E8M0 window, so a k-tile
 // costs a few instructions per copy. Rows past the tile's own are not
 // copied: their N columns are computed from stale bytes and never stored.
-__device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int expert, int rows, int k_tiles) {
-  using C = Cfg;
+// Step n of the walk (column tile n / k_tiles, k-tile n % k_tiles) uses
+// stage n % kStages; kResident copies B's k-tiles during the first column
+// tile only, each into its own region, arriving on its own barrier.
+template <int kEpi, bool kResident>
+__device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int expert, int rows, int col_tile0,
+                                        int cols, int k_tiles) {
+  using C = Cfg<kResident>;
   constexpr int kRawPer = C::kBW * 2 / 128;  // 16-byte raw copies per thread and k-tile
   const int pt = threadIdx.x - C::kCons * 128;
   const int ch = pt & 7, r0 = pt >> 3;
@@ -125,108 +153,54 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
   }
   const uint8_t* w_e = p.w + static_cast<int64_t>(expert) * p.nw * (p.k / 2);
   const uint8_t* s_e = p.ws + static_cast<int64_t>(expert) * p.nw * (p.k / 32);
-  const uint8_t* w_src[kRawPer];  // this thread's raw half-rows at k = 0 (nullptr: past the weights, zero-filled)
-#pragma unroll
-  for (int i = 0; i < kRawPer; ++i) {
-    const int c = pt + 128 * i, wr = sm.w_row[c >> 1];
-    w_src[i] = wr >= 0 ? w_e + static_cast<int64_t>(wr) * (p.k / 2) + (c & 1) * 16 : nullptr;
-  }
-  const int scale_row = pt < C::kBW ? sm.w_row[pt] : -1;
-  const uint8_t* s_src = scale_row >= 0 ? s_e + static_cast<int64_t>(scale_row) * (p.k / 32) : nullptr;
   const uint32_t b_dst = SwizzledOffset(r0, ch);  // row r0 + 16 i is 2048 i further
   const uint32_t base = SmemAddr(sm.base);
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % C::kStages;
-    sm90::MbarWait(sm.Empty(s), ((kt / C::kStages) & 1) ^ 1);
-    const uint32_t st = base + s * C::kStageBytes;
-#pragma unroll
-    for (int i = 0; i < kRowsPerProducer; ++i) {
-      if (r0 + 16 * i < rows) CpAsync16Prefetch256(st + b_dst + 2048 * i, a16 + a_src[i] + kt * (kBK / 8), 16);
-    }
+  int n = 0;
+  for (int c = 0; c < cols; ++c) {
+    const uint8_t* w_src[kRawPer];  // this thread's raw half-rows at k = 0 (nullptr: past the weights, zero-filled)
 #pragma unroll
     for (int i = 0; i < kRawPer; ++i) {
-      const int c = pt + 128 * i;
-      CpAsync16Prefetch256(st + C::kStageB + (c >> 1) * kRawStr + (c & 1) * 16,
-                           w_src[i] != nullptr ? w_src[i] + kt * (kBK / 2) : w_e, w_src[i] != nullptr ? 16 : 0);
+      const int cr = pt + 128 * i;
+      const int wr = c == 0 ? sm.w_row[cr >> 1] : WeightRow<kEpi>(p, col_tile0 + c, cr >> 1);
+      w_src[i] = wr >= 0 ? w_e + static_cast<int64_t>(wr) * (p.k / 2) + (cr & 1) * 16 : nullptr;
     }
-    if (pt < C::kBW) {
-      CpAsync4(st + C::kStageB + C::kStageRaw + pt * 4, s_src != nullptr ? s_src + (kt >> 1) * 4 : s_e,
-               s_src != nullptr ? 4 : 0);
+    const int scale_row =
+        pt >= C::kBW ? -1 : c == 0 ? sm.w_row[pt] : WeightRow<kEpi>(p, col_tile0 + c, pt);
+    const uint8_t* s_src = scale_row >= 0 ? s_e + static_cast<int64_t>(scale_row) * (p.k / 32) : nullptr;
+    for (int kt = 0; kt < k_tiles; ++kt, ++n) {
+      const int s = n % C::kStages;
+      sm90::MbarWait(sm.Empty(s), ((n / C::kStages) & 1) ^ 1);
+      const uint32_t st = base + C::kBRegion + s * C::kStageBytes;
+      if (c == 0) {
+        const uint32_t bt = kResident ? base + kt * C::kStageB : st;
+#pragma unroll
+        for (int i = 0; i < kRowsPerProducer; ++i) {
+          if (r0 + 16 * i < rows) CpAsync16Prefetch256(bt + b_dst + 2048 * i, a16 + a_src[i] + kt * (kBK / 8), 16);
+        }
+        if (kResident) sm90::CpAsyncMbarArrive(sm.BFull(kt));
+      }
+#pragma unroll
+      for (int i = 0; i < kRawPer; ++i) {
+        const int cr = pt + 128 * i;
+        CpAsync16Prefetch256(st + C::kRawOff + (cr >> 1) * kRawStr + (cr & 1) * 16,
+                             w_src[i] != nullptr ? w_src[i] + kt * (kBK / 2) : w_e, w_src[i] != nullptr ? 16 : 0);
+      }
+      if (pt < C::kBW) {
+        CpAsync4(st + C::kRawOff + C::kStageRaw + pt * 4, s_src != nullptr ? s_src + (kt >> 1) * 4 : s_e,
+                 s_src != nullptr ? 4 : 0);
+      }
+      sm90::CpAsyncMbarArrive(sm.Full(s));
     }
-    sm90::CpAsyncMbarArrive(sm.Full(s));
   }
   sm80::CpAsyncWait<0>();
 }
 
-// Warpgroups 0..Cfg::kCons-1 on a tile of up to kSteps x 32 rows.
-template <int kEpi, int kSteps>
-__device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int tile, int rows, int col_tile,
-                                        int k_tiles) {
-  using C = Cfg;
-  constexpr int kN = kSteps * kNStep, kStages = C::kStages, kStageBytes = C::kStageBytes;
-  constexpr int kStageB = C::kStageB, kStageRaw = C::kStageRaw, kBW = C::kBW;
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const int g = lane >> 2, q = lane & 3;
-  const int r0 = wg * 64 + warp * 16 + g;  // this thread's weight rows: r0 and r0 + 8 of the CTA
-  const uint32_t base = SmemAddr(sm.base);
-
-  float acc[kN / 2];
-#pragma unroll
-  for (int i = 0; i < kN / 2; ++i) acc[i] = 0.f;
-  uint32_t frag[2][4][4];  // by k-tile parity: k16 step, A register
-
-  // The A fragments of k-tile kt: step s, register a0..a3 = (row r0, K
-  // 16s + 2q..+1), (r0 + 8, same), (r0, 16s + 8 + 2q..+1), (r0 + 8, same),
-  // i.e. byte q of raw words 2s and 2s + 1 of each row.
-  auto dequant = [&](int kt, uint32_t(&f)[4][4]) {
-    const uint8_t* st = sm.base + (kt % kStages) * kStageBytes;
-    const uint8_t* rx = st + kStageB + r0 * kRawStr;
-    const uint8_t* ry = rx + 8 * kRawStr;
-    const uint4 x0 = *reinterpret_cast<const uint4*>(rx), x1 = *reinterpret_cast<const uint4*>(rx + 16);
-    const uint4 y0 = *reinterpret_cast<const uint4*>(ry), y1 = *reinterpret_cast<const uint4*>(ry + 16);
-    const uint32_t sx = *reinterpret_cast<const uint32_t*>(st + kStageB + kStageRaw + r0 * 4);
-    const uint32_t sy = *reinterpret_cast<const uint32_t*>(st + kStageB + kStageRaw + (r0 + 8) * 4);
-    const int sh = (kt & 1) * 16;  // the k-tile's two 32-element blocks: bytes 2 (kt & 1) and + 1
-    const BlockScale bx[2] = {MakeBlockScale((sx >> sh) & 0xFFu), MakeBlockScale((sx >> (sh + 8)) & 0xFFu)};
-    const BlockScale by[2] = {MakeBlockScale((sy >> sh) & 0xFFu), MakeBlockScale((sy >> (sh + 8)) & 0xFFu)};
-    const uint32_t wx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    const uint32_t wy[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
-    const int qs = 8 * q;
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      f[s][0] = DequantPair(wx[2 * s] >> qs, bx[s >> 1]);
-      f[s][1] = DequantPair(wy[2 * s] >> qs, by[s >> 1]);
-      f[s][2] = DequantPair(wx[2 * s + 1] >> qs, bx[s >> 1]);
-      f[s][3] = DequantPair(wy[2 * s + 1] >> qs, by[s >> 1]);
-    }
-  };
-
-  auto step = [&](int kt, uint32_t(&f)[4][4]) {
-    const int s = kt % kStages;
-    sm90::MbarWait(sm.Full(s), (kt / kStages) & 1);
-    dequant(kt, f);  // overlaps the wgmmas of k-tile kt - 1
-    const uint64_t db = sm90::MakeSmemDesc(base + s * kStageBytes, 16, 1024);
-    constexpr uint64_t kStep = 32 >> 4;  // a k-step of 16 is 32 bytes along the swizzled row
-    sm90::FenceOperand(acc);
-    sm90::FenceOperand(f);
-    sm90::WgmmaFence();
-#pragma unroll
-    for (int ks = 0; ks < kBK / 16; ++ks) sm90::WgmmaRS<kN, sm90::Bf16>(acc, f[ks], db + ks * kStep, 1);
-    sm90::WgmmaCommit();
-    sm90::FenceOperand(acc);
-    sm90::WgmmaWait<1>();  // k-tile kt - 1 is done: its stage and fragment buffer are free
-    if (kt > 0 && lane == 0) sm90::MbarArrive(sm.Empty((kt - 1) % kStages));
-  };
-  // k_tiles is even (K % 128 == 0): the fragment buffers alternate with static indices.
-  for (int kt = 0; kt < k_tiles; kt += 2) {
-    step(kt, frag[0]);
-    step(kt + 1, frag[1]);
-  }
-  sm90::WgmmaWait<0>();
-  sm90::FenceOperand(acc);
-
-  // Accumulator layout of m64nN: weight row 16 warp + g + 8 h of the
-  // warpgroup, tile row 8 j + 2 q + c, in acc[4 j + 2 h + c].
+// The accumulators of one column tile into the output. Layout of m64nN:
+// weight row 16 warp + g + 8 h of the warpgroup, tile row 8 j + 2 q + c, in
+// acc[4 j + 2 h + c].
+template <int kEpi, int kN>
+__device__ __forceinline__ void Store(const GemmParams& p, const float (&acc)[kN / 2], int tile, int rows,
+                                      int col_tile, int r0, int g, int q) {
   const int* sorted = p.sorted + static_cast<int64_t>(tile) * kBN;
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j) {
@@ -259,10 +233,116 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
   }
 }
 
+// Warpgroups 0..Cfg::kCons-1 on a tile of up to kSteps x 32 rows, over
+// `cols` column tiles from col_tile0 (one unless kResident).
+template <int kEpi, bool kResident, int kSteps>
+__device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int tile, int rows, int col_tile0,
+                                        int cols, int k_tiles) {
+  using C = Cfg<kResident>;
+  constexpr int kN = kSteps * kNStep, kStages = C::kStages, kStageBytes = C::kStageBytes;
+  constexpr int kStageB = C::kStageB, kStageRaw = C::kStageRaw;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int r0 = wg * 64 + warp * 16 + g;  // this thread's weight rows: r0 and r0 + 8 of the CTA
+  const uint32_t base = SmemAddr(sm.base);
+
+  float acc[kN / 2];
+  uint32_t frag[2][4][4];  // by k-tile parity: k16 step, A register
+
+  // The A fragments of k-tile kt: step s, register a0..a3 = (row r0, K
+  // 16s + 2q..+1), (r0 + 8, same), (r0, 16s + 8 + 2q..+1), (r0 + 8, same),
+  // i.e. byte q of raw words 2s and 2s + 1 of each row. When a warp vote
+  // finds every scale of the k-tile's blocks in its lanes needing one
+  // multiply (real weights' scales always do), the common path: the bits
+  // of each byte in five instructions and one multiply by a scale made with
+  // one IMAD; else each pair goes through DequantPair's general scale.
+  const uint32_t byte_sel = 0x4440u + static_cast<uint32_t>(q);
+  auto dequant = [&](int stage, int kt, uint32_t(&f)[4][4]) {
+    const uint8_t* st = sm.base + C::kBRegion + stage * kStageBytes + C::kRawOff;
+    const uint8_t* rx = st + r0 * kRawStr;
+    const uint8_t* ry = rx + 8 * kRawStr;
+    const uint4 x0 = *reinterpret_cast<const uint4*>(rx), x1 = *reinterpret_cast<const uint4*>(rx + 16);
+    const uint4 y0 = *reinterpret_cast<const uint4*>(ry), y1 = *reinterpret_cast<const uint4*>(ry + 16);
+    const uint32_t sx = *reinterpret_cast<const uint32_t*>(st + kStageRaw + r0 * 4);
+    const uint32_t sy = *reinterpret_cast<const uint32_t*>(st + kStageRaw + (r0 + 8) * 4);
+    const int sh = (kt & 1) * 16;  // the k-tile's two 32-element blocks: bytes 2 (kt & 1) and + 1
+    const uint32_t scx[2] = {(sx >> sh) & 0xFFu, (sx >> (sh + 8)) & 0xFFu};
+    const uint32_t scy[2] = {(sy >> sh) & 0xFFu, (sy >> (sh + 8)) & 0xFFu};
+    const uint32_t wx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const uint32_t wy[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+    // sc in 1..128 <=> sc - 1 < 128 (unsigned).
+    const bool one = ((scx[0] - 1u) | (scx[1] - 1u) | (scy[0] - 1u) | (scy[1] - 1u)) < 128u;
+    if (__all_sync(0xFFFFFFFFu, one)) {
+      const uint32_t fx[2] = {OneMultiplyScale(scx[0]).f1, OneMultiplyScale(scx[1]).f1};
+      const uint32_t fy[2] = {OneMultiplyScale(scy[0]).f1, OneMultiplyScale(scy[1]).f1};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        f[s][0] = MulBf16x2(Fp4PairBitsOfByte(wx[2 * s], byte_sel), fx[s >> 1]);
+        f[s][1] = MulBf16x2(Fp4PairBitsOfByte(wy[2 * s], byte_sel), fy[s >> 1]);
+        f[s][2] = MulBf16x2(Fp4PairBitsOfByte(wx[2 * s + 1], byte_sel), fx[s >> 1]);
+        f[s][3] = MulBf16x2(Fp4PairBitsOfByte(wy[2 * s + 1], byte_sel), fy[s >> 1]);
+      }
+      return;
+    }
+    const BlockScale bx[2] = {MakeBlockScale(scx[0]), MakeBlockScale(scx[1])};
+    const BlockScale by[2] = {MakeBlockScale(scy[0]), MakeBlockScale(scy[1])};
+    const int qs = 8 * q;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      f[s][0] = DequantPair(wx[2 * s] >> qs, bx[s >> 1]);
+      f[s][1] = DequantPair(wy[2 * s] >> qs, by[s >> 1]);
+      f[s][2] = DequantPair(wx[2 * s + 1] >> qs, bx[s >> 1]);
+      f[s][3] = DequantPair(wy[2 * s + 1] >> qs, by[s >> 1]);
+    }
+  };
+
+  // Step n of the walk (stage n % kStages) holds k-tile kt of the current column tile.
+  auto step = [&](int n, int kt, bool first_col, uint32_t(&f)[4][4]) {
+    const int s = n % kStages;
+    sm90::MbarWait(sm.Full(s), (n / kStages) & 1);
+    if (kResident && first_col) sm90::MbarWait(sm.BFull(kt), 0);
+    dequant(s, kt, f);  // overlaps the wgmmas of the previous k-tile
+    const uint32_t b_tile = kResident ? base + kt * kStageB : base + s * kStageBytes;
+    const uint64_t db = sm90::MakeSmemDesc(b_tile, 16, 1024);
+    constexpr uint64_t kStep = 32 >> 4;  // a k-step of 16 is 32 bytes along the swizzled row
+    sm90::FenceOperand(acc);
+    sm90::FenceOperand(f);
+    sm90::WgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) sm90::WgmmaRS<kN, sm90::Bf16>(acc, f[ks], db + ks * kStep, 1);
+    sm90::WgmmaCommit();
+    sm90::FenceOperand(acc);
+    sm90::WgmmaWait<1>();  // the previous k-tile is done: its stage and fragment buffer are free
+    if (kt > 0 && lane == 0) sm90::MbarArrive(sm.Empty((n - 1) % kStages));
+  };
+  int n0 = 0;  // the walk's step at k-tile 0 of this column tile
+  for (int c = 0; c < cols; ++c, n0 += k_tiles) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) acc[i] = 0.f;
+    // k_tiles is even (K % 128 == 0): the fragment buffers alternate with static indices.
+    for (int kt = 0; kt < k_tiles; kt += 2) {
+      step(n0 + kt, kt, c == 0, frag[0]);
+      step(n0 + kt + 1, kt + 1, c == 0, frag[1]);
+    }
+    sm90::WgmmaWait<0>();
+    sm90::FenceOperand(acc);
+    // The column tile's last stage: the producer may refill it while this one's outputs are stored.
+    if (lane == 0) sm90::MbarArrive(sm.Empty((n0 + k_tiles - 1) % kStages));
+    Store<kEpi, kN>(p, acc, tile, rows, col_tile0 + c, r0, g, q);
+  }
+}
+
+// Column tiles of the GEMM: kBW weight rows each, or kBW / 2 intermediate
+// columns with SwiGLU.
 template <int kEpi>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) WgmmaRsGemmKernel(const GemmParams p) {
-  using C = Cfg;
-  constexpr int kCons = C::kCons;
+__host__ __device__ __forceinline__ int64_t ColTiles(const GemmParams& p) {
+  return kEpi == kEpiSwiglu ? (p.inter + kBW / 2 - 1) / (kBW / 2) : (p.nw + kBW - 1) / kBW;
+}
+
+template <int kEpi, bool kResident>
+__global__ void __launch_bounds__(Cfg<kResident>::kThreads, Cfg<kResident>::kCtasPerSm)
+    WgmmaRsGemmKernel(const GemmParams p) {
+  using C = Cfg<kResident>;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u);
   const int tile = blockIdx.y;
@@ -271,7 +351,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) WgmmaRsGemmKer
   const int rows = p.tile_rows[tile];
   if (rows <= 0) return;
   const int steps = (rows + kNStep - 1) / kNStep;
-  const int col_tile = blockIdx.x;
+  const int col_tile0 = kResident ? blockIdx.x * p.cols_per_cta : blockIdx.x;
+  const int cols = kResident ? static_cast<int>(min(static_cast<int64_t>(p.cols_per_cta), ColTiles<kEpi>(p) - col_tile0))
+                             : 1;
   const int tid = threadIdx.x;
 
   int* a_row = reinterpret_cast<int*>(smem + C::kTablesOff);
@@ -280,14 +362,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) WgmmaRsGemmKer
     const int pair = r < rows ? p.sorted[static_cast<int64_t>(tile) * kBN + r] : -1;
     a_row[r] = pair < 0 ? -1 : pair / p.a_row_div;
   }
-  for (int j = tid; j < C::kBW; j += C::kThreads) w_row[j] = WeightRow<kEpi, C::kBW>(p, col_tile, j);
+  for (int j = tid; j < kBW; j += C::kThreads) w_row[j] = WeightRow<kEpi>(p, col_tile0, j);
   const uint32_t bars = SmemAddr(smem + C::kBarOff);
-  const Smem sm{smem, a_row, w_row, bars, bars + 8 * C::kStages};
+  const Smem sm{smem, a_row, w_row, bars, bars + 8 * C::kStages, bars + 16 * C::kStages};
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       sm90::MbarInit(sm.Full(s), 128);         // the producer's threads
       sm90::MbarInit(sm.Empty(s), kCons * 4);  // one lane of each consumer warp
     }
+    for (int kt = 0; kt < C::kBTiles; ++kt) sm90::MbarInit(sm.BFull(kt), 128);
     sm90::FenceMbarInit();
   }
   __syncthreads();
@@ -295,17 +378,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) WgmmaRsGemmKer
   const int k_tiles = static_cast<int>(p.k / kBK);
   if (sm90::WarpUniform(tid >> 7) == kCons) {
     sm90::SetMaxNRegDec<C::kProducerRegs>();
-    Produce(p, sm, expert, rows, k_tiles);
+    Produce<kEpi, kResident>(p, sm, expert, rows, col_tile0, cols, k_tiles);
     return;
   }
   sm90::SetMaxNRegInc<C::kConsumerRegs>();
   switch (steps) {
-    case 1: Consume<kEpi, 1>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 2: Consume<kEpi, 2>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 3: Consume<kEpi, 3>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 4: Consume<kEpi, 4>(p, sm, tile, rows, col_tile, k_tiles); break;
-    case 5: Consume<kEpi, 5>(p, sm, tile, rows, col_tile, k_tiles); break;
-    default: Consume<kEpi, kMaxSteps>(p, sm, tile, rows, col_tile, k_tiles); break;
+    case 1: Consume<kEpi, kResident, 1>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
+    case 2: Consume<kEpi, kResident, 2>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
+    case 3: Consume<kEpi, kResident, 3>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
+    case 4: Consume<kEpi, kResident, 4>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
+    case 5: Consume<kEpi, kResident, 5>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
+    default: Consume<kEpi, kResident, kMaxSteps>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
   }
 }
 
@@ -313,11 +396,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) WgmmaRsGemmKer
 
 template <int kEpi>
 cudaError_t LaunchWgmmaRsGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
-  using C = wgmma_rs::Cfg;
-  const int64_t col_tiles =
-      kEpi == kEpiSwiglu ? (p.inter + C::kBW / 2 - 1) / (C::kBW / 2) : (p.nw + C::kBW - 1) / C::kBW;
-  return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi>, p, col_tiles, max_tiles,
-                                                     stream);
+  const int64_t col_tiles = wgmma_rs::ColTiles<kEpi>(p);
+  if (p.cols_per_cta > 1) {
+    if (p.k > kRsResidentMaxK) return cudaErrorInvalidValue;
+    using C = wgmma_rs::Cfg<true>;
+    return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi, true>, p,
+                                                       (col_tiles + p.cols_per_cta - 1) / p.cols_per_cta, max_tiles,
+                                                       stream);
+  }
+  using C = wgmma_rs::Cfg<false>;
+  return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi, false>, p, col_tiles,
+                                                     max_tiles, stream);
 }
 
 }  // namespace moe
