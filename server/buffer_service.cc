@@ -28,8 +28,7 @@ constexpr int64_t kStagingBatchBytes = 8 << 20;
 // Uploads up to this size gather into plain heap memory (no device task to
 // pin blocks before the first byte is read: one copy at the end).
 constexpr int64_t kHeapGatherBytes = 1 << 20;
-// Under glibc's 32 MiB mmap ceiling (TuneHostAllocator), so the staging area
-// comes from the heap and is not faulted in afresh by every download.
+// A download's device-to-host batch: whole chunks, one staging block each.
 constexpr int64_t kDownloadBatchBytes = 16 << 20;
 
 void FillInfo(const Buffer& b, pb::BufferInfo* info) {
@@ -295,10 +294,8 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   const int64_t total = buffer->desc.num_bytes();
   // Device to host in batches of whole chunks, charged to the memory limit;
   // without room for a batch, one chunk at a time. A batch's area is a
-  // refcounted gRPC slice that its chunks' messages reference, freed when
-  // the transport is done with the last of them; under glibc's 32 MiB mmap
-  // ceiling (TuneHostAllocator), so it comes from the heap, not freshly
-  // faulted-in pages.
+  // refcounted gRPC slice that its chunks' messages reference, released
+  // when the transport is done with the last of them.
   int64_t batch = std::min(total, std::max<int64_t>(chunk, kDownloadBatchBytes / chunk * chunk));
   // Two batches in flight when there are two and the memory limit allows:
   // batch i + 1's device-to-host copy runs on the device's worker while
@@ -312,35 +309,23 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
       !state->ChargeHost(buffer->device, buffer->owner, batch, "download staging", &staging).ok()) {
     batch = chunk;
   }
-  // From a device whose memory is not host memory, a batch lands in a
-  // page-locked staging block (a copy into pageable memory goes through the
-  // driver's small bounce buffers), which the slice then owns: the block goes
-  // back to the backend's cache when the transport releases the slice.
+  // A batch lands in a staging block of the backend's (page-locked on GPU
+  // backends: a copy into pageable memory goes through the driver's small
+  // bounce buffers; reused host blocks on the cpu backend: fresh pages fault
+  // on every batch), which the slice then owns: the block goes back to the
+  // backend's cache when the transport releases the slice.
   Backend& backend = state->backend();
-  const bool pinned = !backend.Capabilities().device_memory_is_host;
   const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
   auto fetch = [&, batch](int64_t base) -> absl::StatusOr<grpc::Slice> {
     const int64_t m = std::min(batch, total - base);
-    grpc::Slice host;
     std::unique_ptr<StagingMemory> block;
-    if (!pinned) host = grpc::Slice(static_cast<size_t>(m));
     KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&]() -> absl::Status {
-      void* dst;
-      if (pinned) {
-        KS_ASSIGN_OR_RETURN(block, backend.AllocateStaging(buffer->device, static_cast<size_t>(m)));
-        dst = block->data();
-      } else {
-        // Only this function holds the fresh slice, so its bytes may be written.
-        dst = const_cast<uint8_t*>(host.begin());
-      }
-      return backend.CopyToHost(buffer->device, dst, src + base, static_cast<size_t>(m));
+      KS_ASSIGN_OR_RETURN(block, backend.AllocateStaging(buffer->device, static_cast<size_t>(m)));
+      return backend.CopyToHost(buffer->device, block->data(), src + base, static_cast<size_t>(m));
     }));
-    if (pinned) {
-      void* data = block->data();
-      host = grpc::Slice(data, static_cast<size_t>(m), [](void* b) { delete static_cast<StagingMemory*>(b); },
-                         block.release());
-    }
-    return host;
+    void* data = block->data();
+    return grpc::Slice(data, static_cast<size_t>(m), [](void* b) { delete static_cast<StagingMemory*>(b); },
+                       block.release());
   };
   pb::DownloadChunk fields;  // the message's fields other than its data
   absl::StatusOr<grpc::Slice> current = total > 0 ? fetch(0) : grpc::Slice();

@@ -11,12 +11,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/block_cache.h"
 #include "kernels/api/op_call.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/tensor.h"
@@ -86,6 +88,27 @@ class StagingMemory {
   virtual ~StagingMemory() = default;
   virtual void* data() const = 0;
   virtual size_t size() const = 0;
+};
+
+// A staging block from a backend's BlockCache (page-locked host memory on
+// GPU backends, reused host blocks on the cpu backend), back in the cache on
+// destruction.
+class CachedStaging final : public StagingMemory {
+ public:
+  CachedStaging(void* data, size_t size, size_t bucket, std::shared_ptr<BlockCache> cache)
+      : data_(data), size_(size), bucket_(bucket), cache_(std::move(cache)) {}
+  ~CachedStaging() override { cache_->Put(data_, bucket_); }
+  CachedStaging(const CachedStaging&) = delete;
+  CachedStaging& operator=(const CachedStaging&) = delete;
+
+  void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* data_;
+  size_t size_;
+  size_t bucket_;
+  std::shared_ptr<BlockCache> cache_;
 };
 
 // Memory on one device, freed on destruction.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/block_cache.h"
 #include "common/status_macros.h"
 #include "kernels/gpu/attention/attention_variants.h"
 #include "kernels/gpu/common/device_health.h"
@@ -30,7 +29,6 @@ namespace {
 using gpu::GpuStatus;
 using gpu::IsStickyError;
 
-class BlockCache;
 
 // Per-device state. Health is the only mutable part shared between threads.
 struct DeviceState {
@@ -84,82 +82,33 @@ struct GraphHolder {
 // Graph warm-up replays before the timed ones (uploads the graph, warms caches).
 constexpr int kGraphWarmupReplays = 3;
 
-// Device blocks that freed buffers leave behind, kept for reuse. A server
-// allocates every call's output: cudaMalloc of a large block costs ~0.1 ms
-// and cudaFree synchronizes the whole device, which made a remote 16K
-// attention call 37 % slower than the bare kernel on the H200
-// (bench/RESULTS.md, 2026-12-02). Sizes are bucketed (powers of two up to
-// 1 MiB, 2 MiB steps above) and a block only serves its own bucket; at most
-// `max_bytes` stay cached, and when cudaMalloc fails the cache is released and
-// the allocation retried, so caching never fails an allocation that plain
-// cudaMalloc would have served. Reuse is safe in stream order: all work on a
-// device runs on its one stream. Contents are not cleared, as with cudaMalloc
-// (pools are zero-filled by the server; outputs are fully written).
-class BlockCache {
- public:
-  // `free_block` returns a block to the runtime (cudaFree, or cudaFreeHost for
-  // a cache of page-locked host blocks).
-  BlockCache(int device, size_t max_bytes, cudaError_t (*free_block)(void*) = cudaFree)
-      : device_(device), max_bytes_(max_bytes), free_block_(free_block) {}
-  ~BlockCache() { Release(); }
-  BlockCache(const BlockCache&) = delete;
-  BlockCache& operator=(const BlockCache&) = delete;
+// Device blocks that freed buffers leave behind, kept for reuse
+// (common/block_cache.h). A server allocates every call's output: cudaMalloc
+// of a large block costs ~0.1 ms and cudaFree synchronizes the whole device,
+// which made a remote 16K attention call 37 % slower than the bare kernel on
+// the H200 (bench/RESULTS.md, 2026-12-02). Sizes are bucketed (GpuBucket) and
+// a block only serves its own bucket; when cudaMalloc fails the cache is
+// released and the allocation retried, so caching never fails an allocation
+// that plain cudaMalloc would have served. Reuse is safe in stream order: all
+// work on a device runs on its one stream. Contents are not cleared, as with
+// cudaMalloc (pools are zero-filled by the server; outputs are fully written).
+// Powers of two up to 1 MiB, 2 MiB steps above.
+size_t GpuBucket(size_t bytes) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  if (bytes > kMiB) return (bytes + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+  size_t b = 512;
+  while (b < bytes) b <<= 1;
+  return b;
+}
 
-  static size_t Bucket(size_t bytes) {
-    constexpr size_t kMiB = size_t{1} << 20;
-    if (bytes > kMiB) return (bytes + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
-    size_t b = 512;
-    while (b < bytes) b <<= 1;
-    return b;
-  }
-
-  // A cached block of exactly `bucket` bytes, or nullptr.
-  void* Take(size_t bucket) {
-    absl::MutexLock lock(&mu_);
-    auto it = free_.find(bucket);
-    if (it == free_.end()) return nullptr;
-    void* p = it->second;
-    free_.erase(it);
-    cached_ -= bucket;
-    return p;
-  }
-
-  void Put(void* p, size_t bucket) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (cached_ + bucket <= max_bytes_) {
-        free_.emplace(bucket, p);
-        cached_ += bucket;
-        return;
-      }
-    }
-    FreeBlock(p);
-  }
-
-  // Frees every cached block (before retrying a failed cudaMalloc, and at exit).
-  void Release() {
-    std::multimap<size_t, void*> all;
-    {
-      absl::MutexLock lock(&mu_);
-      all.swap(free_);
-      cached_ = 0;
-    }
-    for (auto& [bucket, p] : all) FreeBlock(p);
-  }
-
- private:
-  void FreeBlock(void* p) {
-    // Freeing on a faulted context fails harmlessly; nothing to report to.
-    if (cudaSetDevice(device_) == cudaSuccess) (void)free_block_(p);
-  }
-
-  const int device_;
-  const size_t max_bytes_;
-  cudaError_t (*const free_block_)(void*);
-  mutable absl::Mutex mu_;
-  std::multimap<size_t, void*> free_ ABSL_GUARDED_BY(mu_);
-  size_t cached_ ABSL_GUARDED_BY(mu_) = 0;
-};
+// A cache of `device`'s blocks that `free_block` returns to the runtime
+// (cudaFree, or cudaFreeHost for page-locked host blocks). Freeing on a
+// faulted context fails harmlessly; nothing to report to.
+std::shared_ptr<BlockCache> MakeBlockCache(int device, size_t max_bytes, cudaError_t (*free_block)(void*)) {
+  return std::make_shared<BlockCache>(max_bytes, [device, free_block](void* p, size_t) {
+    if (cudaSetDevice(device) == cudaSuccess) (void)free_block(p);
+  });
+}
 
 class GpuMemory : public DeviceMemory {
  public:
@@ -176,22 +125,6 @@ class GpuMemory : public DeviceMemory {
   size_t bucket_;
   int device_;
   std::shared_ptr<BlockCache> cache_;  // may outlive the backend: buffers hold it
-};
-
-// A page-locked staging block, back to its device's cache on destruction.
-class PinnedStaging : public StagingMemory {
- public:
-  PinnedStaging(void* ptr, size_t size, size_t bucket, std::shared_ptr<BlockCache> cache)
-      : ptr_(ptr), size_(size), bucket_(bucket), cache_(std::move(cache)) {}
-  ~PinnedStaging() override { cache_->Put(ptr_, bucket_); }
-  void* data() const override { return ptr_; }
-  size_t size() const override { return size_; }
-
- private:
-  void* ptr_;
-  size_t size_;
-  size_t bucket_;
-  std::shared_ptr<BlockCache> cache_;
 };
 
 class GpuBackend : public Backend {
@@ -215,7 +148,7 @@ class GpuBackend : public Backend {
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(int device, size_t bytes) override {
     KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
     if (bytes == 0) bytes = 1;  // a valid, distinct pointer for empty tensors
-    const size_t bucket = BlockCache::Bucket(bytes);
+    const size_t bucket = GpuBucket(bytes);
     void* ptr = d->cache->Take(bucket);
     if (ptr == nullptr) {
       cudaError_t e = cudaMalloc(&ptr, bucket);
@@ -238,10 +171,10 @@ class GpuBackend : public Backend {
   // Without room to pin, plain host memory (a slower copy, not a failure).
   absl::StatusOr<std::unique_ptr<StagingMemory>> AllocateStaging(int device, size_t bytes) override {
     KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
-    const size_t bucket = BlockCache::Bucket(std::max<size_t>(bytes, 1));
+    const size_t bucket = GpuBucket(std::max<size_t>(bytes, 1));
     void* ptr = d->pinned->Take(bucket);
     if (ptr != nullptr) {
-      auto block = std::make_unique<PinnedStaging>(ptr, bytes, bucket, d->pinned);
+      auto block = std::make_unique<CachedStaging>(ptr, bytes, bucket, d->pinned);
       // A transfer that ended early may have left a copy from this block queued.
       KS_RETURN_IF_ERROR(Check(d, cudaStreamSynchronize(d->stream), "staging reuse"));
       return std::unique_ptr<StagingMemory>(std::move(block));
@@ -250,7 +183,7 @@ class GpuBackend : public Backend {
       (void)cudaGetLastError();  // not sticky
       return Backend::AllocateStaging(device, bytes);
     }
-    return std::unique_ptr<StagingMemory>(new PinnedStaging(ptr, bytes, bucket, d->pinned));
+    return std::unique_ptr<StagingMemory>(new CachedStaging(ptr, bytes, bucket, d->pinned));
   }
   absl::Status CopyToDeviceAsync(int device, void* dst, const void* src, size_t bytes) override {
     KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
@@ -525,9 +458,9 @@ absl::StatusOr<std::unique_ptr<DeviceState>> OpenDevice(int index, const std::st
   KS_RETURN_IF_ERROR(GpuStatus(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
                                "cudaStreamCreate"));
   // Up to 1/16 of the device (8 GiB on an H200) stays cached for reuse.
-  d->cache = std::make_shared<BlockCache>(index, std::min<size_t>(prop.totalGlobalMem / 16, size_t{8} << 30));
+  d->cache = MakeBlockCache(index, std::min<size_t>(prop.totalGlobalMem / 16, size_t{8} << 30), cudaFree);
   // Enough for a few uploads' double-buffered staging (server/buffer_service.cc).
-  d->pinned = std::make_shared<BlockCache>(index, size_t{128} << 20, cudaFreeHost);
+  d->pinned = MakeBlockCache(index, size_t{128} << 20, cudaFreeHost);
   return d;
 }
 
