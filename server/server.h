@@ -58,9 +58,12 @@ struct ServerOptions {
 
 // Process-wide malloc settings for a process that serves (kernelserve's main
 // and the loopback benchmark): messages of up to 32 MiB come from the heap,
-// and freed heap memory is kept (up to 128 MiB at the top) instead of being
-// returned to the kernel after every chunk and faulted in again by the next;
-// page faults were most of an upload's time.
+// freed heap memory is kept (up to 128 MiB at the top) instead of being
+// returned to the kernel after every chunk and faulted in again by the next,
+// and every thread allocates from one arena, so the buffers one thread frees
+// (gRPC's read slices, a message's bytes) are the next thread's: with an
+// arena per thread each heap grew into fresh pages of its own. Page faults
+// were most of a transfer's time (bench/NOTES.md).
 void TuneHostAllocator();
 
 class KernelServer {
