@@ -496,12 +496,12 @@ class KernelSession:
                     self._watchdog.disarm()
                     self._drop(cancel=True)
                     raise
-                timed_out = self._watchdog.disarm()
+                # An answer that came after the deadline is a timeout too, as a unary call's would be: the
+                # watchdog's thread may not have run yet on a loaded machine.
+                timed_out = self._watchdog.disarm() or time.monotonic() > deadline
                 if getattr(stream, "refused", None) is not None:
                     self.ring_refused = stream.refused
-                if answer is not None:
-                    if timed_out:
-                        self._drop(cancel=True)
+                if answer is not None and not timed_out:
                     break
                 if timed_out:
                     self._drop(cancel=True)
