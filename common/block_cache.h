@@ -26,6 +26,16 @@ class BlockCache {
   BlockCache(const BlockCache&) = delete;
   BlockCache& operator=(const BlockCache&) = delete;
 
+  // The size class of an allocation of `bytes`: a power of two from
+  // `smallest` below 2 MiB, whole 2 MiB steps from there (a huge page each).
+  static size_t Bucket(size_t bytes, size_t smallest) {
+    constexpr size_t kStep = size_t{2} << 20;
+    if (bytes >= kStep) return (bytes + kStep - 1) / kStep * kStep;
+    size_t b = smallest;
+    while (b < bytes) b <<= 1;
+    return b;
+  }
+
   // A cached block of exactly `bucket` bytes, or nullptr.
   void* Take(size_t bucket) {
     absl::MutexLock lock(&mu_);

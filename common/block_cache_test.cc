@@ -49,6 +49,16 @@ TEST(BlockCache, FreesWhatDoesNotFitAndEverythingAtRelease) {
   EXPECT_EQ(freed.blocks[4], std::make_pair(Tag(5), size_t{8192}));
 }
 
+TEST(BlockCache, BucketsArePowersOfTwoThenHugePages) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  EXPECT_EQ(BlockCache::Bucket(0, 512), 512u);
+  EXPECT_EQ(BlockCache::Bucket(513, 512), 1024u);
+  EXPECT_EQ(BlockCache::Bucket(1, 4096), 4096u);
+  EXPECT_EQ(BlockCache::Bucket(kMiB + 1, 512), 2 * kMiB);
+  EXPECT_EQ(BlockCache::Bucket(2 * kMiB, 4096), 2 * kMiB);
+  EXPECT_EQ(BlockCache::Bucket(5 * kMiB, 4096), 6 * kMiB);
+}
+
 // Blocks taken and put back from several threads are each handed out once.
 TEST(BlockCache, EachBlockHasOneOwnerAcrossThreads) {
   BlockCache cache(64 * 4096, [](void*, size_t) {});

@@ -92,14 +92,7 @@ constexpr int kGraphWarmupReplays = 3;
 // that plain cudaMalloc would have served. Reuse is safe in stream order: all
 // work on a device runs on its one stream. Contents are not cleared, as with
 // cudaMalloc (pools are zero-filled by the server; outputs are fully written).
-// Powers of two up to 1 MiB, 2 MiB steps above.
-size_t GpuBucket(size_t bytes) {
-  constexpr size_t kMiB = size_t{1} << 20;
-  if (bytes > kMiB) return (bytes + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
-  size_t b = 512;
-  while (b < bytes) b <<= 1;
-  return b;
-}
+size_t GpuBucket(size_t bytes) { return BlockCache::Bucket(bytes, 512); }
 
 // A cache of `device`'s blocks that `free_block` returns to the runtime
 // (cudaFree, or cudaFreeHost for page-locked host blocks). Freeing on a
