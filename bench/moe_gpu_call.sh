@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for branch s39-rs-epilogue (issue 16: wgmma_rs's bf16 and
-# fp32 epilogues through shared memory), from the root of the checkout the
+# fp32 epilogues through shared memory, and its consumers staggered; the A/B
+# entry wgmma_rs_unstaggered has the epilogue only), from the root of the checkout the
 # device tool sends, with one carried folder holding this script, bundle.tgz
 # (the branch's bench/bundle.sh .bundle_pack/bundle.tgz) and
 # main_moe_cuda_bench (main's //bench:moe_cuda_bench, stripped: the A/B's
@@ -22,7 +23,7 @@ MAIN=$D/main_moe_cuda_bench
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   | tee "$OUT/info.txt"
 t0=$(date +%s)
-new='*EpilogueRowWidths*:*EveryTileWidth*'
+new='*EpilogueRowWidths*:*EveryTileWidth*:*MoeForcedGemmTest*'
 timeout 120 "$B/moe_cuda_test" --gtest_filter="$new" >"$OUT/tests_new.log" 2>&1
 rc_new=$?
 rc_all=skipped
@@ -37,7 +38,7 @@ tokens=--tokens=4096,8192,16384
 for round in 1 2; do
   if [ $rc_new -eq 0 ]; then
     echo "== branch, round $round" >>"$OUT/bench.txt"
-    timeout 120 "$B/moe_cuda_bench" $tokens --variants=default >>"$OUT/bench.txt" 2>&1
+    timeout 150 "$B/moe_cuda_bench" $tokens --variants=default,wgmma_rs_unstaggered >>"$OUT/bench.txt" 2>&1
   fi
   if [ -x "$MAIN" ]; then
     echo "== main, round $round" >>"$OUT/bench.txt"
