@@ -9,9 +9,9 @@
 #   bash <folder>/moe_gpu_call.sh
 # The new epilogue's test first under a timeout (new barrier code: a hang
 # must not cost the rest), the whole MoE test, the branch against main
-# alternated twice, torch._grouped_mm in the same call, and ncu on down and
-# the layer's down at T = 8192 for both binaries last (what a short device
-# call can lose). Logs under $OUT; a short table last.
+# alternated twice, torch._grouped_mm in the same call, loopback_bench on
+# the GPU, and ncu on down and the layer's down at T = 8192 for both
+# binaries last (what a short device call can lose). Logs under $OUT; a short table last.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/moe_out}
@@ -50,6 +50,14 @@ PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 120 python3 bench/peers_moe_mla.py -
   >"$OUT/peers.txt" 2>&1
 echo "peers done at +$(( $(date +%s) - t0 )) s"
 
+# The service on this host with session 39's transfer changes (download
+# staging through the backend, one malloc arena): against session 38's run
+# of the same command on an H100 (bench/RESULTS.md), not in this call.
+if [ $(( $(date +%s) - t0 )) -lt 380 ]; then
+  timeout 90 "$B/loopback_bench" --backend=cuda --mib=64 >"$OUT/loopback.txt" 2>&1
+fi
+echo "loopback done at +$(( $(date +%s) - t0 )) s"
+
 # Where down's time goes: the tensor pipe, the issue slots, the stores and
 # DRAM, and what the warps wait on.
 metrics=gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
@@ -80,3 +88,4 @@ cat "$OUT"/tests_*.log | grep -E "^\[  (PASSED|FAILED) |Failure" | head -30
 grep -E '^==|^\| [0-9]' "$OUT/bench.txt" | grep -E '^==|gate/up|down|layer' | cut -c1-160
 grep -E '^\|' "$OUT/peers.txt" | grep -vE '^\| -+' | head -20
 grep -E "==|gmma|issue_active|dram|op_st|stalled|time_duration" "$OUT/ncu.txt" | head -48
+grep -E "List round|small call|through a shared|upload|download|remote call over" "$OUT/loopback.txt" 2>/dev/null | cut -c1-200
