@@ -56,6 +56,11 @@ echo "peers done at +$(( $(date +%s) - t0 )) s"
 if [ $(( $(date +%s) - t0 )) -lt 380 ]; then
   timeout 90 "$B/loopback_bench" --backend=cuda --mib=64 >"$OUT/loopback.txt" 2>&1
 fi
+# The same with the host's CPU wake-up latency request held at 0 µs
+# (kernelserve --cpu_dma_latency_us=0): what idle-state exits cost a call here.
+if [ $(( $(date +%s) - t0 )) -lt 430 ]; then
+  timeout 90 "$B/loopback_bench" --backend=cuda --mib=64 --cpu_dma_latency_us=0 >"$OUT/loopback_lat0.txt" 2>&1
+fi
 echo "loopback done at +$(( $(date +%s) - t0 )) s"
 
 # Where down's time goes: the tensor pipe, the issue slots, the stores and
@@ -88,4 +93,6 @@ cat "$OUT"/tests_*.log | grep -E "^\[  (PASSED|FAILED) |Failure" | head -30
 grep -E '^==|^\| [0-9]' "$OUT/bench.txt" | grep -E '^==|gate/up|down|layer' | cut -c1-160
 grep -E '^\|' "$OUT/peers.txt" | grep -vE '^\| -+' | head -20
 grep -E "==|gmma|issue_active|dram|op_st|stalled|time_duration" "$OUT/ncu.txt" | head -48
-grep -E "List round|small call|through a shared|upload|download|remote call over" "$OUT/loopback.txt" 2>/dev/null | cut -c1-200
+for f in loopback loopback_lat0; do
+  echo "== $f"; grep -E "List round|small call|through a shared|upload|download|remote call over" "$OUT/$f.txt" 2>/dev/null | cut -c1-200
+done
