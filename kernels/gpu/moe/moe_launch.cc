@@ -28,7 +28,6 @@ cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan,
   }
   if (plan.wgmma_rs) {
     g.cols_per_cta = RsColsPerCta(plan, g);
-    g.stagger = plan.rs_stagger ? kRsStaggerKTiles : 0;
     return swiglu ? LaunchWgmmaRsGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
                   : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
@@ -46,7 +45,6 @@ cudaError_t Down(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, c
   }
   if (plan.wgmma_rs) {
     g.cols_per_cta = RsColsPerCta(plan, g);
-    g.stagger = plan.rs_stagger ? kRsStaggerKTiles : 0;
     return f32 ? LaunchWgmmaRsGemm<kEpiF32>(g, rp.max_tiles, stream)
                : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }

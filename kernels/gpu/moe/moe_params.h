@@ -27,9 +27,6 @@ constexpr int kRsRows = 192;
 // (down's K = I on TP-sharded models, e.g. the Kimi shard's 384).
 constexpr int kRsResidentMaxK = 384;
 constexpr int kRsResidentCols = 4;
-// wgmma_rs's second consumer warpgroup starts this many k-tiles after the
-// first (MoePlan::rs_stagger), fewer than either configuration's stages.
-constexpr int kRsStaggerKTiles = 3;
 
 // The routing scan runs in one block of kScanThreads threads, kScanItems
 // experts each.
@@ -75,7 +72,6 @@ struct GemmParams {
   int64_t out_cols;
   int rounding;
   int cols_per_cta = 1;  // wgmma_rs: > 1 walks that many column tiles with B resident (K <= kRsResidentMaxK)
-  int stagger = 0;       // wgmma_rs: k-tiles the second consumer warpgroup starts behind the first
 };
 
 // out[t, n] = sum_r w[t, r] * y[t * top_k + r, n] over r in order, rounded once.

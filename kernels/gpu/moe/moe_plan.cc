@@ -32,7 +32,6 @@ MoePlan PlanMoe(const MoeParams& p) {
   } else if (p.stage != MoeStage::kDown || rows >= kRsDownRowsFrom) {
     plan.wgmma_rs = true;
     plan.rs_b_resident = true;
-    plan.rs_stagger = true;
   }
   return plan;
 }
@@ -40,7 +39,6 @@ MoePlan PlanMoe(const MoeParams& p) {
 std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
   if (plan.stream && plan.wgmma_rs) return "moe: a plan streams the weights or runs wgmma_rs, not both";
   if (plan.rs_b_resident && !plan.wgmma_rs) return "moe: a resident B tile is wgmma_rs's";
-  if (plan.rs_stagger && !plan.wgmma_rs) return "moe: staggered consumers are wgmma_rs's";
   if (!plan.stream && !plan.wgmma_rs && plan.mma_rows != 64) {
     return absl::StrCat("moe: the mma.sync kernel has 64-row tiles, not ", plan.mma_rows);
   }

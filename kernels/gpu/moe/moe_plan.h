@@ -26,9 +26,6 @@ struct MoePlan {
   // wgmma_rs keeps a routing tile's B resident and walks kRsResidentCols
   // column tiles per CTA in its GEMMs with K <= kRsResidentMaxK.
   bool rs_b_resident = false;
-  // wgmma_rs's second consumer warpgroup starts kRsStaggerKTiles behind the
-  // first, so one warpgroup's epilogue runs while the other's wgmmas do.
-  bool rs_stagger = false;
   // Rows of an expert tile of the mma.sync kernel: 64 on CUDA (the gfx942
   // backend's plan puts its own tile rows here).
   int mma_rows = 64;
@@ -37,7 +34,7 @@ struct MoePlan {
   int TileRows() const { return stream ? kStreamRows : wgmma_rs ? kRsRows : mma_rows; }
   bool operator==(const MoePlan& o) const {
     return stream == o.stream && wgmma_rs == o.wgmma_rs && rs_b_resident == o.rs_b_resident &&
-           rs_stagger == o.rs_stagger && mma_rows == o.mma_rows;
+           mma_rows == o.mma_rows;
   }
 };
 

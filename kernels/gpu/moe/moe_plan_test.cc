@@ -45,7 +45,6 @@ MoePlan WgmmaRs() {
   MoePlan plan;
   plan.wgmma_rs = true;
   plan.rs_b_resident = true;
-  plan.rs_stagger = true;
   return plan;
 }
 
@@ -123,9 +122,6 @@ TEST(MoePlanTest, UnsupportedShapesAndPlans) {
     MoePlan resident_mma = MmaSync();
     resident_mma.rs_b_resident = true;
     EXPECT_NE(MoeUnsupported(p, resident_mma).find("wgmma_rs's"), std::string::npos);
-    MoePlan staggered_stream = Stream();
-    staggered_stream.rs_stagger = true;
-    EXPECT_NE(MoeUnsupported(p, staggered_stream).find("wgmma_rs's"), std::string::npos);
   }
   MoeParams p = Kimi(MoeStage::kGateUp, 8);
   p.hidden = 96;

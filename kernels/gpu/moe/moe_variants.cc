@@ -9,16 +9,15 @@ namespace gpu {
 namespace {
 
 // The GEMM an entry runs.
-enum class Gemm { kStream, kWgmmaRs, kWgmmaRsUnstaggered, kMmaSync };
+enum class Gemm { kStream, kWgmmaRs, kMmaSync };
 
 // An entry's plan: its GEMM for every projection of the call.
 template <Gemm kGemm>
 moe::MoePlan EntryPlan() {
   moe::MoePlan plan;
   plan.stream = kGemm == Gemm::kStream;
-  plan.wgmma_rs = kGemm == Gemm::kWgmmaRs || kGemm == Gemm::kWgmmaRsUnstaggered;
-  plan.rs_b_resident = plan.wgmma_rs;
-  plan.rs_stagger = kGemm == Gemm::kWgmmaRs;
+  plan.wgmma_rs = kGemm == Gemm::kWgmmaRs;
+  plan.rs_b_resident = kGemm == Gemm::kWgmmaRs;
   return plan;
 }
 
@@ -39,8 +38,6 @@ std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
   return plan.wgmma_rs ? "" : "the dispatcher takes it from 12 rows per expert (down: from 64)";
 }
 
-std::string NeverPlanned(const DeviceCaps&, const OpCall&) { return "an A/B entry: run by name only"; }
-
 template <Gemm kGemm>
 absl::Status Run(const OpCall& c, TensorView& out, cudaStream_t s) {
   return RunMoeWithPlan(EntryPlan<kGemm>(), c.moe, c.moe_in, out, s);
@@ -53,14 +50,11 @@ const VariantTable& MoeVariants() {
       {"stream", "weight-streaming mma.sync GEMM, weights dequantized in registers, 16-row expert tiles",
        "sm_90a, every stage", Unsupported<Gemm::kStream>, UnlessPlanned<Gemm::kStream>, Run<Gemm::kStream>},
       {"wgmma_rs", "warp-specialized wgmma with the dequantized weights as the register operand and an expert's "
-       "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per column tile, its two consumer "
-       "warpgroups staggered by 3 k-tiles; with K <= 384 a CTA keeps its tile's rows resident over 4 column tiles", "sm_90a, every stage",
+       "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per column tile; with K <= 384 a CTA "
+       "keeps its tile's rows resident over 4 column tiles", "sm_90a, every stage",
        Unsupported<Gemm::kWgmmaRs>, UnlessPlanned<Gemm::kWgmmaRs>, Run<Gemm::kWgmmaRs>},
       {"mma_sync", "mma.sync grouped GEMM, 64-row expert tiles (down below 64 rows per expert)", "sm_90a, every stage",
        Unsupported<Gemm::kMmaSync>, nullptr, Run<Gemm::kMmaSync>},
-      // A/B entry of branch s39-rs-epilogue, gone before a merge.
-      {"wgmma_rs_unstaggered", "wgmma_rs with both consumer warpgroups in step", "sm_90a, every stage",
-       Unsupported<Gemm::kWgmmaRsUnstaggered>, NeverPlanned, Run<Gemm::kWgmmaRsUnstaggered>},
   };
   return table;
 }

@@ -65,7 +65,6 @@ static_assert(kMaxSteps == 6, "the switch in WgmmaRsGemmKernel covers 1..6 steps
 constexpr int kCons = 2;         // consumer warpgroups
 constexpr int kBW = 64 * kCons;  // weight rows per column tile
 static_assert(kRsResidentMaxK % kBK == 0, "whole k-tiles of B stay resident");
-static_assert(kRsStaggerKTiles + 1 < 5, "the lead fits in the fewer stages (Cfg<false>)");
 
 // The bf16 and fp32 epilogues go through shared memory: each consumer
 // warpgroup writes a pass of tile rows x its 64 output columns there, then
@@ -363,14 +362,6 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
     }
   };
 
-  // p.stagger: warpgroup 1 waits until warpgroup 0 has issued that many
-  // k-tiles, and then keeps about that lead, so each warpgroup's epilogue
-  // (the tensor pipe idle for it) runs while the other's wgmmas do. Fewer
-  // than the stages: warpgroup 0 never waits for a stage warpgroup 1 holds.
-  const int lead = min(p.stagger, cols * k_tiles);
-  constexpr uint32_t kStaggerBarrier = 3;  // 1 and 2 are the warpgroups' epilogue barriers
-  if (wg == 1 && lead > 0) sm90::NamedBarrierSync(kStaggerBarrier, 256);
-
   // Step n of the walk (stage n % kStages) holds k-tile kt of the current column tile.
   auto step = [&](int n, int kt, bool first_col, uint32_t(&f)[4][4]) {
     const int s = n % kStages;
@@ -389,7 +380,6 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
     sm90::FenceOperand(acc);
     sm90::WgmmaWait<1>();  // the previous k-tile is done: its stage and fragment buffer are free
     if (kt > 0 && lane == 0) sm90::MbarArrive(sm.Empty((n - 1) % kStages));
-    if (wg == 0 && n + 1 == lead) sm90::NamedBarrierArrive(kStaggerBarrier, 256);
   };
   int n0 = 0;  // the walk's step at k-tile 0 of this column tile
   for (int c = 0; c < cols; ++c, n0 += k_tiles) {
