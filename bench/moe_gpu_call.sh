@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One device call for branch s39-rs-epilogue (issue 16: wgmma_rs's bf16 and
-# fp32 epilogues through shared memory, and its consumers staggered; the A/B
-# entry wgmma_rs_unstaggered has the epilogue only), from the root of the checkout the
-# device tool sends, with one carried folder holding this script, bundle.tgz
-# (the branch's bench/bundle.sh .bundle_pack/bundle.tgz) and
-# main_moe_cuda_bench (main's //bench:moe_cuda_bench, stripped: the A/B's
-# baseline; it loads the bundle's libraries):
+# fp32 epilogues through shared memory, each row leaving in a bulk copy),
+# from the root of the checkout the device tool sends, with one carried
+# folder holding this script, bundle.tgz (the branch's bench/bundle.sh
+# .bundle_pack/bundle.tgz) and base_moe_cuda_bench (the A/B's baseline
+# //bench:moe_cuda_bench, stripped; it loads the bundle's libraries);
+# LOOPBACK=1 adds loopback_bench on the GPU host:
 #   bash <folder>/moe_gpu_call.sh
 # The new epilogue's test first under a timeout (new barrier code: a hang
 # must not cost the rest), the whole MoE test, the branch against main
@@ -19,7 +19,7 @@ mkdir -p "$OUT" /tmp/moeb
 tar xzf "$D/bundle.tgz" -C /tmp/moeb
 export LD_LIBRARY_PATH=/tmp/moeb/lib
 B=/tmp/moeb/bin
-MAIN=$D/main_moe_cuda_bench
+MAIN=$D/base_moe_cuda_bench
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   | tee "$OUT/info.txt"
 t0=$(date +%s)
@@ -38,10 +38,10 @@ tokens=--tokens=4096,8192,16384
 for round in 1 2; do
   if [ $rc_new -eq 0 ]; then
     echo "== branch, round $round" >>"$OUT/bench.txt"
-    timeout 150 "$B/moe_cuda_bench" $tokens --variants=default,wgmma_rs_unstaggered >>"$OUT/bench.txt" 2>&1
+    timeout 150 "$B/moe_cuda_bench" $tokens --variants=default >>"$OUT/bench.txt" 2>&1
   fi
   if [ -x "$MAIN" ]; then
-    echo "== main, round $round" >>"$OUT/bench.txt"
+    echo "== base, round $round" >>"$OUT/bench.txt"
     timeout 120 "$MAIN" $tokens --variants=default >>"$OUT/bench.txt" 2>&1
   fi
 done
@@ -53,12 +53,12 @@ echo "peers done at +$(( $(date +%s) - t0 )) s"
 # The service on this host with session 39's transfer changes (download
 # staging through the backend, one malloc arena): against session 38's run
 # of the same command on an H100 (bench/RESULTS.md), not in this call.
-if [ $(( $(date +%s) - t0 )) -lt 380 ]; then
+if [ "${LOOPBACK:-0}" = 1 ] && [ $(( $(date +%s) - t0 )) -lt 380 ]; then
   timeout 90 "$B/loopback_bench" --backend=cuda --mib=64 >"$OUT/loopback.txt" 2>&1
 fi
 # The same with the host's CPU wake-up latency request held at 0 µs
 # (kernelserve --cpu_dma_latency_us=0): what idle-state exits cost a call here.
-if [ $(( $(date +%s) - t0 )) -lt 430 ]; then
+if [ "${LOOPBACK:-0}" = 1 ] && [ $(( $(date +%s) - t0 )) -lt 430 ]; then
   timeout 90 "$B/loopback_bench" --backend=cuda --mib=64 --cpu_dma_latency_us=0 >"$OUT/loopback_lat0.txt" 2>&1
 fi
 echo "loopback done at +$(( $(date +%s) - t0 )) s"
