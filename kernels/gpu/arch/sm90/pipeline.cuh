@@ -146,25 +146,6 @@ __device__ __forceinline__ void BulkCopyG2S(uint32_t dst, const void* src, uint3
       : "memory");
 }
 
-// Shared-to-global bulk copies that a thread issues and forgets: its own
-// bulk groups, committed per batch, are waited on only before the shared
-// bytes are written again (or the CTA, and with it its shared memory, ends).
-// Writes through the generic proxy must be fenced (FenceProxyAsyncShared,
-// by the writing threads, then a barrier) before a bulk copy reads them.
-__device__ __forceinline__ void BulkCopyS2G(void* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// Until at most kPending of this thread's committed groups still read shared memory.
-template <int kPending>
-__device__ __forceinline__ void BulkWaitRead() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ void FenceProxyAsyncShared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // `map` is the generic address of a CUtensorMap kernel parameter
 // (__grid_constant__).
 __device__ __forceinline__ void PrefetchTensorMap(const void* map) {

@@ -67,16 +67,12 @@ constexpr int kBW = 64 * kCons;  // weight rows per column tile
 static_assert(kRsResidentMaxK % kBK == 0, "whole k-tiles of B stay resident");
 
 // The bf16 and fp32 epilogues go through shared memory: each consumer
-// warpgroup writes a pass of tile rows x its 64 output columns there, and
-// each of those rows (contiguous in the output) leaves in one bulk copy
-// that no thread waits for. Stored straight from the accumulators, a warp's
-// store writes 2 bytes per lane into 4 rows (4 half sectors) and a 192-row
-// tile takes 96 of them per thread, while the tensor pipe waits; with the
-// copies in flight, the warpgroup goes on to the next column tile's wgmmas
-// while its outputs drain. Each warpgroup has kEpiBufs pass buffers, so a
-// pass waits only for the copies of kEpiBufs passes ago (a whole bf16 tile
-// fits). A row is padded by 16 bytes so that the 4 rows a warp writes at
-// once, two apart, fall in different banks.
+// warpgroup writes a pass of tile rows x its 64 output columns there, then
+// stores whole 16-byte pieces of output rows. Stored straight from the
+// accumulators, a warp's store writes 2 bytes per lane into 4 rows (4 half
+// sectors) and a 192-row tile takes 96 of them per thread, while the tensor
+// pipe waits. A row is padded by 16 bytes so that the 4 rows a warp writes
+// at once, two apart, fall in different banks.
 template <int kEpi>
 struct EpiStage {
   static constexpr int kElem = kEpi == kEpiF32 ? 4 : 2;
@@ -87,8 +83,7 @@ struct EpiStage {
   static constexpr int kPerThread = kRows * kChunks / 128;  // pieces per consumer thread and pass
   static_assert(kRows * kChunks % 128 == 0, "whole pieces per thread");
 };
-constexpr int kEpiStageBytes = 64 * 144;  // a pass buffer: the larger of the two passes
-constexpr int kEpiBufs = 3;               // pass buffers per consumer warpgroup
+constexpr int kEpiStageBytes = 64 * 144;  // per consumer warpgroup: the larger of the two passes
 static_assert(EpiStage<kEpiBf16>::kRows * EpiStage<kEpiBf16>::kPitch <= kEpiStageBytes, "bf16 pass");
 static_assert(EpiStage<kEpiF32>::kRows * EpiStage<kEpiF32>::kPitch <= kEpiStageBytes, "fp32 pass");
 
@@ -96,15 +91,14 @@ static_assert(EpiStage<kEpiF32>::kRows * EpiStage<kEpiF32>::kPitch <= kEpiStageB
 // per SM: the 96 accumulators of a 192-row tile and the double-buffered A
 // fragments need 216 registers per consumer thread. kResident: B's k-tiles
 // (at most kRsResidentMaxK / kBK) each in a region of their own, the stages
-// hold the weights only; four of them fit beside the resident B and the
-// epilogue's buffers.
+// hold the weights only (so more of them fit).
 template <bool kResident>
 struct Cfg {
   static constexpr int kCons = wgmma_rs::kCons;
   static constexpr int kBW = wgmma_rs::kBW;
   static constexpr int kThreads = 128 * (kCons + 1);
   static constexpr int kCtasPerSm = 1;
-  static constexpr int kStages = kResident ? 4 : 5;
+  static constexpr int kStages = kResident ? 8 : 5;
   static constexpr int kProducerRegs = 64;
   static constexpr int kConsumerRegs = 216;
   static constexpr int kStageB = kBN * kBK * 2;
@@ -119,7 +113,7 @@ struct Cfg {
       kResident ? kStageRaw + kStageScale : (kStageB + kStageRaw + kStageScale + 1023) / 1024 * 1024;
   static constexpr int kRawOff = kResident ? 0 : kStageB;  // in a stage
   static constexpr int kEpiOff = kBRegion + kStages * kStageBytes;
-  static constexpr int kTablesOff = kEpiOff + kCons * kEpiBufs * kEpiStageBytes;
+  static constexpr int kTablesOff = kEpiOff + kCons * kEpiStageBytes;
   static constexpr int kBarOff = kTablesOff + (kBN + kBW) * 4;
   static constexpr int kBars = 2 * kStages + kBTiles;  // full, empty, then B's
   static constexpr int kSmemBytes = kBarOff + kBars * 8 + 1024;  // + slack to align the base to 1024
@@ -228,10 +222,9 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
 // weight row 16 warp + g + 8 h of the warpgroup, tile row 8 j + 2 q + c, in
 // acc[4 j + 2 h + c]. SwiGLU (a quarter of the bytes of down's rows) stores
 // straight from the registers; bf16 and fp32 go through EpiStage.
-// epi_seq counts the warpgroup's passes (it picks the pass buffer).
 template <int kEpi, int kN>
 __device__ __forceinline__ void Store(const GemmParams& p, const Smem& sm, const float (&acc)[kN / 2], int rows,
-                                      int col_tile, int wg, int warp, int g, int q, int& epi_seq) {
+                                      int col_tile, int wg, int warp, int g, int q) {
   if (kEpi == kEpiSwiglu) {
     const int col = col_tile * (kBW / 2) + wg * 32 + warp * 8 + g;
     if (col >= p.inter) return;
@@ -250,26 +243,18 @@ __device__ __forceinline__ void Store(const GemmParams& p, const Smem& sm, const
   }
   using E = EpiStage<kEpi>;
   constexpr int kColsPerPiece = 16 / E::kElem;
+  uint8_t* stage = sm.base + sm.epi_off + wg * kEpiStageBytes;
   const int tid = threadIdx.x & 127;
   const int bar = 1 + wg;  // named barrier of this warpgroup (0 is __syncthreads)
   const int64_t col0 = static_cast<int64_t>(col_tile) * kBW + wg * 64;
-  // 16-byte stores need every row's piece 16-byte aligned; a bulk copy also
-  // whole 16-byte pieces (the last column tile's rows may end mid-piece).
+  // 16-byte stores need every row's piece 16-byte aligned.
   const bool vec = (p.out_cols * E::kElem) % 16 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 15u) == 0;
-  const int64_t row_cols = min(static_cast<int64_t>(64), p.nw - col0);  // <= 0: past the weights
-  const uint32_t row_bytes = row_cols > 0 ? static_cast<uint32_t>(row_cols) * E::kElem : 0u;
-  const bool bulk = vec && row_bytes % 16 == 0;
   uint8_t* out = static_cast<uint8_t*>(p.out);
 #pragma unroll
   for (int pass = 0; pass < (kN + E::kRows - 1) / E::kRows; ++pass) {
     const int t0 = pass * E::kRows;
     if (t0 >= rows) break;  // rows is the CTA's: every thread leaves at the same pass
-    uint8_t* stage = sm.base + sm.epi_off + (wg * kEpiBufs + epi_seq % kEpiBufs) * kEpiStageBytes;
-    ++epi_seq;
-    // The buffer's copies of kEpiBufs passes ago have read it (this
-    // thread's), and after the barrier everyone's, the element-wise too.
-    sm90::BulkWaitRead<kEpiBufs - 1>();
-    sm90::NamedBarrierSync(bar, 128);
+    sm90::NamedBarrierSync(bar, 128);  // the last pass's pieces are read
 #pragma unroll
     for (int jj = 0; jj < E::kRows / 8; ++jj) {
       const int j = t0 / 8 + jj;
@@ -289,17 +274,7 @@ __device__ __forceinline__ void Store(const GemmParams& p, const Smem& sm, const
         }
       }
     }
-    if (bulk) sm90::FenceProxyAsyncShared();  // the copies read through the async proxy
-    sm90::NamedBarrierSync(bar, 128);         // the pass is in shared memory
-    if (bulk) {
-      const int t = t0 + tid;
-      if (tid < E::kRows && t < rows && row_bytes > 0) {
-        sm90::BulkCopyS2G(out + (static_cast<int64_t>(sm.pair[t]) * p.out_cols + col0) * E::kElem,
-                          SmemAddr(stage + tid * E::kPitch), row_bytes);
-      }
-      sm90::BulkCommit();
-      continue;
-    }
+    sm90::NamedBarrierSync(bar, 128);  // the pass is in shared memory
 #pragma unroll
     for (int i = 0; i < E::kPerThread; ++i) {
       const int k = tid + 128 * i;
@@ -336,7 +311,6 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
   const int g = lane >> 2, q = lane & 3;
   const int r0 = wg * 64 + warp * 16 + g;  // this thread's weight rows: r0 and r0 + 8 of the CTA
   const uint32_t base = SmemAddr(sm.base);
-  int epi_seq = 0;
 
   float acc[kN / 2];
   uint32_t frag[2][4][4];  // by k-tile parity: k16 step, A register
@@ -420,9 +394,8 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
     sm90::FenceOperand(acc);
     // The column tile's last stage: the producer may refill it while this one's outputs are stored.
     if (lane == 0) sm90::MbarArrive(sm.Empty((n0 + k_tiles - 1) % kStages));
-    Store<kEpi, kN>(p, sm, acc, rows, col_tile0 + c, wg, warp, g, q, epi_seq);
+    Store<kEpi, kN>(p, sm, acc, rows, col_tile0 + c, wg, warp, g, q);
   }
-  sm90::BulkWaitRead<0>();  // the CTA's shared memory outlives its copies' reads
 }
 
 // Column tiles of the GEMM: kBW weight rows each, or kBW / 2 intermediate
