@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# One device call for branch s39-rs-epilogue (issue 16: wgmma_rs's bf16 and
-# fp32 epilogues through shared memory, each row leaving in a bulk copy),
-# from the root of the checkout the device tool sends, with one carried
-# folder holding this script, bundle.tgz (the branch's bench/bundle.sh
-# .bundle_pack/bundle.tgz) and base_moe_cuda_bench (the A/B's baseline
-# //bench:moe_cuda_bench, stripped; it loads the bundle's libraries);
-# LOOPBACK=1 adds loopback_bench on the GPU host:
+# One device call for an MoE kernel A/B (issue 16), from the root of the
+# checkout the device tool sends, with one carried folder holding this
+# script, bundle.tgz (bench/bundle.sh's .bundle_pack/bundle.tgz of the
+# candidate) and base_moe_cuda_bench (the baseline's //bench:moe_cuda_bench,
+# stripped; it loads the bundle's libraries); LOOPBACK=1 adds loopback_bench
+# on the GPU host:
 #   bash <folder>/moe_gpu_call.sh
-# The new epilogue's test first under a timeout (new barrier code: a hang
-# must not cost the rest), the whole MoE test, the branch against main
-# alternated twice, torch._grouped_mm in the same call, loopback_bench on
-# the GPU, and ncu on down and the layer's down at T = 8192 for both
-# binaries last (what a short device call can lose). Logs under $OUT; a short table last.
+# The candidate's newest tests first under a timeout (new barrier code: a
+# hang must not cost the rest), the whole MoE test, candidate against
+# baseline alternated twice, torch._grouped_mm in the same call, and ncu on
+# down and the layer's down at T = 8192 for both binaries last (what a short
+# device call can lose). Logs under $OUT; a short table last.
 set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/moe_out}
