@@ -455,6 +455,31 @@ TEST(MoeWgmmaRsTest, EveryTileWidth) {
   }
 }
 
+// The epilogue's two store paths: 16-byte pieces of output rows where a row's
+// bytes are a multiple of 16, element by element where they are not (202
+// bf16 or fp32 columns), each with a partial last column tile, at tile widths
+// of one pass and of several (fp32 passes are 32 rows, bf16 64).
+TEST(MoeWgmmaRsTest, EpilogueRowWidths) {
+  KS_SKIP_WITHOUT_CUDA();
+  for (int64_t out_dim : {200, 202}) {
+    for (bool weighted : {false, true}) {
+      for (int64_t rows : {20, 150}) {
+        Case c;
+        c.stage = MoeStage::kDown;
+        c.weighted = weighted;
+        c.tokens = rows;
+        c.top_k = 1;
+        c.experts = 1;
+        c.inter = 128;
+        c.out_dim = out_dim;
+        SCOPED_TRACE("N " + std::to_string(out_dim) + " weighted " + std::to_string(weighted) + " rows " +
+                     std::to_string(rows));
+        CheckForcedGemm(kForceRs, c, 6e-3);
+      }
+    }
+  }
+}
+
 // Every table entry on the shapes it serves; the bool is SwiGLU (gate/up)
 // or the weighted sum (down).
 class MoeVariantsTest : public ::testing::TestWithParam<bool> {

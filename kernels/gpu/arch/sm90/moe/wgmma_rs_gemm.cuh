@@ -66,6 +66,27 @@ constexpr int kCons = 2;         // consumer warpgroups
 constexpr int kBW = 64 * kCons;  // weight rows per column tile
 static_assert(kRsResidentMaxK % kBK == 0, "whole k-tiles of B stay resident");
 
+// The bf16 and fp32 epilogues go through shared memory: each consumer
+// warpgroup writes a pass of tile rows x its 64 output columns there, then
+// stores whole 16-byte pieces of output rows. Stored straight from the
+// accumulators, a warp's store writes 2 bytes per lane into 4 rows (4 half
+// sectors) and a 192-row tile takes 96 of them per thread, while the tensor
+// pipe waits. A row is padded by 16 bytes so that the 4 rows a warp writes
+// at once, two apart, fall in different banks.
+template <int kEpi>
+struct EpiStage {
+  static constexpr int kElem = kEpi == kEpiF32 ? 4 : 2;
+  static constexpr int kRowBytes = 64 * kElem;
+  static constexpr int kPitch = kRowBytes + 16;
+  static constexpr int kRows = kEpi == kEpiF32 ? 32 : 64;  // tile rows per pass
+  static constexpr int kChunks = kRowBytes / 16;            // 16-byte pieces per row
+  static constexpr int kPerThread = kRows * kChunks / 128;  // pieces per consumer thread and pass
+  static_assert(kRows * kChunks % 128 == 0, "whole pieces per thread");
+};
+constexpr int kEpiStageBytes = 64 * 144;  // per consumer warpgroup: the larger of the two passes
+static_assert(EpiStage<kEpiBf16>::kRows * EpiStage<kEpiBf16>::kPitch <= kEpiStageBytes, "bf16 pass");
+static_assert(EpiStage<kEpiF32>::kRows * EpiStage<kEpiF32>::kPitch <= kEpiStageBytes, "fp32 pass");
+
 // Two consumer warpgroups of 64 weight rows each and one producer, one CTA
 // per SM: the 96 accumulators of a 192-row tile and the double-buffered A
 // fragments need 216 registers per consumer thread. kResident: B's k-tiles
@@ -91,7 +112,8 @@ struct Cfg {
   static constexpr int kStageBytes =
       kResident ? kStageRaw + kStageScale : (kStageB + kStageRaw + kStageScale + 1023) / 1024 * 1024;
   static constexpr int kRawOff = kResident ? 0 : kStageB;  // in a stage
-  static constexpr int kTablesOff = kBRegion + kStages * kStageBytes;
+  static constexpr int kEpiOff = kBRegion + kStages * kStageBytes;
+  static constexpr int kTablesOff = kEpiOff + kCons * kEpiStageBytes;
   static constexpr int kBarOff = kTablesOff + (kBN + kBW) * 4;
   static constexpr int kBars = 2 * kStages + kBTiles;  // full, empty, then B's
   static constexpr int kSmemBytes = kBarOff + kBars * 8 + 1024;  // + slack to align the base to 1024
@@ -119,8 +141,9 @@ __device__ __forceinline__ int WeightRow(const GemmParams& p, int col_tile, int 
 
 struct Smem {
   uint8_t* base;
-  const int* a_row;  // [kBN] activation row of each tile row, -1 padding
+  const int* pair;   // [kBN] the (token, expert) pair of each tile row, -1 padding
   const int* w_row;  // [kBW] weight row of each CTA row in the first column tile, -1 past the weights
+  int epi_off;       // the consumers' epilogue staging (EpiStage), kEpiStageBytes each
   uint32_t full, empty, b_full;  // the stages' mbarriers and the resident B tiles', 8 bytes apart
   __device__ uint32_t Full(int s) const { return full + 8 * s; }
   __device__ uint32_t Empty(int s) const { return empty + 8 * s; }
@@ -149,7 +172,7 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
 #pragma unroll
   for (int i = 0; i < kRowsPerProducer; ++i) {
     const int r = r0 + 16 * i;
-    a_src[i] = r < rows ? static_cast<uint32_t>(sm.a_row[r]) * row_chunks + ch : 0u;
+    a_src[i] = r < rows ? static_cast<uint32_t>(sm.pair[r] / p.a_row_div) * row_chunks + ch : 0u;
   }
   const uint8_t* w_e = p.w + static_cast<int64_t>(expert) * p.nw * (p.k / 2);
   const uint8_t* s_e = p.ws + static_cast<int64_t>(expert) * p.nw * (p.k / 32);
@@ -197,35 +220,78 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
 
 // The accumulators of one column tile into the output. Layout of m64nN:
 // weight row 16 warp + g + 8 h of the warpgroup, tile row 8 j + 2 q + c, in
-// acc[4 j + 2 h + c].
+// acc[4 j + 2 h + c]. SwiGLU (a quarter of the bytes of down's rows) stores
+// straight from the registers; bf16 and fp32 go through EpiStage.
 template <int kEpi, int kN>
-__device__ __forceinline__ void Store(const GemmParams& p, const float (&acc)[kN / 2], int tile, int rows,
-                                      int col_tile, int r0, int g, int q) {
-  const int* sorted = p.sorted + static_cast<int64_t>(tile) * kBN;
+__device__ __forceinline__ void Store(const GemmParams& p, const Smem& sm, const float (&acc)[kN / 2], int rows,
+                                      int col_tile, int wg, int warp, int g, int q) {
+  if (kEpi == kEpiSwiglu) {
+    const int col = col_tile * (kBW / 2) + wg * 32 + warp * 8 + g;
+    if (col >= p.inter) return;
 #pragma unroll
-  for (int j = 0; j < kN / 8; ++j) {
+    for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int t = 8 * j + 2 * q + c;
-      if (t >= rows) continue;
-      const int64_t pair = sorted[t];
-      if (kEpi == kEpiSwiglu) {
-        const int col = col_tile * (kBW / 2) + (r0 >> 4) * 8 + g;
-        if (col >= p.inter) continue;
+      for (int c = 0; c < 2; ++c) {
+        const int t = 8 * j + 2 * q + c;
+        if (t >= rows) continue;
         const float gate = acc[4 * j + c], up = acc[4 * j + 2 + c];
-        static_cast<uint16_t*>(p.out)[pair * p.out_cols + col] =
+        static_cast<uint16_t*>(p.out)[static_cast<int64_t>(sm.pair[t]) * p.out_cols + col] =
             static_cast<uint16_t>(FloatToBf16Bits(gate / (1.f + expf(-gate)) * up, p.rounding));
-      } else {
+      }
+    }
+    return;
+  }
+  using E = EpiStage<kEpi>;
+  constexpr int kColsPerPiece = 16 / E::kElem;
+  uint8_t* stage = sm.base + sm.epi_off + wg * kEpiStageBytes;
+  const int tid = threadIdx.x & 127;
+  const int bar = 1 + wg;  // named barrier of this warpgroup (0 is __syncthreads)
+  const int64_t col0 = static_cast<int64_t>(col_tile) * kBW + wg * 64;
+  // 16-byte stores need every row's piece 16-byte aligned.
+  const bool vec = (p.out_cols * E::kElem) % 16 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 15u) == 0;
+  uint8_t* out = static_cast<uint8_t*>(p.out);
+#pragma unroll
+  for (int pass = 0; pass < (kN + E::kRows - 1) / E::kRows; ++pass) {
+    const int t0 = pass * E::kRows;
+    if (t0 >= rows) break;  // rows is the CTA's: every thread leaves at the same pass
+    sm90::NamedBarrierSync(bar, 128);  // the last pass's pieces are read
+#pragma unroll
+    for (int jj = 0; jj < E::kRows / 8; ++jj) {
+      const int j = t0 / 8 + jj;
+      if (j >= kN / 8) break;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        uint8_t* row = stage + (8 * jj + 2 * q + c) * E::kPitch;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t col = static_cast<int64_t>(col_tile) * kBW + r0 + 8 * h;
-          if (col >= p.nw) continue;
           const float v = acc[4 * j + 2 * h + c];
+          uint8_t* d = row + (warp * 16 + g + 8 * h) * E::kElem;
           if (kEpi == kEpiF32) {
-            static_cast<float*>(p.out)[pair * p.out_cols + col] = v;
+            *reinterpret_cast<float*>(d) = v;
           } else {
-            static_cast<uint16_t*>(p.out)[pair * p.out_cols + col] =
-                static_cast<uint16_t>(FloatToBf16Bits(v, p.rounding));
+            *reinterpret_cast<uint16_t*>(d) = static_cast<uint16_t>(FloatToBf16Bits(v, p.rounding));
+          }
+        }
+      }
+    }
+    sm90::NamedBarrierSync(bar, 128);  // the pass is in shared memory
+#pragma unroll
+    for (int i = 0; i < E::kPerThread; ++i) {
+      const int k = tid + 128 * i;
+      const int tr = k / E::kChunks, piece = k % E::kChunks;
+      const int t = t0 + tr;
+      const int64_t col = col0 + piece * kColsPerPiece;
+      if (t >= rows || col >= p.nw) continue;
+      const uint8_t* s = stage + tr * E::kPitch + piece * 16;
+      uint8_t* o = out + (static_cast<int64_t>(sm.pair[t]) * p.out_cols + col) * E::kElem;
+      if (vec && col + kColsPerPiece <= p.nw) {
+        *reinterpret_cast<uint4*>(o) = *reinterpret_cast<const uint4*>(s);
+      } else {
+        for (int e = 0; e < kColsPerPiece && col + e < p.nw; ++e) {
+          if (kEpi == kEpiF32) {
+            reinterpret_cast<float*>(o)[e] = reinterpret_cast<const float*>(s)[e];
+          } else {
+            reinterpret_cast<uint16_t*>(o)[e] = reinterpret_cast<const uint16_t*>(s)[e];
           }
         }
       }
@@ -236,7 +302,7 @@ __device__ __forceinline__ void Store(const GemmParams& p, const float (&acc)[kN
 // Warpgroups 0..Cfg::kCons-1 on a tile of up to kSteps x 32 rows, over
 // `cols` column tiles from col_tile0 (one unless kResident).
 template <int kEpi, bool kResident, int kSteps>
-__device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int tile, int rows, int col_tile0,
+__device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int rows, int col_tile0,
                                         int cols, int k_tiles) {
   using C = Cfg<kResident>;
   constexpr int kN = kSteps * kNStep, kStages = C::kStages, kStageBytes = C::kStageBytes;
@@ -328,7 +394,7 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
     sm90::FenceOperand(acc);
     // The column tile's last stage: the producer may refill it while this one's outputs are stored.
     if (lane == 0) sm90::MbarArrive(sm.Empty((n0 + k_tiles - 1) % kStages));
-    Store<kEpi, kN>(p, acc, tile, rows, col_tile0 + c, r0, g, q);
+    Store<kEpi, kN>(p, sm, acc, rows, col_tile0 + c, wg, warp, g, q);
   }
 }
 
@@ -356,15 +422,12 @@ __global__ void __launch_bounds__(Cfg<kResident>::kThreads, Cfg<kResident>::kCta
                              : 1;
   const int tid = threadIdx.x;
 
-  int* a_row = reinterpret_cast<int*>(smem + C::kTablesOff);
-  int* w_row = a_row + kBN;
-  for (int r = tid; r < kBN; r += C::kThreads) {
-    const int pair = r < rows ? p.sorted[static_cast<int64_t>(tile) * kBN + r] : -1;
-    a_row[r] = pair < 0 ? -1 : pair / p.a_row_div;
-  }
+  int* pair = reinterpret_cast<int*>(smem + C::kTablesOff);
+  int* w_row = pair + kBN;
+  for (int r = tid; r < kBN; r += C::kThreads) pair[r] = r < rows ? p.sorted[static_cast<int64_t>(tile) * kBN + r] : -1;
   for (int j = tid; j < kBW; j += C::kThreads) w_row[j] = WeightRow<kEpi>(p, col_tile0, j);
   const uint32_t bars = SmemAddr(smem + C::kBarOff);
-  const Smem sm{smem, a_row, w_row, bars, bars + 8 * C::kStages, bars + 16 * C::kStages};
+  const Smem sm{smem, pair, w_row, C::kEpiOff, bars, bars + 8 * C::kStages, bars + 16 * C::kStages};
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       sm90::MbarInit(sm.Full(s), 128);         // the producer's threads
@@ -383,12 +446,12 @@ __global__ void __launch_bounds__(Cfg<kResident>::kThreads, Cfg<kResident>::kCta
   }
   sm90::SetMaxNRegInc<C::kConsumerRegs>();
   switch (steps) {
-    case 1: Consume<kEpi, kResident, 1>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
-    case 2: Consume<kEpi, kResident, 2>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
-    case 3: Consume<kEpi, kResident, 3>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
-    case 4: Consume<kEpi, kResident, 4>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
-    case 5: Consume<kEpi, kResident, 5>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
-    default: Consume<kEpi, kResident, kMaxSteps>(p, sm, tile, rows, col_tile0, cols, k_tiles); break;
+    case 1: Consume<kEpi, kResident, 1>(p, sm, rows, col_tile0, cols, k_tiles); break;
+    case 2: Consume<kEpi, kResident, 2>(p, sm, rows, col_tile0, cols, k_tiles); break;
+    case 3: Consume<kEpi, kResident, 3>(p, sm, rows, col_tile0, cols, k_tiles); break;
+    case 4: Consume<kEpi, kResident, 4>(p, sm, rows, col_tile0, cols, k_tiles); break;
+    case 5: Consume<kEpi, kResident, 5>(p, sm, rows, col_tile0, cols, k_tiles); break;
+    default: Consume<kEpi, kResident, kMaxSteps>(p, sm, rows, col_tile0, cols, k_tiles); break;
   }
 }
 
