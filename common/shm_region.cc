@@ -1,17 +1,22 @@
 #include "common/shm_region.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace kernelserve {
 namespace {
@@ -44,13 +49,37 @@ absl::Status OpenError(absl::string_view field, const std::string& name) {
   }
 }
 
+constexpr absl::string_view kCreatedPrefix = "kernelserve-buf-";
+
 }  // namespace
+
+void ShmRegion::RemoveOrphans() {
+  DIR* dir = opendir("/dev/shm");  // where glibc's shm_open keeps objects
+  if (dir == nullptr) return;
+  while (const dirent* e = readdir(dir)) {
+    absl::string_view rest = e->d_name;
+    int pid = 0;
+    if (!absl::ConsumePrefix(&rest, kCreatedPrefix) ||
+        !absl::SimpleAtoi(rest.substr(0, rest.find('-')), &pid) || pid <= 0) {
+      continue;
+    }
+    struct stat st {};
+    if (kill(pid, 0) == 0 || errno != ESRCH || fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        st.st_uid != geteuid()) {
+      continue;
+    }
+    shm_unlink(absl::StrCat("/", e->d_name).c_str());
+  }
+  closedir(dir);
+}
 
 absl::StatusOr<ShmRegion> ShmRegion::Create(int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("shared memory: expected >= 0 bytes, got ", bytes));
+  static std::once_flag orphans;
+  std::call_once(orphans, &ShmRegion::RemoveOrphans);
   std::random_device rd;
   ShmRegion r;
-  r.name_ = absl::StrCat("/kernelserve-buf-", rd(), "-", rd());
+  r.name_ = absl::StrCat("/", kCreatedPrefix, getpid(), "-", rd(), "-", rd());
   const int fd = shm_open(r.name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::FailedPreconditionError(absl::StrCat("shared memory: shm_open \"", r.name_, "\": ", ErrnoText()));

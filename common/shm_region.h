@@ -28,8 +28,17 @@ inline constexpr char kShmBufferBytesTrailer[] = "kernelserve-buffer-bytes";
 class ShmRegion {
  public:
   // Client side: a fresh object of `bytes` (0 allowed), mapped read-write;
-  // its name is removed and the mapping unmapped when the region goes.
+  // its name is removed and the mapping unmapped when the region goes. The
+  // name ("/kernelserve-buf-PID-RANDOM") carries the creating process's id:
+  // the first Create of a process removes this user's objects whose process
+  // is gone (one killed while it held a region would otherwise leave it in
+  // /dev/shm until the host restarts).
   static absl::StatusOr<ShmRegion> Create(int64_t bytes);
+  // What the first Create does: removes this user's objects of Create whose
+  // process is gone (to kill(2); a process of another pid namespace sharing
+  // /dev/shm looks gone too: its region loses its name, and its transfers
+  // fall back to the stream).
+  static void RemoveOrphans();
 
   // Server side: `bytes` at `offset` of the object `name` ("/NAME"), opened
   // read-only or (writable) read-write. `check_owner` is asked about the

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -41,6 +42,32 @@ TEST(ShmRegionTest, NameGoesWithTheCreatedRegion) {
   auto gone = ShmRegion::Open("shm", name, 0, 0, false, AnyOwner);
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound) << gone.status();
   EXPECT_TRUE(absl::StartsWith(gone.status().message(), "shm.shm_name: ")) << gone.status();
+}
+
+TEST(ShmRegionTest, ObjectsOfGoneProcessesAreRemoved) {
+  // A child that creates a region and dies without removing it (as if killed).
+  const pid_t child = fork();
+  if (child == 0) {
+    auto r = ShmRegion::Create(4096);
+    if (!r.ok()) _exit(1);
+    const int fd = open("/tmp/shm_region_test_orphan", O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    if (fd < 0 || write(fd, r->name().data(), r->name().size()) < 0) _exit(1);
+    close(fd);
+    _exit(0);  // no destructors: the name stays
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char name[256] = {};
+  const int fd = open("/tmp/shm_region_test_orphan", O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_GT(read(fd, name, sizeof name - 1), 0);
+  close(fd);
+  unlink("/tmp/shm_region_test_orphan");
+  EXPECT_TRUE(ShmRegion::Open("shm", name, 0, 0, false, AnyOwner).ok()) << name;
+  ShmRegion::RemoveOrphans();
+  auto gone = ShmRegion::Open("shm", name, 0, 0, false, AnyOwner);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound) << name;
 }
 
 TEST(ShmRegionTest, BadInputNamesTheField) {
