@@ -353,14 +353,16 @@ std::optional<absl::StatusOr<v1::BufferInfo>> UploadThroughShm(Client::Impl& imp
     impl.shm = false;  // this host has no shared memory to give
     return std::nullopt;
   }
-  std::memcpy(region->data(), t.bytes(), static_cast<size_t>(t.num_bytes()));
   h.mutable_shm()->set_shm_name(region->name());
   v1::UploadChunk message;
   *message.mutable_header() = std::move(h);
   v1::BufferInfo info;
   auto ctx = c.NewContext();
   std::unique_ptr<grpc::ClientWriter<v1::UploadChunk>> writer = impl.buffers->Upload(ctx.get(), &info);
+  // The header first: the server prepares the buffer's memory while the
+  // bytes are copied in, and reads them once the stream ends.
   writer->Write(message);
+  std::memcpy(region->data(), t.bytes(), static_cast<size_t>(t.num_bytes()));
   writer->WritesDone();
   const absl::Status s = FromGrpcStatus(writer->Finish());
   if (s.ok()) {
@@ -381,36 +383,35 @@ grpc::Status DownloadIntoRegion(Client::Impl& impl, grpc::ClientContext* ctx, co
   req.mutable_shm()->set_shm_name(region.name());
   std::unique_ptr<grpc::ClientReader<v1::DownloadChunk>> reader = impl.buffers->Download(ctx, req);
   v1::DownloadChunk chunk;
-  std::optional<v1::BufferInfo> info;
+  std::optional<TensorDesc> desc;
+  std::vector<uint8_t> bytes;
   while (reader->Read(&chunk)) {
-    if (info.has_value() || !chunk.data().empty() || !chunk.has_info()) {
-      *streamed = true;
+    const v1::BufferInfo& info = chunk.info();
+    const TensorDesc got{static_cast<DType>(info.dtype()), Shape(info.shape().begin(), info.shape().end())};
+    const int64_t n = chunk.has_info() ? got.num_bytes() : -1;
+    if (desc.has_value() || !chunk.data().empty() || n < 0 || n > region.size()) {
+      *streamed = true;  // data chunks (or nothing this client can use): an older server's answer
       ctx->TryCancel();
       reader->Finish();
       return grpc::Status::OK;
     }
-    info = chunk.info();
+    desc = got;
+    // The destination's pages faulted in while the server writes the region.
+    bytes.reserve(static_cast<size_t>(n));
+    AdviseHugePages(bytes.data(), static_cast<size_t>(n));
+    PrefaultPages(bytes.data(), static_cast<size_t>(n));
   }
   const grpc::Status s = reader->Finish();
   for (const auto& [key, value] : ctx->GetServerTrailingMetadata()) {
     if (key == kShmBufferBytesTrailer) (void)absl::SimpleAtoi(absl::string_view(value.data(), value.size()), needed);
   }
   if (!s.ok()) return s;
-  if (!info.has_value()) {
+  if (!desc.has_value()) {
     *streamed = true;  // no answer at all: an older server's for a 0-byte buffer
     return s;
   }
-  TensorDesc desc{static_cast<DType>(info->dtype()), Shape(info->shape().begin(), info->shape().end())};
-  const int64_t n = desc.num_bytes();
-  if (n < 0 || n > region.size()) {
-    return grpc::Status(grpc::StatusCode::DATA_LOSS,
-                        absl::StrCat("download: the server announced ", n, " bytes for a region of ", region.size()));
-  }
-  std::vector<uint8_t> bytes;
-  bytes.reserve(static_cast<size_t>(n));
-  AdviseHugePages(bytes.data(), static_cast<size_t>(n));
-  bytes.insert(bytes.end(), region.data(), region.data() + n);
-  *out = HostTensor(std::move(desc), std::move(bytes));
+  bytes.insert(bytes.end(), region.data(), region.data() + desc->num_bytes());
+  *out = HostTensor(std::move(*desc), std::move(bytes));
   return grpc::Status::OK;
 }
 

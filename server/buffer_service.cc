@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_wire.h"
+#include "common/huge_pages.h"
 #include "common/shm_region.h"
 #include "common/status_macros.h"
 #include "server/call_log.h"
@@ -284,9 +285,18 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
 
   buffer->reservation = std::move(staging_hold);
   if (h.has_shm()) {
+    // The client may still be writing the region: its bytes are read once
+    // the stream ends, the buffer's memory faulted in meanwhile.
+    KS_ASSIGN_OR_RETURN(const ShmRegion region, OpenCallersRegion(ctx, "header.shm", h.shm(), total, false));
+    if (state->backend().Capabilities().device_memory_is_host) {
+      KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
+        KS_RETURN_IF_ERROR(EnsureMemory(state, buffer.get(), what));
+        PrefaultPages(buffer->memory->data(), static_cast<size_t>(total));
+        return absl::OkStatus();
+      }));
+    }
     KS_RETURN_IF_ERROR(ExpectNoData(reader, &chunk));
     if (ctx->IsCancelled()) return absl::CancelledError("upload cancelled by the client");
-    KS_ASSIGN_OR_RETURN(const ShmRegion region, OpenCallersRegion(ctx, "header.shm", h.shm(), total, false));
     KS_RETURN_IF_ERROR(UploadFromRegion(state, ctx, region, buffer.get(), what));
     log->AddBytesIn(total);
     return AddUploaded(state, buffer, info);
@@ -377,10 +387,11 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
   return AddUploaded(state, buffer, info);
 }
 
-// A download through shared memory, its bytes in the region: one message
-// with the buffer's info and no data.
-absl::Status AnswerShmDownload(const Buffer& buffer, grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* writer,
-                               CallLog* log) {
+// A download through shared memory's one message: the buffer's info, no
+// data. Sent before the bytes are written, so that the client prepares its
+// destination (faults its pages in) meanwhile; the bytes are in the region
+// once the call ends OK.
+absl::Status SendShmInfo(const Buffer& buffer, grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* writer) {
   pb::DownloadChunk answer;
   FillInfo(buffer, answer.mutable_info());
   grpc::ByteBuffer out;
@@ -388,7 +399,6 @@ absl::Status AnswerShmDownload(const Buffer& buffer, grpc::ServerSplitStreamer<g
   if (!grpc::SerializationTraits<pb::DownloadChunk>::Serialize(answer, &out, &own).ok() || !writer->Write(out)) {
     return absl::CancelledError("download: the client went away");
   }
-  log->AddBytesOut(buffer.desc.num_bytes());
   return absl::OkStatus();
 }
 
@@ -419,9 +429,11 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
     // The size a region must have, for a client that offered a smaller one.
     ctx->AddTrailingMetadata(kShmBufferBytesTrailer, std::to_string(total));
     KS_ASSIGN_OR_RETURN(region, OpenCallersRegion(ctx, "shm", req.shm(), total, /*writable=*/true));
+    KS_RETURN_IF_ERROR(SendShmInfo(*buffer, writer));
     if (backend.Capabilities().device_memory_is_host) {
       KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&] { return region->Write(0, src, total); }));
-      return AnswerShmDownload(*buffer, writer, log);
+      log->AddBytesOut(total);
+      return absl::OkStatus();
     }
   }
   // Device to host in batches of whole chunks, charged to the memory limit;
@@ -468,7 +480,10 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
     KS_RETURN_IF_ERROR(current.status());
     const grpc::Slice& host = *current;
     const auto m = static_cast<int64_t>(host.size());
-    if (region) KS_RETURN_IF_ERROR(region->Write(base, host.begin(), m));
+    if (region) {
+      KS_RETURN_IF_ERROR(region->Write(base, host.begin(), m));
+      log->AddBytesOut(m);
+    }
     for (int64_t off = 0; off < m && !region; off += chunk) {
       if (base + off == 0) {
         FillInfo(*buffer, fields.mutable_info());
@@ -484,7 +499,7 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
     }
     if (more) current = overlap ? next.get() : fetch(base + batch);
   }
-  return region ? AnswerShmDownload(*buffer, writer, log) : absl::OkStatus();
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -354,10 +354,16 @@ class Client:
         except OSError:
             self._shm_on = False  # this host has no shared memory to give
             return None
-        region.view(a.nbytes)[:] = a.reshape(-1).view(np.uint8)
         header.shm.shm_name = region.name
+
+        def messages():
+            # The header first: the server prepares the buffer's memory while the bytes are copied in, and reads
+            # them once the stream ends.
+            yield tensor_pb2.UploadChunk(header=header)
+            region.view(a.nbytes)[:] = a.reshape(-1).view(np.uint8)
+
         try:
-            info = self._call(self._buffers.Upload, iter([tensor_pb2.UploadChunk(header=header)]))
+            info = self._call(self._buffers.Upload, messages())
         except Error as e:
             code, message = e.code, e.message
         else:
@@ -382,15 +388,19 @@ class Client:
                 break
             req = tensor_pb2.DownloadRequest(buffer_id=buffer_id,
                                              shm=tensor_pb2.SharedMemoryRegion(shm_name=region.name))
-            info, needed, failure, streamed = None, None, None, False
+            info, out, needed, failure, streamed = None, None, None, None, False
             try:
                 call = self._buffers.Download(req, timeout=self.timeout, metadata=self._metadata)
                 for m in call:
-                    if info is not None or m.data or not m.HasField("info"):
-                        streamed = True
+                    if info is not None or m.data or not m.HasField("info") \
+                            or not 0 <= m.info.size_bytes <= region.size:
+                        streamed = True  # data chunks (or nothing this client can use): an older server's answer
                         call.cancel()
                         break
                     info = m.info
+                    # The destination's pages faulted in while the server writes the region.
+                    out = np.empty(info.size_bytes, np.uint8)
+                    _shm.prefault(out)
             except grpc.RpcError as e:
                 failure = (e.code().name, e.details())
                 needed = dict(e.trailing_metadata() or ()).get(_shm.BYTES_TRAILER)
@@ -398,11 +408,6 @@ class Client:
                 region.close()
                 break
             if failure is None:
-                if not 0 <= info.size_bytes <= region.size:
-                    region.close()
-                    raise Error("DATA_LOSS", "download: the server announced %d bytes for a region of %d"
-                                % (info.size_bytes, region.size))
-                out = np.empty(info.size_bytes, np.uint8)
                 out[:] = region.view(info.size_bytes)
                 self._regions.keep(region)
                 return memoryview(out), info
