@@ -111,7 +111,9 @@ absl::StatusOr<ShmRegion> ShmRegion::Open(absl::string_view field, const std::st
     return absl::InvalidArgumentError(absl::StrCat(field, ".offset: expected >= 0, got ", offset));
   }
   ShmRegion r;
-  r.fd_ = shm_open(name.c_str(), (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC, 0);
+  // O_NONBLOCK: a FIFO put there in place of an object would otherwise hold
+  // the open until a writer comes; it is refused below as not regular.
+  r.fd_ = shm_open(name.c_str(), (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0);
   if (r.fd_ < 0) return OpenError(field, name);
   struct stat st {};
   if (fstat(r.fd_, &st) != 0) {

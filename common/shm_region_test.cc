@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -90,6 +92,15 @@ TEST(ShmRegionTest, BadInputNamesTheField) {
   auto refused = ShmRegion::Open("shm", created->name(), 0, 1, false,
                                  [](uint32_t) { return absl::PermissionDeniedError("not yours"); });
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST(ShmRegionTest, FifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string name = "/kernelserve-test-fifo-" + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(("/dev/shm" + name).c_str(), 0600), 0) << std::strerror(errno);
+  auto r = ShmRegion::Open("header.shm", name, 0, 0, /*writable=*/false, AnyOwner);
+  unlink(("/dev/shm" + name).c_str());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "expected a regular shared-memory object")) << r.status();
 }
 
 TEST(ShmRegionTest, ShrunkObjectIsAShortReadNotACrash) {
