@@ -12,7 +12,10 @@
 // synchronize); medians of 10 after 2 warm-ups. With the in-process server,
 // each kernel call measured is also split into its phases (the call log's,
 // plus receive and return between the client and the handler). Transfers are
-// printed next to a bare memcpy of the same bytes in the same run, and a
+// printed next to a bare memcpy of the same bytes in the same run and next to
+// a bare TCP stream of them between two threads (the socket's own ceiling),
+// over gRPC and, where the server is on this host, through shared memory
+// (ClientOptions::shared_memory_transfer_min_bytes), and a
 // small kernel call's round trip (p50 / p99) next to DeviceService.List's and
 // next to a bare TCP ping-pong between two threads of this process (the host's
 // floor for any cross-thread round trip over loopback).
@@ -42,6 +45,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
@@ -187,51 +191,82 @@ struct AttentionShape {
 // thread and one that echoes them (both blocked in read, TCP_NODELAY): what
 // any RPC between two threads pays at least on this host; p50 / p99 in µs of
 // 2000 after 200 warm-ups, or {-1, -1} if a socket call fails.
-std::pair<double, double> TcpPingPongUs() {
+// Two ends of one TCP connection over 127.0.0.1 (TCP_NODELAY), or false if
+// a socket call fails.
+bool LoopbackTcpPair(int* a, int* b) {
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  if (listener < 0) return {-1, -1};
+  if (listener < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof addr;
-  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || listen(listener, 1) != 0) {
-    close(listener);
-    return {-1, -1};
+  *a = *b = -1;
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0 && listen(listener, 1) == 0 &&
+      (*a = socket(AF_INET, SOCK_STREAM, 0)) >= 0 &&
+      connect(*a, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    *b = accept(listener, nullptr, nullptr);  // the connection is queued already
+  }
+  close(listener);
+  if (*b < 0) {
+    if (*a >= 0) close(*a);
+    return false;
   }
   const int one = 1;
-  std::thread echo([listener, one] {
-    const int c = accept(listener, nullptr, nullptr);
-    if (c < 0) return;
-    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(*a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(*b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return true;
+}
+
+std::pair<double, double> TcpPingPongUs() {
+  int c = -1, e = -1;
+  if (!LoopbackTcpPair(&c, &e)) return {-1, -1};
+  std::thread echo([e] {
     char b[64];
-    for (ssize_t n; (n = read(c, b, sizeof b)) > 0;) {
-      if (write(c, b, static_cast<size_t>(n)) != n) break;
+    for (ssize_t n; (n = read(e, b, sizeof b)) > 0;) {
+      if (write(e, b, static_cast<size_t>(n)) != n) break;
     }
-    close(c);
   });
-  const int c = socket(AF_INET, SOCK_STREAM, 0);
   std::vector<double> us;
-  if (c >= 0 && connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    char b[32] = {};
-    for (int i = 0; i < 2200; ++i) {
-      const absl::Time t0 = absl::Now();
-      if (write(c, b, sizeof b) != static_cast<ssize_t>(sizeof b)) break;
-      size_t got = 0;
-      for (ssize_t n; got < sizeof b && (n = read(c, b + got, sizeof b - got)) > 0;) got += static_cast<size_t>(n);
-      if (got != sizeof b) break;
-      if (i >= 200) us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
-    }
+  char b[32] = {};
+  for (int i = 0; i < 2200; ++i) {
+    const absl::Time t0 = absl::Now();
+    if (write(c, b, sizeof b) != static_cast<ssize_t>(sizeof b)) break;
+    size_t got = 0;
+    for (ssize_t n; got < sizeof b && (n = read(c, b + got, sizeof b - got)) > 0;) got += static_cast<size_t>(n);
+    if (got != sizeof b) break;
+    if (i >= 200) us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
   }
-  if (c >= 0) shutdown(c, SHUT_RDWR);
-  shutdown(listener, SHUT_RDWR);  // an echo thread still in accept returns
+  shutdown(c, SHUT_RDWR);  // the echo thread's read returns
   echo.join();
-  if (c >= 0) close(c);
-  close(listener);
+  close(c);
+  close(e);
   if (us.size() < 2000) return {-1, -1};
   std::sort(us.begin(), us.end());
   return {us[us.size() / 2], us[us.size() * 99 / 100]};
+}
+
+// `n` bytes from one thread of this process to another over a loopback TCP
+// connection, into `dst` (warm: its pages written before): the socket's own
+// ceiling for a transfer over the stream. GB/s, or -1 if a socket call fails.
+double TcpThroughputGBps(const uint8_t* bytes, int64_t n, uint8_t* dst) {
+  int tx = -1, rx = -1;
+  if (!LoopbackTcpPair(&tx, &rx)) return -1;
+  int64_t got = 0;
+  const absl::Time t0 = absl::Now();
+  std::thread reader([&] {
+    for (ssize_t k; got < n && (k = read(rx, dst + got, static_cast<size_t>(n - got))) > 0;) got += k;
+  });
+  for (int64_t sent = 0; sent < n;) {
+    const ssize_t k = write(tx, bytes + sent, static_cast<size_t>(std::min<int64_t>(n - sent, 4 << 20)));
+    if (k <= 0) break;
+    sent += k;
+  }
+  reader.join();
+  const double s = absl::ToDoubleSeconds(absl::Now() - t0);
+  close(tx);
+  close(rx);
+  return got == n ? static_cast<double>(n) / 1e9 / s : -1;
 }
 
 int RemoteVsBare(Client& client, Client& session, Client& ring, bool in_process, const std::string& backend,
@@ -532,43 +567,82 @@ int Main(int argc, char** argv) {
     std::printf("| bare memcpy of the same %lld MiB, fresh / warm destination (median of 3) | %.2f / %.2f GB/s |\n",
                 static_cast<long long>(mib), memcpy_fresh, memcpy_warm);
   }
+  {
+    std::vector<double> tcp;
+    std::vector<uint8_t> dst(t.bytes(), t.bytes() + t.num_bytes());  // written: warm
+    for (int rep = 0; rep < 3; ++rep) tcp.push_back(TcpThroughputGBps(t.bytes(), t.num_bytes(), dst.data()));
+    std::sort(tcp.begin(), tcp.end());
+    std::printf("| bare TCP stream of the same %lld MiB between two threads of this process, warm destination, "
+                "median / best of 3 | %.2f / %.2f GB/s (%.0f %%) |\n",
+                static_cast<long long>(mib), tcp[1], tcp[2], 100 * tcp[1] / memcpy_warm);
+  }
   // Each chunk size three times (a fresh buffer each time, as a client's
-  // upload gets); the median and the best of the three are printed.
-  for (int64_t chunk : {1 << 20, 4 << 20, 16 << 20}) {
-    copts.chunk_bytes = chunk;
-    auto c = Client::Connect(copts);
-    if (!c.ok()) return 1;
-    std::vector<double> up, down;
+  // upload gets); the median and the best of the three are printed. Over the
+  // stream: shared memory off.
+  // Three uploads and downloads of `t` by `c` (a fresh buffer each time, as
+  // a client's upload gets; download checked against it), GB/s sorted.
+  std::vector<double> up, down;
+  auto transfers = [&](Client& c) -> bool {
+    up.clear();
+    down.clear();
     for (int rep = 0; rep < 3; ++rep) {
       const absl::Time t0 = absl::Now();
-      auto info = (*c)->UploadBuffer(t, "loopback_bench");
+      auto info = c.UploadBuffer(t, "loopback_bench");
       if (!info.ok()) {
         std::fprintf(stderr, "upload: %s\n", info.status().ToString().c_str());
-        return 1;
+        return false;
       }
       up.push_back(gb / absl::ToDoubleSeconds(absl::Now() - t0));
       const absl::Time t1 = absl::Now();
-      auto back = (*c)->DownloadBuffer(info->id());
+      auto back = c.DownloadBuffer(info->id());
       if (!back.ok()) {
         std::fprintf(stderr, "download: %s\n", back.status().ToString().c_str());
-        return 1;
+        return false;
       }
       down.push_back(gb / absl::ToDoubleSeconds(absl::Now() - t1));
       if (back->num_bytes() != t.num_bytes() || std::memcmp(back->bytes(), t.bytes(), t.num_bytes()) != 0) {
         std::fprintf(stderr, "download: the bytes differ from the upload\n");
-        return 1;
+        return false;
       }
-      (void)(*c)->FreeBuffer(info->id());
+      (void)c.FreeBuffer(info->id());
     }
     std::sort(up.begin(), up.end());
     std::sort(down.begin(), down.end());
-    const long long cm = static_cast<long long>(chunk >> 20);
-    std::printf("| upload %lld MiB, %lld MiB chunks, median / best of 3 (median / warm memcpy) | %.2f / %.2f GB/s "
-                "(%.0f %%) |\n",
-                static_cast<long long>(mib), cm, up[1], up[2], 100 * up[1] / memcpy_warm);
-    std::printf("| download %lld MiB, %lld MiB chunks, median / best of 3 (median / warm memcpy) | %.2f / %.2f "
-                "GB/s (%.0f %%) |\n",
-                static_cast<long long>(mib), cm, down[1], down[2], 100 * down[1] / memcpy_warm);
+    return true;
+  };
+  auto print_rows = [&](const std::string& how) {
+    for (const auto& [what, v] : {std::make_pair("upload", &up), std::make_pair("download", &down)}) {
+      std::printf("| %s %lld MiB, %s, median / best of 3 (median / warm memcpy) | %.2f / %.2f GB/s (%.0f %%) |\n",
+                  what, static_cast<long long>(mib), how.c_str(), (*v)[1], (*v)[2], 100 * (*v)[1] / memcpy_warm);
+    }
+  };
+  ClientOptions stream_opts = copts;
+  stream_opts.shared_memory_transfer_min_bytes = 0;  // over the stream
+  for (int64_t chunk : {1 << 20, 4 << 20, 16 << 20}) {
+    stream_opts.chunk_bytes = chunk;
+    auto c = Client::Connect(stream_opts);
+    if (!c.ok() || !transfers(**c)) return 1;
+    print_rows(absl::StrCat(chunk >> 20, " MiB chunks"));
+  }
+  // Through shared memory (ClientOptions::shared_memory_transfer_min_bytes),
+  // when the server is on this host: a first transfer that creates and
+  // faults in the client's region, then three that reuse it.
+  {
+    auto c = Client::Connect(copts);
+    if (!c.ok()) return 1;
+    const absl::Time t0 = absl::Now();
+    auto first = (*c)->UploadBuffer(t, "loopback_bench");
+    if (!first.ok()) return 1;
+    const double first_up = gb / absl::ToDoubleSeconds(absl::Now() - t0);
+    (void)(*c)->FreeBuffer(first->id());
+    if (!(*c)->shared_memory_transfers()) {
+      std::printf("| shared memory | refused by the server (not on this host, or another user) |\n");
+    } else {
+      if (!transfers(**c)) return 1;
+      std::printf("| upload %lld MiB through shared memory, the first (a fresh region) | %.2f GB/s |\n",
+                  static_cast<long long>(mib), first_up);
+      print_rows("through shared memory (shared_memory_transfer_min_bytes)");
+    }
   }
 
   // A remote attention call on server-resident inputs against the bare kernel:

@@ -1,8 +1,10 @@
 #include "client/client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <utility>
 
 #include <grpcpp/create_channel.h>
@@ -10,6 +12,9 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/credentials.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -17,6 +22,7 @@
 #include "client/kernel_session.h"
 #include "common/grpc_wire.h"
 #include "common/huge_pages.h"
+#include "common/shm_region.h"
 #include "common/status_macros.h"
 #include "kernelserve/v1/device.grpc.pb.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
@@ -34,6 +40,12 @@ struct Client::Impl {
   std::unique_ptr<v1::PoolService::Stub> pools;
   std::unique_ptr<grpc::GenericStub> generic;
   std::unique_ptr<KernelSession> session;  // ClientOptions::kernel_session
+  // ClientOptions::shared_memory_transfer_min_bytes: whether buffer transfers
+  // may go through shared memory (cleared for good once the server refuses),
+  // and the region kept for the next one.
+  std::atomic<bool> shm{false};
+  absl::Mutex shm_mu;
+  std::optional<ShmRegion> shm_kept ABSL_GUARDED_BY(shm_mu);
 };
 
 namespace {
@@ -129,6 +141,26 @@ std::string HealthStateName(HealthState s) {
 
 // ------------------------------------------------------------------ core
 
+namespace {
+
+// Whether a channel target names this host by a loopback address:
+// "127.x.x.x:PORT", "[::1]:PORT", "localhost:PORT", with or without a
+// "dns:///", "ipv4:" or "ipv6:" scheme.
+bool IsLoopbackTarget(absl::string_view target) {
+  for (absl::string_view scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::ConsumePrefix(&target, scheme)) break;
+  }
+  absl::string_view host = target;
+  if (absl::ConsumePrefix(&host, "[")) {
+    host = host.substr(0, host.find(']'));
+  } else if (host != "::1" && host.rfind(':') != absl::string_view::npos) {
+    host = host.substr(0, host.rfind(':'));
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+}  // namespace
+
 Client::Client(const ClientOptions& options, std::unique_ptr<Impl> impl)
     : options_(options), impl_(std::move(impl)) {}
 
@@ -164,6 +196,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->kernels = v1::KernelService::NewStub(impl->channel);
   impl->pools = v1::PoolService::NewStub(impl->channel);
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
+  impl->shm = options.shared_memory_transfer_min_bytes > 0 && IsLoopbackTarget(options.target);
   if (options.kernel_session) {
     impl->session = std::make_unique<KernelSession>(impl->kernels.get(), options.bearer_token,
                                                     options.kernel_session_ring_bytes);
@@ -257,6 +290,163 @@ class PayloadRefs {
   int live_ = 0;
 };
 
+// ---- transfers through shared memory (shared_memory_transfer_min_bytes).
+
+// The largest region kept for the next transfer: what it holds stays in the
+// host's memory (/dev/shm) while this Client lives.
+constexpr int64_t kMaxKeptRegionBytes = 256 << 20;
+
+// A region of at least `bytes`: the one kept from the last transfer (its
+// pages already faulted in, which on a fresh object cost more than the copy
+// itself), or a fresh one.
+absl::StatusOr<ShmRegion> TakeRegion(Client::Impl& impl, int64_t bytes) {
+  {
+    absl::MutexLock lock(&impl.shm_mu);
+    if (impl.shm_kept.has_value() && impl.shm_kept->size() >= bytes) {
+      ShmRegion r = std::move(*impl.shm_kept);
+      impl.shm_kept.reset();
+      return r;
+    }
+  }
+  return ShmRegion::Create(bytes);
+}
+
+// Keeps a region for the next transfer, only after a call that succeeded (a
+// failed one may have left the server still reading or writing it).
+void KeepRegion(Client::Impl& impl, ShmRegion region) {
+  if (region.size() > kMaxKeptRegionBytes) return;
+  absl::MutexLock lock(&impl.shm_mu);
+  if (!impl.shm_kept.has_value() || impl.shm_kept->size() < region.size()) impl.shm_kept = std::move(region);
+}
+
+// Whether `s`, a transfer's answer, says the server takes no shared memory
+// from this client: another host or user (its FAILED_PRECONDITION,
+// PERMISSION_DENIED or NOT_FOUND naming the shm field), or a server that
+// predates the field (it saw an upload without data). This Client's
+// transfers then go over the stream.
+bool ShmRefused(Client::Impl& impl, const absl::Status& s) {
+  const bool about_shm = absl::StrContains(s.message(), "shm");
+  bool refused = false;
+  switch (s.code()) {
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kNotFound:
+      refused = about_shm;
+      break;
+    case absl::StatusCode::kInvalidArgument:
+      refused = !about_shm && absl::StartsWith(s.message(), "data: ");
+      break;
+    default:
+      break;
+  }
+  if (refused) impl.shm = false;
+  return refused;
+}
+
+// An upload through shared memory: the tensor copied into a region, the
+// stream one header naming it. nullopt: send it over the stream instead.
+std::optional<absl::StatusOr<v1::BufferInfo>> UploadThroughShm(Client::Impl& impl, const CallCtx& c,
+                                                               const HostTensor& t, v1::UploadHeader h) {
+  if (!impl.shm.load() || t.num_bytes() < c.options->shared_memory_transfer_min_bytes) return std::nullopt;
+  absl::StatusOr<ShmRegion> region = TakeRegion(impl, t.num_bytes());
+  if (!region.ok()) {
+    impl.shm = false;  // this host has no shared memory to give
+    return std::nullopt;
+  }
+  h.mutable_shm()->set_shm_name(region->name());
+  v1::UploadChunk message;
+  *message.mutable_header() = std::move(h);
+  v1::BufferInfo info;
+  auto ctx = c.NewContext();
+  std::unique_ptr<grpc::ClientWriter<v1::UploadChunk>> writer = impl.buffers->Upload(ctx.get(), &info);
+  // The header first: the server prepares the buffer's memory while the
+  // bytes are copied in, and reads them once the stream ends.
+  writer->Write(message);
+  std::memcpy(region->data(), t.bytes(), static_cast<size_t>(t.num_bytes()));
+  writer->WritesDone();
+  const absl::Status s = FromGrpcStatus(writer->Finish());
+  if (s.ok()) {
+    KeepRegion(impl, std::move(*region));
+    return info;
+  }
+  if (ShmRefused(impl, s)) return std::nullopt;
+  return s;
+}
+
+// One download attempt into `region`: the tensor, or the server's status
+// with *needed set from its kShmBufferBytesTrailer. *streamed: the server
+// sent data instead (it predates the field); the call was cancelled.
+grpc::Status DownloadIntoRegion(Client::Impl& impl, grpc::ClientContext* ctx, const std::string& id,
+                                const ShmRegion& region, HostTensor* out, int64_t* needed, bool* streamed) {
+  v1::DownloadRequest req;
+  req.set_buffer_id(id);
+  req.mutable_shm()->set_shm_name(region.name());
+  std::unique_ptr<grpc::ClientReader<v1::DownloadChunk>> reader = impl.buffers->Download(ctx, req);
+  v1::DownloadChunk chunk;
+  std::optional<TensorDesc> desc;
+  std::vector<uint8_t> bytes;
+  while (reader->Read(&chunk)) {
+    const v1::BufferInfo& info = chunk.info();
+    const TensorDesc got{static_cast<DType>(info.dtype()), Shape(info.shape().begin(), info.shape().end())};
+    const int64_t n = chunk.has_info() ? got.num_bytes() : -1;
+    if (desc.has_value() || !chunk.data().empty() || n < 0 || n > region.size()) {
+      *streamed = true;  // data chunks (or nothing this client can use): an older server's answer
+      ctx->TryCancel();
+      reader->Finish();
+      return grpc::Status::OK;
+    }
+    desc = got;
+    // The destination's pages faulted in while the server writes the region.
+    bytes.reserve(static_cast<size_t>(n));
+    AdviseHugePages(bytes.data(), static_cast<size_t>(n));
+    PrefaultPages(bytes.data(), static_cast<size_t>(n));
+  }
+  const grpc::Status s = reader->Finish();
+  for (const auto& [key, value] : ctx->GetServerTrailingMetadata()) {
+    if (key == kShmBufferBytesTrailer) (void)absl::SimpleAtoi(absl::string_view(value.data(), value.size()), needed);
+  }
+  if (!s.ok()) return s;
+  if (!desc.has_value()) {
+    *streamed = true;  // no answer at all: an older server's for a 0-byte buffer
+    return s;
+  }
+  bytes.insert(bytes.end(), region.data(), region.data() + desc->num_bytes());
+  *out = HostTensor(std::move(*desc), std::move(bytes));
+  return grpc::Status::OK;
+}
+
+// A download through shared memory: the kept region (or a fresh one of
+// shared_memory_transfer_min_bytes) offered first, one of the buffer's
+// size when the server says that one is too small. nullopt: download it
+// over the stream instead.
+std::optional<absl::StatusOr<HostTensor>> DownloadThroughShm(Client::Impl& impl, const CallCtx& c,
+                                                             const std::string& id) {
+  int64_t want = c.options->shared_memory_transfer_min_bytes;
+  for (int attempt = 0; impl.shm.load() && attempt < 2; ++attempt) {
+    absl::StatusOr<ShmRegion> region = TakeRegion(impl, want);
+    if (!region.ok()) break;
+    HostTensor out;
+    int64_t needed = -1;
+    bool streamed = false;
+    const absl::Status s = WithRetry(c, [&](grpc::ClientContext* ctx) {
+      return DownloadIntoRegion(impl, ctx, id, *region, &out, &needed, &streamed);
+    });
+    if (streamed) break;
+    if (s.ok()) {
+      KeepRegion(impl, std::move(*region));
+      return out;
+    }
+    if (s.code() == absl::StatusCode::kInvalidArgument && needed > region->size()) {
+      want = needed;
+      continue;
+    }
+    if (ShmRefused(impl, s)) return std::nullopt;
+    return s;
+  }
+  impl.shm = false;
+  return std::nullopt;
+}
+
 // Each message is the header's bytes (first message only) and the chunk's
 // bytes referenced in the caller's tensor, in UploadChunk's wire format.
 absl::StatusOr<v1::BufferInfo> DoUpload(Client::Impl& impl, const CallCtx& c, const HostTensor& t,
@@ -272,6 +462,7 @@ absl::StatusOr<v1::BufferInfo> DoUpload(Client::Impl& impl, const CallCtx& c, co
   for (int64_t d : t.shape()) h.add_shape(d);
   h.set_label(label);
   h.set_device(device);
+  if (auto shm = UploadThroughShm(impl, c, t, h)) return *std::move(shm);
   std::string header;
   wire::AppendLengthPrefix(kHeaderField, h.ByteSizeLong(), &header);
   h.AppendToString(&header);
@@ -311,6 +502,9 @@ absl::StatusOr<v1::BufferInfo> DoUpload(Client::Impl& impl, const CallCtx& c, co
 }
 
 absl::StatusOr<HostTensor> DoDownload(Client::Impl& impl, const CallCtx& c, const std::string& id) {
+  if (impl.shm.load()) {
+    if (auto shm = DownloadThroughShm(impl, c, id)) return *std::move(shm);
+  }
   HostTensor result;
   absl::Status st = WithRetry(c, [&](grpc::ClientContext* ctx) -> grpc::Status {
     v1::DownloadRequest req;
@@ -622,6 +816,8 @@ absl::StatusOr<std::vector<v1::BufferInfo>> Client::ListBuffers(const CallOption
   }));
   return std::vector<v1::BufferInfo>(resp.buffers().begin(), resp.buffers().end());
 }
+
+bool Client::shared_memory_transfers() const { return impl_->shm.load(); }
 
 bool Client::kernel_session_ring_attached() const {
   return impl_->session != nullptr && impl_->session->ring_attached();

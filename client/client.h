@@ -80,6 +80,18 @@ struct ClientOptions {
   // response does not fit is RESOURCE_EXHAUSTED: pass large tensors as
   // buffers. 0: over the stream.
   uint32_t kernel_session_ring_bytes = 0;
+  // Buffer uploads of at least this many bytes (UploadBuffer, and large op
+  // inputs' temporary buffers), and buffer downloads (DownloadBuffer, large
+  // op outputs: their size is known only from the server's answer), to a
+  // server at a loopback address (127.0.0.0/8, [::1], localhost), go through
+  // a POSIX shared-memory object of this process's (tensor.proto's
+  // SharedMemoryRegion) instead of the stream: one memcpy on each side
+  // instead of the loopback socket. The server takes it only from a client
+  // on its host whose user owns the object. One object, up to 256 MiB, is
+  // kept for the next transfer. Where the server refuses (another user,
+  // not over loopback TCP) or predates it, the call goes over the stream and
+  // so do this Client's later transfers. 0: always over the stream.
+  int64_t shared_memory_transfer_min_bytes = 1 << 20;
 };
 
 // Per-call overrides.
@@ -287,6 +299,9 @@ class Client {
   int64_t kernel_sessions_opened() const;
   // Whether the open session's calls go through a shared-memory ring.
   bool kernel_session_ring_attached() const;
+  // Whether buffer transfers may still go through shared memory
+  // (shared_memory_transfer_min_bytes, a loopback target, not refused yet).
+  bool shared_memory_transfers() const;
 
   struct Impl;
 

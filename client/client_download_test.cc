@@ -37,6 +37,29 @@ class BrokenBuffers final : public v1::BufferService::Service {
     writer->Write(c);
     return grpc::Status::OK;
   }
+
+  // As a server that predates tensor.proto's SharedMemoryRegion: the header's
+  // shm field unknown to it, the bytes expected in the stream.
+  grpc::Status Upload(grpc::ServerContext*, grpc::ServerReader<v1::UploadChunk>* reader,
+                      v1::BufferInfo* info) override {
+    v1::UploadChunk c;
+    int64_t expected = -1, got = 0;
+    while (reader->Read(&c)) {
+      if (c.has_header()) {
+        expected = 1;
+        for (int64_t d : c.header().shape()) expected *= d;
+        *info->mutable_shape() = c.header().shape();
+      }
+      got += static_cast<int64_t>(c.data().size());
+    }
+    if (got != expected) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "data: expected " + std::to_string(expected) + " bytes, got " + std::to_string(got));
+    }
+    info->set_id("old");
+    info->set_size_bytes(got);
+    return grpc::Status::OK;
+  }
 };
 
 class ClientDownloadTest : public ::testing::Test {
@@ -105,6 +128,30 @@ TEST_F(ClientDownloadTest, WholeStreamIsTheTensor) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->num_bytes(), 16);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(r->bytes()), 16), std::string(16, 'x'));
+}
+
+// A client on the server's host first offers shared memory; a server that
+// ignores the field gets the bytes over the stream, and the client stops
+// offering it.
+TEST_F(ClientDownloadTest, ServerWithoutSharedMemoryGetsTheStream) {
+  ClientOptions o = client_->options();
+  o.shared_memory_transfer_min_bytes = 1;
+  auto c = Client::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE((*c)->shared_memory_transfers());
+  HostTensor t(DType::kUint8, {3 << 20});
+  for (int64_t i = 0; i < t.num_bytes(); ++i) t.bytes()[i] = static_cast<uint8_t>(i * 13);
+  auto info = (*c)->UploadBuffer(t);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->size_bytes(), 3 << 20);
+  EXPECT_FALSE((*c)->shared_memory_transfers());
+
+  auto d = Client::Connect(o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto r = (*d)->DownloadBuffer("ok");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(r->bytes()), 16), std::string(16, 'x'));
+  EXPECT_FALSE((*d)->shared_memory_transfers());
 }
 
 }  // namespace

@@ -20,6 +20,12 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 // write, while the pages are not yet faulted in.
 void AdviseHugePages(void* data, size_t bytes);
 
+// Faults in the whole pages inside [data, data + bytes) now, for writing
+// (MADV_POPULATE_WRITE), so that a later copy into them pays no page faults:
+// for a destination prepared while something else is waited for. Best
+// effort: where the kernel lacks it (before Linux 5.14), nothing happens.
+void PrefaultPages(void* data, size_t bytes);
+
 }  // namespace kernelserve
 
 #endif  // KERNELSERVE_COMMON_HUGE_PAGES_H_

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -80,6 +81,26 @@ TEST_F(HugePagesTest, AdvisedMemoryKeepsItsBytes) {
   for (size_t i = 0; i < 3 * kHugePageBytes; ++i) {
     ASSERT_EQ(base_[i], static_cast<uint8_t>(i * 7 + 1)) << "byte " << i;
   }
+}
+
+// Prefaulted pages are resident before anything is written to them (where
+// the kernel has MADV_POPULATE_WRITE; before 5.14 the call does nothing).
+TEST(PrefaultPagesTest, PagesAreResidentAfterward) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), n = 64;
+  void* p = mmap(nullptr, n * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  // From the middle of the first page: whole pages only, so it is left alone.
+  PrefaultPages(static_cast<char*>(p) + 100, n * page - 100);
+  std::vector<unsigned char> resident(n);
+  ASSERT_EQ(mincore(p, n * page, resident.data()), 0);
+  if ((resident[1] & 1) == 0) {
+    munmap(p, n * page);
+    GTEST_SKIP() << "MADV_POPULATE_WRITE not supported by this kernel";
+  }
+  EXPECT_EQ(resident[0] & 1, 0);
+  for (size_t i = 1; i < n; ++i) EXPECT_EQ(resident[i] & 1, 1) << "page " << i;
+  PrefaultPages(nullptr, 10);  // nothing to do
+  munmap(p, n * page);
 }
 
 }  // namespace

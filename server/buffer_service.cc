@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -10,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_wire.h"
+#include "common/huge_pages.h"
+#include "common/shm_region.h"
 #include "common/status_macros.h"
 #include "server/call_log.h"
 #include "server/ids.h"
@@ -88,11 +91,20 @@ class StagedUpload {
 
   // Gathers `bytes` (never past the buffer's size: the caller checks), sending each full block.
   absl::Status Add(absl::string_view bytes) {
-    while (!bytes.empty()) {
-      const size_t k = std::min(bytes.size(), static_cast<size_t>(batch_ - fill_));
-      std::memcpy(block_data_[current_] + fill_, bytes.data(), k);
-      fill_ += static_cast<int64_t>(k);
-      bytes.remove_prefix(k);
+    return Fill(static_cast<int64_t>(bytes.size()), [&](char* dst, int64_t at, int64_t k) {
+      std::memcpy(dst, bytes.data() + at, static_cast<size_t>(k));
+      return absl::OkStatus();
+    });
+  }
+
+  // Gathers `n` bytes that read(dst, at, k) puts at dst (bytes [at, at + k)
+  // of the n), sending each full block.
+  absl::Status Fill(int64_t n, const std::function<absl::Status(char* dst, int64_t at, int64_t k)>& read) {
+    for (int64_t at = 0; at < n;) {
+      const int64_t k = std::min(n - at, batch_ - fill_);
+      KS_RETURN_IF_ERROR(read(block_data_[current_] + fill_, at, k));
+      fill_ += k;
+      at += k;
       if (fill_ == batch_ && sent_ + fill_ < total_) KS_RETURN_IF_ERROR(Send(/*last=*/false));
     }
     return absl::OkStatus();
@@ -149,6 +161,92 @@ absl::Status ReadChunk(const grpc::ByteBuffer& raw, int64_t index, wire::WireMes
                                        "type (UploadChunk)"));
 }
 
+// The caller's own shared-memory object named in `field` (header.shm,
+// shm), opened for `bytes` at its offset: only for a process on this host
+// over loopback TCP whose user owns the object, so that no caller can make
+// the server read or write another user's memory.
+absl::StatusOr<ShmRegion> OpenCallersRegion(grpc::ServerContext* ctx, absl::string_view field,
+                                            const pb::SharedMemoryRegion& shm, int64_t bytes, bool writable) {
+  const absl::StatusOr<uint32_t> caller = LoopbackPeerUid(ctx->peer());
+  if (!caller.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(field, ": shared memory needs a client on this host over "
+                                                      "loopback TCP (", caller.status().message(),
+                                                      "); send the bytes in the stream instead"));
+  }
+  return ShmRegion::Open(field, shm.shm_name(), shm.offset(), bytes, writable, [&](uint32_t owner) {
+    if (owner == *caller) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(field, ".shm_name: \"", shm.shm_name(), "\" belongs to uid ",
+                                                    owner, ", the caller is uid ", *caller,
+                                                    " (the server uses only the caller's own shared memory)"));
+  });
+}
+
+// The rest of an upload stream whose header named shared memory: it must
+// carry no data (`first`: the header's message, already read).
+absl::Status ExpectNoData(DecodingReader<pb::UploadChunk>* reader, wire::WireMessage* first) {
+  constexpr int kHeaderField = 1, kDataField = 2;  // tensor.proto's UploadChunk
+  grpc::ByteBuffer raw;
+  wire::WireMessage* chunk = first;
+  for (int64_t index = 0;; ++index) {
+    if (index > 0 && chunk->Has(kHeaderField)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("header: only the first message may carry the header (message ", index, ")"));
+    }
+    if (chunk->BytesSize(kDataField) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data: the header named shared memory (header.shm), so the stream must carry no data; message ", index,
+          " carries ", chunk->BytesSize(kDataField), " bytes"));
+    }
+    if (!reader->ReadRaw(&raw)) break;
+    KS_RETURN_IF_ERROR(ReadChunk(raw, index + 1, first));
+  }
+  return reader->status();
+}
+
+// The region's bytes into the buffer's memory: read straight into it where
+// device memory is host memory, else through page-locked staging blocks
+// (StagedUpload), or, without room for those, a chunk-sized window.
+absl::Status UploadFromRegion(ServerState* state, grpc::ServerContext* ctx, const ShmRegion& region, Buffer* buffer,
+                              const std::string& what) {
+  Backend& backend = state->backend();
+  const int device = buffer->device;
+  const int64_t total = buffer->desc.num_bytes();
+  if (total == 0 || backend.Capabilities().device_memory_is_host) {
+    return state->RunOnDevice(device, ctx, [&]() -> absl::Status {
+      KS_RETURN_IF_ERROR(EnsureMemory(state, buffer, what));
+      return region.Read(0, buffer->memory->data(), total);
+    });
+  }
+  auto read = [&](char* dst, int64_t at, int64_t k) { return region.Read(at, dst, k); };
+  StagedUpload staged(state, ctx, buffer, what);
+  Reservation staging;
+  if (state->ChargeHost(device, buffer->owner, staged.host_bytes(), "upload staging", &staging).ok()) {
+    KS_RETURN_IF_ERROR(staged.Start());
+    KS_RETURN_IF_ERROR(staged.Fill(total, read));
+    return staged.Finish();
+  }
+  std::string window(static_cast<size_t>(std::min(total, kDefaultChunkBytes)), '\0');
+  for (int64_t at = 0; at < total;) {
+    const int64_t k = std::min(total - at, static_cast<int64_t>(window.size()));
+    KS_RETURN_IF_ERROR(read(window.data(), at, k));
+    KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
+      KS_RETURN_IF_ERROR(EnsureMemory(state, buffer, what));
+      return backend.CopyToDevice(device, static_cast<uint8_t*>(buffer->memory->data()) + at, window.data(),
+                                  static_cast<size_t>(k));
+    }));
+    at += k;
+  }
+  return absl::OkStatus();
+}
+
+// A buffer whose bytes are all on the device, registered for its owner.
+absl::Status AddUploaded(ServerState* state, const std::shared_ptr<Buffer>& buffer, pb::BufferInfo* info) {
+  buffer->created_unix_ms = absl::ToUnixMillis(absl::Now());
+  state->registry().AddBuffer(buffer);
+  FillInfo(*buffer, info);
+  return absl::OkStatus();
+}
+
 absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
                       pb::BufferInfo* info, CallLog* log) {
   constexpr int kHeaderField = 1, kDataField = 2;  // tensor.proto's UploadChunk
@@ -186,6 +284,23 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
   buffer->desc = desc;
 
   buffer->reservation = std::move(staging_hold);
+  if (h.has_shm()) {
+    // The client may still be writing the region: its bytes are read once
+    // the stream ends, the buffer's memory faulted in meanwhile.
+    KS_ASSIGN_OR_RETURN(const ShmRegion region, OpenCallersRegion(ctx, "header.shm", h.shm(), total, false));
+    if (state->backend().Capabilities().device_memory_is_host) {
+      KS_RETURN_IF_ERROR(state->RunOnDevice(device, ctx, [&]() -> absl::Status {
+        KS_RETURN_IF_ERROR(EnsureMemory(state, buffer.get(), what));
+        PrefaultPages(buffer->memory->data(), static_cast<size_t>(total));
+        return absl::OkStatus();
+      }));
+    }
+    KS_RETURN_IF_ERROR(ExpectNoData(reader, &chunk));
+    if (ctx->IsCancelled()) return absl::CancelledError("upload cancelled by the client");
+    KS_RETURN_IF_ERROR(UploadFromRegion(state, ctx, region, buffer.get(), what));
+    log->AddBytesIn(total);
+    return AddUploaded(state, buffer, info);
+  }
   // Device memory that is host memory (cpu): chunks are kept as received
   // (the transport's slices, referenced, never parsed into a protobuf copy)
   // and copied straight into the buffer in batches of kUploadBatchBytes, one
@@ -269,9 +384,21 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
     return absl::InvalidArgumentError(absl::StrCat("data: ", ByteCountMismatch(desc, received)));
   }
   KS_RETURN_IF_ERROR(staged ? staged->Finish() : flush());
-  buffer->created_unix_ms = absl::ToUnixMillis(absl::Now());
-  state->registry().AddBuffer(buffer);
-  FillInfo(*buffer, info);
+  return AddUploaded(state, buffer, info);
+}
+
+// A download through shared memory's one message: the buffer's info, no
+// data. Sent before the bytes are written, so that the client prepares its
+// destination (faults its pages in) meanwhile; the bytes are in the region
+// once the call ends OK.
+absl::Status SendShmInfo(const Buffer& buffer, grpc::ServerSplitStreamer<grpc::ByteBuffer, grpc::ByteBuffer>* writer) {
+  pb::DownloadChunk answer;
+  FillInfo(buffer, answer.mutable_info());
+  grpc::ByteBuffer out;
+  bool own = false;
+  if (!grpc::SerializationTraits<pb::DownloadChunk>::Serialize(answer, &out, &own).ok() || !writer->Write(out)) {
+    return absl::CancelledError("download: the client went away");
+  }
   return absl::OkStatus();
 }
 
@@ -292,6 +419,23 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   int64_t chunk = req.chunk_bytes() == 0 ? kDefaultChunkBytes : req.chunk_bytes();
   chunk = std::min(chunk, state->max_payload_bytes());
   const int64_t total = buffer->desc.num_bytes();
+  Backend& backend = state->backend();
+  const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
+  // Through the caller's shared memory: the bytes go into the region (on a
+  // device whose memory is host memory, straight from the buffer; else in
+  // batches through staging blocks, as below) and one message says so.
+  std::optional<ShmRegion> region;
+  if (req.has_shm()) {
+    // The size a region must have, for a client that offered a smaller one.
+    ctx->AddTrailingMetadata(kShmBufferBytesTrailer, std::to_string(total));
+    KS_ASSIGN_OR_RETURN(region, OpenCallersRegion(ctx, "shm", req.shm(), total, /*writable=*/true));
+    KS_RETURN_IF_ERROR(SendShmInfo(*buffer, writer));
+    if (backend.Capabilities().device_memory_is_host) {
+      KS_RETURN_IF_ERROR(state->RunOnDevice(buffer->device, ctx, [&] { return region->Write(0, src, total); }));
+      log->AddBytesOut(total);
+      return absl::OkStatus();
+    }
+  }
   // Device to host in batches of whole chunks, charged to the memory limit;
   // without room for a batch, one chunk at a time. A batch's area is a
   // refcounted gRPC slice that its chunks' messages reference, released
@@ -314,8 +458,6 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
   // bounce buffers; reused host blocks on the cpu backend: fresh pages fault
   // on every batch), which the slice then owns: the block goes back to the
   // backend's cache when the transport releases the slice.
-  Backend& backend = state->backend();
-  const auto* src = static_cast<const uint8_t*>(buffer->memory->data());
   auto fetch = [&, batch](int64_t base) -> absl::StatusOr<grpc::Slice> {
     const int64_t m = std::min(batch, total - base);
     std::unique_ptr<StagingMemory> block;
@@ -338,7 +480,11 @@ absl::Status DoDownload(ServerState* state, grpc::ServerContext* ctx, const pb::
     KS_RETURN_IF_ERROR(current.status());
     const grpc::Slice& host = *current;
     const auto m = static_cast<int64_t>(host.size());
-    for (int64_t off = 0; off < m; off += chunk) {
+    if (region) {
+      KS_RETURN_IF_ERROR(region->Write(base, host.begin(), m));
+      log->AddBytesOut(m);
+    }
+    for (int64_t off = 0; off < m && !region; off += chunk) {
       if (base + off == 0) {
         FillInfo(*buffer, fields.mutable_info());
       } else {

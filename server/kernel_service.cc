@@ -753,12 +753,6 @@ grpc::Status KernelServiceImpl::DecodeAttention(grpc::ServerContext* ctx,
                        [&](CallLog* log) { return DoDecodeAttention(state_, ctx, *req, resp, log); });
 }
 
-namespace {
-
-// The uid of the local process at the other end of a loopback TCP call
-// (ctx->peer() "ipv4:127.0.0.1:PORT" or "ipv6:[::1]:PORT"): the established
-// socket bound to that port in /proc/net/tcp{,6} names its owner. NOT_FOUND
-// for a peer that is not such a socket (another host, a Unix socket).
 absl::StatusOr<uint32_t> LoopbackPeerUid(const std::string& peer) {
   const bool v4 = absl::StartsWith(peer, "ipv4:127."), v6 = absl::StartsWith(peer, "ipv6:[::1]:");
   const size_t colon = peer.rfind(':');
@@ -790,6 +784,8 @@ absl::StatusOr<uint32_t> LoopbackPeerUid(const std::string& peer) {
   if (!uid.has_value()) return absl::NotFoundError(absl::StrCat("no local socket of the caller (", peer, ")"));
   return *uid;
 }
+
+namespace {
 
 // The unary method a session request stands for ("Session" for none).
 absl::string_view SessionCallMethod(const pb::SessionRequest& req) {

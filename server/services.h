@@ -126,6 +126,13 @@ class KernelServiceImpl final : public pb::KernelService::Service {
   bool sessions_closed_ ABSL_GUARDED_BY(sessions_mu_) = false;
 };
 
+// The uid of the local process at the other end of a loopback TCP call
+// (ctx->peer() "ipv4:127.0.0.1:PORT" or "ipv6:[::1]:PORT"): the established
+// socket bound to that port in /proc/net/tcp{,6} names its owner. NOT_FOUND
+// for a peer that is not such a socket (another host, a Unix socket). What
+// shared memory (a session's ring, a buffer's region) is checked against.
+absl::StatusOr<uint32_t> LoopbackPeerUid(const std::string& peer);
+
 // Device `d` of the node as DeviceService.List shows it.
 void FillDevice(ServerState* state, int d, pb::Device* out);
 

@@ -16,6 +16,7 @@
 
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
+#include "common/shm_region.h"
 #include "gtest/gtest.h"
 #include "kernels/backends.h"
 #include "kernelserve/v1/kernel.grpc.pb.h"
@@ -227,6 +228,63 @@ TEST_F(StagedUploadTest, BytesArriveIntactWithOneCopyPerBlock) {
     EXPECT_TRUE(bytes == t.data()) << "first difference at byte "
                                    << std::mismatch(bytes.begin(), bytes.end(), t.data().begin()).first -
                                           bytes.begin();
+  }
+}
+
+// Through the caller's shared memory (tensor.proto's SharedMemoryRegion): an
+// upload's region is read into the staging blocks, one asynchronous copy per
+// block; a download's batches go through staging blocks into the region; the
+// bytes round-trip with the stream's, at an offset that is no page multiple.
+TEST_F(StagedUploadTest, SharedMemoryGoesThroughTheStagingBlocks) {
+  constexpr int64_t kMiB = 1 << 20, kBlock = 8 * kMiB, kOffset = 4097;
+  uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed();
+  for (int64_t bytes : {int64_t{3}, kMiB + 1, kBlock, 2 * kBlock + kMiB + 5, 40 * kMiB + 3}) {
+    SCOPED_TRACE(::testing::Message() << bytes << " bytes");
+    backend_->ResetCounts();
+    const pb::Tensor t = RandomBytes(pb::UINT8, {bytes}, ++seed);
+    auto in = ShmRegion::Create(kOffset + bytes);
+    ASSERT_TRUE(in.ok()) << in.status();
+    std::memcpy(in->data() + kOffset, t.data().data(), t.data().size());
+    pb::UploadChunk header;
+    header.mutable_header()->set_dtype(pb::UINT8);
+    header.mutable_header()->add_shape(bytes);
+    header.mutable_header()->mutable_shm()->set_shm_name(in->name());
+    header.mutable_header()->mutable_shm()->set_offset(kOffset);
+    pb::BufferInfo info;
+    {
+      grpc::ClientContext ctx;
+      auto writer = buffers_->Upload(&ctx, &info);
+      ASSERT_TRUE(writer->Write(header));
+      writer->WritesDone();
+      const grpc::Status up = writer->Finish();
+      ASSERT_TRUE(up.ok()) << up.error_message();
+    }
+    const DeferredCopyBackend::Counts n = backend_->counts();
+    EXPECT_EQ(n.sync_copies, 0);
+    EXPECT_EQ(n.async_copies, (bytes + kBlock - 1) / kBlock);
+    std::string streamed;
+    ASSERT_TRUE(Download(buffers_.get(), info.id(), 0, &streamed).ok());
+    EXPECT_TRUE(streamed == t.data());
+
+    auto out = ShmRegion::Create(kOffset + bytes);
+    ASSERT_TRUE(out.ok()) << out.status();
+    pb::DownloadRequest req;
+    req.set_buffer_id(info.id());
+    req.mutable_shm()->set_shm_name(out->name());
+    req.mutable_shm()->set_offset(kOffset);
+    grpc::ClientContext ctx;
+    auto reader = buffers_->Download(&ctx, req);
+    pb::DownloadChunk chunk;
+    int messages = 0;
+    while (reader->Read(&chunk)) {
+      ++messages;
+      EXPECT_TRUE(chunk.data().empty());
+      EXPECT_EQ(chunk.info().size_bytes(), bytes);
+    }
+    const grpc::Status down = reader->Finish();
+    ASSERT_TRUE(down.ok()) << down.error_message();
+    EXPECT_EQ(messages, 1);
+    EXPECT_EQ(std::memcmp(out->data() + kOffset, t.data().data(), t.data().size()), 0);
   }
 }
 

@@ -16,6 +16,9 @@ through the package's API only:
   download bit-exact, freed on leaving `with`; pools likewise; downloads from a
   stand-in server whose chunk stream has a gap, overruns, lacks the info or
   ends short are DATA_LOSS;
+- shared memory: uploads and downloads through it round-trip bit-exact
+  against the stream's for several dtypes and sizes; against the stand-in (a
+  server that predates it) both fall back to the stream and stop offering it;
 - errors: malformed requests raise kernelserve.Error with the gRPC code and a
   message naming the field; client-side type errors for ambiguous arrays;
 - a benchmark job: submit, watch with the text progress bar, records that are
@@ -333,6 +336,42 @@ class Check:
             else:
                 self.ok("upload fp8 codes with dtype=", repr(b))
 
+    def shared_memory(self, port):
+        """Uploads and downloads through shared memory (a loopback address, shared_memory_transfer_min_bytes)
+        round-trip bit-exact against the stream's, both ways, for several dtypes and sizes; a region too
+        small for a download is replaced by one of the buffer's size; the option off keeps the stream."""
+        addr = "127.0.0.1:%d" % port
+        with ks.Client(addr, shared_memory_transfer_min_bytes=1) as shm, \
+                ks.Client(addr, shared_memory_transfer_min_bytes=0) as stream, \
+                ks.Client("localhost:%d" % port) as default:
+            if not shm.shared_memory_transfers or stream.shared_memory_transfers \
+                    or not default.shared_memory_transfers:
+                self.fail("shared memory: asked for", "%s / %s / %s" % (
+                    shm.shared_memory_transfers, stream.shared_memory_transfers, default.shared_memory_transfers))
+            cases = [(self.rng.standard_normal((3, 333)).astype(np.float32), None),
+                     (self.rng.integers(-2**31, 2**31, (4097,), dtype=np.int64).astype(np.int32), None),
+                     (self.rng.integers(0, 256, (2 << 20) + 5, dtype=np.uint8), "fp8_e4m3fn"),
+                     (self.rng.standard_normal((1024, 1025)).astype(np.float32), None),
+                     (self.rng.integers(0, 256, (7,), dtype=np.uint8), "uint8")]
+            for a, dtype in cases:
+                name = "shared memory %s %s" % (dtype or a.dtype, list(a.shape))
+                want = ks.round_bf16(a) if a.dtype == np.float32 else a
+                with shm.upload(a, dtype=dtype) as b1, stream.upload(a, dtype=dtype) as b2:
+                    one, two = stream.download(b1.id), shm.download(b2.id)
+                if not (np.array_equal(one, want) and np.array_equal(two, want) and two.flags.writeable):
+                    self.fail(name, "differs from the stream's")
+                else:
+                    self.ok(name, "in and out through shared memory, bit-exact both ways")
+            big = self.rng.standard_normal((2048, 1024)).astype(np.float32)  # 4 MiB bf16: over the kept region
+            with default.upload(big) as b:
+                back = default.download(b)
+            if not (np.array_equal(back, ks.round_bf16(big)) and default.shared_memory_transfers):
+                self.fail("shared memory, default threshold", "differs, or refused")
+            else:
+                self.ok("shared memory, default threshold", "4 MiB in and out through a 'localhost' address")
+            if not shm.shared_memory_transfers:
+                self.fail("shared memory", "the real server refused it")
+
     def torch_tensors(self):
         """torch tensors in and out: float32 and bfloat16 inputs, outputs as torch.bfloat16 equal to the NumPy
         call's float32 values; Buffer.download(as_torch=True). Skipped with a note when torch is absent."""
@@ -502,11 +541,25 @@ def download_stream_check(check):
         for m in streams[request.buffer_id]:
             yield m
 
+    def upload(chunks, context):
+        """As a server that predates SharedMemoryRegion: the header's shm unknown to it, the bytes expected."""
+        header, got = None, b""
+        for m in chunks:
+            header = header or m.header
+            got += m.data
+        if len(got) != int(np.prod(header.shape)):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "data: expected %d bytes, got %d"
+                          % (int(np.prod(header.shape)), len(got)))
+        return tensor_pb2.BufferInfo(id="old", dtype=header.dtype, shape=header.shape, size_bytes=len(got))
+
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("kernelserve.v1.BufferService", {
         "Download": grpc.unary_stream_rpc_method_handler(
             download, request_deserializer=tensor_pb2.DownloadRequest.FromString,
-            response_serializer=tensor_pb2.DownloadChunk.SerializeToString)}),))
+            response_serializer=tensor_pb2.DownloadChunk.SerializeToString),
+        "Upload": grpc.stream_unary_rpc_method_handler(
+            upload, request_deserializer=tensor_pb2.UploadChunk.FromString,
+            response_serializer=tensor_pb2.BufferInfo.SerializeToString)}),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
@@ -519,6 +572,15 @@ def download_stream_check(check):
             for case in ("gap", "overrun", "noinfo", "short"):
                 check.expect_error("download stream: " + case, lambda case=case: c.download(case), "DATA_LOSS",
                                    "download:")
+            # The stand-in ignores shared memory: the first download offered it, got the stream, and stopped.
+            if c.shared_memory_transfers:
+                check.fail("shared memory, older server", "still offered after the server streamed the bytes")
+        with ks.Client("127.0.0.1:%d" % port, shared_memory_transfer_min_bytes=1) as c:
+            b = c.upload((np.arange(3 << 20) % 251).astype(np.uint8), dtype="uint8")  # elements = bytes
+            if b.id != "old" or b.size_bytes != 3 << 20 or c.shared_memory_transfers:
+                check.fail("shared memory, older server", "upload %r, still offered: %s" % (b, c.shared_memory_transfers))
+            else:
+                check.ok("shared memory, older server", "upload and download fell back to the stream")
     finally:
         server.stop(None)
 
@@ -1184,6 +1246,7 @@ def main():
             check.decode()
             check.moe()
             check.buffers()
+            check.shared_memory(port)
             download_stream_check(check)
             check.torch_tensors()
             check.timing_info()

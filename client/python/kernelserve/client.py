@@ -7,6 +7,7 @@ import numpy as np
 
 from kernelserve import jobs as _jobs
 from kernelserve import session as _session
+from kernelserve import shm as _shm
 from kernelserve import tensors as _t
 from kernelserve.v1 import (bench_pb2, bench_pb2_grpc, device_pb2, device_pb2_grpc, kernel_pb2, kernel_pb2_grpc,
                             pool_pb2, pool_pb2_grpc, tensor_pb2, tensor_pb2_grpc)
@@ -164,13 +165,22 @@ class Client:
     grpcio's public streaming API, which is slower (README.md, Sessions). ring_bytes=N with session=True, for a
     server on this host: the session's calls through a shared-memory ring of N bytes each way instead of gRPC
     messages (README.md, Rings); a refused ring leaves them on the stream (ring_refused says why).
+    shared_memory_transfer_min_bytes=N (default 1 MiB; 0: off): uploads of at least N bytes, and downloads,
+    to a server at a loopback address go through a shared-memory object instead of the stream (README.md,
+    Shared memory); where the server refuses it, they go over the stream (shared_memory_transfers says which).
     timeout: seconds per call.
     """
 
     def __init__(self, address, token=None, tls=False, root_certs=None, client_cert=None, client_key=None,
-                 server_name=None, timeout=600.0, max_message_mb=1024, session=False, ring_bytes=0):
+                 server_name=None, timeout=600.0, max_message_mb=1024, session=False, ring_bytes=0,
+                 shared_memory_transfer_min_bytes=1 << 20):
         self.address = address
         self.timeout = timeout
+        self._shm_min = int(shared_memory_transfer_min_bytes)
+        self._shm_on = self._shm_min > 0 and _shm.is_loopback(address)
+        self._regions = _shm.Regions()
+        # The kept region's name must go with the Client, or at the latest when Python exits: /dev/shm keeps it.
+        weakref.finalize(self, self._regions.close)
         self._metadata = (("authorization", "Bearer " + token),) if token else ()
         opts = [("grpc.max_receive_message_length", max_message_mb << 20),
                 ("grpc.max_send_message_length", max_message_mb << 20)]
@@ -220,6 +230,12 @@ class Client:
         return "%s: %s" % r if r else None
 
     @property
+    def shared_memory_transfers(self):
+        """Whether buffer transfers may still go through shared memory: asked for, a loopback address, and not
+        refused by the server (another host or user, an older server) so far."""
+        return self._shm_on
+
+    @property
     def sessions_opened(self):
         """Session streams opened so far: 1 while one stream serves; each timeout or broken stream adds one."""
         return self._session.opened if self._session is not None else 0
@@ -227,6 +243,7 @@ class Client:
     def close(self):
         if self._session is not None:
             self._session.close()
+        self._regions.close()
         self._channel.close()
 
     def __enter__(self):
@@ -282,8 +299,12 @@ class Client:
                 raise TypeError("upload of a uint8 array needs dtype= (fp8_e4m3fn, fp8_e4m3fnuz, fp4_e2m1, e8m0 or "
                                 "uint8)")
             t = _t.to_tensor(a, "bf16" if a.dtype.kind == "f" else "int32")
-        data = t.data()
         header = tensor_pb2.UploadHeader(dtype=t.enum, shape=t.shape, label=label, device=device)
+        if self._shm_on and t.array.nbytes >= self._shm_min:
+            info = self._upload_shm(t, header)
+            if info is not None:
+                return Buffer(self, info)
+        data = t.data()
 
         def chunks():
             yield tensor_pb2.UploadChunk(header=header, data=data[:CHUNK_BYTES])
@@ -300,6 +321,9 @@ class Client:
         ks.Error (DATA_LOSS), as the C++ client does.
         """
         buffer_id = buffer_id.id if isinstance(buffer_id, Buffer) else buffer_id
+        got = self._download_shm(buffer_id) if self._shm_on else None
+        if got is not None:
+            return _t.from_buffer(got[0], got[1].dtype, list(got[1].shape), as_torch)
         info, out, view, received = None, None, None, 0
         for m in self._stream(self._buffers.Download, tensor_pb2.DownloadRequest(buffer_id=buffer_id,
                                                                                  chunk_bytes=chunk_bytes)):
@@ -320,6 +344,83 @@ class Client:
                         % (received, len(out) if out is not None else -1))
         view.release()
         return _t.from_buffer(out, info.dtype, list(info.shape), as_torch)
+
+    def _upload_shm(self, t, header):
+        """An upload through shared memory: the array copied once into a region, the stream one header naming
+        it. The BufferInfo, or None where it must go over the stream."""
+        a = np.ascontiguousarray(t.array.astype(t.array.dtype.newbyteorder("<"), copy=False))
+        try:
+            region = self._regions.take(a.nbytes)
+        except OSError:
+            self._shm_on = False  # this host has no shared memory to give
+            return None
+        header.shm.shm_name = region.name
+
+        def messages():
+            # The header first: the server prepares the buffer's memory while the bytes are copied in, and reads
+            # them once the stream ends.
+            yield tensor_pb2.UploadChunk(header=header)
+            region.view(a.nbytes)[:] = a.reshape(-1).view(np.uint8)
+
+        try:
+            info = self._call(self._buffers.Upload, messages())
+        except Error as e:
+            code, message = e.code, e.message
+        else:
+            self._regions.keep(region)
+            return info
+        region.close()
+        header.ClearField("shm")
+        if _shm.refused(code, message):
+            self._shm_on = False
+            return None
+        raise Error(code, message, _method(self._buffers.Upload))
+
+    def _download_shm(self, buffer_id):
+        """A download through shared memory: the kept region (or a fresh one of shared_memory_transfer_min_bytes)
+        offered first, one of the buffer's size when the server says that one is too small. (bytes, BufferInfo),
+        or None where it must go over the stream (refused, or an older server that streamed the bytes)."""
+        want = self._shm_min
+        for _ in range(2):
+            try:
+                region = self._regions.take(want)
+            except OSError:
+                break
+            req = tensor_pb2.DownloadRequest(buffer_id=buffer_id,
+                                             shm=tensor_pb2.SharedMemoryRegion(shm_name=region.name))
+            info, out, needed, failure, streamed = None, None, None, None, False
+            try:
+                call = self._buffers.Download(req, timeout=self.timeout, metadata=self._metadata)
+                for m in call:
+                    if info is not None or m.data or not m.HasField("info") \
+                            or not 0 <= m.info.size_bytes <= region.size:
+                        streamed = True  # data chunks (or nothing this client can use): an older server's answer
+                        call.cancel()
+                        break
+                    info = m.info
+                    # The destination's pages faulted in while the server writes the region.
+                    out = np.empty(info.size_bytes, np.uint8)
+                    _shm.prefault(out)
+            except grpc.RpcError as e:
+                failure = (e.code().name, e.details())
+                needed = dict(e.trailing_metadata() or ()).get(_shm.BYTES_TRAILER)
+            if streamed or (failure is None and info is None):
+                region.close()
+                break
+            if failure is None:
+                out[:] = region.view(info.size_bytes)
+                self._regions.keep(region)
+                return memoryview(out), info
+            region.close()
+            code, message = failure
+            if code == "INVALID_ARGUMENT" and needed is not None and int(needed) > region.size:
+                want = int(needed)
+                continue
+            if _shm.refused(code, message):
+                break
+            raise Error(code, message, _method(self._buffers.Download))
+        self._shm_on = False
+        return None
 
     def buffers(self):
         """This tenant's buffers, as Buffer objects (free() them, or use them in ops)."""
