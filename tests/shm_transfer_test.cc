@@ -213,7 +213,9 @@ TEST_F(ShmTransferTest, RawRegionsAtOddOffsetsAndSizes) {
       EXPECT_EQ(chunks[0].offset(), 0);
       EXPECT_TRUE(chunks[0].data().empty());
       EXPECT_EQ(trailer, std::to_string(n));
-      if (n > 0) EXPECT_EQ(std::memcmp(out->data() + offset + 1, t.bytes(), n), 0);
+      if (n > 0) {
+        EXPECT_EQ(std::memcmp(out->data() + offset + 1, t.bytes(), n), 0);
+      }
     }
   }
 }
