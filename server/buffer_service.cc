@@ -161,6 +161,18 @@ absl::Status ReadChunk(const grpc::ByteBuffer& raw, int64_t index, wire::WireMes
                                        "type (UploadChunk)"));
 }
 
+// tensor.proto's UploadChunk.
+constexpr int kUploadHeaderField = 1, kUploadDataField = 2;
+
+// Message `index` of an upload stream after the first, which alone carries the header.
+absl::Status CheckNoLaterHeader(const wire::WireMessage& chunk, int64_t index) {
+  if (index > 0 && chunk.Has(kUploadHeaderField)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("header: only the first message may carry the header (message ", index, ")"));
+  }
+  return absl::OkStatus();
+}
+
 // The caller's own shared-memory object named in `field` (header.shm,
 // shm), opened for `bytes` at its offset: only for a process on this host
 // over loopback TCP whose user owns the object, so that no caller can make
@@ -184,18 +196,14 @@ absl::StatusOr<ShmRegion> OpenCallersRegion(grpc::ServerContext* ctx, absl::stri
 // The rest of an upload stream whose header named shared memory: it must
 // carry no data (`first`: the header's message, already read).
 absl::Status ExpectNoData(DecodingReader<pb::UploadChunk>* reader, wire::WireMessage* first) {
-  constexpr int kHeaderField = 1, kDataField = 2;  // tensor.proto's UploadChunk
   grpc::ByteBuffer raw;
   wire::WireMessage* chunk = first;
   for (int64_t index = 0;; ++index) {
-    if (index > 0 && chunk->Has(kHeaderField)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("header: only the first message may carry the header (message ", index, ")"));
-    }
-    if (chunk->BytesSize(kDataField) > 0) {
+    KS_RETURN_IF_ERROR(CheckNoLaterHeader(*chunk, index));
+    if (chunk->BytesSize(kUploadDataField) > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data: the header named shared memory (header.shm), so the stream must carry no data; message ", index,
-          " carries ", chunk->BytesSize(kDataField), " bytes"));
+          " carries ", chunk->BytesSize(kUploadDataField), " bytes"));
     }
     if (!reader->ReadRaw(&raw)) break;
     KS_RETURN_IF_ERROR(ReadChunk(raw, index + 1, first));
@@ -249,7 +257,6 @@ absl::Status AddUploaded(ServerState* state, const std::shared_ptr<Buffer>& buff
 
 absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingReader<pb::UploadChunk>* reader,
                       pb::BufferInfo* info, CallLog* log) {
-  constexpr int kHeaderField = 1, kDataField = 2;  // tensor.proto's UploadChunk
   grpc::ByteBuffer raw;
   wire::WireMessage chunk;
   if (!reader->ReadRaw(&raw)) {
@@ -257,11 +264,11 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
     return absl::InvalidArgumentError("header: the stream was empty; the first message must carry the header");
   }
   KS_RETURN_IF_ERROR(ReadChunk(raw, 0, &chunk));
-  if (!chunk.Has(kHeaderField)) {
+  if (!chunk.Has(kUploadHeaderField)) {
     return absl::InvalidArgumentError("header: the first message must carry the header");
   }
   pb::UploadHeader h;
-  if (!h.ParseFromString(chunk.Concatenated(kHeaderField))) {
+  if (!h.ParseFromString(chunk.Concatenated(kUploadHeaderField))) {
     return absl::InvalidArgumentError(
         "request: message 0 of the stream: header is not a valid protobuf message of type UploadHeader");
   }
@@ -331,7 +338,7 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
       KS_RETURN_IF_ERROR(EnsureMemory(state, buffer.get(), what));
       auto* dst = static_cast<uint8_t*>(buffer->memory->data());
       auto copy = [&](const wire::WireMessage& m) -> absl::Status {
-        for (absl::string_view p : m.Bytes(kDataField)) {
+        for (absl::string_view p : m.Bytes(kUploadDataField)) {
           KS_RETURN_IF_ERROR(backend.CopyToDevice(device, dst + flushed, p.data(), p.size()));
           flushed += static_cast<int64_t>(p.size());
         }
@@ -347,11 +354,8 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
   };
   int64_t index = 0;
   while (true) {
-    if (index > 0 && chunk.Has(kHeaderField)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("header: only the first message may carry the header (message ", index, ")"));
-    }
-    const int64_t n = chunk.BytesSize(kDataField);
+    KS_RETURN_IF_ERROR(CheckNoLaterHeader(chunk, index));
+    const int64_t n = chunk.BytesSize(kUploadDataField);
     log->AddBytesIn(n);
     if (received + n > total) {
       return absl::InvalidArgumentError(absl::StrCat("data: expected ", total, " bytes (",
@@ -360,7 +364,7 @@ absl::Status DoUpload(ServerState* state, grpc::ServerContext* ctx, DecodingRead
     }
     received += n;
     if (staged) {
-      for (absl::string_view p : chunk.Bytes(kDataField)) KS_RETURN_IF_ERROR(staged->Add(p));
+      for (absl::string_view p : chunk.Bytes(kUploadDataField)) KS_RETURN_IF_ERROR(staged->Add(p));
     } else if (n > 0) {
       // Kept in the batch if the memory limit has room for it.
       const int64_t need = pending_bytes + n;
