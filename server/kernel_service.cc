@@ -145,8 +145,9 @@ class OpCall {
     std::string* inline_out = output.to_buffer() ? nullptr : out_ref->mutable_tensor()->mutable_data();
     std::shared_ptr<Buffer> out_buffer;
     log_->Mark("resolve");
+    const bool inline_ok = !backend.Capabilities().device_memory_is_host || InputBytes() <= kInlineCallBytes;
     const DeviceWorker::Placement placement =
-        InputBytes() <= kInlineCallBytes ? DeviceWorker::Placement::kInlineWhenIdle : DeviceWorker::Placement::kWorker;
+        inline_ok ? DeviceWorker::Placement::kInlineWhenIdle : DeviceWorker::Placement::kWorker;
     absl::Status status = state_->RunOnDevice(device, ctx_, [&]() -> absl::Status {
       log_->Mark("queue");
       for (Input* in : pre_validate_host_) {
@@ -235,12 +236,15 @@ class OpCall {
   }
 
  private:
-  // A call whose tensors (inline, buffers and pools) total at most this runs
-  // on the handler's thread when its device is idle: the two thread hand-offs
-  // through the worker cost ~110 us p50 on the loaded 2-core VM, more than such
-  // a kernel (bench/NOTES.md, issue 20). 64 KiB keeps it under the CPU
-  // backend's 4 MFLOP serial limit for attention (cpu_backend.cc), so no
-  // OpenMP team is started on a handler thread.
+  // A call runs on the handler's thread when its device is idle: the two
+  // thread hand-offs through the worker cost ~110 us p50 on the loaded 2-core
+  // VM; on the H100 host a 16K attention's queue and reply phases took 13.5
+  // and 20.7 us (bench/NOTES.md, issue 20). A GPU backend's handler thread
+  // only launches and waits, whatever the size. On a backend that computes
+  // on the host, only a call whose tensors (inline, buffers and pools) total
+  // at most this: 64 KiB keeps it under the CPU backend's 4 MFLOP serial
+  // limit for attention (cpu_backend.cc), so no OpenMP team is started on a
+  // handler thread.
   static constexpr int64_t kInlineCallBytes = int64_t{64} << 10;
 
   int64_t InputBytes() const {
