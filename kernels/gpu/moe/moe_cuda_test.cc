@@ -632,16 +632,19 @@ TEST(MoeCudaNanTest, NanBlockPoisonsOnlyItsReaders) {
     const std::vector<double> out = numerics::ToDoubles(got.view());
     ASSERT_EQ(out.size(), ref->size());
     std::vector<double> kept_out, kept_ref;
-    int64_t wrong_nan = 0;
+    int64_t wrong_nan = 0, not_canonical = 0;
     for (int64_t i = 0; i < static_cast<int64_t>(out.size()); ++i) {
       const bool reads = h.ids.data<int32_t>()[i / cols] == e && i % cols == row;
       if (std::isnan(out[i]) != reads) ++wrong_nan;
+      // DESIGN §4: a NaN rounds to the canonical 0x7FFF in every mode.
+      if (reads && got.data<uint16_t>()[i] != 0x7FFF) ++not_canonical;
       if (!reads) {
         kept_out.push_back(out[i]);
         kept_ref.push_back((*ref)[i]);
       }
     }
     EXPECT_EQ(wrong_nan, 0) << v.name << ": NaN where no read of the block, or a reader left finite";
+    EXPECT_EQ(not_canonical, 0) << v.name << ": a NaN output is not 0x7FFF";
     const numerics::ErrorMetrics m = numerics::CompareToReference(kept_out.data(), kept_ref.data(), kept_ref.size());
     EXPECT_LT(m.rel_rms, 4e-3) << v.name;
   }

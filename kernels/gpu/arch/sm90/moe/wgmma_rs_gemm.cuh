@@ -222,9 +222,10 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
 // weight row 16 warp + g + 8 h of the warpgroup, tile row 8 j + 2 q + c, in
 // acc[4 j + 2 h + c]. SwiGLU (a quarter of the bytes of down's rows) stores
 // straight from the registers; bf16 and fp32 go through EpiStage.
-template <int kEpi, int kN>
+// kRne: p.rounding is RTNE, which cvt.rn.bf16x2 does two at a time.
+template <int kEpi, int kN, bool kRne>
 __device__ __forceinline__ void Store(const GemmParams& p, const Smem& sm, const float (&acc)[kN / 2], int rows,
-                                      int col_tile, int wg, int warp, int g, int q) {
+                                      int col_tile, int wg, int warp, int lane, int g, int q) {
   if (kEpi == kEpiSwiglu) {
     const int col = col_tile * (kBW / 2) + wg * 32 + warp * 8 + g;
     if (col >= p.inter) return;
@@ -255,23 +256,39 @@ __device__ __forceinline__ void Store(const GemmParams& p, const Smem& sm, const
     const int t0 = pass * E::kRows;
     if (t0 >= rows) break;  // rows is the CTA's: every thread leaves at the same pass
     sm90::NamedBarrierSync(bar, 128);  // the last pass's pieces are read
+    if (kEpi == kEpiF32) {
 #pragma unroll
-    for (int jj = 0; jj < E::kRows / 8; ++jj) {
-      const int j = t0 / 8 + jj;
-      if (j >= kN / 8) break;
+      for (int jj = 0; jj < E::kRows / 8; ++jj) {
+        const int j = t0 / 8 + jj;
+        if (j >= kN / 8) break;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        uint8_t* row = stage + (8 * jj + 2 * q + c) * E::kPitch;
+        for (int c = 0; c < 2; ++c) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float v = acc[4 * j + 2 * h + c];
-          uint8_t* d = row + (warp * 16 + g + 8 * h) * E::kElem;
-          if (kEpi == kEpiF32) {
-            *reinterpret_cast<float*>(d) = v;
-          } else {
-            *reinterpret_cast<uint16_t*>(d) = static_cast<uint16_t>(FloatToBf16Bits(v, p.rounding));
+          for (int h = 0; h < 2; ++h) {
+            *reinterpret_cast<float*>(stage + (8 * jj + 2 * q + c) * E::kPitch + (warp * 16 + g + 8 * h) * 4) =
+                acc[4 * j + 2 * h + c];
           }
         }
+      }
+    } else {
+      // Two 8-row blocks of tile rows (j, j + 1) x the warp's two 8-column
+      // halves (h) per stmatrix: lane 8m + r addresses tile row 8 (j + m / 2)
+      // + r, columns 16 warp + 8 (m % 2).
+      const int m = lane >> 3, r = lane & 7;
+      const uint32_t lane_addr =
+          sm80::SmemAddr(stage) + (8 * (m >> 1) + r) * E::kPitch + (warp * 16 + 8 * (m & 1)) * 2;
+#pragma unroll
+      for (int jj = 0; jj < E::kRows / 8; jj += 2) {
+        const int j = t0 / 8 + jj;
+        if (j >= kN / 8) break;  // kN / 8 is a multiple of 4: j + 1 is in too
+        uint32_t v[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const float lo = acc[4 * (j + (b >> 1)) + 2 * (b & 1)], hi = acc[4 * (j + (b >> 1)) + 2 * (b & 1) + 1];
+          // cvt's NaN is not the canonical 0x7FFF of DESIGN §4: NaNs take the exact path.
+          v[b] = kRne && !(isnan(lo) || isnan(hi)) ? sm80::PackBf16x2Rn(lo, hi) : PackBf16x2(lo, hi, p.rounding);
+        }
+        sm90::StMatrixX4Trans(lane_addr + jj * 8 * E::kPitch, v[0], v[1], v[2], v[3]);
       }
     }
     sm90::NamedBarrierSync(bar, 128);  // the pass is in shared memory
@@ -394,7 +411,11 @@ __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int
     sm90::FenceOperand(acc);
     // The column tile's last stage: the producer may refill it while this one's outputs are stored.
     if (lane == 0) sm90::MbarArrive(sm.Empty((n0 + k_tiles - 1) % kStages));
-    Store<kEpi, kN>(p, sm, acc, rows, col_tile0 + c, wg, warp, g, q);
+    if (kEpi == kEpiBf16 && p.rounding == kRoundRtne) {
+      Store<kEpi, kN, true>(p, sm, acc, rows, col_tile0 + c, wg, warp, lane, g, q);
+    } else {
+      Store<kEpi, kN, false>(p, sm, acc, rows, col_tile0 + c, wg, warp, lane, g, q);
+    }
   }
 }
 
