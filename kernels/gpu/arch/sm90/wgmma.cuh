@@ -250,20 +250,6 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 8][4], const uint32_t (&
 #undef KS_WGMMA_D4
 #undef KS_WGMMA_REGS_128
 #undef KS_WGMMA_REGS_96
-// ------------------------------------------------------------ epilogue
-// A warp's accumulators packed to b16 pairs are, 8 x 8 block by block, the
-// fragment layout of stmatrix (thread 4g+t holds row g, columns 2t and
-// 2t+1). StMatrixX4Trans writes four such blocks transposed: lanes 8m..8m+7
-// give the 16-byte-aligned addresses of block m's memory rows, and memory
-// row r of block m receives the block's column r (its 8 rows, 16 bytes).
-// One instruction per 256 elements where two-byte stores take eight.
-__device__ __forceinline__ void StMatrixX4Trans(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2,
-                                                uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr),
-               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
-}
-
 #undef KS_WGMMA_REGS_80
 #undef KS_WGMMA_REGS_68
 #undef KS_WGMMA_REGS_64
@@ -278,6 +264,20 @@ __device__ __forceinline__ void StMatrixX4Trans(uint32_t smem_addr, uint32_t r0,
 #undef KS_WGMMA_R32
 #undef KS_WGMMA_R16
 #undef KS_WGMMA_R0
+
+// ------------------------------------------------------------ epilogue
+// A warp's accumulators packed to b16 pairs are, 8 x 8 block by block, the
+// fragment layout of stmatrix (thread 4g+t holds row g, columns 2t and
+// 2t+1). StMatrixX4Trans writes four such blocks transposed: lanes 8m..8m+7
+// give the 16-byte-aligned addresses of block m's memory rows, and memory
+// row r of block m receives the block's column r (its 8 rows, 16 bytes).
+// One instruction per 256 elements where two-byte stores take eight.
+__device__ __forceinline__ void StMatrixX4Trans(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
 
 }  // namespace sm90
 }  // namespace gpu
