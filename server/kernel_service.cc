@@ -174,7 +174,10 @@ class OpCall {
       if (state_->reject_nonfinite()) {
         for (Input* in : inputs_) KS_RETURN_IF_ERROR(CheckFinite(in));
       }
-      KS_RETURN_IF_ERROR(StageInputs());
+      // An inline output of a small call comes back through the same staging
+      // block, queued behind the op: one stream round trip for the call
+      // instead of a second, synchronous copy into pageable memory after it.
+      KS_RETURN_IF_ERROR(StageInputs(inline_out != nullptr ? out_bytes : 0));
       out_buffer = std::make_shared<Buffer>();
       out_buffer->desc = od;
       KS_RETURN_IF_ERROR(state_->Allocate(device, tenant_, out_bytes, absl::StrCat("out ", od.DebugString()),
@@ -182,13 +185,20 @@ class OpCall {
       TensorView out = out_buffer->view();
       log_->Mark("stage");
       KS_RETURN_IF_ERROR(op.run(out));
+      if (out_staging_ != nullptr) {
+        KS_RETURN_IF_ERROR(backend.CopyToHostAsync(device, out_staging_, out.data, static_cast<size_t>(out_bytes)));
+      }
       log_->Mark("launch");
       KS_RETURN_IF_ERROR(backend.Synchronize(device));
       log_->Mark("sync");
       if (inline_out != nullptr) {
         inline_out->resize(static_cast<size_t>(out_bytes));
-        KS_RETURN_IF_ERROR(backend.CopyToHost(device, inline_out->data(), out.data,
-                                              static_cast<size_t>(out_bytes)));
+        if (out_staging_ != nullptr) {
+          std::memcpy(inline_out->data(), out_staging_, static_cast<size_t>(out_bytes));
+        } else {
+          KS_RETURN_IF_ERROR(backend.CopyToHost(device, inline_out->data(), out.data,
+                                                static_cast<size_t>(out_bytes)));
+        }
       }
       if (report_error) {
         out_host_ = HostTensor(od, std::vector<uint8_t>(static_cast<size_t>(out_bytes)));
@@ -206,6 +216,7 @@ class OpCall {
         in->staged_reservation.Release();
       }
       host_staging_.reset();
+      out_staging_ = nullptr;
       log_->Mark("copy_out");
       return absl::OkStatus();
     }, &timing_, placement);
@@ -314,17 +325,25 @@ class OpCall {
   // each: a synchronous copy from pageable memory costs a driver bounce and a
   // stream round trip per input, most of a small call's staging. The op
   // follows them in stream order, and Execute synchronizes after the op,
-  // before the block is released.
-  absl::Status StageInputs() {
+  // before the block is released. A small inline output (`out_bytes`, 0 for
+  // none) gets the block's end, 16-byte aligned (out_staging_).
+  absl::Status StageInputs(int64_t out_bytes) {
     Backend& backend = state_->backend();
     int64_t inline_bytes = 0;
     for (const Input* in : inputs_) {
       if (!in->buffer && !in->pool) inline_bytes += in->desc.num_bytes();
     }
+    const bool gpu = !backend.Capabilities().device_memory_is_host;
+    const bool stage_in = gpu && inline_bytes > 0 && inline_bytes <= kInlineCallBytes;
+    const bool stage_out = gpu && out_bytes > 0 && out_bytes <= kInlineCallBytes;
+    const int64_t out_at = stage_in ? (inline_bytes + 15) / 16 * 16 : 0;
     char* host = nullptr;
-    if (inline_bytes > 0 && inline_bytes <= kInlineCallBytes && !backend.Capabilities().device_memory_is_host) {
-      KS_ASSIGN_OR_RETURN(host_staging_, backend.AllocateStaging(device_, static_cast<size_t>(inline_bytes)));
-      host = static_cast<char*>(host_staging_->data());
+    if (stage_in || stage_out) {
+      KS_ASSIGN_OR_RETURN(host_staging_,
+                          backend.AllocateStaging(device_, static_cast<size_t>(out_at + (stage_out ? out_bytes : 0))));
+      char* block = static_cast<char*>(host_staging_->data());
+      if (stage_in) host = block;
+      if (stage_out) out_staging_ = block + out_at;
     }
     for (Input* in : inputs_) {
       if (in->buffer) {
@@ -363,6 +382,7 @@ class OpCall {
   // The page-locked block of the inline inputs (StageInputs), released after
   // the op's synchronization.
   std::unique_ptr<StagingMemory> host_staging_;
+  char* out_staging_ = nullptr;  // in host_staging_: where a small inline output lands
   Reservation host_;  // declared last: released after the host copies above are freed
 };
 

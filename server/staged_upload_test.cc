@@ -42,6 +42,8 @@ class DeferredCopyBackend : public ::kernelserve::testing::ForwardingBackend {
   struct Counts {
     int sync_copies = 0;   // CopyToDevice
     int async_copies = 0;  // CopyToDeviceAsync
+    int async_host_copies = 0;  // CopyToHostAsync
+    int host_copies = 0;        // CopyToHost
     int staging_blocks = 0;
   };
   Counts counts() {
@@ -96,11 +98,21 @@ class DeferredCopyBackend : public ::kernelserve::testing::ForwardingBackend {
   absl::Status CopyToDeviceAsync(int device, void* dst, const void* src, size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++counts_.async_copies;
-    queued_.push_back({dst, src, bytes});
+    queued_.push_back({dst, src, bytes, false});
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHostAsync(int device, void* dst, const void* src, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counts_.async_host_copies;
+    queued_.push_back({dst, src, bytes, true});
     return absl::OkStatus();
   }
   absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) override {
     KS_RETURN_IF_ERROR(Synchronize(device));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++counts_.host_copies;
+    }
     return inner().CopyToHost(device, dst, src, bytes);
   }
   absl::Status CopyOnDevice(int device, void* dst, const void* src, size_t bytes) override {
@@ -125,7 +137,10 @@ class DeferredCopyBackend : public ::kernelserve::testing::ForwardingBackend {
       std::lock_guard<std::mutex> lock(mu_);
       run.swap(queued_);
     }
-    for (const Copy& c : run) KS_RETURN_IF_ERROR(inner().CopyToDevice(device, c.dst, c.src, c.bytes));
+    for (const Copy& c : run) {
+      KS_RETURN_IF_ERROR(c.to_host ? inner().CopyToHost(device, c.dst, c.src, c.bytes)
+                                   : inner().CopyToDevice(device, c.dst, c.src, c.bytes));
+    }
     return absl::OkStatus();
   }
 
@@ -161,6 +176,7 @@ class DeferredCopyBackend : public ::kernelserve::testing::ForwardingBackend {
     void* dst;
     const void* src;
     size_t bytes;
+    bool to_host;
   };
 
   std::mutex mu_;
@@ -343,7 +359,9 @@ TEST_F(StagedUploadTest, ShortStreamIsRefused) {
 // A small call's inline q, k and v: gathered into one staging block and
 // copied asynchronously (no synchronous copy), and the op sees the bytes sent
 // (the server's fp64 oracle, on the request's own bytes, agrees with the
-// output). The second call reuses the block, poisoned on reuse.
+// output), and the output comes back through the block's end, queued behind
+// the op (read before the queued copy ran, it would be the poison). The
+// second call reuses the block, poisoned on reuse.
 TEST_F(StagedUploadTest, SmallCallInlineInputsShareOneStagingBlock) {
   uint64_t seed = ::testing::UnitTest::GetInstance()->random_seed();
   for (int call = 0; call < 2; ++call) {
@@ -362,6 +380,8 @@ TEST_F(StagedUploadTest, SmallCallInlineInputsShareOneStagingBlock) {
     const DeferredCopyBackend::Counts n = backend_->counts();
     EXPECT_EQ(n.sync_copies, 0);
     EXPECT_EQ(n.async_copies, 3);
+    EXPECT_EQ(n.async_host_copies, 1);
+    EXPECT_EQ(n.host_copies, 0);
     EXPECT_EQ(n.staging_blocks, 1);
     EXPECT_EQ(resp.error().nonfinite(), 0);
     EXPECT_LT(resp.error().rel_rms(), 5e-3);

@@ -159,6 +159,12 @@ class Backend {
   virtual absl::Status CopyToDeviceAsync(int device, void* dst, const void* src, size_t bytes) {
     return CopyToDevice(device, dst, src, bytes);
   }
+  // Queues a copy from the device into staging memory and may return before
+  // it is done: read `dst` only after Synchronize(device) returns. By default
+  // the copy is done on return.
+  virtual absl::Status CopyToHostAsync(int device, void* dst, const void* src, size_t bytes) {
+    return CopyToHost(device, dst, src, bytes);
+  }
   // Device-to-device copy within one device.
   virtual absl::Status CopyOnDevice(int device, void* dst, const void* src, size_t bytes) = 0;
   // Waits for all work queued on the device; reports faults.

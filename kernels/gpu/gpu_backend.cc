@@ -186,6 +186,11 @@ class GpuBackend : public Backend {
   absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) override {
     return Copy(device, dst, src, bytes, cudaMemcpyDeviceToHost, "copy to host");
   }
+  absl::Status CopyToHostAsync(int device, void* dst, const void* src, size_t bytes) override {
+    KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
+    if (bytes == 0) return absl::OkStatus();
+    return Check(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, d->stream), "copy to host");
+  }
   absl::Status CopyOnDevice(int device, void* dst, const void* src, size_t bytes) override {
     KS_ASSIGN_OR_RETURN(DeviceState * d, Enter(device));
     if (bytes == 0) return absl::OkStatus();

@@ -88,7 +88,8 @@ TEST(GpuBackendTest, MemoryCopiesAndErrors) {
 
 // Transfer staging: page-locked blocks, reused from the cache after their
 // size came back; async copies from two blocks in turn (the server's upload
-// pipeline) land byte-exact after Synchronize; bad device indices refused.
+// pipeline) land byte-exact after Synchronize, and so does an async copy
+// back into a block; bad device indices refused.
 TEST(GpuBackendTest, PinnedStagingAndAsyncCopies) {
   auto b = CreateCudaBackend();
   if (!b.ok()) GTEST_SKIP() << "no CUDA device (" << b.status() << ")";
@@ -127,7 +128,13 @@ TEST(GpuBackendTest, PinnedStagingAndAsyncCopies) {
     std::fill(dst.begin(), dst.end(), 0xAB);
     ASSERT_TRUE(be.CopyToHost(0, dst.data(), (*dev)->data(), kTotal).ok());
     EXPECT_EQ(std::memcmp(src.data(), dst.data(), kTotal), 0) << "round " << round;
+    // Back through a block, queued (a small call's inline output): exact after Synchronize.
+    std::memset(blocks[0]->data(), 0xAB, kBlock);
+    ASSERT_TRUE(be.CopyToHostAsync(0, blocks[0]->data(), static_cast<uint8_t*>((*dev)->data()) + 777, 4099).ok());
+    ASSERT_TRUE(be.Synchronize(0).ok());
+    EXPECT_EQ(std::memcmp(blocks[0]->data(), src.data() + 777, 4099), 0) << "round " << round;
   }
+  EXPECT_EQ(be.CopyToHostAsync(-1, nullptr, nullptr, 16).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Freed blocks are cached for reuse (cudaMalloc per call output and the
