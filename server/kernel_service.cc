@@ -215,6 +215,8 @@ class OpCall {
         in->staged.reset();
         in->staged_reservation.Release();
       }
+      inline_block_.reset();
+      inline_reservation_.Release();
       host_staging_.reset();
       out_staging_ = nullptr;
       log_->Mark("copy_out");
@@ -320,24 +322,33 @@ class OpCall {
   }
 
   // Device views of every input; inline ones are copied to device memory of
-  // their own. On a GPU, inline inputs of a small call are gathered into one
-  // page-locked block first and queued as asynchronous copies with no wait
-  // each: a synchronous copy from pageable memory costs a driver bounce and a
-  // stream round trip per input, most of a small call's staging. The op
-  // follows them in stream order, and Execute synchronizes after the op,
-  // before the block is released. A small inline output (`out_bytes`, 0 for
-  // none) gets the block's end, 16-byte aligned (out_staging_).
+  // their own. On a GPU, inline inputs of a small call share one device block
+  // at 256-byte-aligned offsets, gathered in the same layout into one
+  // page-locked block and queued as one asynchronous copy: a synchronous copy
+  // from pageable memory costs a driver bounce and a stream round trip per
+  // input, and each allocation and copy call its own few microseconds, most
+  // of a small call's staging. The op follows in stream order, and Execute
+  // synchronizes after the op, before the blocks are released. A small
+  // inline output (`out_bytes`, 0 for none) gets the page-locked block's end,
+  // 16-byte aligned (out_staging_).
   absl::Status StageInputs(int64_t out_bytes) {
+    constexpr int64_t kAlign = 256;
+    auto align = [](int64_t x, int64_t a) { return (x + a - 1) / a * a; };
     Backend& backend = state_->backend();
-    int64_t inline_bytes = 0;
+    int64_t inline_bytes = 0, span = 0;
+    std::string fields;
     for (const Input* in : inputs_) {
-      if (!in->buffer && !in->pool) inline_bytes += in->desc.num_bytes();
+      if (in->buffer || in->pool) continue;
+      inline_bytes += in->desc.num_bytes();
+      span = align(span, kAlign) + in->desc.num_bytes();
+      absl::StrAppend(&fields, fields.empty() ? "" : ", ", in->field);
     }
     const bool gpu = !backend.Capabilities().device_memory_is_host;
     const bool stage_in = gpu && inline_bytes > 0 && inline_bytes <= kInlineCallBytes;
     const bool stage_out = gpu && out_bytes > 0 && out_bytes <= kInlineCallBytes;
-    const int64_t out_at = stage_in ? (inline_bytes + 15) / 16 * 16 : 0;
+    const int64_t out_at = stage_in ? align(span, 16) : 0;
     char* host = nullptr;
+    char* dev = nullptr;
     if (stage_in || stage_out) {
       KS_ASSIGN_OR_RETURN(host_staging_,
                           backend.AllocateStaging(device_, static_cast<size_t>(out_at + (stage_out ? out_bytes : 0))));
@@ -345,6 +356,12 @@ class OpCall {
       if (stage_in) host = block;
       if (stage_out) out_staging_ = block + out_at;
     }
+    if (stage_in) {
+      KS_RETURN_IF_ERROR(state_->Allocate(device_, tenant_, span, absl::StrCat("inline inputs (", fields, ")"),
+                                          &inline_reservation_, &inline_block_));
+      dev = static_cast<char*>(inline_block_->data());
+    }
+    int64_t at = 0;
     for (Input* in : inputs_) {
       if (in->buffer) {
         in->view = in->buffer->view();
@@ -355,18 +372,20 @@ class OpCall {
         continue;
       }
       const int64_t n = in->desc.num_bytes();
+      const char* src = in->inline_tensor->data().data();
+      if (stage_in) {
+        at = align(at, kAlign);
+        std::memcpy(host + at, src, static_cast<size_t>(n));
+        in->view = TensorView{in->desc, dev + at};
+        at += n;
+        continue;
+      }
       KS_RETURN_IF_ERROR(state_->Allocate(device_, tenant_, n, absl::StrCat(in->field, " ", in->desc.DebugString()),
                                           &in->staged_reservation, &in->staged));
-      const char* src = in->inline_tensor->data().data();
-      if (host != nullptr) {
-        std::memcpy(host, src, static_cast<size_t>(n));
-        KS_RETURN_IF_ERROR(backend.CopyToDeviceAsync(device_, in->staged->data(), host, static_cast<size_t>(n)));
-        host += n;
-      } else {
-        KS_RETURN_IF_ERROR(backend.CopyToDevice(device_, in->staged->data(), src, static_cast<size_t>(n)));
-      }
+      KS_RETURN_IF_ERROR(backend.CopyToDevice(device_, in->staged->data(), src, static_cast<size_t>(n)));
       in->view = TensorView{in->desc, in->staged->data()};
     }
+    if (stage_in) KS_RETURN_IF_ERROR(backend.CopyToDeviceAsync(device_, dev, host, static_cast<size_t>(span)));
     return absl::OkStatus();
   }
 
@@ -381,6 +400,9 @@ class OpCall {
   HostTensor out_host_;
   // The page-locked block of the inline inputs (StageInputs), released after
   // the op's synchronization.
+  // A small call's inline inputs on the device, one block (StageInputs).
+  Reservation inline_reservation_;
+  std::unique_ptr<DeviceMemory> inline_block_;
   std::unique_ptr<StagingMemory> host_staging_;
   char* out_staging_ = nullptr;  // in host_staging_: where a small inline output lands
   Reservation host_;  // declared last: released after the host copies above are freed
