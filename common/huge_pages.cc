@@ -7,13 +7,24 @@
 
 namespace kernelserve {
 
-void AdviseHugePages(void* data, size_t bytes) {
+namespace {
+
+// The `align`-aligned span [*first, *last) of whole units inside [data,
+// data + bytes); false when there is none.
+bool InnerAligned(void* data, size_t bytes, uintptr_t align, uintptr_t* first, uintptr_t* last) {
   const auto begin = reinterpret_cast<uintptr_t>(data);
   const uintptr_t end = begin + bytes;
-  if (data == nullptr || end < begin) return;
-  const uintptr_t first = (begin + kHugePageBytes - 1) & ~(uintptr_t{kHugePageBytes} - 1);
-  const uintptr_t last = end & ~(uintptr_t{kHugePageBytes} - 1);
-  if (last <= first) return;
+  if (data == nullptr || end < begin) return false;
+  *first = (begin + align - 1) & ~(align - 1);
+  *last = end & ~(align - 1);
+  return *last > *first;
+}
+
+}  // namespace
+
+void AdviseHugePages(void* data, size_t bytes) {
+  uintptr_t first = 0, last = 0;
+  if (!InnerAligned(data, bytes, kHugePageBytes, &first, &last)) return;
   (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 }
 
@@ -21,13 +32,8 @@ void PrefaultPages(void* data, size_t bytes) {
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14's, for older headers
 #endif
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  const uintptr_t end = begin + bytes;
-  if (data == nullptr || end < begin) return;
-  const uintptr_t first = (begin + page - 1) & ~(page - 1);
-  const uintptr_t last = end & ~(page - 1);
-  if (last <= first) return;
+  uintptr_t first = 0, last = 0;
+  if (!InnerAligned(data, bytes, static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)), &first, &last)) return;
   (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
 }
 

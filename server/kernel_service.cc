@@ -336,12 +336,10 @@ class OpCall {
     auto align = [](int64_t x, int64_t a) { return (x + a - 1) / a * a; };
     Backend& backend = state_->backend();
     int64_t inline_bytes = 0, span = 0;
-    std::string fields;
     for (const Input* in : inputs_) {
       if (in->buffer || in->pool) continue;
       inline_bytes += in->desc.num_bytes();
       span = align(span, kAlign) + in->desc.num_bytes();
-      absl::StrAppend(&fields, fields.empty() ? "" : ", ", in->field);
     }
     const bool gpu = !backend.Capabilities().device_memory_is_host;
     const bool stage_in = gpu && inline_bytes > 0 && inline_bytes <= kInlineCallBytes;
@@ -357,6 +355,10 @@ class OpCall {
       if (stage_out) out_staging_ = block + out_at;
     }
     if (stage_in) {
+      std::string fields;  // for the memory limit's message
+      for (const Input* in : inputs_) {
+        if (!in->buffer && !in->pool) absl::StrAppend(&fields, fields.empty() ? "" : ", ", in->field);
+      }
       KS_RETURN_IF_ERROR(state_->Allocate(device_, tenant_, span, absl::StrCat("inline inputs (", fields, ")"),
                                           &inline_reservation_, &inline_block_));
       dev = static_cast<char*>(inline_block_->data());
