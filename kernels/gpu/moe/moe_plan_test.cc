@@ -45,6 +45,7 @@ MoePlan WgmmaRs() {
   MoePlan plan;
   plan.wgmma_rs = true;
   plan.rs_b_resident = true;
+  plan.rs_stream_cols = kRsStreamCols;
   return plan;
 }
 
