@@ -26,10 +26,11 @@ constexpr int kRsRows = 192;
 // and walks kRsResidentCols column tiles per CTA when K is at most this
 // (down's K = I on TP-sharded models, e.g. the Kimi shard's 384).
 constexpr int kRsResidentMaxK = 384;
-constexpr int kRsResidentCols = 4;
-// With B streamed (longer K: gate/up), a CTA walks this many column tiles,
-// so that its start and its pipeline's fill are paid once per walk and the
-// producer fills the next column tile while the consumers store the last.
+constexpr int kRsResidentCols = 7;
+// With B streamed (longer K: gate/up), a CTA walks this many column tiles
+// below kRsRows rows per expert (PlanMoe), so that its start and its
+// pipeline's fill are paid once per walk and the producer fills the next
+// column tile while the consumers store the last.
 constexpr int kRsStreamCols = 2;
 
 // The routing scan runs in one block of kScanThreads threads, kScanItems

@@ -32,7 +32,7 @@ MoePlan PlanMoe(const MoeParams& p) {
   } else if (p.stage != MoeStage::kDown || rows >= kRsDownRowsFrom) {
     plan.wgmma_rs = true;
     plan.rs_b_resident = true;
-    plan.rs_stream_cols = kRsStreamCols;
+    plan.rs_stream_cols = rows < kRsRows ? kRsStreamCols : 1;
   }
   return plan;
 }
