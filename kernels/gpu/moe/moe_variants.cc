@@ -12,32 +12,28 @@ namespace {
 // The GEMM an entry runs.
 enum class Gemm { kStream, kWgmmaRs, kMmaSync };
 
-// An entry's plan: its GEMM for every projection of the call, as the
-// dispatcher plans it. kStreamCols / kResidentCols > 0 force a wgmma_rs
-// walk's length: the A/B entries of issue 16, which leave once measured.
-template <Gemm kGemm, int kStreamCols = 0, int kResidentCols = 0>
+// An entry's plan: its GEMM for every projection of the call, walking as
+// the dispatcher's plan walks.
+template <Gemm kGemm>
 moe::MoePlan EntryPlan(const MoeParams& p) {
   moe::MoePlan plan;
   plan.stream = kGemm == Gemm::kStream;
   plan.wgmma_rs = kGemm == Gemm::kWgmmaRs;
   plan.rs_b_resident = plan.wgmma_rs;
   if (plan.wgmma_rs) plan.rs_stream_cols = moe::PlanMoe(p).rs_stream_cols;
-  if (kStreamCols > 0) plan.rs_stream_cols = kStreamCols;
-  if (kResidentCols > 0) plan.rs_resident_cols = kResidentCols;
   return plan;
 }
 
-template <Gemm kGemm, int kStreamCols = 0, int kResidentCols = 0>
+template <Gemm kGemm>
 std::string Unsupported(const DeviceCaps& caps, const OpCall& c) {
   std::string no = NeedsSm90a(caps);
-  if (no.empty()) no = moe::MoeUnsupported(c.moe, EntryPlan<kGemm, kStreamCols, kResidentCols>(c.moe));
+  if (no.empty()) no = moe::MoeUnsupported(c.moe, EntryPlan<kGemm>(c.moe));
   return no;
 }
 
 // The dispatcher's choice between the GEMMs is PlanMoe's.
-template <Gemm kGemm, int kStreamCols = 0, int kResidentCols = 0>
+template <Gemm kGemm>
 std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
-  if (kStreamCols > 0 || kResidentCols > 0) return "an A/B entry of the walk's length";
   const moe::MoePlan plan = moe::PlanMoe(c.moe);
   if (kGemm == Gemm::kStream) {
     return plan.stream ? "" : "the dispatcher takes it below 12 rows per expert (decode)";
@@ -45,9 +41,9 @@ std::string UnlessPlanned(const DeviceCaps&, const OpCall& c) {
   return plan.wgmma_rs ? "" : "the dispatcher takes it from 12 rows per expert (down: from 64)";
 }
 
-template <Gemm kGemm, int kStreamCols = 0, int kResidentCols = 0>
+template <Gemm kGemm>
 absl::Status Run(const OpCall& c, TensorView& out, cudaStream_t s) {
-  return RunMoeWithPlan(EntryPlan<kGemm, kStreamCols, kResidentCols>(c.moe), c.moe, c.moe_in, out, s);
+  return RunMoeWithPlan(EntryPlan<kGemm>(c.moe), c.moe, c.moe_in, out, s);
 }
 
 }  // namespace
@@ -60,14 +56,6 @@ const VariantTable& MoeVariants() {
        "rows as N (a multiple of 32, up to 192-row tiles), 128 weight rows per column tile; a CTA walks 2 column "
        "tiles below 192 rows per expert, or with K <= 384 keeps its tile's rows resident over 7",
        "sm_90a, every stage", Unsupported<Gemm::kWgmmaRs>, UnlessPlanned<Gemm::kWgmmaRs>, Run<Gemm::kWgmmaRs>},
-      {"wgmma_rs_walk1", "wgmma_rs, B-streamed CTAs on one column tile (A/B)", "sm_90a, every stage",
-       Unsupported<Gemm::kWgmmaRs, 1>, UnlessPlanned<Gemm::kWgmmaRs, 1>, Run<Gemm::kWgmmaRs, 1>},
-      {"wgmma_rs_walk2", "wgmma_rs, B-streamed CTAs walking 2 column tiles (A/B)", "sm_90a, every stage",
-       Unsupported<Gemm::kWgmmaRs, 2>, UnlessPlanned<Gemm::kWgmmaRs, 2>, Run<Gemm::kWgmmaRs, 2>},
-      {"wgmma_rs_res4", "wgmma_rs, B-resident CTAs walking 4 column tiles (A/B)", "sm_90a, every stage",
-       Unsupported<Gemm::kWgmmaRs, 0, 4>, UnlessPlanned<Gemm::kWgmmaRs, 0, 4>, Run<Gemm::kWgmmaRs, 0, 4>},
-      {"wgmma_rs_res14", "wgmma_rs, B-resident CTAs walking 14 column tiles (A/B)", "sm_90a, every stage",
-       Unsupported<Gemm::kWgmmaRs, 0, 14>, UnlessPlanned<Gemm::kWgmmaRs, 0, 14>, Run<Gemm::kWgmmaRs, 0, 14>},
       {"mma_sync", "mma.sync grouped GEMM, 64-row expert tiles (down below 64 rows per expert)", "sm_90a, every stage",
        Unsupported<Gemm::kMmaSync>, nullptr, Run<Gemm::kMmaSync>},
   };
