@@ -281,6 +281,7 @@ void CheckForcedGemm(int tile_rows, const Case& c, double tol = 4e-3) {
   plan.stream = tile_rows == 0;
   plan.wgmma_rs = tile_rows == kForceRs;
   plan.rs_b_resident = plan.wgmma_rs;
+  plan.rs_stream_cols = gpu::moe::kRsStreamCols;
   if (tile_rows != 0 && !plan.wgmma_rs) plan.mma_rows = tile_rows;
   auto run = [&](const gpu::moe::MoePlan& pl) {
     return [&check, pl](TensorView& out) {
@@ -292,8 +293,14 @@ void CheckForcedGemm(int tile_rows, const Case& c, double tol = 4e-3) {
                                        : "mma_sync/tile " + std::to_string(tile_rows),
                run(plan), tol);
   if (plan.wgmma_rs) {
+    // Walks of other lengths: with and without a partial last walk.
+    plan.rs_resident_cols = 3;
+    check.Expect("wgmma_rs, B resident over 3 column tiles", run(plan), tol);
     plan.rs_b_resident = false;
-    check.Expect("wgmma_rs, B streamed", run(plan), tol);
+    for (int cols : {1, 3}) {
+      plan.rs_stream_cols = cols;
+      check.Expect("wgmma_rs, B streamed over " + std::to_string(cols) + " column tiles", run(plan), tol);
+    }
   }
 }
 
@@ -477,6 +484,28 @@ TEST(MoeWgmmaRsTest, EpilogueRowWidths) {
         CheckForcedGemm(kForceRs, c, 6e-3);
       }
     }
+  }
+}
+
+// Column tiles that a walk of 2, 3 or 4 does not divide (5 of gate/up, 7
+// of down, the last partial), so that a grid's last CTA walks fewer: gate/up
+// with and without SwiGLU (B streamed: K = 512), down per pair and weighted
+// (B resident), 192- and 8-row routing tiles.
+TEST(MoeWgmmaRsTest, WalksWithAShortLastOne) {
+  KS_SKIP_WITHOUT_CUDA();
+  for (int i = 0; i < 4; ++i) {
+    Case c;
+    c.tokens = 200;
+    c.top_k = 2;
+    c.experts = 2;
+    c.hidden = 512;
+    c.stage = i < 2 ? MoeStage::kGateUp : MoeStage::kDown;
+    c.inter = c.stage == MoeStage::kDown ? 256 : 320;  // down's K: a multiple of 128
+    c.out_dim = 840;
+    c.swiglu = i == 1;
+    c.weighted = i == 3;
+    SCOPED_TRACE("case " + std::to_string(i));
+    CheckForcedGemm(kForceRs, c, c.stage == MoeStage::kDown ? 6e-3 : 4e-3);
   }
 }
 

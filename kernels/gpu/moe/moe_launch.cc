@@ -13,10 +13,11 @@ namespace gpu {
 namespace moe {
 namespace {
 
-// The column tiles a wgmma_rs CTA walks: several with B resident where K
-// allows and the plan asks for it.
-int RsColsPerCta(const MoePlan& plan, const GemmParams& g) {
-  return plan.rs_b_resident && g.k <= kRsResidentMaxK ? kRsResidentCols : 1;
+// The column tiles a wgmma_rs CTA walks, and whether the routing tile's B
+// stays resident for the walk (where K allows and the plan asks for it).
+void SetRsWalk(const MoePlan& plan, GemmParams* g) {
+  g->b_resident = plan.rs_b_resident && g->k <= kRsResidentMaxK;
+  g->cols_per_cta = g->b_resident ? plan.rs_resident_cols : plan.rs_stream_cols;
 }
 
 cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, const RoutingParams& rp,
@@ -27,7 +28,7 @@ cudaError_t GateUp(const MoeParams& p, const MoeInputs& in, const MoePlan& plan,
                   : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
   if (plan.wgmma_rs) {
-    g.cols_per_cta = RsColsPerCta(plan, g);
+    SetRsWalk(plan, &g);
     return swiglu ? LaunchWgmmaRsGemm<kEpiSwiglu>(g, rp.max_tiles, stream)
                   : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
@@ -44,7 +45,7 @@ cudaError_t Down(const MoeParams& p, const MoeInputs& in, const MoePlan& plan, c
     return f32 ? LaunchStreamGemm<kEpiF32>(g, rp.max_tiles, stream) : LaunchStreamGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }
   if (plan.wgmma_rs) {
-    g.cols_per_cta = RsColsPerCta(plan, g);
+    SetRsWalk(plan, &g);
     return f32 ? LaunchWgmmaRsGemm<kEpiF32>(g, rp.max_tiles, stream)
                : LaunchWgmmaRsGemm<kEpiBf16>(g, rp.max_tiles, stream);
   }

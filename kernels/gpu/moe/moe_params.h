@@ -26,7 +26,12 @@ constexpr int kRsRows = 192;
 // and walks kRsResidentCols column tiles per CTA when K is at most this
 // (down's K = I on TP-sharded models, e.g. the Kimi shard's 384).
 constexpr int kRsResidentMaxK = 384;
-constexpr int kRsResidentCols = 4;
+constexpr int kRsResidentCols = 7;
+// With B streamed (longer K: gate/up), a CTA walks this many column tiles
+// below kRsRows rows per expert (PlanMoe), so that its start and its
+// pipeline's fill are paid once per walk and the producer fills the next
+// column tile while the consumers store the last.
+constexpr int kRsStreamCols = 2;
 
 // The routing scan runs in one block of kScanThreads threads, kScanItems
 // experts each.
@@ -71,7 +76,10 @@ struct GemmParams {
   void* out;
   int64_t out_cols;
   int rounding;
-  int cols_per_cta = 1;  // wgmma_rs: > 1 walks that many column tiles with B resident (K <= kRsResidentMaxK)
+  // wgmma_rs: the column tiles a CTA walks, with the routing tile's B
+  // resident in shared memory (K <= kRsResidentMaxK) or streamed per k-tile.
+  int cols_per_cta = 1;
+  bool b_resident = false;
 };
 
 // out[t, n] = sum_r w[t, r] * y[t * top_k + r, n] over r in order, rounded once.

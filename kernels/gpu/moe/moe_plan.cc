@@ -32,6 +32,7 @@ MoePlan PlanMoe(const MoeParams& p) {
   } else if (p.stage != MoeStage::kDown || rows >= kRsDownRowsFrom) {
     plan.wgmma_rs = true;
     plan.rs_b_resident = true;
+    plan.rs_stream_cols = rows < kRsRows ? kRsStreamCols : 1;
   }
   return plan;
 }
@@ -39,6 +40,7 @@ MoePlan PlanMoe(const MoeParams& p) {
 std::string MoeUnsupported(const MoeParams& p, const MoePlan& plan) {
   if (plan.stream && plan.wgmma_rs) return "moe: a plan streams the weights or runs wgmma_rs, not both";
   if (plan.rs_b_resident && !plan.wgmma_rs) return "moe: a resident B tile is wgmma_rs's";
+  if (plan.rs_resident_cols < 1 || plan.rs_stream_cols < 1) return "moe: a wgmma_rs CTA walks at least one column tile";
   if (!plan.stream && !plan.wgmma_rs && plan.mma_rows != 64) {
     return absl::StrCat("moe: the mma.sync kernel has 64-row tiles, not ", plan.mma_rows);
   }

@@ -23,9 +23,12 @@ struct MoePlan {
   // Every GEMM of the call runs on the sm_90a wgmma kernel with the weights
   // in registers, over expert tiles of kRsRows rows (mma_rows unused).
   bool wgmma_rs = false;
-  // wgmma_rs keeps a routing tile's B resident and walks kRsResidentCols
-  // column tiles per CTA in its GEMMs with K <= kRsResidentMaxK.
+  // wgmma_rs keeps a routing tile's B resident and walks rs_resident_cols
+  // column tiles per CTA in its GEMMs with K <= kRsResidentMaxK; with B
+  // streamed a CTA walks rs_stream_cols.
   bool rs_b_resident = false;
+  int rs_resident_cols = kRsResidentCols;
+  int rs_stream_cols = 1;
   // Rows of an expert tile of the mma.sync kernel: 64 on CUDA (the gfx942
   // backend's plan puts its own tile rows here).
   int mma_rows = 64;
@@ -34,7 +37,7 @@ struct MoePlan {
   int TileRows() const { return stream ? kStreamRows : wgmma_rs ? kRsRows : mma_rows; }
   bool operator==(const MoePlan& o) const {
     return stream == o.stream && wgmma_rs == o.wgmma_rs && rs_b_resident == o.rs_b_resident &&
-           mma_rows == o.mma_rows;
+           rs_resident_cols == o.rs_resident_cols && rs_stream_cols == o.rs_stream_cols && mma_rows == o.mma_rows;
   }
 };
 
@@ -52,7 +55,12 @@ double RowsPerExpert(const MoeParams& p);
 // - down runs on wgmma_rs from 64 rows (1.17x at 73 rows; mma.sync 64-row
 //   tiles below: K = I is only 6 k-tiles, so a 192-row tile's fill costs
 //   more than its MMAs save at 18-55 rows).
-// wgmma_rs plans keep B resident (rs_b_resident) in the GEMMs whose K allows.
+// wgmma_rs plans keep B resident (rs_b_resident) in the GEMMs whose K
+// allows, walking kRsResidentCols column tiles per CTA; where B streams a
+// CTA walks kRsStreamCols below kRsRows rows per expert and one from there
+// (bf16 gate/up on the Kimi shard, H200: walking 2 was 2-6 % faster at 73
+// and 146 rows, 1.4 % slower at 292, where each walk's second pass over B
+// comes from DRAM: +1.5 GB read per call).
 MoePlan PlanMoe(const MoeParams& p);
 
 // Empty when `plan` serves `p` (validated) on this backend, else why not

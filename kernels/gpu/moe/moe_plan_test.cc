@@ -41,10 +41,13 @@ MoeParams GptOssLike(MoeStage stage, int64_t tokens) { return Shape(stage, token
 
 MoePlan MmaSync() { return MoePlan{}; }
 
-MoePlan WgmmaRs() {
+// A B-streamed CTA walks kRsStreamCols column tiles below kRsRows rows per
+// expert, one from there.
+MoePlan WgmmaRs(int stream_cols = kRsStreamCols) {
   MoePlan plan;
   plan.wgmma_rs = true;
   plan.rs_b_resident = true;
+  plan.rs_stream_cols = stream_cols;
   return plan;
 }
 
@@ -66,7 +69,8 @@ TEST(MoePlanTest, KimiShard) {
   for (MoeStage stage : {MoeStage::kGateUp, MoeStage::kDown, MoeStage::kLayer}) {
     ExpectPlan(Kimi(stage, 8), Stream());   // ~1 row per expert: the weights stream
     ExpectPlan(Kimi(stage, 32), Stream());  // 0.6
-    for (int64_t t : {4096, 8192, 16384}) ExpectPlan(Kimi(stage, t), WgmmaRs());  // 73, 146, 292
+    for (int64_t t : {4096, 8192}) ExpectPlan(Kimi(stage, t), WgmmaRs());  // 73, 146
+    ExpectPlan(Kimi(stage, 16384), WgmmaRs(1));                            // 292
   }
   // 18 and 37 rows: gate/up and the layer on wgmma_rs, down on mma.sync.
   for (int64_t t : {1024, 2048}) {
@@ -85,7 +89,7 @@ TEST(MoePlanTest, GptOssLike) {
   ExpectPlan(GptOssLike(MoeStage::kGateUp, 2048), WgmmaRs());  // 64 rows per expert
   ExpectPlan(GptOssLike(MoeStage::kDown, 1024), MmaSync());    // 32
   ExpectPlan(GptOssLike(MoeStage::kDown, 2048), WgmmaRs());    // 64
-  ExpectPlan(GptOssLike(MoeStage::kLayer, 8192), WgmmaRs());
+  ExpectPlan(GptOssLike(MoeStage::kLayer, 8192), WgmmaRs(1));  // 256
   // gpt-oss-120b itself: K = I = 2880 is no multiple of 128.
   const MoeParams real = Shape(MoeStage::kGateUp, 8192, 4, 128, 2880, 2880, 2880);
   EXPECT_NE(MoeUnsupported(real, PlanMoe(real)).find("% 128"), std::string::npos);
@@ -103,6 +107,9 @@ TEST(MoePlanTest, Thresholds) {
   EXPECT_EQ(plan(MoeStage::kDown, 8 * 12), MmaSync());
   EXPECT_EQ(plan(MoeStage::kDown, 8 * 64 - 1), MmaSync());  // 63.9 rows
   EXPECT_EQ(plan(MoeStage::kDown, 8 * 64), WgmmaRs());      // 64 rows
+  // A B-streamed CTA's walk: below one full routing tile per expert.
+  EXPECT_EQ(plan(MoeStage::kGateUp, 8 * kRsRows - 1), WgmmaRs());
+  EXPECT_EQ(plan(MoeStage::kGateUp, 8 * kRsRows), WgmmaRs(1));
   // Fewer pairs than experts: the mean over the experts the pairs can reach.
   EXPECT_EQ(PlanMoe(Shape(MoeStage::kGateUp, 3, 2, 8, 256, 384, 256)), Stream());
   // No pairs at all.
@@ -122,6 +129,14 @@ TEST(MoePlanTest, UnsupportedShapesAndPlans) {
     MoePlan resident_mma = MmaSync();
     resident_mma.rs_b_resident = true;
     EXPECT_NE(MoeUnsupported(p, resident_mma).find("wgmma_rs's"), std::string::npos);
+    for (int cols : {0, -1}) {
+      MoePlan no_walk = WgmmaRs();
+      no_walk.rs_stream_cols = cols;
+      EXPECT_NE(MoeUnsupported(p, no_walk).find("at least one column tile"), std::string::npos);
+      no_walk = WgmmaRs();
+      no_walk.rs_resident_cols = cols;
+      EXPECT_NE(MoeUnsupported(p, no_walk).find("at least one column tile"), std::string::npos);
+    }
   }
   MoeParams p = Kimi(MoeStage::kGateUp, 8);
   p.hidden = 96;

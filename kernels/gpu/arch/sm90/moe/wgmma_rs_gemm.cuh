@@ -23,13 +23,14 @@
 // SwiGLU: each 16-row group of weight rows is 8 gate rows and the 8 up rows
 // of the same intermediate columns, so silu(gate) * up meets in one thread.
 //
-// With a short K (down: K = I, e.g. 384 = 6 k-tiles) a CTA's work is mostly
-// its fill, its prologue and its epilogue, and every column tile of a
-// routing tile copies the same activation rows again. There (kResident) a
-// CTA walks p.cols_per_cta column tiles: the tile's whole B is copied once
-// into shared memory and stays there, only the weights stream through the
-// stages, and the producer fills the next column tile's stages while the
-// consumers store the last one's outputs.
+// A CTA walks p.cols_per_cta column tiles of its routing tile: its start
+// and its pipeline's fill are paid once per walk, and the producer fills
+// the next column tile's stages while the consumers store the last one's
+// outputs. With a short K (down: K = I, e.g. 384 = 6 k-tiles) a CTA's work
+// is mostly its fill, its prologue and its epilogue, and every column tile
+// copies the same activation rows again; there (kResident, p.b_resident)
+// the tile's whole B is copied once into shared memory and stays there, and
+// only the weights stream through the stages.
 #ifndef KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_WGMMA_RS_GEMM_CUH_
 #define KERNELSERVE_KERNELS_GPU_ARCH_SM90_MOE_WGMMA_RS_GEMM_CUH_
 
@@ -99,7 +100,8 @@ struct Cfg {
   static constexpr int kThreads = 128 * (kCons + 1);
   static constexpr int kCtasPerSm = 1;
   static constexpr int kStages = kResident ? 8 : 5;
-  static constexpr int kProducerRegs = 64;
+  // 72: the walk's per-column-tile sources in registers (64 spilled).
+  static constexpr int kProducerRegs = 72;
   static constexpr int kConsumerRegs = 216;
   static constexpr int kStageB = kBN * kBK * 2;
   static constexpr int kStageRaw = kBW * kRawStr;
@@ -157,8 +159,9 @@ struct Smem {
 // costs a few instructions per copy. Rows past the tile's own are not
 // copied: their N columns are computed from stale bytes and never stored.
 // Step n of the walk (column tile n / k_tiles, k-tile n % k_tiles) uses
-// stage n % kStages; kResident copies B's k-tiles during the first column
-// tile only, each into its own region, arriving on its own barrier.
+// stage n % kStages; B's k-tiles go with the weights into every stage, or
+// with kResident during the first column tile only, each into its own
+// region, arriving on its own barrier.
 template <int kEpi, bool kResident>
 __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int expert, int rows, int col_tile0,
                                         int cols, int k_tiles) {
@@ -194,7 +197,7 @@ __device__ __forceinline__ void Produce(const GemmParams& p, const Smem& sm, int
       const int s = n % C::kStages;
       sm90::MbarWait(sm.Empty(s), ((n / C::kStages) & 1) ^ 1);
       const uint32_t st = base + C::kBRegion + s * C::kStageBytes;
-      if (c == 0) {
+      if (!kResident || c == 0) {
         const uint32_t bt = kResident ? base + kt * C::kStageB : st;
 #pragma unroll
         for (int i = 0; i < kRowsPerProducer; ++i) {
@@ -317,7 +320,7 @@ __device__ __forceinline__ void Store(const GemmParams& p, const Smem& sm, const
 }
 
 // Warpgroups 0..Cfg::kCons-1 on a tile of up to kSteps x 32 rows, over
-// `cols` column tiles from col_tile0 (one unless kResident).
+// `cols` column tiles from col_tile0.
 template <int kEpi, bool kResident, int kSteps>
 __device__ __forceinline__ void Consume(const GemmParams& p, const Smem& sm, int rows, int col_tile0,
                                         int cols, int k_tiles) {
@@ -438,9 +441,8 @@ __global__ void __launch_bounds__(Cfg<kResident>::kThreads, Cfg<kResident>::kCta
   const int rows = p.tile_rows[tile];
   if (rows <= 0) return;
   const int steps = (rows + kNStep - 1) / kNStep;
-  const int col_tile0 = kResident ? blockIdx.x * p.cols_per_cta : blockIdx.x;
-  const int cols = kResident ? static_cast<int>(min(static_cast<int64_t>(p.cols_per_cta), ColTiles<kEpi>(p) - col_tile0))
-                             : 1;
+  const int col_tile0 = blockIdx.x * p.cols_per_cta;
+  const int cols = static_cast<int>(min(static_cast<int64_t>(p.cols_per_cta), ColTiles<kEpi>(p) - col_tile0));
   const int tid = threadIdx.x;
 
   int* pair = reinterpret_cast<int*>(smem + C::kTablesOff);
@@ -480,17 +482,17 @@ __global__ void __launch_bounds__(Cfg<kResident>::kThreads, Cfg<kResident>::kCta
 
 template <int kEpi>
 cudaError_t LaunchWgmmaRsGemm(const GemmParams& p, int64_t max_tiles, cudaStream_t stream) {
-  const int64_t col_tiles = wgmma_rs::ColTiles<kEpi>(p);
-  if (p.cols_per_cta > 1) {
+  if (p.cols_per_cta < 1) return cudaErrorInvalidValue;
+  const int64_t ctas = (wgmma_rs::ColTiles<kEpi>(p) + p.cols_per_cta - 1) / p.cols_per_cta;
+  if (p.b_resident) {
     if (p.k > kRsResidentMaxK) return cudaErrorInvalidValue;
     using C = wgmma_rs::Cfg<true>;
-    return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi, true>, p,
-                                                       (col_tiles + p.cols_per_cta - 1) / p.cols_per_cta, max_tiles,
+    return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi, true>, p, ctas, max_tiles,
                                                        stream);
   }
   using C = wgmma_rs::Cfg<false>;
-  return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi, false>, p, col_tiles,
-                                                     max_tiles, stream);
+  return LaunchOverTiles<C::kThreads, C::kSmemBytes>(wgmma_rs::WgmmaRsGemmKernel<kEpi, false>, p, ctas, max_tiles,
+                                                     stream);
 }
 
 }  // namespace moe
