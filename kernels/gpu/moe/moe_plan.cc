@@ -24,6 +24,8 @@ double RowsPerExpert(const MoeParams& p) {
   return active > 0 ? static_cast<double>(pairs) / static_cast<double>(active) : 0.0;
 }
 
+int RsStreamCols(const MoeParams& p) { return RowsPerExpert(p) < kRsRows ? kRsStreamCols : 1; }
+
 MoePlan PlanMoe(const MoeParams& p) {
   const double rows = RowsPerExpert(p);
   MoePlan plan;
@@ -32,7 +34,7 @@ MoePlan PlanMoe(const MoeParams& p) {
   } else if (p.stage != MoeStage::kDown || rows >= kRsDownRowsFrom) {
     plan.wgmma_rs = true;
     plan.rs_b_resident = true;
-    plan.rs_stream_cols = rows < kRsRows ? kRsStreamCols : 1;
+    plan.rs_stream_cols = RsStreamCols(p);
   }
   return plan;
 }

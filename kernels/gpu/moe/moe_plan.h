@@ -57,11 +57,15 @@ double RowsPerExpert(const MoeParams& p);
 //   more than its MMAs save at 18-55 rows).
 // wgmma_rs plans keep B resident (rs_b_resident) in the GEMMs whose K
 // allows, walking kRsResidentCols column tiles per CTA; where B streams a
-// CTA walks kRsStreamCols below kRsRows rows per expert and one from there
-// (bf16 gate/up on the Kimi shard, H200: walking 2 was 2-6 % faster at 73
-// and 146 rows, 1.4 % slower at 292, where each walk's second pass over B
-// comes from DRAM: +1.5 GB read per call).
+// CTA walks RsStreamCols.
 MoePlan PlanMoe(const MoeParams& p);
+
+// The column tiles a B-streamed wgmma_rs CTA walks: kRsStreamCols below
+// kRsRows rows per expert, one from there (bf16 gate/up on the Kimi shard,
+// H200: walking 2 was 2-6 % faster at 73 and 146 rows, 1.4 % slower at 292,
+// where each walk's second pass over B comes from DRAM: +1.5 GB read per
+// call).
+int RsStreamCols(const MoeParams& p);
 
 // Empty when `plan` serves `p` (validated) on this backend, else why not
 // (the message of UNIMPLEMENTED).

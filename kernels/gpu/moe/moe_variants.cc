@@ -20,7 +20,7 @@ moe::MoePlan EntryPlan(const MoeParams& p) {
   plan.stream = kGemm == Gemm::kStream;
   plan.wgmma_rs = kGemm == Gemm::kWgmmaRs;
   plan.rs_b_resident = plan.wgmma_rs;
-  if (plan.wgmma_rs) plan.rs_stream_cols = moe::PlanMoe(p).rs_stream_cols;
+  if (plan.wgmma_rs) plan.rs_stream_cols = moe::RsStreamCols(p);
   return plan;
 }
 
