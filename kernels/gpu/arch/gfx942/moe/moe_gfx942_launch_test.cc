@@ -21,7 +21,7 @@ using gpu_test::KimiMoeParams;
 // The code-object checks (moe_gfx942_hip_test, moe_gemm_m64_gfx942_hip_test)
 // hold the kernels' argument segment to this struct's size.
 TEST(Gfx942MoeLaunch, TheFiguresTheDecodeCodeObjectIsHeldTo) {
-  EXPECT_EQ(sizeof(GemmParams), 112u);
+  EXPECT_EQ(sizeof(GemmParams), 120u);
   EXPECT_EQ(kThreads, 4 * 64);
   EXPECT_EQ(kCtaCols, 4 * 16);
   EXPECT_EQ(kTileRows, 16);
