@@ -400,11 +400,11 @@ class OpCall {
   std::vector<Input*> pre_validate_host_;
   TaskTiming timing_;
   HostTensor out_host_;
-  // The page-locked block of the inline inputs (StageInputs), released after
-  // the op's synchronization.
   // A small call's inline inputs on the device, one block (StageInputs).
   Reservation inline_reservation_;
   std::unique_ptr<DeviceMemory> inline_block_;
+  // The page-locked block of the inline inputs and a small inline output
+  // (StageInputs), released after the op's synchronization.
   std::unique_ptr<StagingMemory> host_staging_;
   char* out_staging_ = nullptr;  // in host_staging_: where a small inline output lands
   Reservation host_;  // declared last: released after the host copies above are freed
