@@ -74,7 +74,18 @@ if [ $rc_moe -ne 124 ] && [ $rc_moe -ne 137 ] && [ $(( $(date +%s) - t0 )) -lt 4
 fi
 echo "moe rest rc=$rc_moe_rest $(el)"
 
+# 5. Where the patched down's time goes, if there is time left (tensor pipe, issue, stores, DRAM).
+if [ $rc_moe -eq 0 ] && [ $(( $(date +%s) - t0 )) -lt 520 ]; then
+  m=gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+  m+=,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  m+=,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
+  timeout 45 ncu --clock-control none --kernel-name regex:WgmmaRs --launch-count 1 --launch-skip 1 --metrics "$m" \
+    "$B/moe_cuda_bench" --tokens=8192 --projections=down --variants=default 2>&1 | grep -vE '^\|' >"$OUT/ncu.txt"
+fi
+echo "ncu done $(el)"
+
 echo "==== summary ===="
 echo "moe new tests rc=$rc_moe, rest rc=$rc_moe_rest; attention_cuda_test rc=$rc_attn"
 cat "$OUT"/moe_tests_*.log "$OUT/attn_tests.log" | grep -E "^\[  (PASSED|FAILED) |Failure" | head -20
 grep -E '^\| [0-9]' "$OUT/moe_decode.txt" | grep -E 'gate/up|down' | cut -c1-150
+grep -E "gmma|issue_active|dram|op_st|stalled|time_duration" "$OUT/ncu.txt" 2>/dev/null | head -12
