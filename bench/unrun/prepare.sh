@@ -11,6 +11,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 wt=${UNRUN_WORKTREE:-/tmp/kernelserve_unrun}
 git worktree remove --force "$wt" 2>/dev/null || rm -rf "$wt"
+git worktree prune
 git worktree add --detach "$wt" HEAD >/dev/null
 for p in bench/unrun/*.patch; do
   git -C "$wt" apply "$root/$p"
@@ -19,6 +20,13 @@ done
 new_targets=(//kernels/gpu/moe:moe_cuda_test //bench:moe_cuda_bench //kernels/gpu/attention:attention_cuda_test
              //bench:attention_cuda_bench)
 base_targets=(//bench:moe_cuda_bench //bench:attention_cuda_bench)
+# As bench/bundle.sh: without a CUDA toolkit the CUDA targets would build as skipping stubs.
+cuda_defs="$(bazel info output_base)/external/local_config_cuda/defs.bzl"
+bazel query @local_config_cuda//:cuda_runtime >/dev/null 2>&1 || true
+if ! grep -q '^CUDA_FOUND = True' "$cuda_defs"; then
+  echo "prepare.sh: this build found no CUDA toolkit; set CUDA_PATH" >&2
+  exit 1
+fi
 (cd "$wt" && bazel build "${new_targets[@]}")
 bazel build "${base_targets[@]}"
 
