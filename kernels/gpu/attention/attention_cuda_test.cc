@@ -380,6 +380,9 @@ TEST_F(AttentionCudaTest, CrossLengthsAndOddSizes) {
   Run({1, 2, 2, 333, 47, 128, true, Layout::kBhsd, Rounding::kRtne});  // Sq > Skv
   Run({1, 2, 2, 47, 333, 128, true, Layout::kBshd, Rounding::kRtne});  // Sq < Skv
   Run({3, 5, 5, 17, 1, 128, false, Layout::kBhsd, Rounding::kRtne});
+  // d128 without the mask walks 176-key tiles: exactly two, and one key past one.
+  Run({1, 2, 1, 64, 352, 128, false, Layout::kBshd, Rounding::kRtne});
+  Run({1, 2, 2, 130, 177, 128, false, Layout::kBhsd, Rounding::kRtna});
   Run({1, 1, 1, 1, 1, 64, true, Layout::kBhsd, Rounding::kRtne});
 }
 

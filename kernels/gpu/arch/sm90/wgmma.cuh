@@ -118,6 +118,7 @@ __device__ __forceinline__ void FenceOperand(uint32_t (&a)[N][4]) {
 #define KS_WGMMA_REGS_64 KS_WGMMA_REGS_32 ", " KS_WGMMA_R32 ", " KS_WGMMA_R48
 #define KS_WGMMA_REGS_68 KS_WGMMA_REGS_64 ", %64, %65, %66, %67"
 #define KS_WGMMA_REGS_80 KS_WGMMA_REGS_64 ", " KS_WGMMA_R64
+#define KS_WGMMA_REGS_88 KS_WGMMA_REGS_80 ", %80, %81, %82, %83, %84, %85, %86, %87"
 #define KS_WGMMA_REGS_96 KS_WGMMA_REGS_64 ", " KS_WGMMA_R64 ", " KS_WGMMA_R80
 #define KS_WGMMA_REGS_128 KS_WGMMA_REGS_96 ", " KS_WGMMA_R96 ", " KS_WGMMA_R112
 
@@ -132,6 +133,7 @@ __device__ __forceinline__ void FenceOperand(uint32_t (&a)[N][4]) {
 #define KS_WGMMA_OUT_64 KS_WGMMA_D64(0)
 #define KS_WGMMA_OUT_68 KS_WGMMA_D64(0), KS_WGMMA_D4(64)
 #define KS_WGMMA_OUT_80 KS_WGMMA_D64(0), KS_WGMMA_D16(64)
+#define KS_WGMMA_OUT_88 KS_WGMMA_D64(0), KS_WGMMA_D16(64), KS_WGMMA_D4(80), KS_WGMMA_D4(84)
 #define KS_WGMMA_OUT_96 KS_WGMMA_D64(0), KS_WGMMA_D32(64)
 #define KS_WGMMA_OUT_128 KS_WGMMA_D64(0), KS_WGMMA_D64(64)
 
@@ -165,6 +167,8 @@ __device__ __forceinline__ void WgmmaSS(float (&d)[kN / 2], uint64_t desc_a, uin
     KS_WGMMA_SS("m64n64k16.f32.bf16.bf16", 32, 32, 33, 34, ", 0, 0");
   } else if constexpr (bf16 && kN == 128 && !kTransB) {
     KS_WGMMA_SS("m64n128k16.f32.bf16.bf16", 64, 64, 65, 66, ", 0, 0");
+  } else if constexpr (bf16 && kN == 176 && !kTransB) {
+    KS_WGMMA_SS("m64n176k16.f32.bf16.bf16", 88, 88, 89, 90, ", 0, 0");
   } else if constexpr (bf16 && kN == 192 && !kTransB) {
     KS_WGMMA_SS("m64n192k16.f32.bf16.bf16", 96, 96, 97, 98, ", 0, 0");
   } else if constexpr (bf16 && kN == 256 && !kTransB) {
@@ -238,6 +242,7 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 8][4], const uint32_t (&
 #undef KS_WGMMA_RS
 #undef KS_WGMMA_OUT_128
 #undef KS_WGMMA_OUT_96
+#undef KS_WGMMA_OUT_88
 #undef KS_WGMMA_OUT_80
 #undef KS_WGMMA_OUT_68
 #undef KS_WGMMA_OUT_64
@@ -250,6 +255,7 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[kN / 8][4], const uint32_t (&
 #undef KS_WGMMA_D4
 #undef KS_WGMMA_REGS_128
 #undef KS_WGMMA_REGS_96
+#undef KS_WGMMA_REGS_88
 #undef KS_WGMMA_REGS_80
 #undef KS_WGMMA_REGS_68
 #undef KS_WGMMA_REGS_64

@@ -57,10 +57,12 @@ struct WsTraits {
   static constexpr int kConsumerWarps = 4 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kBlockM = 64 * kConsumers;
-  // d256 takes 64 keys a tile: a consumer then holds O (128 fp32 registers),
-  // S (32) and P (16) within setmaxnreg's 240, and Q (64 KB) with two
-  // stages of K and V (32 KB each) fits the 227 KB of shared memory.
-  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  // ws_plan.h's choice. d256 takes 64 keys a tile: a consumer then holds O
+  // (128 fp32 registers), S (32) and P (16) within setmaxnreg's 240, and Q
+  // (64 KB) with two stages of K and V (32 KB each) fits the 227 KB of
+  // shared memory. d128 without the mask takes 176: O 64, S 88, P 44, and
+  // Q (32 KB) with two stages of K and V (44 KB each).
+  static constexpr int kBlockN = WsBlockN(kHeadDim, kCausal);
   static constexpr int kStages = kStages_;
   // The launch bounds cap every thread at 65536 / 384 -> 168 registers;
   // setmaxnreg moves the producer's share to the consumers:

@@ -111,7 +111,7 @@ inline void KeepPoolWorkspace(int dev) {
 template <int kD, bool kCausal, int kStages>
 cudaError_t LaunchFlashFwdWs(const FlashFwdParams& params, const WsLaunchOptions& options, cudaStream_t stream) {
   using Traits = WsTraits<kD, kCausal, kStages>;
-  static_assert(Traits::kBlockM == kWsBlockM && Traits::kBlockN == WsBlockN(kD), "ws_plan.h plans other tiles");
+  static_assert(Traits::kBlockM == kWsBlockM && Traits::kBlockN == WsBlockN(kD, kCausal), "ws_plan.h plans other tiles");
   const TileMapDesc q{params.q,
                       params.seq_q,
                       params.heads_q,

@@ -76,7 +76,7 @@ struct WsMainloop {
   static constexpr int kNTiles = kBlockN / 8;
   static constexpr int kColBlocks = Traits::kColBlocks;
   // S: m64n{kBlockN}k16; O += P V: m64n{kD}k16.
-  static_assert(kBlockN == 64 || kBlockN == 128, "the score wgmma is m64n64k16 or m64n128k16");
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 176, "the score wgmma is m64n{64,128,176}k16");
 
   // ---- Producer: one thread. ----
 

@@ -25,7 +25,7 @@ WsLaunchPlan PlanWsLaunch(const FlashFwdParams& p, int head_dim, bool causal, in
   const int tail = items % slots;
   const int first_tail = items - (tail == 0 ? (items < slots ? items : slots) : tail);
   l.tail_kv_tiles = KvBlocks(p.seq_kv, TileAt(first_tail, l.order).m_block * kWsBlockM, kWsBlockM,
-                             WsBlockN(head_dim), p.causal_offset, causal);
+                             WsBlockN(head_dim, causal), p.causal_offset, causal);
   if (opt.dense_tail < 0) {
     l.tail = PlanDenseTail(items, slots, l.tail_kv_tiles, kWsDenseTailWeights);
   } else if (opt.dense_tail == 0) {

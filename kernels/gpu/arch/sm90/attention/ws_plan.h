@@ -20,17 +20,24 @@ namespace gpu {
 namespace attention {
 
 // The kernel's CTA tile: kBlockM query rows (two consumer warpgroups of 64)
-// by kBlockN keys, 128 x 128 at d64 and d128 and 128 x 64 at d256
-// (flash_fwd_ws_kernel.h's WsTraits, which the launcher holds to these).
+// by kBlockN keys (flash_fwd_ws_kernel.h's WsTraits, which the launcher
+// holds to these): 128 x 64 at d256; 128 x 176 at d128 without the causal
+// mask, where a tile's fixed costs (the row maxima's shuffles, O's rescale,
+// the turn barriers, the waits) are spread over 176 keys instead of 128 and
+// S (88 registers) still fits beside O and P; 128 x 128 otherwise (a causal
+// tile's diagonal and d64's).
 constexpr int kWsBlockM = 128;
-constexpr int WsBlockN(int head_dim) { return head_dim == 256 ? 64 : 128; }
+constexpr int WsBlockN(int head_dim, bool causal) {
+  return head_dim == 256 ? 64 : head_dim == 128 && !causal ? 176 : 128;
+}
 
 // The model's weights for this kernel on H100 / H200, in tile-steps of one
-// CTA over one K tile (d128: 128 x 128 x 128, 8.4 MFLOP, about 1.8 us at
-// 600 TFLOP/s over 132 SMs; d256's 64-key tile is the same FLOP, d64's half):
+// CTA over one K tile (d128 causal: 128 x 128 x 128, 8.4 MFLOP, about 1.8 us
+// at 600 TFLOP/s over 132 SMs; d256's 64-key tile is the same FLOP, d64's
+// half; d128's 176-key tile 11.5 MFLOP, about 2.5 us):
 //   partial_tiles 1: a CTA's fp32 partials are 128 x d x 4 bytes (64 KiB at
-//     d128), as many bytes as the step's K and V tiles, written once (the
-//     bf16 epilogue it replaces writes half);
+//     d128), about as many bytes as the step's K and V tiles (64 KiB, 88 at
+//     176 keys), written once (the bf16 epilogue it replaces writes half);
 //   merge_launch_tiles 2: a second kernel on the stream, its launch and the
 //     forward's drain before it, about 3 us;
 //   max_splits 16: bounds the workspace (16 chunks of 64 KiB per item at

@@ -94,7 +94,7 @@ std::vector<double> Reference(const Problem& pr, const FlashFwdParams& p, const 
 // reference and fails on rows written twice or never.
 double Emulate(const Problem& pr, const WsLaunchPlan& plan, const Tensors& t) {
   const FlashFwdParams p = Params(pr);
-  const int bn = WsBlockN(pr.dim);
+  const int bn = WsBlockN(pr.dim, pr.causal);
   const size_t out_rows = static_cast<size_t>(pr.batch) * pr.heads_q * pr.seq_q;
   std::vector<float> out(out_rows * pr.dim, NAN);
   std::vector<int> writes(out_rows, 0);

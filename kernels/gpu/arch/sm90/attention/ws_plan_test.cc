@@ -36,29 +36,30 @@ WsLaunchPlan Plan(int b, int h, int s, int dim, bool causal, WsLaunchOptions opt
 
 TEST(WsPlan, SeedShapesWithAPartialLastWaveSplitIt) {
   // (2, 24, 8192): 64 query tiles x 48 = 3072 items, 23 full waves and 36
-  // left, 64 key tiles each: 3 chunks of 21-22 (36 x 3 = 108 <= 132 SMs).
+  // left, 47 key tiles of 176 each: 3 chunks of 15-16 (36 x 3 = 108 <= 132
+  // SMs).
   WsLaunchPlan l = Plan(2, 24, 8192, 128, false);
   EXPECT_TRUE(l.tail.on);
   EXPECT_EQ(l.tail.tail_items, 36);
   EXPECT_EQ(l.tail.full_items, 3036);
   EXPECT_EQ(l.tail.splits, 3);
   EXPECT_EQ(l.tail.ctas, 3036 + 108);
-  EXPECT_EQ(l.tail.cost_off, 64);
-  EXPECT_EQ(l.tail.cost_on, 22 + 1 + 2 + 2);  // ceil(64 / 3), partials, launch, merge
+  EXPECT_EQ(l.tail.cost_off, 47);
+  EXPECT_EQ(l.tail.cost_on, 16 + 1 + 2 + 2);  // ceil(47 / 3), partials, launch, merge
   // (1, 32, 16384) and (1, 16, 32768): 4096 items, 31 waves and 4 left;
-  // 128 and 256 key tiles: 16 chunks each (the bound).
+  // 94 and 187 key tiles: 16 chunks each (the bound).
   l = Plan(1, 32, 16384, 128, false);
   EXPECT_TRUE(l.tail.on);
   EXPECT_EQ(l.tail.tail_items, 4);
   EXPECT_EQ(l.tail.splits, 16);
-  EXPECT_EQ(l.tail.cost_off, 128);
-  EXPECT_EQ(l.tail.cost_on, 8 + 1 + 2 + 1);
+  EXPECT_EQ(l.tail.cost_off, 94);
+  EXPECT_EQ(l.tail.cost_on, 6 + 1 + 2 + 1);
   l = Plan(1, 16, 32768, 128, false);
   EXPECT_TRUE(l.tail.on);
   EXPECT_EQ(l.tail.splits, 16);
   EXPECT_EQ(l.tail.ctas, 4092 + 64);
-  EXPECT_EQ(l.tail.cost_off, 256);
-  // d256's 64-key tiles: twice the tiles, the same split.
+  EXPECT_EQ(l.tail.cost_off, 187);
+  // d256's 64-key tiles: 512, the same split.
   l = Plan(1, 16, 32768, 256, false);
   EXPECT_TRUE(l.tail.on);
   EXPECT_EQ(l.tail.cost_off, 512);
@@ -106,7 +107,7 @@ TEST(WsPlan, OverridesForceOrDisableTheSplit) {
   WsLaunchPlan l = Plan(1, 16, 32768, 128, false, off);
   EXPECT_FALSE(l.tail.on);
   EXPECT_EQ(l.tail.ctas, 4096);
-  EXPECT_EQ(l.tail.cost_off, 256);
+  EXPECT_EQ(l.tail.cost_off, 187);
   // Forced on a small grid: every item is in the (only, partial) wave.
   WsLaunchOptions three;
   three.dense_tail = 3;
