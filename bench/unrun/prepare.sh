@@ -9,11 +9,17 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+shopt -s nullglob
+patches=(bench/unrun/*.patch)
+if [ ${#patches[@]} -eq 0 ]; then
+  echo "prepare.sh: no patch in bench/unrun" >&2
+  exit 1
+fi
 wt=${UNRUN_WORKTREE:-/tmp/kernelserve_unrun}
 git worktree remove --force "$wt" 2>/dev/null || rm -rf "$wt"
 git worktree prune
 git worktree add --detach "$wt" HEAD >/dev/null
-for p in bench/unrun/*.patch; do
+for p in "${patches[@]}"; do
   git -C "$wt" apply "$root/$p"
   echo "applied $p"
 done
