@@ -3,7 +3,7 @@
 # checkout the device tool sends, with the folder prepare.sh packed (this
 # script, unrun.tgz: bin/ the patched tests and benchmarks, base/ HEAD's
 # benchmarks, lib/ their libraries):
-#   bash .bundle_pack/call.sh
+#   [RUN_MOE=0] [RUN_ATTN=0] bash .bundle_pack/call.sh
 # Each change's tests first under a timeout (a hang must not cost the rest),
 # then patched against base alternated twice, the peers in the same call
 # (torch._grouped_mm; torch SDPA's cuDNN and FA2), the slower whole test
@@ -23,59 +23,72 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
   | tee "$OUT/info.txt"
 cat "$D/patches.txt" 2>/dev/null
 
-# 1. MoE (issue 16): the wgmma_rs bf16 epilogue under the next column tile's wgmmas.
-moe_new='*EpilogueRowWidths*:*EveryTileWidth*:*MoeForcedGemmTest*:*WalksWithAShortLastOne*:*Nan*'
-timeout 120 "$B/moe_cuda_test" --gtest_filter="$moe_new" >"$OUT/moe_tests_new.log" 2>&1
-rc_moe=$?
-echo "moe new tests rc=$rc_moe $(el)"
-: >"$OUT/moe_bench.txt"
-for round in 1 2; do
-  if [ $rc_moe -eq 0 ]; then
-    echo "== patched, round $round" >>"$OUT/moe_bench.txt"
-    timeout 120 "$B/moe_cuda_bench" --tokens=4096,8192,16384 --variants=default >>"$OUT/moe_bench.txt" 2>&1
-  fi
-  echo "== base, round $round" >>"$OUT/moe_bench.txt"
-  timeout 120 "$BASE/moe_cuda_bench" --tokens=4096,8192,16384 --variants=default >>"$OUT/moe_bench.txt" 2>&1
-done
-# Decode (stream v9) on this card: the patches do not touch it.
-timeout 60 "$BASE/moe_cuda_bench" --tokens=8,32 --variants=default >"$OUT/moe_decode.txt" 2>&1
-grep -E '^==|^\| [0-9]' "$OUT/moe_bench.txt" | grep -E '^==|gate/up|down' | cut -c1-150
-echo "moe bench done $(el)"
+# RUN_MOE=0 / RUN_ATTN=0 skip a part whose kernels no patch touches.
+RUN_MOE=${RUN_MOE:-1}
+RUN_ATTN=${RUN_ATTN:-1}
+rc_moe=skipped rc_moe_rest=skipped rc_attn=skipped
+: >"$OUT/moe_decode.txt"
 
-# 2. bf16 attention (issue 19): d128 without the mask on 176-key tiles.
-timeout 150 "$B/attention_cuda_test" >"$OUT/attn_tests.log" 2>&1
-rc_attn=$?
-echo "attention tests rc=$rc_attn $(el)"
-: >"$OUT/attn_bench.txt"
-for round in 1 2; do
-  if [ $rc_attn -eq 0 ]; then
-    echo "== patched, round $round" >>"$OUT/attn_bench.txt"
-    timeout 90 "$B/attention_cuda_bench" --dims=128 --only=wgmma_ws >>"$OUT/attn_bench.txt" 2>&1
-  fi
-  echo "== base, round $round" >>"$OUT/attn_bench.txt"
-  timeout 90 "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws >>"$OUT/attn_bench.txt" 2>&1
-done
-grep -E '^==|^\| wgmma' "$OUT/attn_bench.txt" | cut -c1-150
-echo "attention bench done $(el)"
+# 1. MoE prefill (issue 16), patched against HEAD.
+moe_new='*EpilogueRowWidths*:*EveryTileWidth*:*MoeForcedGemmTest*:*WalksWithAShortLastOne*:*Nan*'
+if [ "$RUN_MOE" = 1 ]; then
+  timeout 120 "$B/moe_cuda_test" --gtest_filter="$moe_new" >"$OUT/moe_tests_new.log" 2>&1
+  rc_moe=$?
+  echo "moe new tests rc=$rc_moe $(el)"
+  : >"$OUT/moe_bench.txt"
+  for round in 1 2; do
+    if [ $rc_moe -eq 0 ]; then
+      echo "== patched, round $round" >>"$OUT/moe_bench.txt"
+      timeout 120 "$B/moe_cuda_bench" --tokens=4096,8192,16384 --variants=default >>"$OUT/moe_bench.txt" 2>&1
+    fi
+    echo "== base, round $round" >>"$OUT/moe_bench.txt"
+    timeout 120 "$BASE/moe_cuda_bench" --tokens=4096,8192,16384 --variants=default >>"$OUT/moe_bench.txt" 2>&1
+  done
+  # Decode (stream v9) on this card: HEAD's binary.
+  timeout 60 "$BASE/moe_cuda_bench" --tokens=8,32 --variants=default >"$OUT/moe_decode.txt" 2>&1
+  grep -E '^==|^\| [0-9]' "$OUT/moe_bench.txt" | grep -E '^==|gate/up|down' | cut -c1-150
+  echo "moe bench done $(el)"
+fi
+
+# 2. bf16 attention d128 (issue 19), patched against HEAD.
+if [ "$RUN_ATTN" = 1 ]; then
+  timeout 150 "$B/attention_cuda_test" >"$OUT/attn_tests.log" 2>&1
+  rc_attn=$?
+  echo "attention tests rc=$rc_attn $(el)"
+  : >"$OUT/attn_bench.txt"
+  for round in 1 2; do
+    if [ $rc_attn -eq 0 ]; then
+      echo "== patched, round $round" >>"$OUT/attn_bench.txt"
+      timeout 90 "$B/attention_cuda_bench" --dims=128 --only=wgmma_ws >>"$OUT/attn_bench.txt" 2>&1
+    fi
+    echo "== base, round $round" >>"$OUT/attn_bench.txt"
+    timeout 90 "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws >>"$OUT/attn_bench.txt" 2>&1
+  done
+  grep -E '^==|^\| wgmma' "$OUT/attn_bench.txt" | cut -c1-150
+  echo "attention bench done $(el)"
+fi
 
 # 3. Peers in the same call.
-PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 100 python3 bench/peers.py --dims 128 >"$OUT/peers.txt" 2>&1
-grep -E '^\|' "$OUT/peers.txt" | grep -vE '^\| -+' | head -20
-PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 100 python3 bench/peers_moe_mla.py --tokens 8 32 4096 8192 16384 \
-  >"$OUT/peers_moe.txt" 2>&1
-grep -E '^\|' "$OUT/peers_moe.txt" | grep -vE '^\| -+' | head -20
+if [ "$RUN_ATTN" = 1 ]; then
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 100 python3 bench/peers.py --dims 128 >"$OUT/peers.txt" 2>&1
+  grep -E '^\|' "$OUT/peers.txt" | grep -vE '^\| -+' | head -20
+fi
+if [ "$RUN_MOE" = 1 ]; then
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 100 python3 bench/peers_moe_mla.py --tokens 8 32 4096 8192 16384 \
+    >"$OUT/peers_moe.txt" 2>&1
+  grep -E '^\|' "$OUT/peers_moe.txt" | grep -vE '^\| -+' | head -20
+fi
 echo "peers done $(el)"
 
 # 4. The rest of moe_cuda_test, if the call has time left.
-rc_moe_rest=skipped
-if [ $rc_moe -ne 124 ] && [ $rc_moe -ne 137 ] && [ $(( $(date +%s) - t0 )) -lt 460 ]; then
+if [ "$RUN_MOE" = 1 ] && [ "$rc_moe" != 124 ] && [ "$rc_moe" != 137 ] && [ $(( $(date +%s) - t0 )) -lt 460 ]; then
   timeout 100 "$B/moe_cuda_test" --gtest_filter="-$moe_new" >"$OUT/moe_tests_rest.log" 2>&1
   rc_moe_rest=$?
 fi
 echo "moe rest rc=$rc_moe_rest $(el)"
 
 # 5. Where the patched down's time goes, if there is time left (tensor pipe, issue, stores, DRAM).
-if [ $rc_moe -eq 0 ] && [ $(( $(date +%s) - t0 )) -lt 520 ]; then
+if [ "$rc_moe" = 0 ] && [ $(( $(date +%s) - t0 )) -lt 520 ]; then
   m=gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
   m+=,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
   m+=,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
@@ -86,6 +99,6 @@ echo "ncu done $(el)"
 
 echo "==== summary ===="
 echo "moe new tests rc=$rc_moe, rest rc=$rc_moe_rest; attention_cuda_test rc=$rc_attn"
-cat "$OUT"/moe_tests_*.log "$OUT/attn_tests.log" | grep -E "^\[  (PASSED|FAILED) |Failure" | head -20
+cat "$OUT"/moe_tests_*.log "$OUT/attn_tests.log" 2>/dev/null | grep -E "^\[  (PASSED|FAILED) |Failure" | head -20
 grep -E '^\| [0-9]' "$OUT/moe_decode.txt" | grep -E 'gate/up|down' | cut -c1-150
 grep -E "gmma|issue_active|dram|op_st|stalled|time_duration" "$OUT/ncu.txt" 2>/dev/null | head -12
