@@ -897,12 +897,18 @@ class SandboxLimitsTest : public UserKernelTest {
 };
 
 TEST_F(SandboxLimitsTest, ACompileThatNeverEndsIsKilledAtItsTimeout) {
-  // Constant evaluation far past what the compiler does in 3 s (each loop
-  // stays under -fconstexpr-loop-limit; the whole is ~10^10 operations).
-  const std::string forever =
-      "constexpr long Spin() {\n  long s = 0;\n  for (long i = 0; i < 200000; ++i)\n"
-      "    for (long j = 0; j < 200000; ++j) s += i ^ j;\n  return s;\n}\n"
-      "constexpr long kSpin = Spin();\nlong Get() { return kSpin; }\n";
+  // Constant evaluation far past what the compiler does in 3 s: 400
+  // constants of 7 * 10^5 loop steps each (~0.5 s apiece on the dev VM).
+  // One constant of 4 * 10^10 steps is not enough: g++ stops it at
+  // -fconstexpr-ops-limit (2^25 operations per evaluation) with a compile
+  // error, within 3 s on an idle machine. Each of these stays under that
+  // limit and -fconstexpr-loop-limit; different arguments keep g++ from
+  // reusing a result.
+  std::string forever =
+      "constexpr long Spin(long k) {\n  long s = 0;\n  for (long i = 0; i < 700; ++i)\n"
+      "    for (long j = 0; j < 1000; ++j) s += (i ^ j) + k;\n  return s;\n}\n";
+  for (int k = 0; k < 400; ++k) absl::StrAppend(&forever, "constexpr long kSpin", k, " = Spin(", k, ");\n");
+  absl::StrAppend(&forever, "long Get() { return kSpin0 + kSpin399; }\n");
   const absl::Time t0 = absl::Now();
   ExpectFails(Spec(pb::OP_ATTENTION, "slowbuild", forever), absl::StatusCode::kDeadlineExceeded,
               {"slowbuild.cc: the compiler ran past 3 s (--user_kernel_compile_timeout_s) and was killed"});
