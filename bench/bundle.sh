@@ -5,11 +5,8 @@
 #   bench/bundle.sh [extra bazel targets...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bazel query @local_config_cuda//:cuda_runtime >/dev/null 2>&1 || true  # configures the toolchains
-if ! grep -q '^CUDA_FOUND = True' "$(bazel info output_base)/external/local_config_cuda/defs.bzl"; then
-  echo "bundle.sh: this build found no CUDA toolkit ($(grep '^CUDA_REASON' "$(bazel info output_base)/external/local_config_cuda/defs.bzl")); set CUDA_PATH" >&2
-  exit 1
-fi
+source bench/tools/bundle_util.sh
+RequireCudaBuild bundle.sh
 
 TARGETS=(
   //server:kernelserve
@@ -36,16 +33,10 @@ done
 
 rm -rf .bundle
 mkdir -p .bundle/bin .bundle/lib
-# glibc, the dynamic loader and the C++ runtime come from the GPU machine
-# (Ubuntu 24.04: newer than Debian 12's, hence compatible).
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libstdc\+\+\.so|libgcc_s\.so|libresolv\.so)'
 for t in "${TARGETS[@]}"; do
   path="bazel-bin/$(echo "${t#//}" | tr ':' '/')"
   cp -L "$path" .bundle/bin/
-  # ldd on the original: Bazel's own shared objects resolve through its rpath.
-  ldd "$path" | awk '/=> \// {print $1, $3}' | while read -r name lib; do
-    if ! [[ "$name" =~ $skip ]]; then cp -Ln "$lib" .bundle/lib/ 2>/dev/null || true; fi
-  done
+  CopyBundleLibs "$path" .bundle/lib
 done
 for b in .bundle/bin/*; do
   if grep -q "not found" <<<"$(LD_LIBRARY_PATH=.bundle/lib ldd "$b")"; then

@@ -27,6 +27,21 @@ cat "$D/patches.txt" 2>/dev/null
 RUN_MOE=${RUN_MOE:-1}
 RUN_ATTN=${RUN_ATTN:-1}
 rc_moe=skipped rc_moe_rest=skipped rc_attn=skipped
+# Alternate LOG TESTS_RC TIMEOUT BENCH ARGS...: the patched BENCH (only if its
+# tests passed) and HEAD's, alternated twice, into LOG.
+Alternate() {
+  local log=$1 rc=$2 limit=$3 bench=$4
+  shift 4
+  : >"$log"
+  for round in 1 2; do
+    if [ "$rc" = 0 ]; then
+      echo "== patched, round $round" >>"$log"
+      timeout "$limit" "$B/$bench" "$@" >>"$log" 2>&1
+    fi
+    echo "== base, round $round" >>"$log"
+    timeout "$limit" "$BASE/$bench" "$@" >>"$log" 2>&1
+  done
+}
 : >"$OUT/moe_decode.txt"
 
 # 1. MoE prefill (issue 16), patched against HEAD.
@@ -35,15 +50,7 @@ if [ "$RUN_MOE" = 1 ]; then
   timeout 120 "$B/moe_cuda_test" --gtest_filter="$moe_new" >"$OUT/moe_tests_new.log" 2>&1
   rc_moe=$?
   echo "moe new tests rc=$rc_moe $(el)"
-  : >"$OUT/moe_bench.txt"
-  for round in 1 2; do
-    if [ $rc_moe -eq 0 ]; then
-      echo "== patched, round $round" >>"$OUT/moe_bench.txt"
-      timeout 120 "$B/moe_cuda_bench" --tokens=4096,8192,16384 --variants=default >>"$OUT/moe_bench.txt" 2>&1
-    fi
-    echo "== base, round $round" >>"$OUT/moe_bench.txt"
-    timeout 120 "$BASE/moe_cuda_bench" --tokens=4096,8192,16384 --variants=default >>"$OUT/moe_bench.txt" 2>&1
-  done
+  Alternate "$OUT/moe_bench.txt" $rc_moe 120 moe_cuda_bench --tokens=4096,8192,16384 --variants=default
   # Decode (stream v9) on this card: HEAD's binary.
   timeout 60 "$BASE/moe_cuda_bench" --tokens=8,32 --variants=default >"$OUT/moe_decode.txt" 2>&1
   grep -E '^==|^\| [0-9]' "$OUT/moe_bench.txt" | grep -E '^==|gate/up|down' | cut -c1-150
@@ -55,15 +62,7 @@ if [ "$RUN_ATTN" = 1 ]; then
   timeout 150 "$B/attention_cuda_test" >"$OUT/attn_tests.log" 2>&1
   rc_attn=$?
   echo "attention tests rc=$rc_attn $(el)"
-  : >"$OUT/attn_bench.txt"
-  for round in 1 2; do
-    if [ $rc_attn -eq 0 ]; then
-      echo "== patched, round $round" >>"$OUT/attn_bench.txt"
-      timeout 90 "$B/attention_cuda_bench" --dims=128 --only=wgmma_ws >>"$OUT/attn_bench.txt" 2>&1
-    fi
-    echo "== base, round $round" >>"$OUT/attn_bench.txt"
-    timeout 90 "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws >>"$OUT/attn_bench.txt" 2>&1
-  done
+  Alternate "$OUT/attn_bench.txt" $rc_attn 90 attention_cuda_bench --dims=128 --only=wgmma_ws
   grep -E '^==|^\| wgmma' "$OUT/attn_bench.txt" | cut -c1-150
   echo "attention bench done $(el)"
 fi

@@ -9,6 +9,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+source bench/tools/bundle_util.sh
+RequireCudaBuild prepare.sh
 shopt -s nullglob
 patches=(bench/unrun/*.patch)
 if [ ${#patches[@]} -eq 0 ]; then
@@ -26,24 +28,14 @@ done
 new_targets=(//kernels/gpu/moe:moe_cuda_test //bench:moe_cuda_bench //kernels/gpu/attention:attention_cuda_test
              //bench:attention_cuda_bench)
 base_targets=(//bench:moe_cuda_bench //bench:attention_cuda_bench)
-# As bench/bundle.sh: without a CUDA toolkit the CUDA targets would build as skipping stubs.
-cuda_defs="$(bazel info output_base)/external/local_config_cuda/defs.bzl"
-bazel query @local_config_cuda//:cuda_runtime >/dev/null 2>&1 || true
-if ! grep -q '^CUDA_FOUND = True' "$cuda_defs"; then
-  echo "prepare.sh: this build found no CUDA toolkit; set CUDA_PATH" >&2
-  exit 1
-fi
 (cd "$wt" && bazel build "${new_targets[@]}")
 bazel build "${base_targets[@]}"
 
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/base" "$stage/lib"
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libstdc\+\+\.so|libgcc_s\.so|libresolv\.so)'
 collect() {  # binary, destination folder
   cp -L "$1" "$2/"
-  ldd "$1" | awk '/=> \// {print $1, $3}' | while read -r name lib; do
-    if ! [[ "$name" =~ $skip ]]; then cp -Ln "$lib" "$stage/lib/" 2>/dev/null || true; fi
-  done
+  CopyBundleLibs "$1" "$stage/lib"
 }
 for t in "${new_targets[@]}"; do collect "$wt/bazel-bin/$(echo "${t#//}" | tr ':' '/')" "$stage/bin"; done
 for t in "${base_targets[@]}"; do collect "bazel-bin/$(echo "${t#//}" | tr ':' '/')" "$stage/base"; done

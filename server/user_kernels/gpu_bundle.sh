@@ -13,15 +13,11 @@ D=.bundle/user_kernels
 rm -rf "$D"
 mkdir -p "$D/lib" "$D/server/user_kernels" "$D/kernels/api/examples/cuda"
 bazel build //kernels/api/examples:cuda_device_code
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libstdc\+\+\.so|libgcc_s\.so|libresolv\.so)'
 cp -L bazel-bin/server/user_kernels/user_kernel_cuda_test "$D/"
 cp -L bazel-bin/server/user_kernels/kernel_worker_cuda "$D/server/user_kernels/"
 cp kernels/api/examples/cuda/*.cu "$D/kernels/api/examples/cuda/"
 cp bazel-bin/kernels/api/examples/cuda_*.cubin bazel-bin/kernels/api/examples/cuda_*.ptx "$D/kernels/api/examples/"
 cp kernels/api/user_kernel_abi.h kernels/api/user_kernel_util.h "$D/kernels/api/"
-for b in "$D/user_kernel_cuda_test" "$D/server/user_kernels/kernel_worker_cuda"; do
-  ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name lib; do
-    if ! [[ "$name" =~ $skip ]]; then cp -Ln "$lib" "$D/lib/" 2>/dev/null || true; fi
-  done
-done
+source bench/tools/bundle_util.sh
+for b in "$D/user_kernel_cuda_test" "$D/server/user_kernels/kernel_worker_cuda"; do CopyBundleLibs "$b" "$D/lib"; done
 du -sh "$D"
