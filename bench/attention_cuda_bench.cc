@@ -4,6 +4,7 @@
 //
 //   attention_cuda_bench [--iters=N] [--warmup=N] [--dims=128,64] [--only=NAME] [--shapes=B:H:S,...]
 //                        [--dense_tail=auto|off|on|N] [--causal_order=sections|per_head]
+//                        [--causal=both|no|yes]
 // For each head dim in turn (default 128, then 64; --dim=N is --dims=N),
 // times every entry of the variant table (attention_variants.h) that serves
 // it on this device, or only the one named.
@@ -13,6 +14,8 @@
 // --causal_order: causal grids in L2 sections (the default) or one (head,
 // batch) after another (per_head). The "tail split" column is the plan the
 // launcher computes (ws_plan.h) for wgmma_ws: tail items x chunks, or off.
+// --causal: time only the unmasked or only the causal rows (a clock probe
+// samples one kind of launch at a time).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -90,8 +93,22 @@ int Main(int argc, char** argv) {
   std::string only;
   std::vector<Shape4> shapes = {{2, 24, 8192}, {1, 32, 16384}, {2, 24, 16384}, {1, 16, 32768}};
   gpu::attention::WsLaunchOptions plan_options;
+  std::vector<bool> causal_modes = {false, true};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (const char* v = bench::FlagValue(a, "--causal=")) {
+      const std::string m = v;
+      if (m == "both") {
+        causal_modes = {false, true};
+      } else if (m == "no") {
+        causal_modes = {false};
+      } else if (m == "yes") {
+        causal_modes = {true};
+      } else {
+        std::fprintf(stderr, "--causal: \"%s\" is not both, no or yes\n", v);
+        return 2;
+      }
+    }
     if (const char* v = bench::FlagValue(a, "--dense_tail=")) {
       const std::string m = v;
       int n = 0;
@@ -213,7 +230,7 @@ int Main(int argc, char** argv) {
       "| --- | --- | --- | --- | --- | --- | --- |\n");
   for (const auto& [dim, kc] : runs) {
     for (const auto& s : shapes) {
-      for (bool causal : {false, true}) {
+      for (bool causal : causal_modes) {
         AttentionParams p;
         p.layout = Layout::kBhsd;
         p.causal = causal;

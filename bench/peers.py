@@ -5,7 +5,11 @@ TFLOP/s count causal pairs once, as attention_cuda_bench does. Head dim 128
 first, then the (192, 128) MLA shape, then the other head dims of --dims
 (default 64), so a timeout cuts the newest rows first.
 
-  python3 bench/peers.py [--iters N] [--dims 128,64]
+  python3 bench/peers.py [--iters N] [--dims 128,64] [--shapes B:H:S,...]
+                         [--causal both|no|yes] [--backends cuDNN,FA2] [--no-mla]
+
+--shapes/--causal/--backends narrow the run (a clock probe samples one kind
+of launch at a time, bench/unrun/call.sh); --no-mla skips the (192, 128) row.
 """
 import argparse
 import statistics
@@ -38,27 +42,46 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--dims", default="128,64")
+    ap.add_argument("--shapes", default="", help="B:H:S,... instead of the seed shapes")
+    ap.add_argument("--causal", default="both", choices=["both", "no", "yes"])
+    ap.add_argument("--backends", default="cuDNN,FA2")
+    ap.add_argument("--no-mla", action="store_true")
     args = ap.parse_args()
     dims = [int(x) for x in args.dims.split(",") if x]
+    if args.shapes:
+        try:
+            args.shape_list = [tuple(int(f) for f in item.split(":")) for item in args.shapes.split(",") if item]
+        except ValueError:
+            args.shape_list = [()]
+        if any(len(t) != 3 or min(t) < 1 for t in args.shape_list):
+            ap.error("--shapes: each item is B:H:S with positive integers")
+    else:
+        args.shape_list = SHAPES
+    args.causal_modes = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]
+    wanted = [x for x in args.backends.split(",") if x]
+    args.backend_list = [be for be in BACKENDS if be[0] in wanted]
+    if len(args.backend_list) != len(wanted):
+        ap.error(f"--backends: each of {wanted} must be one of {[n for n, _ in BACKENDS]}")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
     print("\n| (B, H, S) | d | causal | peer | ms (median) | TFLOP/s |\n| --- | --- | --- | --- | --- | --- |")
     if 128 in dims:
         time_seed_shapes(128, args)
-        time_mla_shape(args)
+        if not args.no_mla:
+            time_mla_shape(args)
     for d in dims:
         if d != 128:
             time_seed_shapes(d, args)
 
 
 def time_seed_shapes(d, args):
-    for b, h, s in SHAPES:
+    for b, h, s in args.shape_list:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
                    for _ in range(3))
-        for causal in (False, True):
+        for causal in args.causal_modes:
             pairs = s * (s + 1) / 2 if causal else s * s
             flops = 4.0 * b * h * d * pairs
-            for name, be in BACKENDS:
+            for name, be in args.backend_list:
                 try:
                     with sdpa_kernel([be]):
                         fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -81,7 +104,7 @@ def time_mla_shape(args):
     k = torch.randn(b, h, s, 192, device="cuda", dtype=torch.bfloat16, generator=g)
     v = torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16, generator=g)
     flops = 2.0 * b * h * (192 + 128) * s * (s + 1) / 2
-    for name, be in BACKENDS:
+    for name, be in args.backend_list:
         try:
             with sdpa_kernel([be]):
                 ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),

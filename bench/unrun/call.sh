@@ -3,7 +3,7 @@
 # checkout the device tool sends, with the folder prepare.sh packed (this
 # script, unrun.tgz: bin/ the patched tests and benchmarks, base/ HEAD's
 # benchmarks, lib/ their libraries):
-#   [RUN_MOE=0] [RUN_ATTN=0] bash .bundle_pack/call.sh
+#   [RUN_MOE=0] [RUN_ATTN=0] [RUN_DECODE=1] [RUN_FP8=1] [RUN_CLOCKS=1] bash .bundle_pack/call.sh
 # Each change's tests first under a timeout (a hang must not cost the rest),
 # then patched against base alternated twice, the peers in the same call
 # (torch._grouped_mm; torch SDPA's cuDNN and FA2), the slower whole test
@@ -23,9 +23,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
   | tee "$OUT/info.txt"
 cat "$D/patches.txt" 2>/dev/null
 
-# RUN_MOE=0 / RUN_ATTN=0 skip a part whose kernels no patch touches.
+# RUN_MOE=0 / RUN_ATTN=0 skip a part whose kernels no patch touches;
+# RUN_DECODE=1 times HEAD's MoE decode even without the MoE part; RUN_FP8=1
+# times HEAD's FP8 attention at issue 15's shapes; RUN_CLOCKS=1 samples the SM
+# clock and power under our bf16 kernel and cuDNN's at the longest shapes.
 RUN_MOE=${RUN_MOE:-1}
 RUN_ATTN=${RUN_ATTN:-1}
+RUN_DECODE=${RUN_DECODE:-0}
+RUN_FP8=${RUN_FP8:-0}
+RUN_CLOCKS=${RUN_CLOCKS:-0}
 rc_moe=skipped rc_moe_rest=skipped rc_attn=skipped
 # Alternate LOG TESTS_RC TIMEOUT BENCH ARGS...: the patched BENCH (only if its
 # tests passed) and HEAD's, alternated twice, into LOG.
@@ -51,8 +57,6 @@ if [ "$RUN_MOE" = 1 ]; then
   rc_moe=$?
   echo "moe new tests rc=$rc_moe $(el)"
   Alternate "$OUT/moe_bench.txt" $rc_moe 120 moe_cuda_bench --tokens=4096,8192,16384 --variants=default
-  # Decode (stream v9) on this card: HEAD's binary.
-  timeout 60 "$BASE/moe_cuda_bench" --tokens=8,32 --variants=default >"$OUT/moe_decode.txt" 2>&1
   grep -E '^==|^\| [0-9]' "$OUT/moe_bench.txt" | grep -E '^==|gate/up|down' | cut -c1-150
   echo "moe bench done $(el)"
 fi
@@ -67,6 +71,17 @@ if [ "$RUN_ATTN" = 1 ]; then
   echo "attention bench done $(el)"
 fi
 
+# Decode (stream v9) on this card: HEAD's binary.
+if [ "$RUN_MOE" = 1 ] || [ "$RUN_DECODE" = 1 ]; then
+  timeout 60 "$BASE/moe_cuda_bench" --tokens=8,32 --variants=default >"$OUT/moe_decode.txt" 2>&1
+fi
+# FP8 attention at issue 15's shapes: HEAD's binary (cuDNN bf16 from peers.py below).
+if [ "$RUN_FP8" = 1 ]; then
+  timeout 120 "$BASE/fp8_attention_cuda_bench" --issue --modes=lean >"$OUT/fp8_bench.txt" 2>&1
+  grep -E '^\| ' "$OUT/fp8_bench.txt" | grep -vE '^\| -+' | cut -c1-150
+  echo "fp8 bench done $(el)"
+fi
+
 # 3. Peers in the same call.
 if [ "$RUN_ATTN" = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 100 python3 bench/peers.py --dims 128 >"$OUT/peers.txt" 2>&1
@@ -78,6 +93,54 @@ if [ "$RUN_MOE" = 1 ]; then
   grep -E '^\|' "$OUT/peers_moe.txt" | grep -vE '^\| -+' | head -20
 fi
 echo "peers done $(el)"
+
+# ClockProbe NAME CMD...: CMD's table, and the SM clock, power, temperature
+# and clock-event reasons nvidia-smi samples every 20 ms while it runs,
+# summarized over the busy samples (power over 200 W).
+ClockProbe() {
+  local name=$1
+  shift
+  nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,noheader,nounits -lms 20 >"$OUT/clk_$name.csv" 2>&1 &
+  local pid=$!
+  timeout 60 "$@" >"$OUT/probe_$name.txt" 2>&1
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  local perf
+  perf=$(grep -E '^\| ' "$OUT/probe_$name.txt" | grep -vE '^\| (-|kernel|\(B, H)' | awk -F'|' '{print $(NF-1)}' |
+    tr -d ' ' | paste -sd/)
+  LD_LIBRARY_PATH= python3 - "$OUT/clk_$name.csv" "$name" "$perf" <<'PY'
+import collections, statistics, sys
+rows = []
+for line in open(sys.argv[1]):
+    f = [x.strip() for x in line.split(",")]
+    try:
+        rows.append((float(f[0]), float(f[1]), float(f[2]), f[3]))
+    except (ValueError, IndexError):
+        pass
+busy = [r for r in rows if r[1] > 200]
+if not busy:
+    print(f"{sys.argv[2]}: TFLOP/s {sys.argv[3]}; no busy sample of {len(rows)}")
+else:
+    reasons = collections.Counter(r[3] for r in busy).most_common(2)
+    print(f"{sys.argv[2]}: TFLOP/s {sys.argv[3]}; {len(busy)} busy samples: SM clock median "
+          f"{statistics.median(r[0] for r in busy):.0f} MHz (min {min(r[0] for r in busy):.0f}), power mean "
+          f"{statistics.mean(r[1] for r in busy):.0f} W, max temp {max(r[2] for r in busy):.0f} C, reasons {reasons}")
+PY
+}
+
+# 6. Clocks under our kernel and cuDNN's, alternated, at the longest shapes.
+if [ "$RUN_CLOCKS" = 1 ]; then
+  for round in 1 2; do
+    for shape in 1:16:32768 1:32:16384; do
+      ClockProbe "ours_${shape//:/x}_r$round" "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws \
+        --shapes="$shape" --causal=no --iters=80
+      ClockProbe "cudnn_${shape//:/x}_r$round" env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= python3 bench/peers.py \
+        --dims 128 --shapes "$shape" --causal no --backends cuDNN --no-mla --iters 80
+    done
+  done | tee "$OUT/clocks.txt"
+  echo "clocks done $(el)"
+fi
 
 # 4. The rest of moe_cuda_test, if the call has time left.
 if [ "$RUN_MOE" = 1 ] && [ "$rc_moe" != 124 ] && [ "$rc_moe" != 137 ] && [ $(( $(date +%s) - t0 )) -lt 460 ]; then
@@ -101,3 +164,4 @@ echo "moe new tests rc=$rc_moe, rest rc=$rc_moe_rest; attention_cuda_test rc=$rc
 cat "$OUT"/moe_tests_*.log "$OUT/attn_tests.log" 2>/dev/null | grep -E "^\[  (PASSED|FAILED) |Failure" | head -20
 grep -E '^\| [0-9]' "$OUT/moe_decode.txt" | grep -E 'gate/up|down' | cut -c1-150
 grep -E "gmma|issue_active|dram|op_st|stalled|time_duration" "$OUT/ncu.txt" 2>/dev/null | head -12
+cat "$OUT/clocks.txt" 2>/dev/null
