@@ -5,7 +5,8 @@
 // included), as CUDA-graph replays, median of 10. TFLOP/s counts
 // 2 * (d_qk + d_v) per visible (query, key) pair; "of peak" is the fp8 time's
 // rate over the FP8 GEMM rate measured on the H200 (1420 TFLOP/s, bench/NOTES.md).
-// Prints a markdown table.
+// Prints a markdown table; "out hash" fingerprints the fp8-in output's bytes,
+// so that two builds of a change that keeps the numerics can be compared.
 //
 // --issue: issue 15's shapes instead, the ones bench/peers.py times for
 // cuDNN bf16 in the same call: (B, H, S) = (1, 32, 16384), (2, 24, 16384),
@@ -19,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -26,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "bench/cuda_bench_util.h"
 #include "kernels/api/ops.h"
 #include "kernels/api/op_call.h"
@@ -48,6 +51,22 @@ void Fill(void* dev, size_t bytes, uint64_t seed, bool fp8) {
 
 // One call per graph: 1 warm-up replay, median of 10.
 double TimeUs(const bench::StreamCall& call) { return bench::TimeGraphUs({call}, 1, 10); }
+
+// FNV-1a over the n bf16 outputs at `out` (device), 64 bits in hex, with
+// " NON-FINITE" appended when any output is Inf or NaN.
+std::string OutputHash(const void* out, int64_t n) {
+  std::vector<uint16_t> host(n);
+  CHECK_CUDA(cudaMemcpy(host.data(), out, n * 2, cudaMemcpyDeviceToHost));
+  uint64_t h = 0xcbf29ce484222325ull;
+  int64_t nonfinite = 0;
+  for (uint16_t x : host) {
+    h = (h ^ x) * 0x100000001b3ull;
+    nonfinite += (x & 0x7F80) == 0x7F80;
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return std::string(buf) + (nonfinite ? " NON-FINITE" : "");
+}
 
 constexpr double kFp8GemmTflops = 1420.0;  // measured on the H200 (bench/NOTES.md)
 
@@ -107,8 +126,8 @@ int Main(int argc, char** argv) {
   }
   std::printf(
       "| kernel | (B, H, S) | (d_qk, d_v) | causal | P | fp8 in: us | TFLOP/s | of peak | bf16 in (+quant): us | "
-      "TFLOP/s |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "TFLOP/s | out hash |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   int timed = 0;
   for (const BenchShape& sh : shapes) {
     for (const gpu::KernelVariant& kv : gpu::Fp8AttentionVariants()) {
@@ -150,14 +169,22 @@ int Main(int argc, char** argv) {
             if (!kv.unsupported(*caps, c8).empty()) continue;  // a head shape the entry does not serve
             const double us8 = TimeUs([&](cudaStream_t st) { return kv.run(c8, ov, st); });
             const double us16 = TimeUs([&](cudaStream_t st) { return kv.run(c16, ov, st); });
+            // The fp8-in output's bytes, hashed: two builds of a kernel whose
+            // change keeps DESIGN's numerics must print the same hash.
+            const absl::Status run8 = kv.run(c8, ov, nullptr);
+            if (!run8.ok()) {
+              std::fprintf(stderr, "%s\n", run8.ToString().c_str());
+              return 1;
+            }
+            const std::string out_hash = OutputHash(out, b * h * sq * 128);
             ++timed;
             const double pairs = causal ? static_cast<double>(sq) * (sq + 1) / 2 : static_cast<double>(sq) * sq;
             const double flops = 2.0 * b * h * pairs * (dqk + 128);
             const double tf8 = flops / us8 / 1e6;
-            std::printf("| %s | (%lld, %lld, %lld) | (%d, 128) | %s | %s | %.0f | %.0f | %.2f | %.0f | %.0f |\n",
+            std::printf("| %s | (%lld, %lld, %lld) | (%d, 128) | %s | %s | %.0f | %.0f | %.2f | %.0f | %.0f | %s |\n",
                         kv.name, static_cast<long long>(b), static_cast<long long>(h), static_cast<long long>(sq),
                         dqk, causal ? "yes" : "no", PModeName(mode).c_str(), us8, tf8, tf8 / kFp8GemmTflops, us16,
-                        flops / us16 / 1e6);
+                        flops / us16 / 1e6, out_hash.c_str());
             std::fflush(stdout);
           }
         }

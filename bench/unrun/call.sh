@@ -25,7 +25,8 @@ cat "$D/patches.txt" 2>/dev/null
 
 # RUN_MOE=0 / RUN_ATTN=0 skip a part whose kernels no patch touches;
 # RUN_DECODE=1 times HEAD's MoE decode even without the MoE part; RUN_FP8=1
-# times HEAD's FP8 attention at issue 15's shapes; RUN_CLOCKS=1 samples the SM
+# runs the FP8 attention tests and times it patched against HEAD at issue
+# 15's shapes; RUN_CLOCKS=1 samples the SM
 # clock and power under our bf16 kernel and cuDNN's at the longest shapes.
 RUN_MOE=${RUN_MOE:-1}
 RUN_ATTN=${RUN_ATTN:-1}
@@ -75,10 +76,15 @@ fi
 if [ "$RUN_MOE" = 1 ] || [ "$RUN_DECODE" = 1 ]; then
   timeout 60 "$BASE/moe_cuda_bench" --tokens=8,32 --variants=default >"$OUT/moe_decode.txt" 2>&1
 fi
-# FP8 attention at issue 15's shapes: HEAD's binary (cuDNN bf16 from peers.py below).
+# FP8 attention (issue 15) at its shapes, patched against HEAD (cuDNN bf16
+# from peers.py below); the output hash column must match between the two.
+rc_fp8=skipped
 if [ "$RUN_FP8" = 1 ]; then
-  timeout 120 "$BASE/fp8_attention_cuda_bench" --issue --modes=lean >"$OUT/fp8_bench.txt" 2>&1
-  grep -E '^\| ' "$OUT/fp8_bench.txt" | grep -vE '^\| -+' | cut -c1-150
+  timeout 150 "$B/fp8_attention_cuda_test" >"$OUT/fp8_tests.log" 2>&1
+  rc_fp8=$?
+  echo "fp8 tests rc=$rc_fp8 $(el)"
+  Alternate "$OUT/fp8_bench.txt" $rc_fp8 120 fp8_attention_cuda_bench --issue --modes=lean
+  grep -E '^==|^\| ws' "$OUT/fp8_bench.txt" | cut -c1-170
   echo "fp8 bench done $(el)"
 fi
 
@@ -160,8 +166,8 @@ fi
 echo "ncu done $(el)"
 
 echo "==== summary ===="
-echo "moe new tests rc=$rc_moe, rest rc=$rc_moe_rest; attention_cuda_test rc=$rc_attn"
-cat "$OUT"/moe_tests_*.log "$OUT/attn_tests.log" 2>/dev/null | grep -E "^\[  (PASSED|FAILED) |Failure" | head -20
+echo "moe new tests rc=$rc_moe, rest rc=$rc_moe_rest; attention_cuda_test rc=$rc_attn; fp8_attention_cuda_test rc=$rc_fp8"
+cat "$OUT"/moe_tests_*.log "$OUT/attn_tests.log" "$OUT/fp8_tests.log" 2>/dev/null | grep -E "^\[  (PASSED|FAILED) |Failure" | head -20
 grep -E '^\| [0-9]' "$OUT/moe_decode.txt" | grep -E 'gate/up|down' | cut -c1-150
 grep -E "gmma|issue_active|dram|op_st|stalled|time_duration" "$OUT/ncu.txt" 2>/dev/null | head -12
 cat "$OUT/clocks.txt" 2>/dev/null

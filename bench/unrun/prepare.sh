@@ -26,7 +26,8 @@ for p in "${patches[@]}"; do
   echo "applied $p"
 done
 new_targets=(//kernels/gpu/moe:moe_cuda_test //bench:moe_cuda_bench //kernels/gpu/attention:attention_cuda_test
-             //bench:attention_cuda_bench)
+             //bench:attention_cuda_bench //kernels/gpu/fp8_attention:fp8_attention_cuda_test
+             //bench:fp8_attention_cuda_bench)
 base_targets=(//bench:moe_cuda_bench //bench:attention_cuda_bench //bench:fp8_attention_cuda_bench)
 (cd "$wt" && bazel build "${new_targets[@]}")
 bazel build "${base_targets[@]}"
