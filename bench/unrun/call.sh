@@ -146,6 +146,24 @@ if [ "$RUN_CLOCKS" = 1 ]; then
     done
   done | tee "$OUT/clocks.txt"
   echo "clocks done $(el)"
+  # One launch of each under ncu at its own clock: L2 and tensor-pipe load, the clock it ran at.
+  m=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,lts__t_sector_hit_rate.pct
+  m+=,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second
+  m+=,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  for shape in 1:16:32768 1:32:16384; do
+    if [ $(( $(date +%s) - t0 )) -lt 500 ]; then
+      timeout 40 ncu --clock-control none --kernel-name regex:FlashFwdWs --launch-skip 2 --launch-count 1 --metrics "$m" \
+        "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws --shapes="$shape" --causal=no --iters=2 --warmup=1 \
+        2>&1 | grep -vE '^\|' >"$OUT/ncu_ours_${shape//:/x}.txt"
+      PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 60 ncu --clock-control none --kernel-name regex:sdpa --launch-skip 2 \
+        --launch-count 1 --metrics "$m" python3 bench/peers.py --dims 128 --shapes "$shape" --causal no \
+        --backends cuDNN --no-mla --iters 2 --warmup 1 2>&1 | grep -vE '^\|' >"$OUT/ncu_cudnn_${shape//:/x}.txt"
+    fi
+  done
+  for f in "$OUT"/ncu_ours_* "$OUT"/ncu_cudnn_*; do
+    echo "$(basename "$f"): $(grep -E 'duration|per_second|hit_rate|pct_of_peak' "$f" | awk '{print $1"="$NF}' | tr '\n' ' ')"
+  done | tee -a "$OUT/clocks.txt"
+  echo "ncu done $(el)"
 fi
 
 # 4. The rest of moe_cuda_test, if the call has time left.
