@@ -155,7 +155,7 @@ if [ "$RUN_CLOCKS" = 1 ]; then
       timeout 40 ncu --clock-control none --kernel-name regex:FlashFwdWs --launch-skip 2 --launch-count 1 --metrics "$m" \
         "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws --shapes="$shape" --causal=no --iters=2 --warmup=1 \
         2>&1 | grep -vE '^\|' >"$OUT/ncu_ours_${shape//:/x}.txt"
-      PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 60 ncu --clock-control none --kernel-name regex:sdpa --launch-skip 2 \
+      PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 60 ncu --clock-control none --kernel-name 'regex:sdpa|fmha|flash|attn|cudnn' --launch-skip 2 \
         --launch-count 1 --metrics "$m" python3 bench/peers.py --dims 128 --shapes "$shape" --causal no \
         --backends cuDNN --no-mla --iters 2 --warmup 1 2>&1 | grep -vE '^\|' >"$OUT/ncu_cudnn_${shape//:/x}.txt"
     fi
