@@ -152,7 +152,7 @@ if [ "$RUN_CLOCKS" = 1 ]; then
   m+=,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
   for shape in 1:16:32768 1:32:16384; do
     if [ $(( $(date +%s) - t0 )) -lt 500 ]; then
-      timeout 40 ncu --clock-control none --kernel-name regex:FlashFwdWs --launch-skip 2 --launch-count 1 --metrics "$m" \
+      timeout 40 ncu --clock-control none --kernel-name regex:FlashFwdWsKernel --launch-skip 1 --launch-count 1 --metrics "$m" \
         "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws --shapes="$shape" --causal=no --iters=2 --warmup=1 \
         2>&1 | grep -vE '^\|' >"$OUT/ncu_ours_${shape//:/x}.txt"
       PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 60 ncu --clock-control none --kernel-name 'regex:sdpa|fmha|flash|attn|cudnn' --launch-skip 2 \
