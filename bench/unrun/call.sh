@@ -103,10 +103,13 @@ echo "peers done $(el)"
 # ClockProbe NAME CMD...: CMD's table, and the SM clock, power, temperature
 # and clock-event reasons nvidia-smi samples every 20 ms while it runs,
 # summarized over the busy samples (power over 200 W).
+# Drivers before 535 name the reasons field clocks_throttle_reasons.
+reasons_field=clocks_event_reasons.active
+nvidia-smi --query-gpu=$reasons_field --format=csv >/dev/null 2>&1 || reasons_field=clocks_throttle_reasons.active
 ClockProbe() {
   local name=$1
   shift
-  nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+  nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,$reasons_field \
     --format=csv,noheader,nounits -lms 20 >"$OUT/clk_$name.csv" 2>&1 &
   local pid=$!
   timeout 60 "$@" >"$OUT/probe_$name.txt" 2>&1
