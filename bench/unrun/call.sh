@@ -62,21 +62,7 @@ if [ "$RUN_MOE" = 1 ]; then
   echo "moe bench done $(el)"
 fi
 
-# 2. bf16 attention d128 (issue 19), patched against HEAD.
-if [ "$RUN_ATTN" = 1 ]; then
-  timeout 150 "$B/attention_cuda_test" >"$OUT/attn_tests.log" 2>&1
-  rc_attn=$?
-  echo "attention tests rc=$rc_attn $(el)"
-  Alternate "$OUT/attn_bench.txt" $rc_attn 90 attention_cuda_bench --dims=128 --only=wgmma_ws
-  grep -E '^==|^\| wgmma' "$OUT/attn_bench.txt" | cut -c1-150
-  echo "attention bench done $(el)"
-fi
-
-# Decode (stream v9) on this card: HEAD's binary.
-if [ "$RUN_MOE" = 1 ] || [ "$RUN_DECODE" = 1 ]; then
-  timeout 60 "$BASE/moe_cuda_bench" --tokens=8,32 --variants=default >"$OUT/moe_decode.txt" 2>&1
-fi
-# FP8 attention (issue 15) at its shapes, patched against HEAD (cuDNN bf16
+# 2. FP8 attention (issue 15) at its shapes, patched against HEAD (cuDNN bf16
 # from peers.py below); the output hash column must match between the two.
 rc_fp8=skipped
 if [ "$RUN_FP8" = 1 ]; then
@@ -88,7 +74,18 @@ if [ "$RUN_FP8" = 1 ]; then
   echo "fp8 bench done $(el)"
 fi
 
-# 3. Peers in the same call.
+
+# 3. bf16 attention d128 (issue 19), patched against HEAD.
+if [ "$RUN_ATTN" = 1 ]; then
+  timeout 150 "$B/attention_cuda_test" >"$OUT/attn_tests.log" 2>&1
+  rc_attn=$?
+  echo "attention tests rc=$rc_attn $(el)"
+  Alternate "$OUT/attn_bench.txt" $rc_attn 90 attention_cuda_bench --dims=128 --only=wgmma_ws
+  grep -E '^==|^\| wgmma' "$OUT/attn_bench.txt" | cut -c1-150
+  echo "attention bench done $(el)"
+fi
+
+# 4. Peers in the same call.
 if [ "$RUN_ATTN" = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 100 python3 bench/peers.py --dims 128 >"$OUT/peers.txt" 2>&1
   grep -E '^\|' "$OUT/peers.txt" | grep -vE '^\| -+' | head -20
@@ -99,6 +96,11 @@ if [ "$RUN_MOE" = 1 ]; then
   grep -E '^\|' "$OUT/peers_moe.txt" | grep -vE '^\| -+' | head -20
 fi
 echo "peers done $(el)"
+
+# 5. Decode (stream v9) on this card: HEAD's binary.
+if [ "$RUN_MOE" = 1 ] || [ "$RUN_DECODE" = 1 ]; then
+  timeout 60 "$BASE/moe_cuda_bench" --tokens=8,32 --variants=default >"$OUT/moe_decode.txt" 2>&1
+fi
 
 # ClockProbe NAME CMD...: CMD's table, and the SM clock, power, temperature
 # and clock-event reasons nvidia-smi samples every 20 ms while it runs,
@@ -138,9 +140,9 @@ else:
 PY
 }
 
-# 6. Clocks under our kernel and cuDNN's, alternated, at the longest shapes.
+# 6. Clocks under our kernel and cuDNN's, one after the other, at the longest shapes.
 if [ "$RUN_CLOCKS" = 1 ]; then
-  for round in 1 2; do
+  for round in 1; do
     for shape in 1:16:32768 1:32:16384; do
       ClockProbe "ours_${shape//:/x}_r$round" "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws \
         --shapes="$shape" --causal=no --iters=80
@@ -169,14 +171,14 @@ if [ "$RUN_CLOCKS" = 1 ]; then
   echo "ncu done $(el)"
 fi
 
-# 4. The rest of moe_cuda_test, if the call has time left.
+# 7. The rest of moe_cuda_test, if the call has time left.
 if [ "$RUN_MOE" = 1 ] && [ "$rc_moe" != 124 ] && [ "$rc_moe" != 137 ] && [ $(( $(date +%s) - t0 )) -lt 460 ]; then
   timeout 100 "$B/moe_cuda_test" --gtest_filter="-$moe_new" >"$OUT/moe_tests_rest.log" 2>&1
   rc_moe_rest=$?
 fi
 echo "moe rest rc=$rc_moe_rest $(el)"
 
-# 5. Where the patched down's time goes, if there is time left (tensor pipe, issue, stores, DRAM).
+# 8. Where the patched down's time goes, if there is time left (tensor pipe, issue, stores, DRAM).
 if [ "$rc_moe" = 0 ] && [ $(( $(date +%s) - t0 )) -lt 520 ]; then
   m=gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
   m+=,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
