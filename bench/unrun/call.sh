@@ -99,7 +99,10 @@ echo "peers done $(el)"
 
 # 5. Decode (stream v9) on this card: HEAD's binary.
 if [ "$RUN_MOE" = 1 ] || [ "$RUN_DECODE" = 1 ]; then
-  timeout 60 "$BASE/moe_cuda_bench" --tokens=8,32 --variants=default >"$OUT/moe_decode.txt" 2>&1
+  # Tokens 4..32: the touched experts' CTAs fill 2.2..13 waves of 660 slots; a step in time per whole wave
+  # is the last partial wave costing a full one.
+  timeout 60 "$BASE/moe_cuda_bench" --tokens=4,6,8,10,12,16,24,32 --variants=default --projections=gate/up,down \
+    >"$OUT/moe_decode.txt" 2>&1
 fi
 
 # ClockProbe NAME CMD...: CMD's table, and the SM clock, power, temperature
