@@ -24,7 +24,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 cat "$D/patches.txt" 2>/dev/null
 
 # RUN_MOE=0 / RUN_ATTN=0 skip a part whose kernels no patch touches;
-# RUN_DECODE=1 times HEAD's MoE decode even without the MoE part; RUN_FP8=1
+# RUN_DECODE=1 tests and times MoE decode patched against HEAD even without
+# the MoE part; RUN_FP8=1
 # runs the FP8 attention tests and times it patched against HEAD at issue
 # 15's shapes; RUN_CLOCKS=1 samples the SM
 # clock and power under our bf16 kernel and cuDNN's at the longest shapes.
@@ -97,12 +98,19 @@ if [ "$RUN_MOE" = 1 ]; then
 fi
 echo "peers done $(el)"
 
-# 5. Decode (stream v9) on this card: HEAD's binary.
+# 5. Decode (issue 16) over T = 4..32, patched against HEAD: the touched
+# experts' CTAs fill 2.2..13 waves of 660 slots at T = 4..32; a step in time
+# per whole wave is the last partial wave costing a full one.
+rc_dec=skipped
 if [ "$RUN_MOE" = 1 ] || [ "$RUN_DECODE" = 1 ]; then
-  # Tokens 4..32: the touched experts' CTAs fill 2.2..13 waves of 660 slots; a step in time per whole wave
-  # is the last partial wave costing a full one.
-  timeout 60 "$BASE/moe_cuda_bench" --tokens=4,6,8,10,12,16,24,32 --variants=default --projections=gate/up,down \
-    >"$OUT/moe_decode.txt" 2>&1
+  timeout 120 "$B/moe_cuda_test" --gtest_filter='*Stream*:*SplitK*:*FewRowsPerExpert*:*FollowsThePlan*' \
+    >"$OUT/moe_tests_decode.log" 2>&1
+  rc_dec=$?
+  echo "moe decode tests rc=$rc_dec $(el)"
+  Alternate "$OUT/moe_decode.txt" $rc_dec 60 moe_cuda_bench --tokens=4,6,8,10,12,16,24,32 --variants=default \
+    --projections=gate/up,down,layer
+  grep -E '^==|^\| [0-9]' "$OUT/moe_decode.txt" | grep -E '^==|gate/up \|' | cut -c1-150
+  echo "moe decode done $(el)"
 fi
 
 # ClockProbe NAME CMD...: CMD's table, and the SM clock, power, temperature
@@ -192,8 +200,9 @@ fi
 echo "ncu done $(el)"
 
 echo "==== summary ===="
-echo "moe new tests rc=$rc_moe, rest rc=$rc_moe_rest; attention_cuda_test rc=$rc_attn; fp8_attention_cuda_test rc=$rc_fp8"
+echo "moe new tests rc=$rc_moe, rest rc=$rc_moe_rest, decode rc=$rc_dec; attention_cuda_test rc=$rc_attn;" \
+  "fp8_attention_cuda_test rc=$rc_fp8"
 cat "$OUT"/moe_tests_*.log "$OUT/attn_tests.log" "$OUT/fp8_tests.log" 2>/dev/null | grep -E "^\[  (PASSED|FAILED) |Failure" | head -20
-grep -E '^\| [0-9]' "$OUT/moe_decode.txt" | grep -E 'gate/up|down' | cut -c1-150
+grep -E '^==|^\| (8|32) ' "$OUT/moe_decode.txt" | grep -E '^==|gate/up|down' | cut -c1-150
 grep -E "gmma|issue_active|dram|op_st|stalled|time_duration" "$OUT/ncu.txt" 2>/dev/null | head -12
 cat "$OUT/clocks.txt" 2>/dev/null
