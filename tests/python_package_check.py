@@ -372,6 +372,31 @@ class Check:
             if not shm.shared_memory_transfers:
                 self.fail("shared memory", "the real server refused it")
 
+    def no_torch_import(self):
+        """A call with NumPy inputs never imports torch: where torch is not installed a failed import is
+        re-attempted on every try, and one per argument was most of a small call's client time."""
+        import builtins
+        tries = []
+        real = builtins.__import__
+
+        def spy(name, *args, **kwargs):
+            if name == "torch" or name.startswith("torch."):
+                tries.append(name)
+            return real(name, *args, **kwargs)
+
+        (q, _), (k, _), (v, _) = self.gauss((1, 2, 8, 64)), self.gauss((1, 1, 8, 64)), self.gauss((1, 1, 8, 64))
+        builtins.__import__ = spy
+        try:
+            res = self.call("attention with NumPy inputs, torch not imported", self.c.attention, q, k, v)
+        finally:
+            builtins.__import__ = real
+        if res is None:
+            return
+        if tries:
+            self.fail("attention with NumPy inputs", "tried to import torch %d times" % len(tries))
+        else:
+            self.ok("attention with NumPy inputs", "no import of torch attempted")
+
     def torch_tensors(self):
         """torch tensors in and out: float32 and bfloat16 inputs, outputs as torch.bfloat16 equal to the NumPy
         call's float32 values; Buffer.download(as_torch=True). Skipped with a note when torch is absent."""
@@ -1248,6 +1273,7 @@ def main():
             check.buffers()
             check.shared_memory(port)
             download_stream_check(check)
+            check.no_torch_import()
             check.torch_tensors()
             check.timing_info()
             for transport in (True, "iterator", "ring"):
