@@ -86,11 +86,11 @@ fi
 
 # 4. Peers in the same call (cuDNN bf16 is the FP8 kernel's peer too).
 if [ "$RUN_ATTN" = 1 ] || [ "$RUN_FP8" = 1 ]; then
-  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 100 python3 bench/peers.py --dims 128 >"$OUT/peers.txt" 2>&1
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' timeout 100 python3 bench/peers.py --dims 128 >"$OUT/peers.txt" 2>&1
   grep -E '^\|' "$OUT/peers.txt" | grep -vE '^\| -+' | head -20
 fi
 if [ "$RUN_MOE" = 1 ]; then
-  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 100 python3 bench/peers_moe_mla.py --tokens 8 32 4096 8192 16384 \
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' timeout 100 python3 bench/peers_moe_mla.py --tokens 8 32 4096 8192 16384 \
     >"$OUT/peers_moe.txt" 2>&1
   grep -E '^\|' "$OUT/peers_moe.txt" | grep -vE '^\| -+' | head -20
 fi
@@ -129,7 +129,7 @@ ClockProbe() {
   local perf
   perf=$(grep -E '^\| ' "$OUT/probe_$name.txt" | grep -vE '^\| (-|kernel|\(B, H)' | awk -F'|' '{print $(NF-1)}' |
     tr -d ' ' | paste -sd/)
-  LD_LIBRARY_PATH= python3 - "$OUT/clk_$name.csv" "$name" "$perf" <<'PY'
+  LD_LIBRARY_PATH='' python3 - "$OUT/clk_$name.csv" "$name" "$perf" <<'PY'
 import collections, statistics, sys
 rows = []
 for line in open(sys.argv[1]):
@@ -157,7 +157,7 @@ if [ "$RUN_CLOCKS" = 1 ]; then
   {
     ClockProbe "ours_$tag" "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws --shapes="$shape" --causal=no \
       --iters=80
-    ClockProbe "cudnn_$tag" env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= python3 bench/peers.py --dims 128 \
+    ClockProbe "cudnn_$tag" env PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' python3 bench/peers.py --dims 128 \
       --shapes "$shape" --causal no --backends cuDNN --no-mla --iters 80
   } | tee "$OUT/clocks.txt"
   echo "clocks done $(el)"
@@ -170,7 +170,7 @@ if [ "$RUN_CLOCKS" = 1 ]; then
     timeout 40 ncu --clock-control none --kernel-name regex:FlashFwdWsKernel --launch-skip 1 --launch-count 1 \
       --metrics "$m" "$BASE/attention_cuda_bench" --dims=128 --only=wgmma_ws --shapes="$shape" --causal=no \
       --iters=2 --warmup=1 2>&1 | grep -vE '^\|' >"$OUT/ncu_ours_$tag.txt"
-    PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout 60 ncu --clock-control none \
+    PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' timeout 60 ncu --clock-control none \
       --kernel-name 'regex:sdpa|fmha|flash|attn|cudnn' --launch-skip 2 --launch-count 1 --metrics "$m" \
       python3 bench/peers.py --dims 128 --shapes "$shape" --causal no --backends cuDNN --no-mla --iters 2 \
       --warmup 1 2>&1 | grep -vE '^\|' >"$OUT/ncu_cudnn_$tag.txt"
