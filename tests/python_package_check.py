@@ -300,6 +300,49 @@ class Check:
         else:
             self.ok("round_bf16 float64", "%d values incl. near-ties rounded once" % len(y))
 
+    def batched_rounding(self):
+        """A call's small float q, k and v are rounded to bf16 in one NumPy pass (kernelserve.tensors.bf16_batch):
+        the same bits as each alone, specials included; float64 and large arrays keep their own path."""
+        import kernelserve.tensors as kt
+        specials = np.float32([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-42, -3e-39, 3.4e38, -3.4e38,
+                               1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -8 + 2.0 ** -20])
+        q = self.rng.standard_normal((1, 2, 8, 64)).astype(np.float32)
+        q.reshape(-1)[:specials.size] = specials
+        k = self.rng.standard_normal((1, 1, 8, 64)).astype(np.float16)
+        v = self.rng.standard_normal((1, 1, 8, 64)).astype(np.float32)
+        alone = [kt.Tensor(a, "bf16") for a in (q, k, v)]
+        batched = kt.bf16_batch([q, k, v])
+        if not all(b.shape == a.shape and np.array_equal(b.array, a.array) for a, b in zip(alone, batched)):
+            self.fail("bf16_batch", "bits differ from rounding each array alone")
+        else:
+            self.ok("bf16_batch", "q (with NaN, Inf, subnormals, ties), float16 k, v: the bits of each alone")
+        calls = []
+        real = kt.bf16_bits
+
+        def spy(x):
+            calls.append(np.asarray(x).size)
+            return real(x)
+
+        q[np.isnan(q) | np.isinf(q)] = 1.0  # a finite call, to compare outputs
+        q.reshape(-1)[8:10] = 0.0  # and nothing near overflow
+        kt.bf16_bits = spy
+        try:
+            got = self.call("attention, batched rounding", self.c.attention, q, k, v)
+            mixed = self.call("attention, float64 k", self.c.attention, q, k.astype(np.float64), v)
+        finally:
+            kt.bf16_bits = real
+        want = self.call("attention, pre-rounded", self.c.attention, *[kt.Tensor(a, "bf16") for a in (q, k, v)])
+        if got is None or mixed is None or want is None:
+            return
+        if calls[:1] != [q.size + k.size + v.size] or len(calls) != 3:
+            self.fail("attention, batched rounding", "bf16_bits calls of sizes %r: expected one over q, k, v, then "
+                      "float64 k alone and q, v together" % calls)
+        elif not (np.array_equal(got.out, want.out) and np.array_equal(mixed.out, want.out)):
+            self.fail("attention, batched rounding", "output differs from the pre-rounded call's")
+        else:
+            self.ok("attention, batched rounding", "one rounding pass for q, k, v; same output as pre-rounded "
+                    "Tensors; float64 k rounded on its own")
+
     # ------------------------------------------------------------ buffers
     def buffers(self):
         name = "buffers"
@@ -1265,6 +1308,7 @@ def main():
             print("devices:", [(d["backend"], d["name"]) for d in client.devices()])
             check = Check(client, np.random.default_rng(seed))
             check.rounding()
+            check.batched_rounding()
             check.attention()
             check.fp8_attention()
             check.mla()

@@ -457,6 +457,15 @@ class Client:
             message = "%s: %s" % (name, e)
         raise TypeError(message)
 
+    def _refs(self, *specs):
+        """_ref of each (x, default, name), the small float arrays of bf16 fields rounded in one pass."""
+        xs = [x for x, _, _ in specs]
+        batch = [i for i, (x, default, _) in enumerate(specs) if default == "bf16" and _t.batchable_bf16(x)]
+        if len(batch) > 1:
+            for i, t in zip(batch, _t.bf16_batch([xs[i] for i in batch])):
+                xs[i] = t
+        return [self._ref(x, default, name) for x, (_, default, name) in zip(xs, specs)]
+
     def _run(self, op, req, torch_out, to_buffer):
         rpc = getattr(self._kernels, _KERNEL_RPCS[op])
         start = time.perf_counter()
@@ -507,9 +516,8 @@ class Client:
                   report_error=False, to_buffer=False, label="", device=0):
         """bf16 attention. q [B,Hq,Sq,D], k/v [B,Hkv,Skv,D] (layout="bshd": [B,S,H,D]); floats are rounded to
         bf16. Returns OpResult; .out is float32 holding bf16 values (torch.bfloat16 for torch inputs)."""
-        req = kernel_pb2.AttentionRequest(q=self._ref(q, "bf16", "q"), k=self._ref(k, "bf16", "k"),
-                                          v=self._ref(v, "bf16", "v"), layout=_choice(_LAYOUT, layout, "layout"),
-                                          causal=causal)
+        rq, rk, rv = self._refs((q, "bf16", "q"), (k, "bf16", "k"), (v, "bf16", "v"))
+        req = kernel_pb2.AttentionRequest(q=rq, k=rk, v=rv, layout=_choice(_LAYOUT, layout, "layout"), causal=causal)
         if softmax_scale is not None:
             req.softmax_scale = softmax_scale
         self._common(req, rounding, report_error, to_buffer, label, device)
@@ -523,8 +531,9 @@ class Client:
         Tensor(codes, "fp8_e4m3fn") with fp32 descales ([1] or [B,H]). p_mode: exact, lean or naive."""
         fp8 = isinstance(q, _t.Tensor) and q.dtype.startswith("fp8")
         kind = (q.dtype if fp8 else "bf16")
+        rq, rk, rv = self._refs((q, kind, "q"), (k, kind, "k"), (v, kind, "v"))
         req = kernel_pb2.Fp8AttentionRequest(
-            q=self._ref(q, kind, "q"), k=self._ref(k, kind, "k"), v=self._ref(v, kind, "v"),
+            q=rq, k=rk, v=rv,
             layout=_choice(_LAYOUT, layout, "layout"), causal=causal, format=_choice(_FP8_FORMAT, format, "format"),
             p_mode=_choice(_P_MODE, p_mode, "p_mode"), hadamard=hadamard,
             descale_mode=_choice(_DESCALE, descale_mode, "descale_mode"), report_error_split=report_error_split)
@@ -544,8 +553,8 @@ class Client:
         (uint8, of kv_format) or pool= a Pool with seq_lens, kv_indices and kv_indptr. q_lens: ragged windows."""
         if (kv is None) == (pool is None):
             raise ValueError("mla_decode: give exactly one of kv= (contiguous [B,S,576]) and pool=")
-        req = kernel_pb2.MlaDecodeRequest(q_lat=self._ref(q_lat, "bf16", "q_lat"), q_pe=self._ref(q_pe, "bf16", "q_pe"),
-                                          kv_scale=kv_scale, num_splits=num_splits)
+        r_lat, r_pe = self._refs((q_lat, "bf16", "q_lat"), (q_pe, "bf16", "q_pe"))
+        req = kernel_pb2.MlaDecodeRequest(q_lat=r_lat, q_pe=r_pe, kv_scale=kv_scale, num_splits=num_splits)
         if kv is not None:
             req.kv.CopyFrom(self._ref(kv, kv_format, "kv"))
         else:
