@@ -26,7 +26,10 @@ TARGETS=(
 )
 OPTIONAL=()
 TARGETS+=("$@")
-bazel build "${TARGETS[@]}"
+# Our kernels for bench/peers.py --ours (bench/run_gpu.sh): into lib/, where
+# the absl libraries it finds through its rpath ($ORIGIN) are.
+SHIM=bazel-bin/bench/libks_peer_shim.so
+bazel build "${TARGETS[@]}" //bench:libks_peer_shim.so
 for t in ${OPTIONAL[@]+"${OPTIONAL[@]}"}; do
   if bazel build "$t" >/dev/null 2>&1; then TARGETS+=("$t"); else echo "skipping $t (does not build)"; fi
 done
@@ -38,11 +41,18 @@ for t in "${TARGETS[@]}"; do
   cp -L "$path" .bundle/bin/
   CopyBundleLibs "$path" .bundle/lib
 done
+cp -L "$SHIM" .bundle/lib/
+CopyBundleLibs "$SHIM" .bundle/lib
 for b in .bundle/bin/*; do
   if grep -q "not found" <<<"$(LD_LIBRARY_PATH=.bundle/lib ldd "$b")"; then
     echo "bundle: $b misses libraries:"; LD_LIBRARY_PATH=.bundle/lib ldd "$b" | grep "not found"; exit 1
   fi
 done
+# peers.py runs with an empty library path: the shim's rpath alone must do.
+if grep -q "not found" <<<"$(LD_LIBRARY_PATH= ldd .bundle/lib/libks_peer_shim.so)"; then
+  echo "bundle: libks_peer_shim.so misses libraries:"; LD_LIBRARY_PATH= ldd .bundle/lib/libks_peer_shim.so | grep "not found"
+  exit 1
+fi
 du -sh .bundle
 ls .bundle/bin .bundle/lib | head -100
 # The device call carries at most 64 MiB: ship one compressed archive

@@ -63,7 +63,12 @@ for b in .bundle/bin/*_bench; do
   timeout ${BENCH_TIMEOUT:-90} "$b" "${args[@]}" >"$LOG/$n.txt" 2>&1
 done
 if [ $run_peers = 1 ]; then
-  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py >"$LOG/peers.txt" 2>&1
+  # Our bf16 and FP8 attention timed in the peers' process, interleaved with
+  # them (bench/peer_shim.cc), when the bundle has the shim.
+  ours=()
+  [ -f .bundle/lib/libks_peer_shim.so ] && ours=(--ours .bundle/lib/libks_peer_shim.so --ours-fp8)
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py ${ours[@]+"${ours[@]}"} \
+    >"$LOG/peers.txt" 2>&1
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers_moe_mla.py >"$LOG/peers_moe_mla.txt" 2>&1
 fi
 

@@ -3,7 +3,7 @@
 # checkout the device tool sends, with the folder prepare.sh packed (this
 # script, unrun.tgz: bin/ the patched tests and benchmarks, base/ HEAD's
 # benchmarks, lib/ their libraries):
-#   [RUN_MOE=0] [RUN_ATTN=0] [RUN_DECODE=1] [RUN_FP8=1] [RUN_CLOCKS=1] bash .bundle_pack/call.sh
+#   [RUN_MOE=0] [RUN_ATTN=0] [RUN_DECODE=1] [RUN_FP8=1] [RUN_CLOCKS=1] [RUN_OURS=1] bash .bundle_pack/call.sh
 # Each change's tests first under a timeout (a hang must not cost the rest),
 # then patched against base alternated twice, the peers in the same call
 # (torch._grouped_mm; torch SDPA's cuDNN and FA2), the slower whole test
@@ -27,12 +27,14 @@ cat "$D/patches.txt" 2>/dev/null
 # RUN_DECODE=1 tests and times MoE decode patched against HEAD even without
 # the MoE part; RUN_FP8=1 runs the FP8 attention tests and times it patched
 # against HEAD at issue 15's shapes; RUN_CLOCKS=1 samples the SM clock and
-# power under our bf16 kernel and cuDNN's at (1,16,32768).
+# power under our bf16 kernel and cuDNN's at (1,16,32768); RUN_OURS=1 runs
+# the peers (with HEAD's kernels beside them) even without either part.
 RUN_MOE=${RUN_MOE:-1}
 RUN_ATTN=${RUN_ATTN:-1}
 RUN_DECODE=${RUN_DECODE:-0}
 RUN_FP8=${RUN_FP8:-0}
 RUN_CLOCKS=${RUN_CLOCKS:-0}
+RUN_OURS=${RUN_OURS:-0}
 rc_moe=skipped rc_moe_rest=skipped rc_attn=skipped
 # Alternate LOG TESTS_RC TIMEOUT BENCH ARGS...: the patched BENCH (only if its
 # tests passed) and HEAD's, alternated twice, into LOG.
@@ -84,10 +86,18 @@ if [ "$RUN_ATTN" = 1 ]; then
   echo "attention bench done $(el)"
 fi
 
-# 4. Peers in the same call (cuDNN bf16 is the FP8 kernel's peer too).
-if [ "$RUN_ATTN" = 1 ] || [ "$RUN_FP8" = 1 ]; then
-  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' timeout 100 python3 bench/peers.py --dims 128 >"$OUT/peers.txt" 2>&1
-  grep -E '^\|' "$OUT/peers.txt" | grep -vE '^\| -+' | head -20
+# 4. Peers in the same call (cuDNN bf16 is the FP8 kernel's peer too). With
+# HEAD's shim in lib/ (prepare.sh), HEAD's bf16 and FP8 kernels are timed in
+# the peers' process, interleaved with them (bench/peers.py --ours): the
+# ratios under one power history.
+shim=/tmp/unrun/lib/libks_peer_shim.so
+if [ "$RUN_ATTN" = 1 ] || [ "$RUN_FP8" = 1 ] || [ "$RUN_OURS" = 1 ]; then
+  ours=()
+  [ -f "$shim" ] && ours=(--ours "$shim" --ours-fp8)
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' timeout 200 python3 bench/peers.py --dims 128 ${ours[@]+"${ours[@]}"} \
+    >"$OUT/peers.txt" 2>&1
+  echo "peers rc=$?"
+  grep -E '^\||^ours' "$OUT/peers.txt" | grep -vE '^\| -+' | head -40
 fi
 if [ "$RUN_MOE" = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' timeout 100 python3 bench/peers_moe_mla.py --tokens 8 32 4096 8192 16384 \
@@ -109,6 +119,18 @@ if [ "$RUN_MOE" = 1 ] || [ "$RUN_DECODE" = 1 ]; then
     --projections=gate/up,down,layer
   grep -E '^==|^\| [0-9]' "$OUT/moe_decode.txt" | grep -E '^==|gate/up \|' | cut -c1-150
   echo "moe decode done $(el)"
+  # Each decode kernel's own duration at T = 8 (ncu replays one graph node
+  # at a time): routing, the streaming GEMMs, the weighted sum.
+  for build in base bin; do
+    d=$BASE
+    [ $build = bin ] && d=$B
+    for proj in gate/up layer; do
+      echo "$build $proj: $(timeout 60 ncu --kernel-name 'regex:MoeRoute|StreamGemm|MoeWeighted' --launch-count 4 \
+        --metrics gpu__time_duration.sum "$d/moe_cuda_bench" --tokens=8 --projections=$proj --variants=default 2>&1 |
+        grep -E '^  [A-Za-z].*\(|duration' | sed -E 's/^ +//; s/[(<].*//; s/gpu__time_duration.sum +//' |
+        paste -sd' ')"
+    done
+  done | tee "$OUT/moe_decode_ncu.txt"
 fi
 
 # ClockProbe NAME CMD...: CMD's table, and the SM clock, power, temperature
@@ -206,4 +228,5 @@ echo "moe new tests rc=$rc_moe, rest rc=$rc_moe_rest, decode rc=$rc_dec; attenti
 cat "$OUT"/moe_tests_*.log "$OUT/attn_tests.log" "$OUT/fp8_tests.log" 2>/dev/null | grep -E "^\[  (PASSED|FAILED) |Failure" | head -20
 grep -E '^==|^\| (8|32) ' "$OUT/moe_decode.txt" | grep -E '^==|gate/up|down' | cut -c1-150
 grep -E "gmma|issue_active|dram|op_st|stalled|time_duration" "$OUT/ncu.txt" 2>/dev/null | head -12
-cat "$OUT/clocks.txt" 2>/dev/null
+cat "$OUT/clocks.txt" "$OUT/moe_decode_ncu.txt" 2>/dev/null
+grep -E '^\| .*(ours|cuDNN)|^ours' "$OUT/peers.txt" 2>/dev/null

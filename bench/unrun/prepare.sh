@@ -30,7 +30,8 @@ new_targets=(//kernels/gpu/moe:moe_cuda_test //bench:moe_cuda_bench //kernels/gp
              //bench:fp8_attention_cuda_bench)
 base_targets=(//bench:moe_cuda_bench //bench:attention_cuda_bench //bench:fp8_attention_cuda_bench)
 (cd "$wt" && bazel build "${new_targets[@]}")
-bazel build "${base_targets[@]}"
+shim=bazel-bin/bench/libks_peer_shim.so  # HEAD's kernels for bench/peers.py --ours, into lib/
+bazel build "${base_targets[@]}" //bench:libks_peer_shim.so
 
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/base" "$stage/lib"
@@ -40,6 +41,7 @@ collect() {  # binary, destination folder
 }
 for t in "${new_targets[@]}"; do collect "$wt/bazel-bin/$(echo "${t#//}" | tr ':' '/')" "$stage/bin"; done
 for t in "${base_targets[@]}"; do collect "bazel-bin/$(echo "${t#//}" | tr ':' '/')" "$stage/base"; done
+collect "$shim" "$stage/lib"
 chmod -R u+w "$stage"
 strip --strip-unneeded "$stage"/bin/* "$stage"/base/* "$stage"/lib/* 2>/dev/null || true
 rm -rf .bundle_pack
