@@ -67,7 +67,7 @@ if [ $run_peers = 1 ]; then
   # them (bench/peer_shim.cc), when the bundle has the shim.
   ours=()
   [ -f .bundle/lib/libks_peer_shim.so ] && ours=(--ours .bundle/lib/libks_peer_shim.so --ours-fp8)
-  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py ${ours[@]+"${ours[@]}"} \
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-240} python3 bench/peers.py ${ours[@]+"${ours[@]}"} \
     >"$LOG/peers.txt" 2>&1
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers_moe_mla.py >"$LOG/peers_moe_mla.txt" 2>&1
 fi
