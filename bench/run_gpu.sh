@@ -63,19 +63,21 @@ for b in .bundle/bin/*_bench; do
   timeout ${BENCH_TIMEOUT:-90} "$b" "${args[@]}" >"$LOG/$n.txt" 2>&1
 done
 if [ $run_peers = 1 ]; then
-  # Our bf16 and FP8 attention timed in the peers' process, interleaved with
-  # them (bench/peer_shim.cc), when the bundle has the shim.
-  ours=()
-  [ -f .bundle/lib/libks_peer_shim.so ] && ours=(--ours .bundle/lib/libks_peer_shim.so --ours-fp8)
-  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-240} python3 bench/peers.py ${ours[@]+"${ours[@]}"} \
-    >"$LOG/peers.txt" 2>&1
+  PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers.py >"$LOG/peers.txt" 2>&1
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_TIMEOUT:-90} python3 bench/peers_moe_mla.py >"$LOG/peers_moe_mla.txt" 2>&1
+  # Then our bf16 and FP8 attention timed in the peers' process, interleaved
+  # with them (bench/peer_shim.cc), when the bundle has the shim: a separate
+  # run, so the peers' own figures above stand whatever the shim does.
+  if [ -f .bundle/lib/libks_peer_shim.so ]; then
+    PYTHONUNBUFFERED=1 LD_LIBRARY_PATH= timeout ${PEERS_OURS_TIMEOUT:-240} python3 bench/peers.py \
+      --ours .bundle/lib/libks_peer_shim.so --ours-fp8 >"$LOG/peers_ours.txt" 2>&1
+  fi
 fi
 
 echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
-for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench decode_attention_cuda_bench moe_cuda_bench loopback_bench peers peers_moe_mla; do
+for f in attention_cuda_bench fp8_attention_cuda_bench mla_cuda_bench decode_attention_cuda_bench moe_cuda_bench loopback_bench peers peers_moe_mla peers_ours; do
   [ -f "$LOG/$f.txt" ] || continue
   echo "-- $f --"
   grep -E '^\|' "$LOG/$f.txt" | grep -vE '^\| -+' | head -40

@@ -96,8 +96,15 @@ if [ "$RUN_ATTN" = 1 ] || [ "$RUN_FP8" = 1 ] || [ "$RUN_OURS" = 1 ]; then
   [ -f "$shim" ] && ours=(--ours "$shim" --ours-fp8)
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' timeout 200 python3 bench/peers.py --dims 128 ${ours[@]+"${ours[@]}"} \
     >"$OUT/peers.txt" 2>&1
-  echo "peers rc=$?"
+  rc_peers=$?
+  echo "peers rc=$rc_peers"
   grep -E '^\||^ours' "$OUT/peers.txt" | grep -vE '^\| -+' | head -40
+  if [ "$rc_peers" != 0 ] && [ ${#ours[@]} -gt 0 ]; then
+    # The shim failed (a check, or the process): the peers alone, as before it.
+    tail -5 "$OUT/peers.txt"
+    PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' timeout 100 python3 bench/peers.py --dims 128 >"$OUT/peers_plain.txt" 2>&1
+    grep -E '^\|' "$OUT/peers_plain.txt" | grep -vE '^\| -+' | head -20
+  fi
 fi
 if [ "$RUN_MOE" = 1 ]; then
   PYTHONUNBUFFERED=1 LD_LIBRARY_PATH='' timeout 100 python3 bench/peers_moe_mla.py --tokens 8 32 4096 8192 16384 \
