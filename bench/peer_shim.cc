@@ -67,10 +67,12 @@ absl::StatusOr<const gpu::KernelVariant*> Select(const gpu::VariantTable& table,
   return gpu::SelectVariant(table, BenchOpName(call.op), caps, call);
 }
 
-// Runs that entry; then any launch error, as the backend's AfterLaunch.
+// Runs that entry (the backend's RunSelected); then any launch error, as the
+// backend's AfterLaunch.
 absl::Status RunDispatched(const gpu::VariantTable& table, const OpCall& call, TensorView& out, void* stream) {
-  KS_ASSIGN_OR_RETURN(const gpu::KernelVariant* v, Select(table, call));
-  KS_RETURN_IF_ERROR(v->run(call, out, static_cast<cudaStream_t>(stream)));
+  KS_ASSIGN_OR_RETURN(const gpu::DeviceCaps caps, CurrentCaps());
+  KS_RETURN_IF_ERROR(
+      gpu::RunSelected(table, BenchOpName(call.op), caps, call, out, static_cast<cudaStream_t>(stream)));
   return gpu::GpuStatus(cudaGetLastError(), "kernel launch");
 }
 
